@@ -1,0 +1,25 @@
+# mmspec: speculative-decoding sweeps for multimodal models. The DAG only; logic is in src/mmspec.
+
+
+# A config given with --configfile that declares its own `datasets` is a whole sweep and replaces
+# the default; otherwise --config / --configfile values override the default sweep's keys.
+if "datasets" not in config:
+
+    configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/prepare.smk"
+include: "workflow/rules/toy_model.smk"
+include: "workflow/rules/cache_visual.smk"
+include: "workflow/rules/generate.smk"
+include: "workflow/rules/score.smk"
+include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        "results/summary/cells.parquet",
+        "reports/index.html",
+    default_target: True

@@ -1,0 +1,115 @@
+"""`mmspec <stage>`: one subcommand per workflow stage, so every stage also runs by hand."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _json(text: str) -> dict:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {e}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mmspec", description=__doc__)
+    sub = parser.add_subparsers(dest="stage", required=True)
+
+    p = sub.add_parser("prepare", help="write results/prepared/<dataset>.parquet")
+    p.add_argument("--name", required=True)
+    p.add_argument("--spec", type=_json, required=True, help="the dataset's config entry (JSON)")
+    p.add_argument("--toy-seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("toy_model", help="train one toy-world model")
+    p.add_argument("--name", required=True)
+    p.add_argument("--spec", type=_json, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("cache_visual", help="vision features of every image of a dataset")
+    p.add_argument("--model", required=True, help="HF id, local dir or toy:<name>")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--prepared", required=True)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("generate", help="decode one cell")
+    p.add_argument("--params", type=_json, required=True, help="cell, pair, generation, timing")
+    p.add_argument("--prepared", required=True)
+    p.add_argument("--target-visual", required=True)
+    p.add_argument("--draft-visual", default=None)
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("score", help="lossless check and quality of one cell")
+    p.add_argument("--samples", required=True)
+    p.add_argument("--ar-samples", required=True)
+    p.add_argument("--prepared", required=True)
+    p.add_argument("--metric", required=True)
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("aggregate", help="one row per cell from an explicit list of score files")
+    p.add_argument("--out", required=True)
+    p.add_argument("scores", nargs="+")
+
+    p = sub.add_parser("report", help="the HTML report")
+    p.add_argument("--cells", required=True)
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("cells", help="validate a config and list its cells")
+    p.add_argument("config")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.stage == "prepare":
+        from mmspec.stages import prepare
+
+        n = prepare.run(args.name, args.spec, args.out, args.toy_seed)
+        print(f"prepared {args.name}: {n} rows -> {args.out}", file=sys.stderr)
+    elif args.stage == "toy_model":
+        from mmspec.stages import toy_model
+
+        log = toy_model.run(args.name, args.spec, args.out, args.seed, args.threads)
+        print(
+            f"trained {args.name} in {log['seconds']:.0f} s, loss {log['final_loss']:.3f}",
+            file=sys.stderr,
+        )
+    elif args.stage == "cache_visual":
+        from mmspec.stages import cache_visual
+
+        n = cache_visual.run(args.model, args.prepared, args.out, args.dtype, args.threads)
+        print(f"cached {n} images -> {args.out}", file=sys.stderr)
+    elif args.stage == "generate":
+        from mmspec.stages import generate
+
+        generate.run(args.params, args.prepared, args.target_visual, args.draft_visual, args.out)
+    elif args.stage == "score":
+        from mmspec.stages import score
+
+        score.run(args.samples, args.ar_samples, args.prepared, args.metric, args.out)
+    elif args.stage == "aggregate":
+        from mmspec.stages import aggregate
+
+        n = aggregate.run(args.scores, args.out)
+        print(f"aggregated {n} cells -> {args.out}", file=sys.stderr)
+    elif args.stage == "report":
+        from mmspec.stages import report
+
+        report.run(args.cells, args.out)
+    elif args.stage == "cells":
+        from mmspec import config
+
+        cfg = config.load(args.config)
+        for cell in config.cells(cfg):
+            print(cell.path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

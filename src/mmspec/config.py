@@ -1,0 +1,251 @@
+"""The sweep configuration: validation against config/schema.yaml, defaults, and cell expansion."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from mmspec.methods import registry
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+TOY_PREFIX = "toy:"
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the key path that caused it."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One generation job: (dataset, pair, method, hyperparameters, seed)."""
+
+    dataset: str
+    pair: str
+    method: str  # the config entry's name
+    hp: str  # slug of the hyperparameters given in the config
+    seed: int
+    spec: dict = field(hash=False, compare=False)  # the resolved method spec
+
+    @property
+    def path(self) -> str:
+        """The key=value folder of this cell under results/generate and results/score."""
+        return (
+            f"dataset={self.dataset}/pair={self.pair}/method={self.method}/"
+            f"hp={self.hp}/seed={self.seed}"
+        )
+
+
+def load_schema() -> dict:
+    with open(SCHEMA_PATH) as f:
+        return yaml.safe_load(f)
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "<top level>"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    """Turn a jsonschema error into 'config key <path>: <what was expected>'."""
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        where = _key_path(error)
+        keys = ", ".join(f"{where}.{k}" if where != "<top level>" else k for k in extra)
+        hint = f"; allowed keys: {allowed}" if allowed else ""
+        return f"config key {keys}: unknown key{hint}"
+    if error.validator == "oneOf" and error.context:
+        # Report the alternative that got furthest: the one whose errors are deepest.
+        deepest = max(error.context, key=lambda e: (len(e.absolute_path), -len(e.message)))
+        return _describe(deepest)
+    return f"config key {_key_path(error)}: {error.message}"
+
+
+def validate(config: dict) -> dict:
+    """Validate `config` (schema, then names and method hyperparameters); return it with defaults.
+
+    Raises ConfigError naming the first offending key path.
+    """
+    validator = jsonschema.Draft202012Validator(load_schema())
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise ConfigError(_describe(errors[0]))
+    config = _with_defaults(config)
+    for section in ("datasets", "pairs", "methods"):
+        for name in config[section]:
+            if not NAME_RE.match(name):
+                raise ConfigError(
+                    f"config key {section}.{name}: names may hold letters, digits, '_', '.', '-'"
+                )
+    for name, entry in config["methods"].items():
+        base = entry.get("method", name)
+        if base not in registry.METHODS:
+            raise ConfigError(
+                f"config key methods.{name}: unknown method {base!r}; "
+                f"known: {sorted(registry.METHODS)} (set `method:` to use another name)"
+            )
+        for hparams in _grid(entry):
+            try:
+                registry.resolve(base, hparams)
+            except ValueError as e:
+                raise ConfigError(f"config key methods.{name}: {e}") from None
+    for name, pair in config["pairs"].items():
+        for role in ("target", "draft"):
+            ref = pair[role]
+            if ref.startswith(TOY_PREFIX) and ref[len(TOY_PREFIX) :] not in config["toy"]["models"]:
+                raise ConfigError(
+                    f"config key pairs.{name}.{role}: {ref!r} names no model under toy.models "
+                    f"(known: {sorted(config['toy']['models'])})"
+                )
+    for i, rule in enumerate(config["sweep"]):
+        for section in ("datasets", "pairs", "methods"):
+            names = rule.get(section, "all")
+            if names != "all":
+                for n in names:
+                    if n not in config[section]:
+                        raise ConfigError(
+                            f"config key sweep.{i}.{section}: unknown name {n!r}; "
+                            f"known: {sorted(config[section])}"
+                        )
+    for name, ds in config["datasets"].items():
+        if ds["source"] == "toy" and not name.startswith("toy_"):
+            raise ConfigError(
+                f"config key datasets.{name}: a toy dataset's name is its scenario (toy_caption, "
+                "toy_vqa, toy_diff, toy_multiturn, toy_story)"
+            )
+    return config
+
+
+def _with_defaults(config: dict) -> dict:
+    config = json.loads(json.dumps(config))  # a deep copy of plain data
+    config.setdefault("seeds", [0])
+    gen = config.setdefault("generation", {})
+    gen.setdefault("max_new_tokens", 48)
+    gen.setdefault("temperature", 0.0)
+    timing = config.setdefault("timing", {})
+    timing.setdefault("warmup_samples", 2)
+    timing.setdefault("threads", 1)
+    toy = config.setdefault("toy", {})
+    toy.setdefault("seed", 0)
+    toy.setdefault("models", {})
+    for model in toy["models"].values():
+        model.setdefault("heads", 4)
+        model.setdefault("batch_size", 32)
+        model.setdefault("lr", 0.002)
+        model.setdefault("image_dropout", 0.0)
+        model.setdefault("scenarios", ["toy_caption"])
+    for ds in config["datasets"].values():
+        if ds["source"] == "toy":
+            ds.setdefault("samples", 40)
+        else:
+            ds.setdefault("prompt", "{question}")
+            ds.setdefault("image_columns", [])
+            ds.setdefault("metric", "exact_match")
+    for pair in config["pairs"].values():
+        pair.setdefault("dtype", "float32")
+    config.setdefault("sweep", [{"datasets": "all", "pairs": "all"}])
+    return config
+
+
+def _grid(entry: dict) -> list[dict]:
+    """Expand list values of a method entry into the Cartesian product of hyperparameter dicts."""
+    items = {k: v for k, v in entry.items() if k != "method"}
+    keys = sorted(items)
+    values = [v if isinstance(v, list) else [v] for v in (items[k] for k in keys)]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+def slug(value: str) -> str:
+    """A safe, stable, readable path component for any string (HF ids with '/' included)."""
+    text = re.sub(r"[^A-Za-z0-9._-]+", "-", value.replace("/", "--")).strip("-")
+    if text != value:
+        text = f"{text}-{hashlib.sha1(value.encode()).hexdigest()[:6]}"
+    return text or "empty"
+
+
+def hp_slug(hparams: dict) -> str:
+    """The slug of a hyperparameter set: sorted key-value pairs, e.g. gamma-5_view-M."""
+    if not hparams:
+        return "default"
+    parts = []
+    for key in sorted(hparams):
+        value = hparams[key]
+        text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+        parts.append(f"{key}-{text}")
+    raw = "_".join(parts)
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", raw)
+    if safe != raw or len(safe) > 120:
+        safe = f"{safe[:100]}-{hashlib.sha1(raw.encode()).hexdigest()[:8]}"
+    return safe
+
+
+def model_slug(ref: str) -> str:
+    """The folder name of a model reference: toy:target -> toy-target, org/name -> org--name."""
+    if ref.startswith(TOY_PREFIX):
+        return "toy-" + ref[len(TOY_PREFIX) :]
+    return slug(ref)
+
+
+def cells(config: dict) -> list[Cell]:
+    """Every cell of the sweep, in a stable order, without duplicates."""
+    out: dict[tuple, Cell] = {}
+    for rule in config["sweep"]:
+        datasets = _pick(rule.get("datasets", "all"), config["datasets"])
+        pairs = _pick(rule.get("pairs", "all"), config["pairs"])
+        methods = _pick(rule.get("methods", "all"), config["methods"])
+        for dataset, pair, name, seed in itertools.product(
+            datasets, pairs, methods, config["seeds"]
+        ):
+            entry = config["methods"][name]
+            base = entry.get("method", name)
+            for hparams in _grid(entry):
+                spec = registry.resolve(base, hparams)
+                spec.setdefault("temperature", config["generation"]["temperature"])
+                spec["method"] = base
+                cell = Cell(dataset, pair, name, hp_slug(hparams), int(seed), spec)
+                out.setdefault((dataset, pair, name, cell.hp, int(seed)), cell)
+    return list(out.values())
+
+
+def ar_cell(config: dict, cell: Cell) -> Cell:
+    """The AR cell that `cell` is compared against (same dataset, pair, seed, temperature)."""
+    for other in cells(config):
+        if (
+            other.spec["method"] == "ar"
+            and (other.dataset, other.pair, other.seed) == (cell.dataset, cell.pair, cell.seed)
+            and other.spec["temperature"] == cell.spec["temperature"]
+        ):
+            return other
+    raise ConfigError(
+        f"cell {cell.path} needs an `ar` cell with the same dataset, pair, seed and temperature "
+        "for its lossless check and quality retention: add `ar: {}` to methods"
+    )
+
+
+def _pick(names, section: dict) -> list[str]:
+    return list(section) if names == "all" else list(names)
+
+
+def load(path: str | Path) -> dict:
+    """Read and validate a config file."""
+    with open(path) as f:
+        config = yaml.safe_load(f) or {}
+    return validate(config)
+
+
+def toy_model_names(config: dict) -> list[str]:
+    """Toy models that some pair uses (only these get trained)."""
+    names = []
+    for pair in config["pairs"].values():
+        for ref in (pair["target"], pair["draft"]):
+            if ref.startswith(TOY_PREFIX) and ref[len(TOY_PREFIX) :] not in names:
+                names.append(ref[len(TOY_PREFIX) :])
+    return names

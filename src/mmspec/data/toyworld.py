@@ -1,0 +1,399 @@
+"""The toy world: synthetic 32x32 images of coloured shapes, and conversations about them.
+
+A scene holds 1..4 objects, each a (colour, shape) in its own corner of the image. All text is
+lower-case words and the punctuation tokens "," "." "?" ":", separated by single spaces, so a
+word-level tokenizer over VOCABULARY covers it. Objects are always listed in canonical order:
+top left, top right, bottom left, bottom right.
+
+Scenarios (one dataset each, see DATASETS):
+- toy_caption: one image, "describe the image ." -> "a red circle at the top left , a blue
+  square at the bottom right ."
+- toy_vqa: one image, one question about the colour of a shape, the shape in a corner, or the
+  corner of an object, answered by a full sentence ("the circle is red .").
+- toy_diff: two images (before, after) differing by one change: an object recoloured, moved to
+  an empty corner, appeared or disappeared; "what changed ?" -> "a green square appeared at the
+  bottom left ."
+- toy_multiturn: turn 0 is a caption; turn 1 is a text-only follow-up answerable from that
+  caption alone (how many shapes, list the colours, list the shapes).
+- toy_story: five images of one object walking between corners; "tell the story ." -> "first a
+  red circle is at the top left . then it moves to the top right . ... finally it moves to ..."
+  Out of distribution for drafts trained on single images; after the first sentence the text is
+  largely predictable from text alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import zlib
+from collections import Counter
+from collections.abc import Callable, Iterator
+from functools import lru_cache
+from itertools import combinations
+from typing import NamedTuple
+
+import numpy as np
+
+COLOURS = ["red", "green", "blue", "yellow", "purple", "orange"]
+SHAPES = ["circle", "square", "triangle"]
+POSITIONS = ["top left", "top right", "bottom left", "bottom right"]  # canonical order
+NUMBERS = ["one", "two", "three", "four"]
+KINDS = [(colour, shape) for colour in COLOURS for shape in SHAPES]
+CORNER_SETS = [list(combinations(POSITIONS, n)) for n in range(1, 5)]  # by size, canonical order
+
+RGB = {
+    "red": (230, 40, 40),
+    "green": (40, 200, 60),
+    "blue": (40, 90, 240),
+    "yellow": (240, 220, 40),
+    "purple": (160, 60, 210),
+    "orange": (250, 140, 20),
+}
+
+SIZE = 32  # image side in pixels
+QUAD = SIZE // 2  # each corner is a 16x16 quadrant
+
+# Prompts, fixed so that a word-level tokenizer sees a closed vocabulary.
+CAPTION_PROMPT = "describe the image ."
+DIFF_PROMPT = "what changed ?"
+STORY_PROMPT = "tell the story ."
+COUNT_PROMPT = "how many shapes are there ?"
+COLOURS_PROMPT = "list the colours ."
+SHAPES_PROMPT = "list the shapes ."
+
+# Every word any prompt or answer can contain, plus the chat words "user" "assistant" ":".
+_TEXT_WORDS = """
+a an the at is are it to and from there , . ? :
+describe image what colour colours shape shapes where changed became moved appeared disappeared
+how many list tell story first then moves finally user assistant
+"""
+_POSITION_WORDS = ["top", "bottom", "left", "right"]
+VOCABULARY: list[str] = _TEXT_WORDS.split() + COLOURS + SHAPES + _POSITION_WORDS + NUMBERS
+
+
+class Obj(NamedTuple):
+    colour: str
+    shape: str
+    pos: str  # one of POSITIONS
+
+
+Scene = tuple[Obj, ...]  # objects in canonical position order, at most one per corner
+
+
+class Turn(NamedTuple):
+    scenes: list  # the images of this turn's user message, as scenes
+    question: str
+    answer: str
+
+
+# ---------------------------------------------------------------------------------------------
+# rendering
+
+
+def _shape_masks() -> dict[str, np.ndarray]:
+    """Boolean 16x16 masks of each shape, about 12 px across, centred in the quadrant."""
+    y, x = np.mgrid[0:QUAD, 0:QUAD] + 0.5  # pixel centres
+    c = QUAD / 2
+    circle = (y - c) ** 2 + (x - c) ** 2 <= 6.0**2
+    square = (np.abs(y - c) <= 5) & (np.abs(x - c) <= 5)  # a bit smaller: same area as circle
+    # apex at the top (row 2), base at the bottom (row 14), half-width growing to 6
+    half_width = (y - 2) / 12 * 6
+    triangle = (y >= 2) & (y <= 14) & (np.abs(x - c) <= half_width)
+    return {"circle": circle, "square": square, "triangle": triangle}
+
+
+def _tiles() -> dict[tuple[str, str], np.ndarray]:
+    """A 16x16 RGB tile per (colour, shape), precomputed so rendering is just copying tiles."""
+    masks = _shape_masks()
+    return {
+        (colour, shape): masks[shape][:, :, None] * np.array(RGB[colour], dtype=np.uint8)
+        for colour in COLOURS
+        for shape in SHAPES
+    }
+
+
+TILES = _tiles()
+CORNERS = {pos: ((i // 2) * QUAD, (i % 2) * QUAD) for i, pos in enumerate(POSITIONS)}  # (row, col)
+
+
+def render(scene: Scene) -> np.ndarray:
+    """The scene as a 32x32x3 uint8 RGB image: flat-coloured shapes on black."""
+    img = np.zeros((SIZE, SIZE, 3), dtype=np.uint8)
+    for obj in scene:
+        r, c = CORNERS[obj.pos]
+        img[r : r + QUAD, c : c + QUAD] = TILES[obj.colour, obj.shape]
+    return img
+
+
+def _png_chunk(tag: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+
+def png_bytes(img: np.ndarray) -> bytes:
+    """PNG encoding of an RGB uint8 image; the same pixels always give the same bytes.
+
+    Written with zlib rather than Pillow: ten times faster, and the bytes (hence the image ids,
+    which key the visual cache) do not change with the Pillow version. Pillow reads it back.
+    """
+    h, w, _ = img.shape
+    rows = np.zeros((h, 1 + 3 * w), dtype=np.uint8)  # each row: filter type 0, then RGB bytes
+    rows[:, 1:] = img.reshape(h, 3 * w)
+    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), 1))
+        + _png_chunk(b"IEND", b"")
+    )
+
+
+def image_id(png: bytes) -> str:
+    """Content hash of an encoded image (the key of the visual cache)."""
+    return hashlib.sha1(png).hexdigest()
+
+
+@lru_cache(maxsize=1 << 16)
+def _scene_png(scene: Scene) -> tuple[bytes, str]:
+    # scenes repeat a lot (story frames, small scenes), so encode each once
+    png = png_bytes(render(scene))
+    return png, image_id(png)
+
+
+# ---------------------------------------------------------------------------------------------
+# scenes and phrases
+
+
+def _pick(rng: np.random.Generator, items: list):
+    return items[int(rng.integers(len(items)))]
+
+
+def random_scene(rng: np.random.Generator) -> Scene:
+    """1..4 random objects in distinct corners, in canonical order."""
+    corners = _pick(rng, CORNER_SETS[_pick(rng, [0, 1, 2, 3])])  # uniform count, then corners
+    kinds = rng.integers(len(KINDS), size=len(corners))  # few rng calls: each costs microseconds
+    return tuple(Obj(*KINDS[k], pos) for k, pos in zip(kinds, corners, strict=True))
+
+
+def _sorted(objs) -> Scene:
+    return tuple(sorted(objs, key=lambda o: POSITIONS.index(o.pos)))
+
+
+def _empty_corners(scene: Scene) -> list[str]:
+    taken = {o.pos for o in scene}
+    return [p for p in POSITIONS if p not in taken]
+
+
+def _listing(words: list[str]) -> str:
+    """'red', 'red and blue', 'red , green and blue'."""
+    if len(words) == 1:
+        return words[0]
+    return " , ".join(words[:-1]) + " and " + words[-1]
+
+
+def article(colour: str) -> str:
+    return "an" if colour[0] in "aeiou" else "a"  # "an orange circle"
+
+
+def caption(scene: Scene) -> str:
+    objs = [f"{article(o.colour)} {o.colour} {o.shape} at the {o.pos}" for o in scene]
+    return " , ".join(objs) + " ."
+
+
+# ---------------------------------------------------------------------------------------------
+# scenarios: each make_<scenario>(rng) returns the turns of one sample
+
+
+def make_toy_caption(rng: np.random.Generator) -> list[Turn]:
+    scene = random_scene(rng)
+    return [Turn([scene], CAPTION_PROMPT, caption(scene))]
+
+
+def _applicable(rng: np.random.Generator, kind: Callable) -> tuple[Scene, tuple]:
+    """Draw scenes until `kind` applies to one; picking the kind first keeps kinds uniform."""
+    while True:
+        scene = random_scene(rng)
+        if (out := kind(scene, rng)) is not None:
+            return scene, out
+
+
+def _vqa_colour(scene: Scene, rng) -> tuple[str, str] | None:
+    counts = Counter(o.shape for o in scene)
+    objs = [o for o in scene if counts[o.shape] == 1]  # "the circle" must be unambiguous
+    if not objs:
+        return None
+    o = _pick(rng, objs)
+    return f"what colour is the {o.shape} ?", f"the {o.shape} is {o.colour} ."
+
+
+def _vqa_shape(scene: Scene, rng) -> tuple[str, str] | None:
+    o = _pick(rng, list(scene))
+    return f"what shape is at the {o.pos} ?", f"a {o.shape} is at the {o.pos} ."
+
+
+def _vqa_position(scene: Scene, rng) -> tuple[str, str] | None:
+    counts = Counter((o.colour, o.shape) for o in scene)
+    objs = [o for o in scene if counts[o.colour, o.shape] == 1]
+    if not objs:
+        return None
+    o = _pick(rng, objs)
+    return f"where is the {o.colour} {o.shape} ?", f"the {o.colour} {o.shape} is at the {o.pos} ."
+
+
+VQA_KINDS = [_vqa_colour, _vqa_shape, _vqa_position]
+
+
+def make_toy_vqa(rng: np.random.Generator) -> list[Turn]:
+    scene, qa = _applicable(rng, _pick(rng, VQA_KINDS))
+    return [Turn([scene], *qa)]
+
+
+def _diff_recolour(scene: Scene, rng) -> tuple[Scene, str] | None:
+    o = _pick(rng, list(scene))
+    new = _pick(rng, [c for c in COLOURS if c != o.colour])
+    after = _sorted([x if x != o else o._replace(colour=new) for x in scene])
+    return after, f"the {o.colour} {o.shape} at the {o.pos} became {new} ."
+
+
+def _diff_move(scene: Scene, rng) -> tuple[Scene, str] | None:
+    empty = _empty_corners(scene)
+    if not empty:
+        return None
+    o, to = _pick(rng, list(scene)), _pick(rng, empty)
+    after = _sorted([x if x != o else o._replace(pos=to) for x in scene])
+    return after, f"the {o.colour} {o.shape} moved from the {o.pos} to the {to} ."
+
+
+def _diff_appear(scene: Scene, rng) -> tuple[Scene, str] | None:
+    empty = _empty_corners(scene)
+    if not empty:
+        return None
+    o = Obj(_pick(rng, COLOURS), _pick(rng, SHAPES), _pick(rng, empty))
+    answer = f"{article(o.colour)} {o.colour} {o.shape} appeared at the {o.pos} ."
+    return _sorted(scene + (o,)), answer
+
+
+def _diff_disappear(scene: Scene, rng) -> tuple[Scene, str] | None:
+    if len(scene) < 2:  # the after image keeps at least one object
+        return None
+    o = _pick(rng, list(scene))
+    after = tuple(x for x in scene if x != o)
+    return after, f"the {o.colour} {o.shape} at the {o.pos} disappeared ."
+
+
+DIFF_KINDS = [_diff_recolour, _diff_move, _diff_appear, _diff_disappear]
+
+
+def make_toy_diff(rng: np.random.Generator) -> list[Turn]:
+    before, (after, answer) = _applicable(rng, _pick(rng, DIFF_KINDS))
+    return [Turn([before, after], DIFF_PROMPT, answer)]
+
+
+def _follow_up(scene: Scene, rng) -> tuple[str, str]:
+    """A text-only question about the caption of `scene`, answerable from the caption alone."""
+    kind = int(rng.integers(3))
+    if kind == 0:
+        n = len(scene)
+        if n == 1:
+            return COUNT_PROMPT, "there is one shape ."
+        return COUNT_PROMPT, f"there are {NUMBERS[n - 1]} shapes ."
+    attr, prompt = [("colour", COLOURS_PROMPT), ("shape", SHAPES_PROMPT)][kind - 1]
+    words = list(dict.fromkeys(getattr(o, attr) for o in scene))  # distinct, in caption order
+    if len(words) == 1:
+        return prompt, f"the {attr} is {words[0]} ."
+    return prompt, f"the {attr}s are {_listing(words)} ."
+
+
+def make_toy_multiturn(rng: np.random.Generator) -> list[Turn]:
+    scene = random_scene(rng)
+    return [Turn([scene], CAPTION_PROMPT, caption(scene)), Turn([], *_follow_up(scene, rng))]
+
+
+def make_toy_story(rng: np.random.Generator, n_frames: int = 5) -> list[Turn]:
+    colour, shape = _pick(rng, COLOURS), _pick(rng, SHAPES)
+    walk = [_pick(rng, POSITIONS)]
+    for _ in range(n_frames - 1):
+        walk.append(_pick(rng, [p for p in POSITIONS if p != walk[-1]]))
+    sentences = [f"first {article(colour)} {colour} {shape} is at the {walk[0]} ."]
+    sentences += [f"then it moves to the {p} ." for p in walk[1:-1]]
+    sentences.append(f"finally it moves to the {walk[-1]} .")
+    scenes = [(Obj(colour, shape, p),) for p in walk]
+    return [Turn(scenes, STORY_PROMPT, " ".join(sentences))]
+
+
+DATASETS: dict[str, Callable[[np.random.Generator], list[Turn]]] = {
+    "toy_caption": make_toy_caption,
+    "toy_vqa": make_toy_vqa,
+    "toy_diff": make_toy_diff,
+    "toy_multiturn": make_toy_multiturn,
+    "toy_story": make_toy_story,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# conversations and rows
+
+
+def _user(turn: Turn) -> dict:
+    content = [{"type": "image"} for _ in turn.scenes] + [{"type": "text", "text": turn.question}]
+    return {"role": "user", "content": content}
+
+
+def _assistant(turn: Turn) -> dict:
+    return {"role": "assistant", "content": [{"type": "text", "text": turn.answer}]}
+
+
+def conversation(turns: list[Turn], upto: int, answer_last: bool) -> list[dict]:
+    """Chat messages of turns 0..upto: earlier turns in full, the last one answered or not."""
+    messages = []
+    for k, turn in enumerate(turns[: upto + 1]):
+        messages.append(_user(turn))
+        if k < upto or answer_last:
+            messages.append(_assistant(turn))
+    return messages
+
+
+def _rng(name: str, seed: int, stream: int = 0) -> np.random.Generator:
+    # mix in the dataset name (and train/eval stream) so that same-seed draws are independent
+    return np.random.default_rng([seed, zlib.crc32(name.encode()), stream])
+
+
+def generate_dataset(name: str, n_samples: int, seed: int) -> list[dict]:
+    """Rows of the PREPARED schema: one per sample and turn. A smaller n gives a prefix."""
+    make = DATASETS[name]
+    rng = _rng(name, seed)
+    rows = []
+    for i in range(n_samples):
+        turns = make(rng)
+        for k in range(len(turns)):
+            scenes = [s for t in turns[: k + 1] for s in t.scenes]
+            encoded = [_scene_png(s) for s in scenes]
+            rows.append(
+                {
+                    "sample_id": f"{name}-{i:05d}",
+                    "turn": k,
+                    "scenario": name,
+                    "messages": json.dumps(conversation(turns, k, answer_last=False)),
+                    "images": [png for png, _ in encoded],
+                    "image_ids": [iid for _, iid in encoded],
+                    "reference": turns[k].answer,
+                }
+            )
+    return rows
+
+
+def training_examples(
+    scenarios: list[str], n: int, seed: int
+) -> Iterator[tuple[list[dict], list[np.ndarray]]]:
+    """`n` examples (messages with every turn answered, images) cycling through `scenarios`.
+
+    Multi-turn samples come as one conversation with all answers, so train on every assistant
+    turn. Drawn from a stream apart from generate_dataset's, so the same seed gives other samples
+    (individual scenes still recur: the scene space is small).
+    """
+    rngs = {name: _rng(name, seed, stream=1) for name in scenarios}
+    for i in range(n):
+        name = scenarios[i % len(scenarios)]
+        turns = DATASETS[name](rngs[name])
+        messages = conversation(turns, len(turns) - 1, answer_last=True)
+        yield messages, [render(s) for t in turns for s in t.scenes]

@@ -1,0 +1,109 @@
+"""The decoding loops: autoregressive and speculative, over `Decoder`s with KV caches.
+
+Both emit the first token from the target's prefill, stop at an end token or `max_new` tokens,
+and time prefill and decode separately (perf_counter, synchronised on accelerators).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from mmspec.decoding.acceptance import pick
+from mmspec.decoding.decoder import Decoder
+from mmspec.decoding.timing import sync
+
+
+@dataclass
+class Step:
+    """One target verification forward and what it yielded."""
+
+    drafted: int
+    accepted: int
+    draft_s: float
+    verify_s: float
+
+
+@dataclass
+class Generation:
+    tokens: list[int]
+    steps: list[Step] = field(default_factory=list)
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+
+
+def _finish(tokens: list[int], stop: set[int], max_new: int) -> tuple[list[int], bool]:
+    """Cut `tokens` after the first stop token or at max_new; say whether decoding is over."""
+    for i, token in enumerate(tokens[:max_new]):
+        if token in stop:
+            return tokens[: i + 1], True
+    return tokens[:max_new], len(tokens) >= max_new
+
+
+def decode_ar(
+    target: Decoder,
+    prompt: torch.Tensor,
+    max_new: int,
+    stop: set[int],
+    temperature: float,
+    generator: torch.Generator | None,
+) -> Generation:
+    """Plain autoregressive decoding: one target forward per token."""
+    device = target.device
+    sync(device)
+    start = time.perf_counter()
+    token = pick(target.prefill(prompt).logits[-1], temperature, generator)
+    sync(device)
+    out = Generation([token], prefill_s=time.perf_counter() - start)
+    start = time.perf_counter()
+    done = token in stop or max_new <= 1
+    while not done:
+        step_start = time.perf_counter()
+        token = pick(target.extend([token]).logits[-1], temperature, generator)
+        out.tokens.append(token)
+        sync(device)
+        out.steps.append(Step(0, 0, 0.0, time.perf_counter() - step_start))
+        done = token in stop or len(out.tokens) >= max_new
+    out.decode_s = time.perf_counter() - start
+    return out
+
+
+def decode_speculative(
+    target: Decoder,
+    prompt: torch.Tensor,
+    drafter,
+    draft_prompt: torch.Tensor,
+    policy,
+    rule,
+    max_new: int,
+    stop: set[int],
+    temperature: float,
+    generator: torch.Generator | None,
+) -> Generation:
+    """Draft with `policy`, verify in one target forward, accept with `rule`, repeat."""
+    device = target.device
+    sync(device)
+    start = time.perf_counter()
+    token = pick(target.prefill(prompt).logits[-1], temperature, generator)
+    drafter.start(draft_prompt, token)
+    sync(device)
+    out = Generation([token], prefill_s=time.perf_counter() - start)
+    start = time.perf_counter()
+    done = token in stop or max_new <= 1
+    while not done:
+        t0 = time.perf_counter()
+        proposal = policy.propose(drafter, generator)
+        t1 = time.perf_counter()
+        base = target.length
+        logits = target.extend([token] + proposal.tokens, proposal.attention()).logits
+        path, token = rule(proposal, logits, temperature, generator)
+        target.keep(base, [0] + [i + 1 for i in path])
+        drafter.commit(proposal, path, token)
+        emitted = [proposal.tokens[i] for i in path] + [token]
+        out.tokens, done = _finish(out.tokens + emitted, stop, max_new)
+        sync(device)
+        out.steps.append(Step(len(proposal.tokens), len(path), t1 - t0, time.perf_counter() - t1))
+    out.decode_s = time.perf_counter() - start
+    return out

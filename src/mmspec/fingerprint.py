@@ -1,0 +1,53 @@
+"""Code fingerprints: a hash of the package source each stage runs, for Snakemake `params:`.
+
+Snakemake does not see edits to an installed package; putting this hash in a rule's params makes
+a change to a stage's code rerun that stage (and what depends on its outputs), nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+
+# The modules (files or folders, relative to the package) whose code each stage executes.
+STAGE_CODE = {
+    "prepare": ["stages/prepare.py", "data", "tables.py"],
+    "toy_model": [
+        "stages/toy_model.py",
+        "models/toy_training.py",
+        "models/toy_processor.py",
+        "data/toyworld.py",
+    ],
+    "cache_visual": [
+        "stages/cache_visual.py",
+        "models/loading.py",
+        "models/visual.py",
+        "decoding/timing.py",
+        "tables.py",
+    ],
+    "generate": [
+        "stages/generate.py",
+        "decoding",
+        "methods",
+        "models/loading.py",
+        "models/visual.py",
+        "tables.py",
+    ],
+    "score": ["stages/score.py", "scoring", "tables.py"],
+    "aggregate": ["stages/aggregate.py", "tables.py"],
+    "report": ["stages/report.py", "report", "tables.py"],
+}
+
+
+def fingerprint(stage: str) -> str:
+    """A short hash of the source files `stage` runs."""
+    digest = hashlib.sha256()
+    for entry in STAGE_CODE[stage]:
+        path = PACKAGE / entry
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
+        for file in files:
+            digest.update(str(file.relative_to(PACKAGE)).encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,59 @@
+"""Load models and processors by HF hub id, local directory, or `toy:<name>` (a trained toy model).
+
+Toy models are ordinary `save_pretrained` folders, so every model goes through the same
+`from_pretrained` call; only the reference-to-path step differs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+TOY_PREFIX = "toy:"
+TOY_DIR = Path("results/models/toy")
+
+
+def resolve_ref(ref: str) -> str:
+    """The `from_pretrained` argument for a model reference."""
+    if ref.startswith(TOY_PREFIX):
+        path = TOY_DIR / ref[len(TOY_PREFIX) :]
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"{path}: toy model {ref!r} is not trained (run toy_model)")
+        return str(path)
+    return ref
+
+
+def load_model(ref: str, device: torch.device, dtype: str = "float32"):
+    """A model in eval mode on `device`: multimodal if its config says so, else a causal LM."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    path = resolve_ref(ref)
+    config = AutoConfig.from_pretrained(path)
+    multimodal = hasattr(config, "vision_config")
+    loader = AutoModelForImageTextToText if multimodal else AutoModelForCausalLM
+    model = loader.from_pretrained(path, dtype=getattr(torch, dtype))
+    return model.to(device).eval()
+
+
+def load_processor(ref: str):
+    """The processor (tokenizer + image processor) of a model, or its tokenizer alone."""
+    from transformers import AutoProcessor, AutoTokenizer
+
+    path = resolve_ref(ref)
+    try:
+        return AutoProcessor.from_pretrained(path)
+    except (OSError, ValueError, TypeError):
+        return AutoTokenizer.from_pretrained(path)
+
+
+def tokenizer_of(processor):
+    return getattr(processor, "tokenizer", processor)
+
+
+def image_token_of(processor) -> str:
+    """The placeholder string for an image in prompts."""
+    token = getattr(processor, "image_token", None) or getattr(
+        tokenizer_of(processor), "image_token", None
+    )
+    return token or "<image>"

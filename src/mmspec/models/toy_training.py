@@ -1,0 +1,162 @@
+"""Build and train a toy-world Llava model; the result is an ordinary `save_pretrained` folder."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+from mmspec.data import toyworld
+from mmspec.models import toy_processor
+
+IGNORE = -100
+
+
+def build_model(spec: dict, tokenizer, seed: int) -> LlavaForConditionalGeneration:
+    """A randomly initialised Llava (tiny CLIP vision tower + Llama decoder) of `spec`'s size."""
+    torch.manual_seed(seed)
+    vision_hidden = 128 if spec["hidden"] >= 128 else 64
+    vision = CLIPVisionConfig(
+        hidden_size=vision_hidden,
+        intermediate_size=2 * vision_hidden,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        image_size=toy_processor.IMAGE_SIZE,
+        patch_size=toy_processor.PATCH_SIZE,
+        num_channels=3,
+    )
+    text = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=spec["hidden"],
+        intermediate_size=2 * spec["hidden"],
+        num_hidden_layers=spec["layers"],
+        num_attention_heads=spec["heads"],
+        num_key_value_heads=spec["heads"],
+        max_position_embeddings=512,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
+        image_seq_length=toy_processor.IMAGE_TOKENS,
+        projector_hidden_act="gelu",
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+    )
+    return LlavaForConditionalGeneration(config)
+
+
+def encode_example(messages: list, tokenizer, text_only: bool) -> tuple[list, list]:
+    """Token ids and labels of a conversation; every assistant answer and its <eos> is learned."""
+    full = tokenizer.apply_chat_template(messages, tokenize=False)
+    expand = "\n" if text_only else "<image>" * toy_processor.IMAGE_TOKENS
+    ids = tokenizer(full.replace("<image>", expand), add_special_tokens=False).input_ids
+    assistant, colon, eos = tokenizer.convert_tokens_to_ids(["assistant", ":", "<eos>"])
+    labels, answering = [], False
+    for i, token in enumerate(ids):
+        labels.append(token if answering else IGNORE)
+        if token == eos:
+            answering = False
+        elif i > 0 and token == colon and ids[i - 1] == assistant:
+            answering = True
+    return ids, labels
+
+
+def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
+    """`spec["steps"]` batches of encoded examples, each batch from one scenario in turn.
+
+    One scenario per batch keeps padding low (stories are twice as long as captions); images
+    are dropped (text-only view) at random with probability `image_dropout`.
+    """
+    rng = np.random.default_rng(seed + 1)
+    scenarios, size = spec["scenarios"], spec["batch_size"]
+    per_scenario = {
+        name: -(-spec["steps"] // len(scenarios)) * size for name in scenarios
+    }
+    pools = {}
+    for name, n in per_scenario.items():
+        pool = []
+        for messages, images in toyworld.training_examples([name], n, seed):
+            text_only = bool(images) and rng.random() < spec.get("image_dropout", 0.0)
+            ids, labels = encode_example(messages, tokenizer, text_only)
+            keep = not text_only and images
+            pixels = np.stack(images) if keep else np.zeros((0, 32, 32, 3), np.uint8)
+            pool.append({"ids": ids, "labels": labels, "images": pixels})
+        pools[name] = pool
+    batches = []
+    for step in range(spec["steps"]):
+        name = scenarios[step % len(scenarios)]
+        k = step // len(scenarios)
+        batches.append(pools[name][k * size : (k + 1) * size])
+    return batches
+
+
+def collate(batch: list[dict], pad_id: int) -> dict:
+    """Right-padded tensors for a batch; images of all examples concatenated in order."""
+    width = max(len(e["ids"]) for e in batch)
+    ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, e in enumerate(batch):
+        ids[i, : len(e["ids"])] = torch.tensor(e["ids"])
+        labels[i, : len(e["labels"])] = torch.tensor(e["labels"])
+        mask[i, : len(e["ids"])] = 1
+    out = {"input_ids": ids, "labels": labels, "attention_mask": mask}
+    images = np.concatenate([e["images"] for e in batch])
+    if len(images):
+        out["pixel_values"] = toy_processor.pixel_values(images)
+    return out
+
+
+def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
+    """Train one toy model as `spec` says and save it (with its processor) to `out_dir`."""
+    torch.set_num_threads(threads)
+    processor = toy_processor.build_processor()
+    tokenizer = processor.tokenizer
+    model = build_model(spec, tokenizer, seed)
+    steps = spec["steps"]
+    batches = make_batches(spec, tokenizer, seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=0.01)
+    warmup = max(1, steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    model.train()
+    losses, start = [], time.perf_counter()
+    for step in tqdm(range(steps), desc=f"train {Path(out_dir).name}", mininterval=5):
+        # fp32 on purpose: CPUs without native bf16 run autocast many times slower.
+        loss = model(**collate(batches[step], tokenizer.pad_token_id)).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+    model.eval()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    processor.save_pretrained(out_dir)
+    log = {
+        "spec": spec,
+        "seed": seed,
+        "seconds": time.perf_counter() - start,
+        "final_loss": float(np.mean(losses[-20:])) if losses else None,
+        "loss_every_50": losses[::50],
+    }
+    (out_dir / "training.json").write_text(json.dumps(log, indent=1))
+    return log

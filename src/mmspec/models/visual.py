@@ -1,0 +1,62 @@
+"""Vision features of a Llava-family model: computed once per image, stored, and read back.
+
+`embeds` (projector output) replace the image tokens of view M; `features` (the selected
+vision-tower layer, before the projector) are kept for views that transform them (pooling).
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+
+def vision_parts(model):
+    """(vision tower, projector) of a Llava-family model, or a clear error."""
+    inner = getattr(model, "model", None)
+    tower = getattr(inner, "vision_tower", None)
+    projector = getattr(inner, "multi_modal_projector", None)
+    if tower is None or projector is None:
+        raise TypeError(
+            f"{type(model).__name__} has no model.vision_tower / model.multi_modal_projector: "
+            "visual caching supports Llava-family models"
+        )
+    return tower, projector
+
+
+@torch.inference_mode()
+def encode_images(model, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(features [N, n, Dv], embeds [N, n, H]) for a batch of preprocessed images."""
+    tower, projector = vision_parts(model)
+    config = model.config
+    layer = config.vision_feature_layer
+    out = tower(pixel_values.to(model.device, model.dtype), output_hidden_states=True)
+    if not isinstance(layer, int):
+        raise NotImplementedError("multi-layer vision_feature_layer is not supported yet")
+    features = out.hidden_states[layer]
+    if config.vision_feature_select_strategy == "default":
+        features = features[:, 1:]  # drop CLS, as Llava does
+    return features, projector(features)
+
+
+def to_bytes(array: torch.Tensor) -> bytes:
+    """.npy bytes of a tensor (bfloat16, which numpy lacks, is stored as float32)."""
+    array = array.detach().cpu()
+    if array.dtype == torch.bfloat16:
+        array = array.float()
+    buffer = io.BytesIO()
+    np.save(buffer, array.numpy(), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def from_bytes(blob: bytes) -> torch.Tensor:
+    return torch.from_numpy(np.load(io.BytesIO(blob), allow_pickle=False))
+
+
+def load_cache(table: pa.Table, column: str = "embeds") -> dict[str, torch.Tensor]:
+    """image_id -> tensor from a visual-cache table."""
+    ids = table.column("image_id").to_pylist()
+    blobs = table.column(column).to_pylist()
+    return {i: from_bytes(b) for i, b in zip(ids, blobs, strict=True)}

@@ -1,0 +1,57 @@
+"""Stage cache_visual: vision features of every distinct image of a dataset, once per model."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow as pa
+import torch
+from PIL import Image
+from tqdm import tqdm
+
+from mmspec.decoding.timing import pick_device
+from mmspec.models import loading, visual
+from mmspec.tables import PREPARED, VISUAL, read_table, write_table
+
+
+def distinct_images(prepared: pa.Table) -> dict[str, bytes]:
+    """image_id -> PNG bytes, in order of first appearance."""
+    out: dict[str, bytes] = {}
+    for ids, images in zip(
+        prepared.column("image_ids").to_pylist(), prepared.column("images").to_pylist(), strict=True
+    ):
+        for image_id, png in zip(ids, images, strict=True):
+            out.setdefault(image_id, png)
+    return out
+
+
+def run(
+    model_ref: str, prepared_path: str, out: str, dtype: str, threads: int, batch_size: int = 64
+) -> int:
+    torch.set_num_threads(threads)
+    device = pick_device()
+    images = distinct_images(read_table(prepared_path, PREPARED))
+    rows = []
+    if images:
+        model = loading.load_model(model_ref, device, dtype)
+        processor = loading.load_processor(model_ref)
+        image_processor = getattr(processor, "image_processor", None)
+        if image_processor is None:
+            raise TypeError(f"{model_ref}: has no image processor, cannot encode images")
+        items = list(images.items())
+        for i in tqdm(range(0, len(items), batch_size), desc=f"cache_visual {model_ref}"):
+            chunk = items[i : i + batch_size]
+            pil = [Image.open(io.BytesIO(png)).convert("RGB") for _, png in chunk]
+            pixels = image_processor(images=pil, return_tensors="pt")["pixel_values"]
+            features, embeds = visual.encode_images(model, pixels)
+            for (image_id, _), f, e in zip(chunk, features, embeds, strict=True):
+                rows.append(
+                    {
+                        "image_id": image_id,
+                        "n_tokens": e.shape[0],
+                        "embeds": visual.to_bytes(e),
+                        "features": visual.to_bytes(f),
+                    }
+                )
+    write_table(pa.Table.from_pylist(rows, schema=VISUAL), out, VISUAL)
+    return len(rows)

@@ -1,0 +1,141 @@
+"""Stage generate: decode every sample-turn of one cell, interleaved with plain AR, and time both.
+
+Per sample-turn the method and the paired AR baseline run back to back on the same device, in
+alternating order (so drift in machine speed hits both alike), after warm-up samples that are
+decoded but not recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import pyarrow as pa
+import torch
+from tqdm import tqdm
+
+from mmspec.decoding.timing import describe_device, pick_device, versions
+from mmspec.methods.runtime import MethodRunner, Sample
+from mmspec.models import loading, visual
+from mmspec.tables import PREPARED, SAMPLES, VISUAL, read_table, write_table
+
+
+def sample_generator(seed: int, sample_id: str, turn: int, stream: str) -> torch.Generator:
+    """A generator seeded by (seed, sample, turn, stream): reruns draw the same numbers."""
+    key = f"{seed}/{sample_id}/{turn}/{stream}".encode()
+    generator = torch.Generator()
+    generator.manual_seed(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
+    return generator
+
+
+def stop_tokens(model, tokenizer) -> set[int]:
+    ids = model.generation_config.eos_token_id
+    ids = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+def _images(cache: dict, ids: list[str], path: str) -> list[torch.Tensor]:
+    missing = [i for i in ids if i not in cache]
+    if missing:
+        raise KeyError(f"{path}: no cached features for images {missing[:3]} (rerun cache_visual)")
+    return [cache[i] for i in ids]
+
+
+def run(params: dict, prepared: str, target_visual: str, draft_visual: str | None, out: str):
+    cell, pair = params["cell"], params["pair"]
+    spec, gen, timing = cell["spec"], params["generation"], params["timing"]
+    torch.set_num_threads(timing["threads"])
+    device = pick_device()
+    rows = read_table(prepared, PREPARED).to_pylist()
+    if not rows:
+        raise ValueError(f"{prepared}: no samples to decode")
+
+    processor = loading.load_processor(pair["target"])
+    tokenizer = loading.tokenizer_of(processor)
+    target_model = loading.load_model(pair["target"], device, pair["dtype"])
+    draft_model = None
+    if spec["drafter"] == "model":
+        draft_model = loading.load_model(pair["draft"], device, pair["dtype"])
+        t_vocab = target_model.get_output_embeddings().out_features
+        d_vocab = draft_model.get_output_embeddings().out_features
+        if t_vocab != d_vocab:
+            raise ValueError(
+                f"pair {cell['pair']}: draft vocabulary ({d_vocab}) differs from the target's "
+                f"({t_vocab}); speculative decoding needs a shared tokenizer"
+            )
+    image_token = loading.image_token_of(processor)
+    runner = MethodRunner(spec, target_model, draft_model, tokenizer, image_token)
+    stop = stop_tokens(target_model, tokenizer)
+    target_cache = visual.load_cache(read_table(target_visual, VISUAL))
+    draft_cache = visual.load_cache(read_table(draft_visual, VISUAL)) if draft_visual else {}
+
+    def sample_of(row: dict) -> Sample:
+        messages = json.loads(row["messages"])
+        text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        draft_images = _images(draft_cache, row["image_ids"], draft_visual) if draft_visual else []
+        return Sample(text, _images(target_cache, row["image_ids"], target_visual), draft_images)
+
+    max_new = gen["max_new_tokens"]
+    for row in rows[: timing["warmup_samples"]]:
+        sample = sample_of(row)
+        runner.decode(sample, max_new, stop, sample_generator(cell["seed"], "warmup", 0, "m"))
+        runner.decode_ar(sample, max_new, stop, sample_generator(cell["seed"], "warmup", 0, "ar"))
+    runner.reset_stats()
+
+    records, ar_decode_s, ar_forwards = [], 0.0, 0
+    for i, row in enumerate(tqdm(rows, desc=f"generate {cell['method']} {cell['hp']}")):
+        sample = sample_of(row)
+        key = (cell["seed"], row["sample_id"], row["turn"])
+        runs = {
+            "ar": lambda s=sample, k=key: runner.decode_ar(
+                s, max_new, stop, sample_generator(*k, "ar")
+            ),
+            "method": lambda s=sample, k=key: runner.decode(
+                s, max_new, stop, sample_generator(*k, "method")
+            ),
+        }
+        order = ["ar", "method"] if i % 2 == 0 else ["method", "ar"]
+        done = {name: runs[name]() for name in order}
+        ar, result = done["ar"], done["method"]
+        ar_decode_s += ar.decode_s
+        ar_forwards += len(ar.steps)
+        records.append(_record(row, result, ar, runner))
+
+    forwards, forward_s = runner.draft_forward_stats()
+    t_q = forward_s / forwards if forwards else math.nan
+    t_p = ar_decode_s / ar_forwards if ar_forwards else math.nan
+    job = {
+        "t_q_s": t_q,
+        "t_p_s": t_p,
+        "device": describe_device(device),
+        "versions": versions(),
+        **{k: cell[k] for k in ("dataset", "pair", "method", "hp", "seed")},
+        "hparams": json.dumps(spec, sort_keys=True),
+    }
+    for record in records:
+        record["output_text"] = tokenizer.decode(record["output_ids"], skip_special_tokens=True)
+        record.update(job)
+    write_table(pa.Table.from_pylist(records, schema=SAMPLES), out, SAMPLES)
+
+
+def _record(row: dict, result, ar, runner: MethodRunner) -> dict:
+    return {
+        "sample_id": row["sample_id"],
+        "turn": row["turn"],
+        "output_ids": result.tokens,
+        "n_tokens": len(result.tokens),
+        "step_drafted": [s.drafted for s in result.steps],
+        "step_accepted": [s.accepted for s in result.steps],
+        "step_draft_s": [s.draft_s for s in result.steps],
+        "step_verify_s": [s.verify_s for s in result.steps],
+        "prefill_s": result.prefill_s,
+        "decode_s": result.decode_s,
+        "ar_prefill_s": ar.prefill_s,
+        "ar_decode_s": ar.decode_s,
+        "ar_n_tokens": len(ar.tokens),
+        "draft_visual_tokens": runner.last_draft_visual,
+        "target_visual_tokens": runner.last_target_visual,
+    }

@@ -1,0 +1,161 @@
+"""The Parquet contracts between stages: one pyarrow schema per table, plus safe read/write."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# results/prepared/<dataset>.parquet: one row per sample and turn.
+# `messages` is the conversation up to and including this turn's user message, as JSON in the
+# Hugging Face chat format: [{"role": "user", "content": [{"type": "image"}, {"type": "text",
+# "text": "..."}]}, {"role": "assistant", "content": [...]}, ...]. Earlier assistant turns hold the
+# reference answers, so every row is self-contained. `images` holds the PNG bytes of every image of
+# `messages`, in order of appearance; `image_ids` their content hashes (keys of the visual cache).
+PREPARED = pa.schema(
+    [
+        ("sample_id", pa.string()),
+        ("turn", pa.int32()),
+        ("scenario", pa.string()),
+        ("messages", pa.string()),
+        ("images", pa.list_(pa.binary())),
+        ("image_ids", pa.list_(pa.string())),
+        ("reference", pa.string()),
+    ]
+)
+
+# results/visual/<model>/<dataset>.parquet: one row per distinct image.
+# `embeds`: projector output [n_tokens, hidden] (what replaces the image tokens);
+# `features`: vision-tower output before the projector [n_tokens, vision_hidden] (pooled views).
+# Both are .npy bytes (dtype and shape included).
+VISUAL = pa.schema(
+    [
+        ("image_id", pa.string()),
+        ("n_tokens", pa.int32()),
+        ("embeds", pa.binary()),
+        ("features", pa.binary()),
+    ]
+)
+
+# Identity of a cell, repeated on every row of its generate and score tables.
+CELL_COLUMNS = [
+    ("dataset", pa.string()),
+    ("pair", pa.string()),
+    ("method", pa.string()),
+    ("hp", pa.string()),  # the slug of the hyperparameters (a path component)
+    ("hparams", pa.string()),  # JSON of the full resolved method spec
+    ("seed", pa.int64()),
+]
+
+# results/generate/.../samples.parquet: one row per sample-turn.
+SAMPLES = pa.schema(
+    CELL_COLUMNS
+    + [
+        ("sample_id", pa.string()),
+        ("turn", pa.int32()),
+        ("output_ids", pa.list_(pa.int32())),
+        ("output_text", pa.string()),
+        ("n_tokens", pa.int32()),
+        # per verification step (AR: one per token)
+        ("step_drafted", pa.list_(pa.int32())),
+        ("step_accepted", pa.list_(pa.int32())),
+        ("step_draft_s", pa.list_(pa.float64())),
+        ("step_verify_s", pa.list_(pa.float64())),
+        ("prefill_s", pa.float64()),
+        ("decode_s", pa.float64()),
+        # the same sample decoded by plain AR in the same job, interleaved with the method
+        ("ar_prefill_s", pa.float64()),
+        ("ar_decode_s", pa.float64()),
+        ("ar_n_tokens", pa.int32()),
+        # per job: mean single-token forward time of draft (t_q) and target (t_p)
+        ("t_q_s", pa.float64()),
+        ("t_p_s", pa.float64()),
+        ("draft_visual_tokens", pa.int32()),  # visual tokens the draft was prefilled with
+        ("target_visual_tokens", pa.int32()),
+        ("device", pa.string()),
+        ("versions", pa.string()),  # JSON {package: version}
+    ]
+)
+
+# results/score/.../scores.parquet: one row per sample-turn.
+SCORES = pa.schema(
+    CELL_COLUMNS
+    + [
+        ("sample_id", pa.string()),
+        ("turn", pa.int32()),
+        ("scenario", pa.string()),
+        ("n_tokens", pa.int32()),
+        ("n_steps", pa.int32()),
+        ("accepted_sum", pa.int64()),  # sum over steps of accepted draft tokens
+        ("drafted_sum", pa.int64()),
+        ("prefill_s", pa.float64()),
+        ("decode_s", pa.float64()),
+        ("ar_decode_s", pa.float64()),
+        ("ar_n_tokens", pa.int32()),
+        ("t_q_s", pa.float64()),
+        ("t_p_s", pa.float64()),
+        ("draft_visual_tokens", pa.int32()),
+        ("target_visual_tokens", pa.int32()),
+        ("lossless", pa.bool_()),  # null when the cell samples (temperature > 0)
+        ("first_divergence", pa.int32()),  # null when identical or not checked
+        ("quality", pa.float64()),
+        ("ar_quality", pa.float64()),  # quality of the AR cell on the same sample-turn
+        ("device", pa.string()),
+    ]
+)
+
+# results/summary/cells.parquet: one row per cell.
+CELLS = pa.schema(
+    CELL_COLUMNS
+    + [
+        ("view", pa.string()),
+        ("gamma", pa.int32()),
+        ("acceptance", pa.string()),
+        ("temperature", pa.float64()),
+        ("n_samples", pa.int64()),
+        ("n_steps", pa.int64()),
+        ("tau", pa.float64()),  # pooled over steps: mean(accepted + 1)
+        ("tau_per_sample", pa.float64()),  # mean over sample-turns of their own tau
+        ("accepted_mean", pa.float64()),
+        ("speedup", pa.float64()),  # sum AR decode time / sum method decode time
+        ("speedup_eq1", pa.float64()),  # tau / (gamma * c + 1)
+        ("latency_ratio", pa.float64()),  # c = T_q / T_p
+        ("lossless_rate", pa.float64()),
+        ("first_divergence_mean", pa.float64()),
+        ("quality", pa.float64()),
+        ("ar_quality", pa.float64()),
+        ("retention", pa.float64()),
+        ("tokens_per_s", pa.float64()),
+        ("ar_tokens_per_s", pa.float64()),
+        ("prefill_s", pa.float64()),
+        ("draft_visual_tokens", pa.float64()),
+        ("device", pa.string()),
+    ]
+)
+
+
+def write_table(table: pa.Table, path: str | Path, schema: pa.Schema) -> None:
+    """Write `table` as Parquet atomically, after checking it against `schema`."""
+    path = Path(path)
+    missing = [name for name in schema.names if name not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: table lacks columns {missing} required by its contract")
+    table = table.select(schema.names).cast(schema)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
+    """Read a stage's Parquet output, failing clearly if it does not hold the contract's columns."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file (has the stage that writes it run?)")
+    table = pq.read_table(path)
+    missing = [name for name in schema.names if name not in table.column_names]
+    if missing:
+        raise ValueError(f"{path}: missing columns {missing}; expected the contract {schema.names}")
+    return table

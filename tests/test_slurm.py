@@ -1,0 +1,173 @@
+"""The workflow through a real Slurm, with the repository's `slurm/` profile, end to end.
+
+A session fixture starts a single-node Slurm on this machine (tests/slurm/start_slurm.sh:
+munge, MariaDB + slurmdbd, slurmctld, slurmd, two fake GPUs). The test then runs, from the
+repository root, what a user runs on a cluster:
+
+    snakemake --cores all --profile slurm --directory <tmp> --configfile tests/configs/tiny.yaml
+
+and checks that every non-local job went through sbatch (slurmdbd has a job per rule of this
+run, all COMPLETED), that the GPU rules asked for a GPU and the CPU rules did not, and that
+the outputs are complete. The profile itself is used unchanged; the only command-line
+additions are test-only switches (no retries, short latency wait, keep the Slurm logs).
+
+Needs root to install and start Slurm (CI runs as root). As a non-root user it only runs
+when a Slurm with slurmdbd is already reachable, otherwise it is skipped with the reason.
+Environment: MMSPEC_SLURM_DIR (scratch folder of the local Slurm), MMSPEC_SLURM_KEEP=1 to
+leave a Slurm this fixture started running afterwards (faster reruns).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SLURM_SCRIPTS = REPO / "tests" / "slurm"
+SLURM_DIR = Path(os.environ.get("MMSPEC_SLURM_DIR", "/tmp/mmspec-slurm"))
+SLURM_CONF = SLURM_DIR / "etc" / "slurm.conf"
+GPU_RULES = {"cache_visual", "generate"}
+SNAKEMAKE_TIMEOUT_S = 900
+# Test-only switches; everything else comes from slurm/config.yaml as for a user.
+TEST_ARGS = [
+    "--retries", "0",                   # a failure shows at once, not masked by a retry
+    "--latency-wait", "5",              # local disk: a missing output is a real error
+    "--slurm-keep-successful-logs",     # the per-job Slurm logs stay for inspection
+]
+
+
+def _slurm_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["SLURM_CONF"] = str(SLURM_CONF)
+    env["HF_HUB_OFFLINE"] = "1"
+    # jobs run with `--export=ALL`: make this interpreter's environment the one they see
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), "/usr/sbin", env.get("PATH", "")])
+    for key in [k for k in env if k.startswith("SLURM_") and k != "SLURM_CONF"]:
+        del env[key]  # never inherit an enclosing job's context
+    return env
+
+
+def _slurm_up(env) -> bool:
+    if not shutil.which("scontrol") or not shutil.which("sacct"):
+        return False
+    ping = subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True)
+    acct = subprocess.run(["sacct", "-n", "-X", "-S", "now-1minutes"], env=env, capture_output=True)
+    return ping.returncode == 0 and "UP" in ping.stdout and acct.returncode == 0
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    env = _slurm_env()
+    already_up = SLURM_CONF.exists() and _slurm_up(env)
+    if os.geteuid() != 0 and not already_up:
+        pytest.skip("needs root to install and start a local Slurm (CI runs the suite as root)")
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        ["bash", str(SLURM_SCRIPTS / "start_slurm.sh")], env=env, capture_output=True, text=True
+    )
+    start_s = time.monotonic() - t0
+    print(proc.stdout)
+    assert proc.returncode == 0, f"start_slurm.sh failed:\n{proc.stdout}\n{proc.stderr}"
+    yield {"env": env, "start_s": start_s}
+    if not already_up and os.environ.get("MMSPEC_SLURM_KEEP") != "1":
+        subprocess.run(["bash", str(SLURM_SCRIPTS / "stop_slurm.sh")], env=env, check=False)
+
+
+def _run_snakemake(cmd, env, log_path: Path) -> tuple[int, str, float]:
+    """Run Snakemake in its own process group; on timeout kill that group (the Slurm
+    plugin can ignore SIGTERM while it waits on status queries)."""
+    t0 = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            rc = proc.wait(timeout=SNAKEMAKE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = -9
+    return rc, log_path.read_text(), time.monotonic() - t0
+
+
+def _sacct_jobs(run_id: str, env) -> list[dict[str, str]]:
+    out = subprocess.run(
+        ["sacct", "-X", "-P", "-n", "-S", "now-1days", "-E", "now", "--name", run_id,
+         "-o", "JobIDRaw,Comment,State,ReqTRES,ExitCode"],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout
+    keys = ["jobid", "comment", "state", "reqtres", "exitcode"]
+    return [dict(zip(keys, line.split("|"))) for line in out.splitlines() if line.strip()]
+
+
+def _diagnostics(workdir: Path, output: str) -> str:
+    parts = ["---- snakemake output (tail) ----", output[-8000:]]
+    for log in sorted((workdir / ".snakemake" / "slurm_logs").rglob("*.log"))[-6:]:
+        parts += [f"---- {log.relative_to(workdir)} (tail) ----", log.read_text()[-2000:]]
+    ctld = SLURM_DIR / "log" / "slurmctld.log"
+    if ctld.exists():
+        parts += ["---- slurmctld.log (tail) ----", "\n".join(ctld.read_text().splitlines()[-30:])]
+    return "\n".join(parts)
+
+
+def test_workflow_through_slurm(slurm_cluster, tmp_path):
+    env = slurm_cluster["env"]
+    workdir = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "snakemake",
+        "--cores", "all", "--profile", "slurm",
+        "--directory", str(workdir), "--configfile", "tests/configs/tiny.yaml",
+        *TEST_ARGS,
+    ]
+    rc, output, run_s = _run_snakemake(cmd, env, tmp_path / "snakemake.log")
+    print(f"slurm start {slurm_cluster['start_s']:.1f} s, snakemake through slurm {run_s:.1f} s")
+    diag = _diagnostics(workdir, output)
+    assert rc == 0, f"snakemake exited {rc} after {run_s:.0f} s\n{diag}"
+
+    # the profile was the one used, with the slurm executor
+    assert "Using profile slurm" in output, diag
+    m = re.search(r"SLURM run ID: (\S+)", output)
+    assert m, f"no 'SLURM run ID' line: not run by the slurm executor?\n{diag}"
+    run_id = m.group(1)
+
+    # every rule Snakemake ran as a cluster job ("rule X:", not "localrule X:") was submitted
+    # through sbatch: slurmdbd knows a job of this run for it, and all of them COMPLETED
+    cluster_rules = set(re.findall(r"^rule (\w+):$", output, flags=re.M))
+    n_submitted = len(re.findall(r"has been submitted with SLURM jobid", output))
+    jobs = _sacct_jobs(run_id, env)
+    job_rule = {j["jobid"]: re.sub(r"_wildcards_.*$", "", j["comment"].removeprefix("rule_")) for j in jobs}
+    assert GPU_RULES <= cluster_rules, f"GPU rules not run as cluster jobs: {cluster_rules}\n{diag}"
+    assert set(job_rule.values()) == cluster_rules, (
+        f"sacct jobs per rule {sorted(job_rule.values())} != cluster rules {sorted(cluster_rules)}\n{diag}"
+    )
+    assert len(jobs) == n_submitted, f"{len(jobs)} jobs in sacct, {n_submitted} submitted\n{diag}"
+    bad = [j for j in jobs if j["state"] != "COMPLETED"]
+    assert not bad, f"jobs not COMPLETED: {bad}\n{diag}"
+
+    # GPU rules asked Slurm for one GPU (`gpu: 1` in the profile -> sbatch --gpus=1); others none
+    for j in jobs:
+        rule = job_rule[j["jobid"]]
+        if rule in GPU_RULES:
+            assert "gres/gpu=1" in j["reqtres"], f"{rule} job without a GPU request: {j}"
+        else:
+            assert "gres/gpu" not in j["reqtres"], f"CPU rule {rule} asked for a GPU: {j}"
+
+    # one Slurm log per submitted job, in a folder per rule
+    log_rules = {p.name.removeprefix("rule_") for p in (workdir / ".snakemake" / "slurm_logs").glob("rule_*")}
+    assert log_rules == cluster_rules, f"slurm_logs folders {log_rules}\n{diag}"
+
+    # outputs complete
+    import pandas as pd
+
+    cells = workdir / "results" / "summary" / "cells.parquet"
+    assert cells.is_file(), diag
+    assert len(pd.read_parquet(cells)) > 0, "cells.parquet has no rows"
+    assert (workdir / "reports" / "index.html").is_file(), diag

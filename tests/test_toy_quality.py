@@ -1,0 +1,107 @@
+import numpy as np
+import pytest
+
+from mmspec.data import toyworld as tw
+from mmspec.scoring.toy_quality import SCENARIOS, score_rows, score_toy
+
+GARBAGE = ["", "   ", "the the the", "a red", "?? ,, .", "<unk> <pad>", "circle " * 50, "é 🙂 \n"]
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return [r for name in tw.DATASETS for r in tw.generate_dataset(name, 40, seed=1)]
+
+
+def test_scenarios_match_the_datasets():
+    assert set(SCENARIOS) == set(tw.DATASETS)
+
+
+def test_references_score_one(rows):
+    for r in rows:
+        assert score_toy(r["scenario"], r["turn"], r["reference"], r["reference"]) == 1.0, r
+
+
+def test_score_rows(rows):
+    outputs = [dict(r, output_text=r["reference"]) for r in rows]
+    assert score_rows(outputs) == [1.0] * len(rows)
+
+
+def test_garbage_scores_zero(rows):
+    for r in rows:
+        for output in GARBAGE:
+            assert score_toy(r["scenario"], r["turn"], output, r["reference"]) == 0.0
+
+
+def test_unknown_scenario_raises():
+    with pytest.raises(ValueError):
+        score_toy("nope", 0, "a", "a")
+
+
+def wrong_colour(text: str) -> str:
+    """The text with its first colour replaced by another."""
+    words = text.split()
+    i = next(i for i, w in enumerate(words) if w in tw.COLOURS)
+    words[i] = "green" if words[i] != "green" else "red"
+    return " ".join(words)
+
+
+def test_one_wrong_colour_scores_less(rows):
+    for r in rows:
+        if any(c in r["reference"].split() for c in tw.COLOURS):
+            bad = wrong_colour(r["reference"])
+            assert score_toy(r["scenario"], r["turn"], bad, r["reference"]) < 1.0, bad
+
+
+def test_caption_partial_credit():
+    ref = "a red circle at the top left , a blue square at the bottom right ."
+    half = "a red circle at the top left , a green square at the bottom right ."
+    assert score_toy("toy_caption", 0, half, ref) == pytest.approx(1 / 3)
+    assert score_toy("toy_caption", 0, "a red circle at the top left , a blue", ref) == 0.5
+    assert score_toy("toy_multiturn", 0, "A red circle at the top left.", ref) == 0.5
+    assert score_toy("toy_caption", 0, ".", ".") == 1.0  # nothing to find in either
+
+
+def test_vqa_checks_the_attribute_asked():
+    assert score_toy("toy_vqa", 0, "the circle is red .", "the circle is red .") == 1.0
+    assert score_toy("toy_vqa", 0, "the circle is blue .", "the circle is red .") == 0.0
+    ref = "a circle is at the top left ."
+    assert score_toy("toy_vqa", 0, "a square is at the top left .", ref) == 0.0
+    ref = "the blue square is at the bottom right ."
+    assert score_toy("toy_vqa", 0, "the blue square is at the bottom right", ref) == 1.0
+    assert score_toy("toy_vqa", 0, "the blue square is at the top right .", ref) == 0.0
+
+
+def test_diff_partial_credit():
+    ref = "the red circle at the top left became green ."
+    assert score_toy("toy_diff", 0, "the red circle at the top left became blue .", ref) == 0.5
+    assert score_toy("toy_diff", 0, "the red circle at the top left became", ref) == 0.5
+    assert score_toy("toy_diff", 0, "the red circle at the top left disappeared .", ref) == 0.0
+    ref = "an orange square appeared at the bottom left ."
+    assert score_toy("toy_diff", 0, "an orange square appeared at the bottom left .", ref) == 1.0
+    assert score_toy("toy_diff", 0, "the orange square at the bottom left disappeared", ref) == 0
+
+
+def test_multiturn_follow_up_is_exact():
+    ref = "there are two shapes ."
+    assert score_toy("toy_multiturn", 1, "There are two shapes.", ref) == 1.0
+    assert score_toy("toy_multiturn", 1, "there are three shapes .", ref) == 0.0
+
+
+def test_story_counts_facts():
+    ref = (
+        "first a red circle is at the top left . then it moves to the top right . then it "
+        "moves to the bottom right . then it moves to the bottom left . finally it moves to "
+        "the top left ."
+    )
+    assert score_toy("toy_story", 0, ref.replace("red", "blue"), ref) == pytest.approx(5 / 6)
+    truncated = ref[: ref.index("then it moves to the bottom right")]
+    assert score_toy("toy_story", 0, truncated, ref) == pytest.approx(3 / 6)
+    assert score_toy("toy_story", 0, ref.replace("first a red circle", "a"), ref) == 4 / 6
+
+
+def test_word_salad_never_raises(rows):
+    rng = np.random.default_rng(0)
+    for i in range(300):
+        salad = " ".join(rng.choice(tw.VOCABULARY, size=rng.integers(0, 60)))
+        r = rows[i % len(rows)]
+        assert 0.0 <= score_toy(r["scenario"], r["turn"], salad, r["reference"]) <= 1.0

@@ -1,0 +1,126 @@
+import io
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from PIL import Image
+
+from mmspec.data import toyworld as tw
+from mmspec.tables import PREPARED
+
+N = 60  # samples per dataset: enough to hit every branch, fast
+N_IMAGES = {"toy_caption": 1, "toy_vqa": 1, "toy_diff": 2, "toy_multiturn": 1, "toy_story": 5}
+N_TURNS = {"toy_caption": 1, "toy_vqa": 1, "toy_diff": 1, "toy_multiturn": 2, "toy_story": 1}
+
+
+@pytest.fixture(scope="module")
+def datasets():
+    return {name: tw.generate_dataset(name, N, seed=0) for name in tw.DATASETS}
+
+
+def texts(rows):
+    """Every text of the rows: prompts, earlier answers and references."""
+    for row in rows:
+        yield row["reference"]
+        for message in json.loads(row["messages"]):
+            yield message["role"]
+            yield from (c["text"] for c in message["content"] if c["type"] == "text")
+
+
+def test_deterministic():
+    for name in tw.DATASETS:
+        assert tw.generate_dataset(name, 10, seed=3) == tw.generate_dataset(name, 10, seed=3)
+        assert tw.generate_dataset(name, 10, seed=3) != tw.generate_dataset(name, 10, seed=4)
+        fewer = tw.generate_dataset(name, 5, seed=3)
+        assert fewer == tw.generate_dataset(name, 10, seed=3)[: len(fewer)]  # a prefix
+
+
+def test_rows_fit_the_prepared_schema(datasets):
+    for name, rows in datasets.items():
+        assert len(rows) == N * N_TURNS[name]
+        table = pa.Table.from_pylist(rows, schema=PREPARED)
+        assert table.column_names == PREPARED.names and set(rows[0]) == set(PREPARED.names)
+        for row in rows:
+            assert row["scenario"] == name and row["sample_id"].startswith(f"{name}-")
+            messages = json.loads(row["messages"])
+            assert [m["role"] for m in messages] == ["user", "assistant"] * row["turn"] + ["user"]
+            n_images = sum(c["type"] == "image" for m in messages for c in m["content"])
+            assert n_images == len(row["images"]) == len(row["image_ids"]) == N_IMAGES[name]
+            assert row["image_ids"] == [tw.image_id(png) for png in row["images"]]
+            assert len(row["reference"].split()) <= 42
+
+
+def test_multiturn_carries_the_earlier_answer(datasets):
+    rows = datasets["toy_multiturn"]
+    for first, second in zip(rows[::2], rows[1::2], strict=True):
+        assert first["sample_id"] == second["sample_id"]
+        assert (first["turn"], second["turn"]) == (0, 1)
+        messages = json.loads(second["messages"])
+        assert messages[1]["content"][0]["text"] == first["reference"]
+        assert [c["type"] for c in messages[2]["content"]] == ["text"]  # follow-up: text only
+
+
+def test_text_uses_only_the_vocabulary(datasets):
+    vocabulary = set(tw.VOCABULARY)
+    assert len(vocabulary) == len(tw.VOCABULARY)
+    used = set()
+    for rows in datasets.values():
+        for text in texts(rows):
+            words = text.split(" ")
+            assert text == text.lower() and "" not in words, text
+            used.update(words)
+    assert used <= vocabulary, used - vocabulary
+    assert vocabulary - used == {":"}  # no dead words; ":" is for the chat template
+
+
+def test_scenario_kinds_all_occur(datasets):
+    refs = [r["reference"] for r in datasets["toy_vqa"]]
+    assert any(" is at the " in r and r.startswith("a") for r in refs)
+    assert any(" is at the " in r and r.startswith("the") for r in refs)
+    assert any(" is at the " not in r for r in refs)
+    diffs = " ".join(r["reference"] for r in datasets["toy_diff"]).split()
+    assert {"became", "moved", "appeared", "disappeared"} <= set(diffs)
+
+
+def test_story_walks_between_corners():
+    for turn in (tw.make_toy_story(np.random.default_rng(s))[0] for s in range(20)):
+        objs = [scene[0] for scene in turn.scenes]
+        assert len({(o.colour, o.shape) for o in objs}) == 1
+        assert all(a.pos != b.pos for a, b in zip(objs, objs[1:], strict=False))
+
+
+def test_render_colours_the_right_quadrants():
+    scene = (tw.Obj("red", "circle", "top left"), tw.Obj("blue", "triangle", "bottom right"))
+    img = tw.render(scene)
+    assert img.shape == (32, 32, 3) and img.dtype == np.uint8
+    assert tuple(img[8, 8]) == tw.RGB["red"] and tuple(img[24, 24]) == tw.RGB["blue"]
+    assert not img[:16, 16:].any() and not img[16:, :16].any()  # empty corners are black
+    assert not img[0, 0].any()  # background around the shape
+    for shape in tw.SHAPES:  # shapes differ and each fills a fair part of its quadrant
+        area = (tw.render((tw.Obj("green", shape, "top right"),)).sum(axis=2) > 0).sum()
+        assert 50 < area < 16 * 16
+    masks = {s: tw.render((tw.Obj("green", s, "top right"),)).any(axis=2) for s in tw.SHAPES}
+    assert len({m.tobytes() for m in masks.values()}) == 3
+
+
+def test_png_round_trips():
+    img = tw.render(tw.random_scene(np.random.default_rng(0)))
+    png = tw.png_bytes(img)
+    assert png == tw.png_bytes(img.copy())
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(png)).convert("RGB")), img)
+    assert len(tw.image_id(png)) == 40
+
+
+def test_training_examples():
+    examples = list(tw.training_examples(["toy_caption", "toy_multiturn"], 6, seed=0))
+    assert len(examples) == 6
+    for i, (messages, images) in enumerate(examples):
+        assert messages[-1]["role"] == "assistant"
+        assert len(messages) == (2 if i % 2 == 0 else 4)
+        assert len(images) == 1 and images[0].shape == (32, 32, 3)
+    again = list(tw.training_examples(["toy_caption", "toy_multiturn"], 6, seed=0))
+    assert [m for m, _ in again] == [m for m, _ in examples]
+    # a stream apart from the evaluation rows of the same seed
+    evaluation = tw.generate_dataset("toy_caption", 3, seed=0)
+    assert examples[0][0][-1]["content"][0]["text"] != evaluation[0]["reference"]

@@ -1,0 +1,107 @@
+# Helpers shared by the rules: the validated config, the cells, and their inputs.
+import json
+import shlex
+
+from mmspec import config as mmconfig
+from mmspec.fingerprint import fingerprint
+
+# Validation runs at parse time, so a bad config stops the run before any job starts.
+try:
+    CONFIG = mmconfig.validate(config)
+except mmconfig.ConfigError as error:
+    raise WorkflowError(f"invalid configuration: {error}")
+
+CELLS = {
+    (c.dataset, c.pair, c.method, c.hp, str(c.seed)): c for c in mmconfig.cells(CONFIG)
+}
+MODEL_DTYPES = {
+    mmconfig.model_slug(p[role]): p["dtype"]
+    for p in CONFIG["pairs"].values()
+    for role in ("target", "draft")
+}
+REFS = {
+    mmconfig.model_slug(p[role]): p[role]
+    for p in CONFIG["pairs"].values()
+    for role in ("target", "draft")
+}
+IMAGE_VIEWS = {"M"}  # drafter views that read the draft's visual cache
+
+
+wildcard_constraints:
+    dataset=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    pair=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    method=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    hp=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    seed=r"\d+",
+    model=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    name=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+
+
+def cell_of(w):
+    return CELLS[(w.dataset, w.pair, w.method, w.hp, w.seed)]
+
+
+def toy_dir(ref):
+    """The training output a toy model reference needs, or nothing for hub/local models."""
+    if ref.startswith(mmconfig.TOY_PREFIX):
+        return [f"results/models/toy/{ref[len(mmconfig.TOY_PREFIX):]}"]
+    return []
+
+
+def visual_path(ref, dataset):
+    return f"results/visual/{mmconfig.model_slug(ref)}/{dataset}.parquet"
+
+
+def needs_draft_visual(cell):
+    return cell.spec["drafter"] == "model" and cell.spec.get("view") in IMAGE_VIEWS
+
+
+def generate_inputs(w):
+    cell = cell_of(w)
+    pair = CONFIG["pairs"][cell.pair]
+    inputs = {
+        "prepared": f"results/prepared/{cell.dataset}.parquet",
+        "target_visual": visual_path(pair["target"], cell.dataset),
+        "models": toy_dir(pair["target"]),
+    }
+    if cell.spec["drafter"] == "model":
+        inputs["models"] = inputs["models"] + toy_dir(pair["draft"])
+    if needs_draft_visual(cell):
+        inputs["draft_visual"] = visual_path(pair["draft"], cell.dataset)
+    return inputs
+
+
+def generate_params(w):
+    cell = cell_of(w)
+    params = {
+        "cell": {
+            "dataset": cell.dataset,
+            "pair": cell.pair,
+            "method": cell.method,
+            "hp": cell.hp,
+            "seed": cell.seed,
+            "spec": cell.spec,
+        },
+        "pair": CONFIG["pairs"][cell.pair],
+        "generation": CONFIG["generation"],
+        "timing": CONFIG["timing"],
+    }
+    return json.dumps(params, sort_keys=True)
+
+
+def draft_visual_arg(w, input):
+    return f"--draft-visual {input.draft_visual}" if "draft_visual" in input.keys() else ""
+
+
+def ar_samples(w):
+    ar = mmconfig.ar_cell(CONFIG, cell_of(w))
+    return f"results/generate/{ar.path}/samples.parquet"
+
+
+def dataset_metric(w):
+    spec = CONFIG["datasets"][w.dataset]
+    return "toy" if spec["source"] == "toy" else spec["metric"]
+
+
+def score_files():
+    return [f"results/score/{c.path}/scores.parquet" for c in CELLS.values()]

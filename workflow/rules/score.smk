@@ -1,0 +1,16 @@
+rule score:
+    input:
+        samples="results/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}/samples.parquet",
+        ar_samples=ar_samples,
+        prepared="results/prepared/{dataset}.parquet",
+    output:
+        "results/score/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}/scores.parquet",
+    params:
+        metric=dataset_metric,
+        code=fingerprint("score"),
+    log:
+        "logs/score/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.log",
+    threads: 1
+    shell:
+        "mmspec score --samples {input.samples} --ar-samples {input.ar_samples}"
+        " --prepared {input.prepared} --metric {params.metric} --out {output} 2> {log}"

@@ -41,13 +41,13 @@ STAGE_CODE = {
 }
 
 
-def fingerprint(stage: str) -> str:
+def fingerprint(stage: str, package: Path = PACKAGE) -> str:
     """A short hash of the source files `stage` runs."""
     digest = hashlib.sha256()
     for entry in STAGE_CODE[stage]:
-        path = PACKAGE / entry
+        path = package / entry
         files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
         for file in files:
-            digest.update(str(file.relative_to(PACKAGE)).encode())
+            digest.update(str(file.relative_to(package)).encode())
             digest.update(file.read_bytes())
     return digest.hexdigest()[:16]

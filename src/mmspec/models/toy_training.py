@@ -137,7 +137,8 @@ def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
     model.train()
     losses, start = [], time.perf_counter()
-    for step in tqdm(range(steps), desc=f"train {Path(out_dir).name}", mininterval=5):
+    bar = tqdm(range(steps), desc=f"train {Path(out_dir).name}", mininterval=5)
+    for step in bar:
         # fp32 on purpose: CPUs without native bf16 run autocast many times slower.
         loss = model(**collate(batches[step], tokenizer.pad_token_id)).loss
         loss.backward()
@@ -145,7 +146,9 @@ def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(loss.item())
+        if step % 25 == 0:
+            bar.set_postfix(loss=f"{np.mean(losses[-25:]):.3f}", refresh=False)
     model.eval()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,38 @@
+"""Shared fixtures: tiny random-initialised toy models (no training, no download)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def processor():
+    from mmspec.models import toy_processor
+
+    return toy_processor.build_processor()
+
+
+def _model(processor, hidden, layers, seed, logit_scale=1.0):
+    import torch
+
+    from mmspec.models import toy_training
+
+    spec = {"hidden": hidden, "layers": layers, "heads": 2}
+    model = toy_training.build_model(spec, processor.tokenizer, seed).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(logit_scale)  # peakier distributions make tests sharper
+    return model
+
+
+@pytest.fixture(scope="session")
+def target_model(processor):
+    return _model(processor, 64, 2, seed=1, logit_scale=8.0)
+
+
+@pytest.fixture(scope="session")
+def draft_model(processor):
+    return _model(processor, 32, 1, seed=2, logit_scale=8.0)

@@ -1,0 +1,98 @@
+"""Configuration: schema errors name the key path; cells expand as grids with stable slugs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from mmspec import config as mmconfig
+
+BASE = {
+    "datasets": {"toy_caption": {"source": "toy", "samples": 4}},
+    "pairs": {"toy": {"target": "toy:target", "draft": "toy:draft"}},
+    "toy": {
+        "models": {
+            "target": {"hidden": 32, "layers": 1, "steps": 1},
+            "draft": {"hidden": 16, "layers": 1, "steps": 1},
+        }
+    },
+    "methods": {"ar": {}, "sd": {"view": ["M", "T"], "gamma": [1, 3]}},
+}
+
+
+def with_change(path: list, value):
+    cfg = copy.deepcopy(BASE)
+    node = cfg
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return cfg
+
+
+def test_default_config_is_valid_and_expands():
+    cfg = mmconfig.load("config/config.yaml")
+    cells = mmconfig.cells(cfg)
+    assert len({c.path for c in cells}) == len(cells)
+    datasets = {c.dataset for c in cells if c.pair == "toy"}
+    assert datasets == {"toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story"}
+    sd = {(c.spec["view"], c.spec["gamma"]) for c in cells if c.method == "sd" and c.pair == "toy"}
+    assert sd == {(v, g) for v in "MT" for g in (1, 3, 5, 7)}
+
+
+def test_grid_expands_to_cartesian_product():
+    cells = mmconfig.cells(mmconfig.validate(BASE))
+    assert sorted(c.hp for c in cells) == [
+        "default", "gamma-1_view-M", "gamma-1_view-T", "gamma-3_view-M", "gamma-3_view-T",
+    ]
+    one = next(c for c in cells if c.hp == "gamma-3_view-T")
+    assert one.path == "dataset=toy_caption/pair=toy/method=sd/hp=gamma-3_view-T/seed=0"
+    assert one.spec["acceptance"] == "greedy" and one.spec["tree"] == "chain"
+
+
+@pytest.mark.parametrize(
+    "path, value, expected",
+    [
+        (["generation"], {"max_new_tokns": 3}, "generation.max_new_tokns"),
+        (["datasets", "toy_caption"], {"source": "toy", "sampels": 3}, "toy_caption"),
+        (["methods", "sd"], {"gama": 3}, "methods.sd"),
+        (["methods", "beam"], {}, "methods.beam"),
+        (["pairs", "toy", "draft"], "toy:missing", "pairs.toy.draft"),
+        (["generation"], {"max_new_tokens": "ten"}, "generation.max_new_tokens"),
+        (["methods", "sd"], {"view": ["M", "X"]}, "methods.sd"),
+    ],
+)
+def test_bad_config_names_the_key(path, value, expected):
+    with pytest.raises(mmconfig.ConfigError) as error:
+        mmconfig.validate(with_change(path, value))
+    assert expected in str(error.value)
+
+
+def test_misspelled_top_level_key_is_named():
+    cfg = dict(BASE, generaton={"max_new_tokens": 3})
+    with pytest.raises(mmconfig.ConfigError, match="generaton"):
+        mmconfig.validate(cfg)
+
+
+def test_unknown_sweep_name_is_named():
+    cfg = dict(BASE, sweep=[{"datasets": ["toy_nope"], "pairs": "all"}])
+    with pytest.raises(mmconfig.ConfigError, match="sweep.0.datasets.*toy_nope"):
+        mmconfig.validate(cfg)
+
+
+def test_slugs_are_safe_and_stable():
+    assert mmconfig.model_slug("llava-hf/llava-1.5-7b-hf") == mmconfig.model_slug(
+        "llava-hf/llava-1.5-7b-hf"
+    )
+    slug = mmconfig.model_slug("llava-hf/llava-1.5-7b-hf")
+    assert "/" not in slug and slug.startswith("llava-hf--llava-1.5-7b-hf")
+    assert mmconfig.model_slug("toy:target") == "toy-target"
+    assert mmconfig.model_slug("a/b c") != mmconfig.model_slug("a/b-c")
+    assert mmconfig.hp_slug({"view": "M", "gamma": 5}) == "gamma-5_view-M"
+
+
+def test_presets_and_tiny_config_validate():
+    for path in ["tests/configs/tiny.yaml"]:
+        with open(path) as f:
+            mmconfig.validate(yaml.safe_load(f))

@@ -1,0 +1,95 @@
+"""The Snakemake workflow end to end on a tiny config: outputs, reruns, and config errors."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "configs" / "tiny.yaml"
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
+
+
+def snakemake(workdir: Path, config: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = SNAKEMAKE + ["--cores", "2", "--directory", str(workdir), "--configfile", str(config)]
+    return subprocess.run(cmd + list(args), capture_output=True, text=True, cwd=ROOT)
+
+
+def planned_jobs(workdir: Path, config: Path) -> dict[str, int]:
+    """Rule -> job count of a dry run (empty when there is nothing to do)."""
+    out = snakemake(workdir, config, "--dry-run")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout + out.stderr
+    if "Nothing to be done" in text:
+        return {}
+    table = text.split("Job stats:")[1]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
+
+
+def write_config(path: Path, change) -> Path:
+    cfg = yaml.safe_load(TINY.read_text())
+    change(cfg)
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("tiny")
+    out = snakemake(workdir, TINY)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return workdir
+
+
+def test_end_to_end_writes_cells_and_report(run_dir):
+    cells = pq.read_table(run_dir / "results/summary/cells.parquet").to_pylist()
+    got = {(c["method"], c["view"], c["gamma"]) for c in cells}
+    assert got == {("ar", None, None), ("sd", "M", 2), ("sd", "T", 2)}
+    for c in cells:
+        assert c["lossless_rate"] == 1.0, c  # greedy decoding must be lossless
+        assert c["n_samples"] == 3 and c["tau"] >= 1.0
+        assert c["speedup"] > 0 and c["speedup_eq1"] > 0
+    html = (run_dir / "reports/index.html").read_text()
+    assert "toy_caption" in html and "<html" in html.lower()
+
+
+def test_second_run_has_nothing_to_do(run_dir):
+    assert planned_jobs(run_dir, TINY) == {}
+
+
+def test_changing_one_gamma_reruns_only_that_cell(run_dir, tmp_path):
+    before = {p: p.stat().st_mtime_ns for p in (run_dir / "results").rglob("*.parquet")}
+    config = write_config(tmp_path / "c.yaml", lambda c: c["methods"]["sd"].update(gamma=[2, 4]))
+    plan = planned_jobs(run_dir, config)
+    # two new cells (views M and T at gamma 4), then the summary; nothing upstream reruns
+    assert plan == {"generate": 2, "score": 2, "aggregate": 1, "report": 1, "all": 1}
+    out = snakemake(run_dir, config)
+    assert out.returncode == 0, out.stderr[-3000:]
+    after = {p: p.stat().st_mtime_ns for p in before}
+    changed = {p.relative_to(run_dir).as_posix() for p in before if after[p] != before[p]}
+    assert changed == {"results/summary/cells.parquet"}
+    cells = pq.read_table(run_dir / "results/summary/cells.parquet").to_pylist()
+    assert sorted(c["gamma"] for c in cells if c["method"] == "sd") == [2, 2, 4, 4]
+
+
+def test_generation_setting_reruns_generation_not_training(run_dir, tmp_path):
+    config = write_config(tmp_path / "c.yaml", lambda c: c["generation"].update(max_new_tokens=9))
+    plan = planned_jobs(run_dir, config)
+    assert "toy_model" not in plan and "prepare" not in plan and "cache_visual" not in plan
+    assert plan["generate"] == 3
+
+
+def test_misspelled_key_fails_before_any_job(tmp_path):
+    config = write_config(tmp_path / "bad.yaml", lambda c: c.update(generaton=c["generation"]))
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    out = snakemake(workdir, config)
+    assert out.returncode != 0
+    assert "generaton" in out.stderr and "unknown key" in out.stderr
+    assert not (workdir / "results").exists()

@@ -19,7 +19,7 @@ include: "workflow/rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
         "results/summary/cells.parquet",
         "reports/index.html",
-    default_target: True

@@ -29,7 +29,8 @@ def planned_jobs(workdir: Path, config: Path) -> dict[str, int]:
     if "Nothing to be done" in text:
         return {}
     table = text.split("Job stats:")[1]
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
+    rows = re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)
+    return {m[1]: int(m[2]) for m in rows if m[1] != "total"}
 
 
 def write_config(path: Path, change) -> Path:

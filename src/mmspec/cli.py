@@ -67,6 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        run(args)
+    except (ValueError, KeyError, FileNotFoundError) as error:
+        # Bad input: say what and where, without a traceback burying the message.
+        message = error.args[0] if isinstance(error, KeyError) and error.args else error
+        print(f"mmspec {args.stage}: error: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run(args: argparse.Namespace) -> None:
+    """Dispatch to the stage's module (imported lazily: torch loads only where needed)."""
     if args.stage == "prepare":
         from mmspec.stages import prepare
 
@@ -108,7 +120,6 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config.load(args.config)
         for cell in config.cells(cfg):
             print(cell.path)
-    return 0
 
 
 if __name__ == "__main__":

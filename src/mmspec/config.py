@@ -139,7 +139,7 @@ def _with_defaults(config: dict) -> dict:
     for model in toy["models"].values():
         model.setdefault("heads", 4)
         model.setdefault("batch_size", 32)
-        model.setdefault("lr", 0.002)
+        model.setdefault("lr", 0.001)
         model.setdefault("image_dropout", 0.0)
         model.setdefault("scenarios", ["toy_caption"])
     for ds in config["datasets"].values():

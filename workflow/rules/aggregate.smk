@@ -7,10 +7,12 @@ rule aggregate:
             caption="../report/cells.rst",
             category="Summary",
         ),
-    params:
-        code=fingerprint("aggregate"),
     log:
         "logs/aggregate.log",
+    conda:
+        "../../envs/mmspec.yaml"
     threads: 1
+    params:
+        code=fingerprint("aggregate"),
     shell:
         "mmspec aggregate --out {output} {input} 2> {log}"

@@ -4,13 +4,15 @@ rule cache_visual:
         model=lambda w: toy_dir(REFS[w.model]),
     output:
         "results/visual/{model}/{dataset}.parquet",
+    log:
+        "logs/cache_visual/{model}/{dataset}.log",
+    conda:
+        "../../envs/mmspec.yaml"
+    threads: 1
     params:
         ref=lambda w: REFS[w.model],
         dtype=lambda w: MODEL_DTYPES[w.model],
         code=fingerprint("cache_visual"),
-    log:
-        "logs/cache_visual/{model}/{dataset}.log",
-    threads: 1
     shell:
         "mmspec cache_visual --model {params.ref:q} --dtype {params.dtype}"
         " --prepared {input.prepared} --threads {threads} --out {output} 2> {log}"

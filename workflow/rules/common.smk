@@ -90,7 +90,9 @@ def generate_params(w):
 
 
 def draft_visual_arg(w, input):
-    return f"--draft-visual {input.draft_visual}" if "draft_visual" in input.keys() else ""
+    return (
+        f"--draft-visual {input.draft_visual}" if "draft_visual" in input.keys() else ""
+    )
 
 
 def ar_samples(w):

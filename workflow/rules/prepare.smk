@@ -1,13 +1,15 @@
 rule prepare:
     output:
         "results/prepared/{dataset}.parquet",
+    log:
+        "logs/prepare/{dataset}.log",
+    conda:
+        "../../envs/mmspec.yaml"
+    threads: 1
     params:
         spec=lambda w: json.dumps(CONFIG["datasets"][w.dataset], sort_keys=True),
         toy_seed=CONFIG["toy"]["seed"],
         code=fingerprint("prepare"),
-    log:
-        "logs/prepare/{dataset}.log",
-    threads: 1
     shell:
         "mmspec prepare --name {wildcards.dataset} --spec {params.spec:q}"
         " --toy-seed {params.toy_seed} --out {output} 2> {log}"

@@ -3,10 +3,12 @@ rule report:
         "results/summary/cells.parquet",
     output:
         report("reports/index.html", caption="../report/index.rst", category="Report"),
-    params:
-        code=fingerprint("report"),
     log:
         "logs/report.log",
+    conda:
+        "../../envs/mmspec.yaml"
     threads: 1
+    params:
+        code=fingerprint("report"),
     shell:
         "mmspec report --cells {input} --out {output} 2> {log}"

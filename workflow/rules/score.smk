@@ -5,12 +5,14 @@ rule score:
         prepared="results/prepared/{dataset}.parquet",
     output:
         "results/score/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}/scores.parquet",
+    log:
+        "logs/score/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.log",
+    conda:
+        "../../envs/mmspec.yaml"
+    threads: 1
     params:
         metric=dataset_metric,
         code=fingerprint("score"),
-    log:
-        "logs/score/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.log",
-    threads: 1
     shell:
         "mmspec score --samples {input.samples} --ar-samples {input.ar_samples}"
         " --prepared {input.prepared} --metric {params.metric} --out {output} 2> {log}"

@@ -1,13 +1,15 @@
 rule toy_model:
     output:
         directory("results/models/toy/{name}"),
+    log:
+        "logs/toy_model/{name}.log",
+    conda:
+        "../../envs/mmspec.yaml"
+    threads: 1
     params:
         spec=lambda w: json.dumps(CONFIG["toy"]["models"][w.name], sort_keys=True),
         seed=CONFIG["toy"]["seed"],
         code=fingerprint("toy_model"),
-    log:
-        "logs/toy_model/{name}.log",
-    threads: 1
     shell:
         "mmspec toy_model --name {wildcards.name} --spec {params.spec:q} --seed {params.seed}"
         " --threads {threads} --out {output} 2> {log}"

@@ -19,7 +19,7 @@ def vision_parts(model):
     tower = getattr(inner, "vision_tower", None)
     projector = getattr(inner, "multi_modal_projector", None)
     if tower is None or projector is None:
-        raise TypeError(
+        raise ValueError(
             f"{type(model).__name__} has no model.vision_tower / model.multi_modal_projector: "
             "visual caching supports Llava-family models"
         )

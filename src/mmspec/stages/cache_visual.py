@@ -37,7 +37,7 @@ def run(
         processor = loading.load_processor(model_ref)
         image_processor = getattr(processor, "image_processor", None)
         if image_processor is None:
-            raise TypeError(f"{model_ref}: has no image processor, cannot encode images")
+            raise ValueError(f"{model_ref}: has no image processor, cannot encode images")
         items = list(images.items())
         for i in tqdm(range(0, len(items), batch_size), desc=f"cache_visual {model_ref}"):
             chunk = items[i : i + batch_size]

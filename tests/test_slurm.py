@@ -28,7 +28,10 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
+
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 SLURM_SCRIPTS = REPO / "tests" / "slurm"
@@ -37,11 +40,10 @@ SLURM_CONF = SLURM_DIR / "etc" / "slurm.conf"
 GPU_RULES = {"cache_visual", "generate"}
 SNAKEMAKE_TIMEOUT_S = 900
 # Test-only switches; everything else comes from slurm/config.yaml as for a user.
-TEST_ARGS = [
-    "--retries", "0",                   # a failure shows at once, not masked by a retry
-    "--latency-wait", "5",              # local disk: a missing output is a real error
-    "--slurm-keep-successful-logs",     # the per-job Slurm logs stay for inspection
-]
+#   --retries 0: a failure shows at once, not masked by a retry
+#   --latency-wait 5: local disk, so a missing output is a real error
+#   --slurm-keep-successful-logs: the per-job Slurm logs stay, checked below and shown on failure
+TEST_ARGS = ["--retries", "0", "--latency-wait", "5", "--slurm-keep-successful-logs"]
 
 
 def _slurm_env() -> dict[str, str]:
@@ -49,7 +51,8 @@ def _slurm_env() -> dict[str, str]:
     env["SLURM_CONF"] = str(SLURM_CONF)
     env["HF_HUB_OFFLINE"] = "1"
     # jobs run with `--export=ALL`: make this interpreter's environment the one they see
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), "/usr/sbin", env.get("PATH", "")])
+    venv_bin = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([venv_bin, "/usr/sbin", env.get("PATH", "")])
     for key in [k for k in env if k.startswith("SLURM_") and k != "SLURM_CONF"]:
         del env[key]  # never inherit an enclosing job's context
     return env
@@ -99,13 +102,12 @@ def _run_snakemake(cmd, env, log_path: Path) -> tuple[int, str, float]:
 
 
 def _sacct_jobs(run_id: str, env) -> list[dict[str, str]]:
-    out = subprocess.run(
-        ["sacct", "-X", "-P", "-n", "-S", "now-1days", "-E", "now", "--name", run_id,
-         "-o", "JobIDRaw,Comment,State,ReqTRES,ExitCode"],
-        env=env, capture_output=True, text=True, check=True,
-    ).stdout
     keys = ["jobid", "comment", "state", "reqtres", "exitcode"]
-    return [dict(zip(keys, line.split("|"))) for line in out.splitlines() if line.strip()]
+    fields = "JobIDRaw,Comment,State,ReqTRES,ExitCode"
+    cmd = ["sacct", "-X", "-P", "-n", "-S", "now-1days", "-E", "now"]
+    cmd += ["--name", run_id, "-o", fields]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    return [dict(zip(keys, line.split("|"), strict=True)) for line in out.splitlines() if line]
 
 
 def _diagnostics(workdir: Path, output: str) -> str:
@@ -121,12 +123,9 @@ def _diagnostics(workdir: Path, output: str) -> str:
 def test_workflow_through_slurm(slurm_cluster, tmp_path):
     env = slurm_cluster["env"]
     workdir = tmp_path / "run"
-    cmd = [
-        sys.executable, "-m", "snakemake",
-        "--cores", "all", "--profile", "slurm",
-        "--directory", str(workdir), "--configfile", "tests/configs/tiny.yaml",
-        *TEST_ARGS,
-    ]
+    # what a user runs on a cluster, from the repository root (+ the test-only switches)
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "all", "--profile", "slurm"]
+    cmd += ["--directory", str(workdir), "--configfile", "tests/configs/tiny.yaml", *TEST_ARGS]
     rc, output, run_s = _run_snakemake(cmd, env, tmp_path / "snakemake.log")
     print(f"slurm start {slurm_cluster['start_s']:.1f} s, snakemake through slurm {run_s:.1f} s")
     diag = _diagnostics(workdir, output)
@@ -143,10 +142,11 @@ def test_workflow_through_slurm(slurm_cluster, tmp_path):
     cluster_rules = set(re.findall(r"^rule (\w+):$", output, flags=re.M))
     n_submitted = len(re.findall(r"has been submitted with SLURM jobid", output))
     jobs = _sacct_jobs(run_id, env)
-    job_rule = {j["jobid"]: re.sub(r"_wildcards_.*$", "", j["comment"].removeprefix("rule_")) for j in jobs}
+    # the plugin sets --comment rule_<rule> or rule_<rule>_wildcards_<values>
+    job_rule = {j["jobid"]: re.sub(r"^rule_|_wildcards_.*$", "", j["comment"]) for j in jobs}
     assert GPU_RULES <= cluster_rules, f"GPU rules not run as cluster jobs: {cluster_rules}\n{diag}"
     assert set(job_rule.values()) == cluster_rules, (
-        f"sacct jobs per rule {sorted(job_rule.values())} != cluster rules {sorted(cluster_rules)}\n{diag}"
+        f"rules of the sacct jobs {sorted(job_rule.values())} != {sorted(cluster_rules)}\n{diag}"
     )
     assert len(jobs) == n_submitted, f"{len(jobs)} jobs in sacct, {n_submitted} submitted\n{diag}"
     bad = [j for j in jobs if j["state"] != "COMPLETED"]
@@ -160,13 +160,12 @@ def test_workflow_through_slurm(slurm_cluster, tmp_path):
         else:
             assert "gres/gpu" not in j["reqtres"], f"CPU rule {rule} asked for a GPU: {j}"
 
-    # one Slurm log per submitted job, in a folder per rule
-    log_rules = {p.name.removeprefix("rule_") for p in (workdir / ".snakemake" / "slurm_logs").glob("rule_*")}
+    # the Slurm logs (one per job) in a folder per rule
+    slurm_logs = workdir / ".snakemake" / "slurm_logs"
+    log_rules = {p.name.removeprefix("rule_") for p in slurm_logs.glob("rule_*")}
     assert log_rules == cluster_rules, f"slurm_logs folders {log_rules}\n{diag}"
 
     # outputs complete
-    import pandas as pd
-
     cells = workdir / "results" / "summary" / "cells.parquet"
     assert cells.is_file(), diag
     assert len(pd.read_parquet(cells)) > 0, "cells.parquet has no rows"

@@ -6,27 +6,30 @@
 set -euo pipefail
 S=${MMSPEC_SLURM_DIR:-/tmp/mmspec-slurm}
 
-stop() {  # stop NAME PIDFILE
-    local pidfile=$2 pid
-    [[ -s $pidfile ]] || return 0
-    pid=$(cat "$pidfile")
-    if kill -0 "$pid" 2>/dev/null; then
-        kill "$pid"
-        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        if kill -0 "$pid" 2>/dev/null; then
-            echo "stop_slurm: $1 ($pid) ignored SIGTERM for 10 s, sending SIGKILL" >&2
-            kill -9 "$pid" 2>/dev/null || true
+# stop NAME:PIDFILE...: SIGTERM to all of them at once, then wait (SIGKILL after 10 s)
+stop() {
+    local item name pidfile pid pids=() names=()
+    for item in "$@"; do
+        name=${item%%:*} pidfile=${item#*:}
+        [[ -s $pidfile ]] || continue
+        pid=$(cat "$pidfile")
+        rm -f "$pidfile"
+        kill "$pid" 2>/dev/null || continue
+        pids+=("$pid") names+=("$name")
+    done
+    local i
+    for i in "${!pids[@]}"; do
+        for _ in $(seq 100); do kill -0 "${pids[$i]}" 2>/dev/null || break; sleep 0.1; done
+        if kill -0 "${pids[$i]}" 2>/dev/null; then
+            echo "stop_slurm: ${names[$i]} (${pids[$i]}) ignored SIGTERM for 10 s, sending SIGKILL" >&2
+            kill -9 "${pids[$i]}" 2>/dev/null || true
         fi
-        echo "stop_slurm: stopped $1 ($pid)"
-    fi
-    rm -f "$pidfile"
+        echo "stop_slurm: stopped ${names[$i]} (${pids[$i]})"
+    done
 }
 
-stop slurmd "$S/run/slurmd.pid"
-stop slurmctld "$S/run/slurmctld.pid"
-stop slurmdbd "$S/run/slurmdbd.pid"
-stop mariadbd "$S/run/mariadb.pid"
-stop munged "$S/munge/munged.pid"
+stop "slurmd:$S/run/slurmd.pid" "slurmctld:$S/run/slurmctld.pid" "slurmdbd:$S/run/slurmdbd.pid"
+stop "mariadbd:$S/run/mariadb.pid" "munged:$S/munge/munged.pid"
 rm -f "$S/run/munged.pid"
 
 if [[ ${1:-} == --purge ]]; then

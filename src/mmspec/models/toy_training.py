@@ -73,32 +73,45 @@ def encode_example(messages: list, tokenizer, text_only: bool) -> tuple[list, li
 
 
 def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
-    """`spec["steps"]` batches of encoded examples, each batch from one scenario in turn.
+    """`spec["steps"]` batches of encoded examples, each batch from one scenario.
 
-    One scenario per batch keeps padding low (stories are twice as long as captions); images
-    are dropped (text-only view) at random with probability `image_dropout`.
+    The first `grounding_steps` batches are single-image captions: learning to read the image
+    is the slow part, and captions teach it fastest; then scenarios take turns. One scenario per
+    batch keeps padding low (stories are twice as long as captions). Images are dropped
+    (text-only view) at random with probability `image_dropout`, and always for
+    `text_scenarios`: a draft that, like a small LM, has read every kind of text but has only
+    seen single images.
     """
     rng = np.random.default_rng(seed + 1)
-    scenarios, size = spec["scenarios"], spec["batch_size"]
-    per_scenario = {
-        name: -(-spec["steps"] // len(scenarios)) * size for name in scenarios
-    }
+    size = spec["batch_size"]
+    order = schedule(spec)
+    per_scenario = {name: order.count(name) * size for name in set(order)}
     pools = {}
-    for name, n in per_scenario.items():
+    text_scenarios = set(spec.get("text_scenarios", []))
+    for name, n in sorted(per_scenario.items()):
         pool = []
         for messages, images in toyworld.training_examples([name], n, seed):
-            text_only = bool(images) and rng.random() < spec.get("image_dropout", 0.0)
+            dropped = name in text_scenarios or rng.random() < spec.get("image_dropout", 0.0)
+            text_only = bool(images) and dropped
             ids, labels = encode_example(messages, tokenizer, text_only)
             keep = not text_only and images
             pixels = np.stack(images) if keep else np.zeros((0, 32, 32, 3), np.uint8)
             pool.append({"ids": ids, "labels": labels, "images": pixels})
         pools[name] = pool
-    batches = []
-    for step in range(spec["steps"]):
-        name = scenarios[step % len(scenarios)]
-        k = step // len(scenarios)
-        batches.append(pools[name][k * size : (k + 1) * size])
+    batches, used = [], dict.fromkeys(pools, 0)
+    for name in order:
+        batches.append(pools[name][used[name] : used[name] + size])
+        used[name] += size
     return batches
+
+
+def schedule(spec: dict) -> list[str]:
+    """The scenario of every training batch: a caption-only grounding phase, then round-robin."""
+    scenarios = spec["scenarios"] + spec.get("text_scenarios", [])
+    grounding = spec.get("grounding_steps", 0) if "toy_caption" in scenarios else 0
+    grounding = min(grounding, spec["steps"])
+    rest = spec["steps"] - grounding
+    return ["toy_caption"] * grounding + [scenarios[i % len(scenarios)] for i in range(rest)]
 
 
 def collate(batch: list[dict], pad_id: int) -> dict:

@@ -8,6 +8,9 @@ if "datasets" not in config:
     configfile: "config/config.yaml"
 
 
+report: "workflow/report/report.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/prepare.smk"
 include: "workflow/rules/toy_model.smk"

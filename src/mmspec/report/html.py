@@ -88,11 +88,17 @@ table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0; }
 th, td { border: 1px solid #ddd; padding: 0.2rem 0.5rem; }
 th { background: #f3f3f3; position: sticky; top: 0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
+/* hp slugs are long; keep rows one line high and let wide tables scroll instead. */
+td, th { white-space: nowrap; }
+.scroll { overflow-x: auto; }
 tr.best { font-weight: bold; }
 tr.bug td { background: #fde8e8; }
 td.bug-cell { color: #b00; font-weight: bold; }
 .alert { color: #b00; font-weight: bold; }
-.figs { display: grid; grid-template-columns: repeat(auto-fit, minmax(480px, 1fr)); gap: 1rem; }
+/* auto-fill, not auto-fit: each figure is drawn while the page is still parsing, so its column
+   must already have its final width when later figures of the row do not exist yet. */
+.figs { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr)); gap: 1rem; }
+.figs > * { min-width: 0; }
 .note { color: #666; font-style: italic; }
 """
 
@@ -101,7 +107,7 @@ FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
 # The empty template keeps each figure's JSON small (the default one adds ~10 kB per figure).
 FIGURE_LAYOUT = dict(
     template="none",
-    margin=dict(l=60, r=20, t=50, b=50),
+    margin=dict(l=60, r=20, t=60, b=50),
     hovermode="closest",
     legend=dict(font=dict(size=10)),
 )
@@ -314,7 +320,8 @@ def render_method_table(cells: pd.DataFrame) -> str:
         if bugs
         else ""
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{note}"
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return f"<div class='scroll'>{table}</div>{note}"
 
 
 def table_cell(row: pd.Series, column: str, bug: bool) -> str:
@@ -371,7 +378,7 @@ def speedup_quality_figure(cells: pd.DataFrame, colors: dict[str, str]) -> go.Fi
     )
     title = "speedup vs quality"
     if len(points) < len(cells):
-        title += f" ({len(cells) - len(points)} cell(s) lacking either not shown)"
+        title += f" ({len(cells) - len(points)} cell(s) missing)"
     fig.update_layout(
         title=title, xaxis_title="speedup (×)", yaxis_title="quality", **FIGURE_LAYOUT
     )

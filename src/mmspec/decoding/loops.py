@@ -42,6 +42,17 @@ def _finish(tokens: list[int], stop: set[int], max_new: int) -> tuple[list[int],
     return tokens[:max_new], len(tokens) >= max_new
 
 
+def _start(target: Decoder, prompt, temperature, generator, then=None) -> Generation:
+    """Prefill the target (and run `then(first_token)`, e.g. the drafter's prefill), timed."""
+    sync(target.device)
+    start = time.perf_counter()
+    token = pick(target.prefill(prompt).logits[-1], temperature, generator)
+    if then is not None:
+        then(token)
+    sync(target.device)
+    return Generation([token], prefill_s=time.perf_counter() - start)
+
+
 def decode_ar(
     target: Decoder,
     prompt: torch.Tensor,
@@ -52,11 +63,8 @@ def decode_ar(
 ) -> Generation:
     """Plain autoregressive decoding: one target forward per token."""
     device = target.device
-    sync(device)
-    start = time.perf_counter()
-    token = pick(target.prefill(prompt).logits[-1], temperature, generator)
-    sync(device)
-    out = Generation([token], prefill_s=time.perf_counter() - start)
+    out = _start(target, prompt, temperature, generator)
+    token = out.tokens[0]
     start = time.perf_counter()
     done = token in stop or max_new <= 1
     while not done:
@@ -84,12 +92,8 @@ def decode_speculative(
 ) -> Generation:
     """Draft with `policy`, verify in one target forward, accept with `rule`, repeat."""
     device = target.device
-    sync(device)
-    start = time.perf_counter()
-    token = pick(target.prefill(prompt).logits[-1], temperature, generator)
-    drafter.start(draft_prompt, token)
-    sync(device)
-    out = Generation([token], prefill_s=time.perf_counter() - start)
+    out = _start(target, prompt, temperature, generator, lambda t: drafter.start(draft_prompt, t))
+    token = out.tokens[0]
     start = time.perf_counter()
     done = token in stop or max_new <= 1
     while not done:

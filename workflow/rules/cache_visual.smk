@@ -1,7 +1,7 @@
 rule cache_visual:
     input:
         prepared="results/prepared/{dataset}.parquet",
-        model=lambda w: toy_dir(REFS[w.model]),
+        model=lambda w: toy_dir(MODELS[w.model][0]),
     output:
         "results/visual/{model}/{dataset}.parquet",
     log:
@@ -10,8 +10,8 @@ rule cache_visual:
         "../../envs/mmspec.yaml"
     threads: 1
     params:
-        ref=lambda w: REFS[w.model],
-        dtype=lambda w: MODEL_DTYPES[w.model],
+        ref=lambda w: MODELS[w.model][0],
+        dtype=lambda w: MODELS[w.model][1],
         code=fingerprint("cache_visual"),
     shell:
         "mmspec cache_visual --model {params.ref:q} --dtype {params.dtype}"

@@ -14,13 +14,9 @@ except mmconfig.ConfigError as error:
 CELLS = {
     (c.dataset, c.pair, c.method, c.hp, str(c.seed)): c for c in mmconfig.cells(CONFIG)
 }
-MODEL_DTYPES = {
-    mmconfig.model_slug(p[role]): p["dtype"]
-    for p in CONFIG["pairs"].values()
-    for role in ("target", "draft")
-}
-REFS = {
-    mmconfig.model_slug(p[role]): p[role]
+# model slug -> (reference, dtype) for every model a pair names
+MODELS = {
+    mmconfig.model_slug(p[role]): (p[role], p["dtype"])
     for p in CONFIG["pairs"].values()
     for role in ("target", "draft")
 }

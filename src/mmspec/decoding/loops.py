@@ -34,12 +34,18 @@ class Generation:
     decode_s: float = 0.0
 
 
-def _finish(tokens: list[int], stop: set[int], max_new: int) -> tuple[list[int], bool]:
-    """Cut `tokens` after the first stop token or at max_new; say whether decoding is over."""
-    for i, token in enumerate(tokens[:max_new]):
+def _append(tokens: list[int], new: list[int], stop: set[int], max_new: int) -> bool:
+    """Append `new` up to the first stop token or max_new tokens; say whether decoding is over.
+
+    Earlier tokens held no stop token, so only the new ones are scanned.
+    """
+    for token in new:
+        if len(tokens) >= max_new:
+            return True
+        tokens.append(token)
         if token in stop:
-            return tokens[: i + 1], True
-    return tokens[:max_new], len(tokens) >= max_new
+            return True
+    return len(tokens) >= max_new
 
 
 def _start(target: Decoder, prompt, temperature, generator, then=None) -> Generation:
@@ -106,7 +112,7 @@ def decode_speculative(
         target.keep(base, [0] + [i + 1 for i in path])
         drafter.commit(proposal, path, token)
         emitted = [proposal.tokens[i] for i in path] + [token]
-        out.tokens, done = _finish(out.tokens + emitted, stop, max_new)
+        done = _append(out.tokens, emitted, stop, max_new)
         sync(device)
         out.steps.append(Step(len(proposal.tokens), len(path), t1 - t0, time.perf_counter() - t1))
     out.decode_s = time.perf_counter() - start

@@ -49,7 +49,7 @@ from mmspec.decoding.drafters import ModelDrafter
 from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.timing import describe_device, pick_device, sync, versions
 from mmspec.decoding.trees import ChainPolicy
-from mmspec.decoding.views import FullView
+from mmspec.decoding.views import FullView, ImageInput, ViewContext
 from mmspec.models import loading, visual
 from mmspec.stages.generate import stop_tokens
 from mmspec.tables import PREPARED, read_table
@@ -88,7 +88,8 @@ class Bench:
         """Pixels -> this model's image embeddings -> view M prompt embeddings."""
         pixels = s["inputs"].get("pixel_values")
         images = list(visual.encode_images(model, pixels)[1]) if pixels is not None else []
-        prompt = self.view.build(s["text"], images, self.tokenizer, decoder.embed, self.image_token)
+        ctx = ViewContext(self.tokenizer, decoder.embed, self.image_token)
+        prompt = self.view.build(s["text"], [ImageInput(e) for e in images], ctx)
         return prompt.embeds
 
     def ours_ar(self, s):
@@ -99,7 +100,7 @@ class Bench:
         prompt = self.prompt(self.target, self.t_dec, s)
         draft_prompt = self.prompt(self.draft, self.drafter.decoder, s)
         rest = (self.policy, accept_greedy, self.max_new, self.stop, 0.0, None)
-        return decode_speculative(self.t_dec, prompt, self.drafter, draft_prompt, *rest)
+        return decode_speculative(self.t_dec, prompt, self.drafter, [draft_prompt], *rest)
 
     def hf_generate(self, s, **extra):
         out = self.target.generate(**s["inputs"], **self.hf_kwargs, **extra)

@@ -18,7 +18,7 @@ BASE = {
             "draft": {"hidden": 16, "layers": 1, "steps": 1},
         }
     },
-    "methods": {"ar": {}, "sd": {"view": ["M", "T"], "gamma": [1, 3]}},
+    "methods": {"ar": {}, "sd": {"views": ["M", "T"], "gamma": [1, 3]}},
 }
 
 
@@ -37,17 +37,24 @@ def test_default_config_is_valid_and_expands():
     assert len({c.path for c in cells}) == len(cells)
     datasets = {c.dataset for c in cells if c.pair == "toy"}
     assert datasets == {"toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story"}
-    sd = {(c.spec["view"], c.spec["gamma"]) for c in cells if c.method == "sd" and c.pair == "toy"}
-    assert sd == {(v, g) for v in "MT" for g in (1, 3, 5, 7)}
+    sd = {(c.spec["views"], c.spec["gamma"]) for c in cells if c.method == "sd" and c.pair == "toy"}
+    assert sd == {(v, g) for v in "MT" for g in (1, 3, 7)}
+    tabed = ["m", "t", "c", "p", "mt", "mtc", "mtp", "mtcp", "random_mt", "tabed_mt",
+             "tabed_mtcp", "tabed_adaboost"]
+    for dataset in datasets:
+        got = {c.method for c in cells if c.pair == "toy" and c.dataset == dataset}
+        assert set(tabed) | {"ar"} <= got
+    assert {c.spec["weights"] for c in cells if c.method.startswith("tabed")} == {
+        "grid", "softmax", "adaboost"}
 
 
 def test_grid_expands_to_cartesian_product():
     cells = mmconfig.cells(mmconfig.validate(BASE))
     assert sorted(c.hp for c in cells) == [
-        "default", "gamma-1_view-M", "gamma-1_view-T", "gamma-3_view-M", "gamma-3_view-T",
+        "default", "gamma-1_views-M", "gamma-1_views-T", "gamma-3_views-M", "gamma-3_views-T",
     ]
-    one = next(c for c in cells if c.hp == "gamma-3_view-T")
-    assert one.path == "dataset=toy_caption/pair=toy/method=sd/hp=gamma-3_view-T/seed=0"
+    one = next(c for c in cells if c.hp == "gamma-3_views-T")
+    assert one.path == "dataset=toy_caption/pair=toy/method=sd/hp=gamma-3_views-T/seed=0"
     assert one.spec["acceptance"] == "greedy" and one.spec["tree"] == "chain"
 
 
@@ -60,7 +67,9 @@ def test_grid_expands_to_cartesian_product():
         (["methods", "beam"], {}, "methods.beam"),
         (["pairs", "toy", "draft"], "toy:missing", "pairs.toy.draft"),
         (["generation"], {"max_new_tokens": "ten"}, "generation.max_new_tokens"),
-        (["methods", "sd"], {"view": ["M", "X"]}, "methods.sd"),
+        (["methods", "sd"], {"views": ["M", "X"]}, "methods.sd"),
+        (["methods", "sd"], {"weights": "best"}, "methods.sd"),
+        (["methods", "sd"], {"views": "MC"}, "captioner"),
     ],
 )
 def test_bad_config_names_the_key(path, value, expected):
@@ -89,7 +98,7 @@ def test_slugs_are_safe_and_stable():
     assert "/" not in slug and slug.startswith("llava-hf--llava-1.5-7b-hf")
     assert mmconfig.model_slug("toy:target") == "toy-target"
     assert mmconfig.model_slug("a/b c") != mmconfig.model_slug("a/b-c")
-    assert mmconfig.hp_slug({"view": "M", "gamma": 5}) == "gamma-5_view-M"
+    assert mmconfig.hp_slug({"views": "M", "gamma": 5}) == "gamma-5_views-M"
 
 
 def test_presets_and_tiny_config_validate():

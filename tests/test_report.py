@@ -1,4 +1,4 @@
-"""Tests of the HTML report: the Pareto helper, and a page built from a synthetic cells table."""
+"""Tests of the HTML report: the Pareto helper, and pages built from synthetic cells and blocks."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import json
 import math
 import re
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 from plotly.offline import get_plotlyjs
 
-from mmspec.report.html import fmt_num, pareto_front, write_report
-from mmspec.tables import CELLS, write_table
+import mmspec.report.html as report_html
+from mmspec.report.html import fmt_num, pareto_front, tau_by_dataset, with_labels, write_report
+from mmspec.tables import BLOCKS, CELLS, write_table
 
 PAIR = "llava-7b/llava-160m"
 HOSTILE = "<script>alert(1)</script>"
@@ -27,7 +29,10 @@ def cell(**overrides) -> dict:
         hp="g4",
         hparams=json.dumps({"gamma": 4}),
         seed=0,
-        view="full",
+        label="SPS",
+        group="benchmark",
+        views="M",
+        weights="static",
         gamma=4,
         acceptance="greedy",
         temperature=0.0,
@@ -47,6 +52,7 @@ def cell(**overrides) -> dict:
         ar_tokens_per_s=34.0,
         prefill_s=0.12,
         draft_visual_tokens=576.0,
+        caption_s=0.0,
         device="NVIDIA H100",
     )
     row.update(overrides)
@@ -59,7 +65,9 @@ def ar_cell(**overrides) -> dict:
         method="ar",
         hp="default",
         hparams="{}",
-        view=None,
+        label="ar",
+        views=None,
+        weights=None,
         gamma=None,
         tau=1.0,
         accepted_mean=0.0,
@@ -76,7 +84,17 @@ CELL_ROWS = [
     cell(hp="g4", gamma=4, tau=2.6, speedup=1.7, quality=0.7),
     cell(hp="g6", gamma=6, tau=2.9, speedup=1.5, quality=0.71),
     # a greedy cell that is not lossless: must be flagged
-    cell(method="eagle", hp="g4-bad", gamma=4, tau=3.1, speedup=2.1, lossless_rate=0.9),
+    cell(
+        method="eagle",
+        label="EAGLE",
+        views=None,
+        weights=None,
+        hp="g4-bad",
+        gamma=4,
+        tau=3.1,
+        speedup=2.1,
+        lossless_rate=0.9,
+    ),
     # a sampling cell: no lossless_rate, a quality drop
     cell(
         method="sps",
@@ -92,6 +110,7 @@ CELL_ROWS = [
     # NaN quality and no gamma (e.g. a tree method), with a hostile string in its hp
     cell(
         method="tree",
+        label="tree",
         hp=HOSTILE,
         gamma=None,
         quality=math.nan,
@@ -119,8 +138,8 @@ def report(tmp_path_factory) -> str:
 
 
 def sections(page: str) -> dict[str, str]:
-    """The HTML of each dataset x pair section, keyed by its heading text."""
-    parts = re.split(r"<h2 id='(sec-\d+|summary)'>", page)
+    """The HTML of each <h2 id=...> section (dataset x pair, summary, ...), keyed by its heading."""
+    parts = re.split(r"<h2 id='([^']+)'>", page)
     found = {}
     for body in parts[2::2]:
         heading, _, rest = body.partition("</h2>")
@@ -234,3 +253,245 @@ def test_empty_table(tmp_path):
     write_table(CELLS.empty_table(), cells, CELLS)
     write_report(cells, tmp_path / "report.html")
     assert "0 cells" in (tmp_path / "report.html").read_text(encoding="utf-8")
+
+
+def test_caption_time_next_to_prefill(report):
+    body = sections(report)[f"chartqa · {PAIR}"]
+    assert "<th>prefill_s</th><th>caption_s</th>" in body
+    assert "computed once per image in a cached stage" in report
+
+
+def test_no_weights_section_without_blocks(report):
+    assert "Block efficiency by dataset" in report
+    assert "Ensemble weights over decoding" not in report and "id='weights'" not in report
+
+
+# ---- block efficiency by dataset -------------------------------------------------------------
+
+
+def grid_cell(label: str, views: str, dataset: str, tau: float, **overrides) -> dict:
+    """A cell of the block-efficiency grid: d1, d2 are benchmarks, d3 is out of distribution."""
+    policy = "kld" if len(views) > 1 else "static"
+    base = dict(
+        method=label.split("^")[0].lower(),
+        label=label,
+        views=views,
+        weights=policy,
+        dataset=dataset,
+        group="ood" if dataset == "d3" else "benchmark",
+        tau=tau,
+    )
+    return cell(**{**base, **overrides})
+
+
+# label -> tau on d1, d2, d3; TABED's d1 is the mean of two seeds (2.0, 2.4)
+GRID = {"TABED^MT": (2.2, 3.0, 2.8), "M": (2.0, 3.0, 2.5), "T": (1.5, 2.0, 3.0)}
+
+
+def grid_rows() -> list[dict]:
+    rows = [ar_cell(dataset=d, group="ood" if d == "d3" else "benchmark") for d in ("d1", "d2")]
+    for label, taus in GRID.items():
+        views = label.split("^")[-1]
+        for dataset, tau in zip(("d1", "d2", "d3"), taus, strict=True):
+            if (label, dataset) == ("TABED^MT", "d1"):
+                rows.append(grid_cell(label, views, dataset, 2.0, seed=0))
+                rows.append(grid_cell(label, views, dataset, 2.4, seed=1))
+            else:
+                rows.append(grid_cell(label, views, dataset, tau))
+    return rows
+
+
+def table_rows(section: str) -> dict[str, list[str]]:
+    """The <td> contents of each body row of the first table in `section`, by first cell."""
+    table = section[section.index("<tbody>") : section.index("</tbody>")]
+    rows = {}
+    for tr in re.findall(r"<tr>(.*?)</tr>", table):
+        tds = re.findall(r"<td[^>]*>(.*?)</td>", tr)
+        rows[tds[0]] = tds[1:]
+    return rows
+
+
+def test_tau_by_dataset_group_averages():
+    cells = with_labels(pd.DataFrame(grid_rows()))
+    table = tau_by_dataset(cells)
+    # single views first, then the ensemble; AR is left out
+    assert list(table.index) == ["M", "T", "TABED^MT"]
+    assert [c for c in table.columns] == [
+        ("dataset", "d1"),
+        ("dataset", "d2"),
+        ("dataset", "d3"),
+        ("group", "benchmark"),
+        ("group", "ood"),
+        ("all", ""),
+    ]
+    tabed = table.loc["TABED^MT"]
+    assert tabed[("dataset", "d1")] == pytest.approx(2.2)  # mean over seeds
+    assert tabed[("group", "benchmark")] == pytest.approx((2.2 + 3.0) / 2)
+    assert tabed[("group", "ood")] == pytest.approx(2.8)
+    assert tabed[("all", "")] == pytest.approx((2.2 + 3.0 + 2.8) / 3)
+    t = table.loc["T"]
+    assert t[("group", "benchmark")] == pytest.approx(1.75)
+    assert t[("all", "")] == pytest.approx(6.5 / 3)
+
+
+def test_tau_by_dataset_incomplete_group_and_hp_sweep():
+    rows = grid_rows() + [
+        # on d1 and d3 only: its benchmark and overall averages are undefined
+        grid_cell("C", "C", "d1", 2.1),
+        grid_cell("C", "C", "d3", 2.3),
+        # a gamma sweep of one label: one row per hp
+        grid_cell("P", "P", "d1", 1.8, hp="g3", gamma=3),
+        grid_cell("P", "P", "d1", 1.9, hp="g5", gamma=5),
+    ]
+    table = tau_by_dataset(with_labels(pd.DataFrame(rows)))
+    assert list(table.index) == ["M", "T", "C", "P · g3", "P · g5", "TABED^MT"]
+    c = table.loc["C"]
+    assert math.isnan(c[("group", "benchmark")]) and math.isnan(c[("all", "")])
+    assert c[("group", "ood")] == pytest.approx(2.3)
+
+
+def test_block_efficiency_marks(tmp_path):
+    cells = tmp_path / "cells.parquet"
+    write_table(pa.Table.from_pylist(grid_rows(), schema=CELLS), cells, CELLS)
+    write_report(cells, tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    section = sections(page)["Block efficiency by dataset"]
+    assert "mean(accepted + 1)" in section and "every one of them" in section
+    assert f"<h3>{PAIR} · greedy · temperature 0</h3>" in section
+    head = section[section.index("<thead>") : section.index("</thead>")]
+    assert re.findall(r"<th>(.*?)</th>", head) == [
+        "method",
+        "d1",
+        "d2",
+        "d3",
+        "avg benchmark",
+        "avg ood",
+        "avg all",
+    ]
+    rows = table_rows(section)
+    assert list(rows) == ["M", "T", "TABED<sup>MT</sup>"]  # no AR row
+    assert rows["TABED<sup>MT</sup>"] == [
+        "<b>2.20</b>",  # d1: best
+        "<b>3.00</b>",  # d2: tied with M, both bold
+        "<u>2.80</u>",  # d3: second
+        "<b>2.60</b>",
+        "<u>2.80</u>",
+        "<b>2.67</b>",
+    ]
+    assert rows["M"] == ["<u>2.00</u>", "<b>3.00</b>", "2.50", "<u>2.50</u>", "2.50", "<u>2.50</u>"]
+    assert rows["T"] == ["1.50", "<u>2.00</u>", "<b>3.00</b>", "1.75", "<b>3.00</b>", "2.17"]
+
+
+# ---- ensemble weights over decoding ----------------------------------------------------------
+
+# (position, drafted, accepted, weights) of each step of a sample-turn: blocks [0, 3) all accepted,
+# [3, 5) with a rejection, [5, 10) all accepted.
+STEPS = [(0, 2, 2, [0.7, 0.3]), (3, 3, 1, [0.5, 0.5]), (5, 4, 4, [0.2, 0.8])]
+
+
+def block_rows(cell_row: dict, samples: list[str], steps=STEPS) -> list[dict]:
+    """BLOCKS rows of `cell_row` for each sample (turn 0), all with the same steps."""
+    rows = []
+    for sample_id in samples:
+        for index, (position, drafted, accepted, weights) in enumerate(steps):
+            rows.append(
+                {
+                    **{k: cell_row[k] for k in ("dataset", "pair", "method", "hp", "seed")},
+                    "label": cell_row["label"],
+                    "views": cell_row["views"],
+                    "sample_id": sample_id,
+                    "turn": 0,
+                    "step": index,
+                    "position": position,
+                    "drafted": drafted,
+                    "accepted": accepted,
+                    "weights": weights,
+                }
+            )
+    return rows
+
+
+def decoded(page: str) -> str:
+    """The page with the \\uXXXX escapes of plotly's figure JSON decoded, as a browser reads it."""
+    return re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), page)
+
+
+def weights_page(tmp_path, cell_rows: list[dict], block_rows_: list[dict]) -> str:
+    cells = tmp_path / "cells.parquet"
+    blocks = tmp_path / "blocks.parquet"
+    write_table(pa.Table.from_pylist(cell_rows, schema=CELLS), cells, CELLS)
+    write_table(pa.Table.from_pylist(block_rows_, schema=BLOCKS), blocks, BLOCKS)
+    out = tmp_path / "report.html"
+    write_report(cells, out, blocks_path=blocks)
+    return decoded(out.read_text(encoding="utf-8"))
+
+
+def weight_cells() -> list[dict]:
+    tabed = [grid_cell("TABED^MT", "MT", d, 2.5) for d in ("d1", "d2")]
+    return [
+        *tabed,
+        # a second seed of the same cell: only the first seed is plotted
+        grid_cell("TABED^MT", "MT", "d1", 2.5, seed=1),
+        # static weights, and a single view: not plotted
+        grid_cell("MT = Static^MT", "MT", "d1", 2.4, method="static_mt", weights="static"),
+        grid_cell("M", "M", "d1", 2.2),
+        ar_cell(dataset="d1"),
+    ]
+
+
+def test_weights_section(tmp_path):
+    cell_rows = weight_cells()
+    samples = ["s0", "s1", "s2", "s3"]
+    blocks = [r for c in cell_rows if c["method"] != "ar" for r in block_rows(c, samples)]
+    page = weights_page(tmp_path, cell_rows, blocks)
+    section = sections(page)["Ensemble weights over decoding"]
+    assert "href='#weights'" in page
+    # one figure per dataset of the TABED cell
+    assert section.count("Plotly.newPlot") == 2
+    assert "d1 · TABED<sup>MT</sup> · g4 · seed 0" in section
+    assert "seed 1" not in section and "Static" not in section
+    # the first three sample-turns, as small multiples
+    assert "sample s2 · turn 0" in section and "sample s3" not in section
+    # the M share as a step line that holds the last step's value until its block ends
+    assert section.count('"x":[0,3,5,10],"y":[0.7,0.5,0.2,0.2]') == 2 * 3
+    # shading: blocks [0, 3) and [5, 10) all accepted (green), [3, 5) with a rejection (red)
+    assert section.count('"width":[3,5],"x":[0,5]') == 2 * 3
+    assert section.count('"width":[2],"x":[3]') == 2 * 3
+    assert "[position, position + accepted + 1)" in section
+    assert "M only" in section and "T only" in section and "static MT" in section
+
+
+def test_weights_share_ignores_other_views_and_figure_cap(tmp_path, monkeypatch):
+    monkeypatch.setattr(report_html, "MAX_WEIGHT_FIGURES", 1)
+    cell_rows = [grid_cell("TABED^MTC", "MTC", d, 2.5) for d in ("d1", "d2")]
+    steps = [(0, 2, 1, [0.6, 0.2, 0.2]), (2, 2, 2, [0.1, 0.3, 0.6])]
+    blocks = [r for c in cell_rows for r in block_rows(c, ["s0"], steps)]
+    section = sections(weights_page(tmp_path, cell_rows, blocks))["Ensemble weights over decoding"]
+    assert section.count("Plotly.newPlot") == 1
+    assert '"y":[0.75,0.25,0.25]' in section
+    assert "1 more cell(s) not plotted" in section
+
+
+def test_weights_section_without_eligible_cells(tmp_path):
+    page = weights_page(tmp_path, [grid_cell("M", "M", "d1", 2.2)], [])
+    section = sections(page)["Ensemble weights over decoding"]
+    assert "Plotly.newPlot" not in section and "No cell has an ensemble" in section
+
+
+def test_hostile_label_dataset_and_sample_escaped(tmp_path):
+    dataset = "d1'\"><img src=x onerror=alert(2)>"
+    cell_rows = [
+        {**grid_cell("TABED^MT", "MT", dataset, 2.5), "label": HOSTILE + "^MT"},
+        {**grid_cell("M", "M", dataset, 2.0), "label": HOSTILE},
+        ar_cell(dataset=dataset),
+    ]
+    blocks = block_rows(cell_rows[0], [HOSTILE])
+    page = weights_page(tmp_path, cell_rows, blocks)
+    assert HOSTILE not in page and "<img" not in page and "onerror=alert(2)>" not in page
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    rows = table_rows(sections(page)["Block efficiency by dataset"])
+    # a label that does not spell its views gets them appended
+    assert list(rows) == [escaped + " · M", escaped + "<sup>MT</sup>"]
+    weights = sections(page)["Ensemble weights over decoding"]
+    assert f"sample {escaped} · turn 0" in weights
+    assert "d1&#x27;&quot;&gt;&lt;img src=x onerror=alert(2)&gt;" in weights

@@ -105,3 +105,47 @@ def test_word_salad_never_raises(rows):
         salad = " ".join(rng.choice(tw.VOCABULARY, size=rng.integers(0, 60)))
         r = rows[i % len(rows)]
         assert 0.0 <= score_toy(r["scenario"], r["turn"], salad, r["reference"]) <= 1.0
+
+
+def test_multiturn_new_image_caption_is_scored_as_a_caption():
+    ref = "a red circle at the top left , a blue square at the bottom right ."
+    assert score_toy("toy_multiturn", 1, ref, ref) == 1.0
+    half = "a red circle at the top left , a green square at the bottom right ."
+    assert score_toy("toy_multiturn", 1, half, ref) == pytest.approx(1 / 3)
+
+
+def test_multiturn_new_image_vqa_is_scored_as_vqa():
+    for ref, bad in [
+        ("the circle is red .", "the circle is blue ."),
+        ("a circle is at the top left .", "a square is at the top left ."),
+        ("the blue square is at the bottom right .", "the blue square is at the top right ."),
+    ]:
+        assert score_toy("toy_multiturn", 1, ref.rstrip(" ."), ref) == 1.0  # same fact
+        assert score_toy("toy_multiturn", 1, bad, ref) == 0.0
+
+
+def test_multiturn_reasoning_is_exact():
+    ref = "red and blue make purple ."
+    assert score_toy("toy_multiturn", 1, "Red and blue make purple.", ref) == 1.0
+    assert score_toy("toy_multiturn", 1, "red and blue make green .", ref) == 0.0
+    assert score_toy("toy_multiturn", 1, "red and blue make", ref) == 0.0
+    ref = "a triangle has three sides ."
+    assert score_toy("toy_multiturn", 1, "a triangle has three sides .", ref) == 1.0
+    assert score_toy("toy_multiturn", 1, "a triangle has four sides .", ref) == 0.0
+
+
+def test_multiturn_rows_of_every_kind_score(rows):
+    """References of each turn-1 kind score 1; a wrong colour, shape or number scores less."""
+    swaps = {"red": "blue", "blue": "red", "green": "red", "yellow": "red", "purple": "red"}
+    swaps |= {"orange": "red", "circle": "square", "square": "circle", "triangle": "circle"}
+    swaps |= {"one": "two", "two": "three", "three": "four", "four": "one"}
+    second = [r for r in rows if r["scenario"] == "toy_multiturn" and r["turn"] == 1]
+    kinds = {len(r["images"]) for r in second}
+    kinds |= {"text" for r in second if {"make", "sides"} & set(r["reference"].split())}
+    assert kinds == {1, 2, "text"}  # prior, new image, text-only reasoning
+    for r in second:
+        words = r["reference"].split()
+        i = next(i for i, w in enumerate(words) if w in swaps)
+        bad = " ".join(words[:i] + [swaps[words[i]]] + words[i + 1 :])
+        assert score_toy("toy_multiturn", 1, r["reference"], r["reference"]) == 1.0
+        assert score_toy("toy_multiturn", 1, bad, r["reference"]) < 1.0, bad

@@ -1,5 +1,6 @@
 import io
 import json
+from collections import Counter
 
 import numpy as np
 import pyarrow as pa
@@ -11,6 +12,9 @@ from mmspec.tables import PREPARED
 
 N = 60  # samples per dataset: enough to hit every branch, fast
 N_IMAGES = {"toy_caption": 1, "toy_vqa": 1, "toy_diff": 2, "toy_multiturn": 1, "toy_story": 5}
+N_IMAGES_MULTITURN_NEW = 2  # a toy_multiturn turn 1 of kind "image" brings a second one
+MIXES = {"red blue": "purple", "red yellow": "orange", "blue yellow": "green"}
+SIDES = {"triangle": "three", "square": "four"}
 N_TURNS = {"toy_caption": 1, "toy_vqa": 1, "toy_diff": 1, "toy_multiturn": 2, "toy_story": 1}
 
 
@@ -46,9 +50,51 @@ def test_rows_fit_the_prepared_schema(datasets):
             messages = json.loads(row["messages"])
             assert [m["role"] for m in messages] == ["user", "assistant"] * row["turn"] + ["user"]
             n_images = sum(c["type"] == "image" for m in messages for c in m["content"])
-            assert n_images == len(row["images"]) == len(row["image_ids"]) == N_IMAGES[name]
+            assert n_images == len(row["images"]) == len(row["image_ids"])
+            if name == "toy_multiturn" and row["turn"] == 1:
+                assert n_images in (N_IMAGES[name], N_IMAGES_MULTITURN_NEW)
+            else:
+                assert n_images == N_IMAGES[name]
             assert row["image_ids"] == [tw.image_id(png) for png in row["images"]]
             assert len(row["reference"].split()) <= 42
+
+
+def follow_up_kind(row: dict) -> str:
+    """The kind of a toy_multiturn turn-1 row: "image", "text" (reasoning) or "prior"."""
+    last = json.loads(row["messages"])[-1]["content"]
+    if any(c["type"] == "image" for c in last):
+        return "image"
+    words = row["reference"].split()
+    return "text" if "make" in words or "sides" in words else "prior"
+
+
+def read_scene(png: bytes) -> tw.Scene:
+    """The scene drawn in an image, read back by matching each quadrant against the tiles."""
+    img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    objs = []
+    for pos, (r, c) in tw.CORNERS.items():
+        quadrant = img[r : r + tw.QUAD, c : c + tw.QUAD]
+        if quadrant.any():
+            kind = next(k for k, tile in tw.TILES.items() if np.array_equal(tile, quadrant))
+            objs.append(tw.Obj(*kind, pos))
+    return tuple(objs)
+
+
+def vqa_answer(scene: tw.Scene, question: str) -> str:
+    """The answer to a caption or toy_vqa question about `scene`, worked out independently."""
+    if question == tw.CAPTION_PROMPT:
+        return tw.caption(scene)
+    words = question.split()
+    if question.startswith("what colour is the "):
+        (o,) = [o for o in scene if o.shape == words[4]]
+        return f"the {o.shape} is {o.colour} ."
+    if question.startswith("what shape is at the "):
+        pos = " ".join(words[5:7])
+        (o,) = [o for o in scene if o.pos == pos]
+        return f"a {o.shape} is at the {pos} ."
+    assert question.startswith("where is the "), question
+    (o,) = [o for o in scene if (o.colour, o.shape) == (words[3], words[4])]
+    return f"the {o.colour} {o.shape} is at the {o.pos} ."
 
 
 def test_multiturn_carries_the_earlier_answer(datasets):
@@ -58,7 +104,60 @@ def test_multiturn_carries_the_earlier_answer(datasets):
         assert (first["turn"], second["turn"]) == (0, 1)
         messages = json.loads(second["messages"])
         assert messages[1]["content"][0]["text"] == first["reference"]
-        assert [c["type"] for c in messages[2]["content"]] == ["text"]  # follow-up: text only
+        assert second["images"][:1] == first["images"]  # the first image stays in context
+        types = [c["type"] for c in messages[2]["content"]]
+        if follow_up_kind(second) == "image":
+            assert types == ["image", "text"] and len(second["images"]) == 2
+        else:
+            assert types == ["text"] and len(second["images"]) == 1  # no image added
+
+
+def test_multiturn_follow_up_kinds_are_uniform(datasets):
+    kinds = Counter(follow_up_kind(r) for r in datasets["toy_multiturn"] if r["turn"] == 1)
+    assert set(kinds) == {"prior", "image", "text"}
+    assert all(N / 6 <= n <= N / 2 for n in kinds.values()), kinds  # about N / 3 each
+
+
+def test_multiturn_new_image_is_the_one_answered(datasets):
+    questions = set()
+    for row in datasets["toy_multiturn"]:
+        if row["turn"] == 1 and follow_up_kind(row) == "image":
+            question = json.loads(row["messages"])[-1]["content"][-1]["text"]
+            questions.add(" ".join(question.split()[:3]))
+            scene = read_scene(row["images"][1])
+            assert scene and vqa_answer(scene, question) == row["reference"], row["reference"]
+    assert questions == {"describe the image", "what colour is", "what shape is", "where is the"}
+
+
+def test_multiturn_prior_follow_up_is_about_the_caption(datasets):
+    rows = datasets["toy_multiturn"]
+    for first, second in zip(rows[::2], rows[1::2], strict=True):
+        if follow_up_kind(second) == "prior":
+            scene = read_scene(first["images"][0])
+            assert tw.caption(scene) == first["reference"]
+            words = set(second["reference"].split())
+            stated = words & set(tw.COLOURS + tw.SHAPES)
+            assert stated <= {o.colour for o in scene} | {o.shape for o in scene}
+
+
+def test_multiturn_reasoning_answers():
+    seen = set()
+    for seed in range(200):
+        turns = tw.make_toy_multiturn(np.random.default_rng(seed))
+        turn = turns[1]
+        words = turn.question.split()
+        if turn.question.startswith("what colour do "):
+            a, b = words[3], words[5]
+            assert (
+                turn.answer == f"{a} and {b} make {MIXES.get(f'{a} {b}', MIXES.get(f'{b} {a}'))} ."
+            )
+            seen.add((a, b))
+        elif turn.question.startswith("how many sides does a "):
+            shape = words[5]
+            assert turn.answer == f"a {shape} has {SIDES[shape]} sides ." and turn.scenes == []
+            seen.add(shape)
+    pairs = {tuple(k.split()) for k in MIXES}
+    assert seen == pairs | {(b, a) for a, b in pairs} | set(SIDES)  # both orders; never circle
 
 
 def test_text_uses_only_the_vocabulary(datasets):
@@ -118,9 +217,44 @@ def test_training_examples():
     for i, (messages, images) in enumerate(examples):
         assert messages[-1]["role"] == "assistant"
         assert len(messages) == (2 if i % 2 == 0 else 4)
-        assert len(images) == 1 and images[0].shape == (32, 32, 3)
+        n_images = sum(c["type"] == "image" for m in messages for c in m["content"])
+        assert len(images) == n_images >= 1 and images[0].shape == (32, 32, 3)
     again = list(tw.training_examples(["toy_caption", "toy_multiturn"], 6, seed=0))
     assert [m for m, _ in again] == [m for m, _ in examples]
     # a stream apart from the evaluation rows of the same seed
     evaluation = tw.generate_dataset("toy_caption", 3, seed=0)
     assert examples[0][0][-1]["content"][0]["text"] != evaluation[0]["reference"]
+
+
+def test_tokenizer_splits_punctuation(processor):
+    """The caption view's "image: ..." prefix tokenizes to known words; specials stay whole."""
+    tokenizer = processor.tokenizer
+    ids = tokenizer("image: a red circle", add_special_tokens=False)["input_ids"]
+    assert tokenizer.convert_ids_to_tokens(ids) == ["image", ":", "a", "red", "circle"]
+    text = "<bos> user : <image>\n<image> describe the image . assistant : a red circle . <eos>"
+    tokens = tokenizer.convert_ids_to_tokens(tokenizer(text, add_special_tokens=False)["input_ids"])
+    assert tokens == ["<bos>", "user", ":", "<image>", "\n", "<image>", "describe", "the"] + [
+        "image",
+        ".",
+        "assistant",
+        ":",
+        "a",
+        "red",
+        "circle",
+        ".",
+        "<eos>",
+    ]
+
+
+def test_chat_template_tokenizes_to_the_vocabulary(processor, datasets):
+    tokenizer = processor.tokenizer
+    for rows in datasets.values():
+        for row in rows[:6]:
+            messages = json.loads(row["messages"])
+            text = tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            )
+            tokens = tokenizer.convert_ids_to_tokens(
+                tokenizer(text, add_special_tokens=False)["input_ids"]
+            )
+            assert tokens == text.split(" ")  # one token per word: no splits, no unknowns

@@ -40,8 +40,9 @@ def test_generate_never_runs_the_vision_tower(workdir, monkeypatch):
 
     monkeypatch.setattr(modeling_clip.CLIPVisionModel, "forward", refuse)
     monkeypatch.setattr(modeling_clip.CLIPVisionEmbeddings, "forward", refuse)
-    spec = {"method": "sd", "drafter": "model", "view": "M", "tree": "chain", "gamma": 3,
-            "acceptance": "greedy", "temperature": 0.0}
+    from mmspec.methods.registry import resolve
+
+    spec = dict(resolve("sd", {"views": "MP", "gamma": 3}), method="sd", temperature=0.0)
     params = {
         "cell": {"dataset": "toy_diff", "pair": "toy", "method": "sd", "hp": "x", "seed": 0,
                  "spec": spec},
@@ -52,7 +53,8 @@ def test_generate_never_runs_the_vision_tower(workdir, monkeypatch):
     generate.run(params, "prepared.parquet", "target.parquet", "draft.parquet", "out.parquet")
     rows = pq.read_table("out.parquet").to_pylist()
     assert len(rows) == 3
-    assert all(r["target_visual_tokens"] == 32 and r["draft_visual_tokens"] == 32 for r in rows)
+    # two images: M reads 2 x 16 visual tokens, P 2 x 4 pooled ones
+    assert all(r["target_visual_tokens"] == 32 and r["draft_visual_tokens"] == 40 for r in rows)
     # and the guard does bite when the tower is called
     model = toy_training.build_model(TINY, toy_processor.build_tokenizer(), 0)
     with pytest.raises(AssertionError, match="vision tower ran"):

@@ -50,8 +50,13 @@ def run_dir(tmp_path_factory):
 
 def test_end_to_end_writes_cells_and_report(run_dir):
     cells = pq.read_table(run_dir / "results/summary/cells.parquet").to_pylist()
-    got = {(c["method"], c["view"], c["gamma"]) for c in cells}
-    assert got == {("ar", None, None), ("sd", "M", 2), ("sd", "T", 2)}
+    got = {(c["method"], c["views"], c["gamma"]) for c in cells}
+    assert got == {("ar", None, None), ("sd", "M", 2), ("sd", "T", 2), ("tabed_mtcp", "MTCP", 2)}
+    captions = pq.read_table(run_dir / "results/captions/toy-captioner/toy_caption.parquet")
+    assert captions.num_rows == 3 and all(s > 0 for s in captions.column("caption_s").to_pylist())
+    blocks = pq.read_table(run_dir / "results/summary/blocks.parquet").to_pylist()
+    ensemble = [b for b in blocks if b["method"] == "tabed_mtcp"]
+    assert ensemble and all(len(b["weights"]) == 4 for b in ensemble)
     for c in cells:
         assert c["lossless_rate"] == 1.0, c  # greedy decoding must be lossless
         assert c["n_samples"] == 3 and c["tau"] >= 1.0
@@ -83,7 +88,8 @@ def test_generation_setting_reruns_generation_not_training(run_dir, tmp_path):
     config = write_config(tmp_path / "c.yaml", lambda c: c["generation"].update(max_new_tokens=9))
     plan = planned_jobs(run_dir, config)
     assert "toy_model" not in plan and "prepare" not in plan and "cache_visual" not in plan
-    assert plan["generate"] == 3
+    assert "caption" not in plan
+    assert plan["generate"] == 4
 
 
 def test_misspelled_key_fails_before_any_job(tmp_path):

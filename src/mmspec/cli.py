@@ -38,11 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True)
 
+    p = sub.add_parser("caption", help="a caption of every image of a dataset (view C)")
+    p.add_argument("--spec", type=_json, required=True, help="the config's captioner (JSON)")
+    p.add_argument("--prepared", required=True)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", required=True)
+
     p = sub.add_parser("generate", help="decode one cell")
     p.add_argument("--params", type=_json, required=True, help="cell, pair, generation, timing")
     p.add_argument("--prepared", required=True)
     p.add_argument("--target-visual", required=True)
     p.add_argument("--draft-visual", default=None)
+    p.add_argument("--captions", default=None, help="the caption cache (views with C)")
     p.add_argument("--out", required=True)
 
     p = sub.add_parser("score", help="lossless check and quality of one cell")
@@ -54,10 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("aggregate", help="one row per cell from an explicit list of score files")
     p.add_argument("--out", required=True)
+    p.add_argument("--blocks", required=True, help="where the per-step table goes")
+    p.add_argument("--groups", type=_json, default={}, help="dataset -> group (JSON)")
     p.add_argument("scores", nargs="+")
 
     p = sub.add_parser("report", help="the HTML report")
     p.add_argument("--cells", required=True)
+    p.add_argument("--blocks", default=None)
     p.add_argument("--out", required=True)
 
     p = sub.add_parser("cells", help="validate a config and list its cells")
@@ -97,10 +107,22 @@ def run(args: argparse.Namespace) -> None:
 
         n = cache_visual.run(args.model, args.prepared, args.out, args.dtype, args.threads)
         print(f"cached {n} images -> {args.out}", file=sys.stderr)
+    elif args.stage == "caption":
+        from mmspec.stages import caption
+
+        n = caption.run(args.spec, args.prepared, args.out, args.threads)
+        print(f"captioned {n} images -> {args.out}", file=sys.stderr)
     elif args.stage == "generate":
         from mmspec.stages import generate
 
-        generate.run(args.params, args.prepared, args.target_visual, args.draft_visual, args.out)
+        generate.run(
+            args.params,
+            args.prepared,
+            args.target_visual,
+            args.draft_visual,
+            args.out,
+            args.captions,
+        )
     elif args.stage == "score":
         from mmspec.stages import score
 
@@ -108,12 +130,12 @@ def run(args: argparse.Namespace) -> None:
     elif args.stage == "aggregate":
         from mmspec.stages import aggregate
 
-        n = aggregate.run(args.scores, args.out)
+        n = aggregate.run(args.scores, args.out, args.blocks, args.groups)
         print(f"aggregated {n} cells -> {args.out}", file=sys.stderr)
     elif args.stage == "report":
         from mmspec.stages import report
 
-        report.run(args.cells, args.out)
+        report.run(args.cells, args.out, args.blocks)
     elif args.stage == "cells":
         from mmspec import config
 

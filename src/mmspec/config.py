@@ -105,6 +105,13 @@ def validate(config: dict) -> dict:
                     f"config key pairs.{name}.{role}: {ref!r} names no model under toy.models "
                     f"(known: {sorted(config['toy']['models'])})"
                 )
+    captioner = config.get("captioner")
+    if captioner and captioner["model"].startswith(TOY_PREFIX):
+        if captioner["model"][len(TOY_PREFIX) :] not in config["toy"]["models"]:
+            raise ConfigError(
+                f"config key captioner.model: {captioner['model']!r} names no model under "
+                f"toy.models (known: {sorted(config['toy']['models'])})"
+            )
     for i, rule in enumerate(config["sweep"]):
         for section in ("datasets", "pairs", "methods"):
             names = rule.get(section, "all")
@@ -115,6 +122,13 @@ def validate(config: dict) -> dict:
                             f"config key sweep.{i}.{section}: unknown name {n!r}; "
                             f"known: {sorted(config[section])}"
                         )
+    if captioner is None:
+        uses_c = sorted({c.method for c in cells(config) if "C" in c.spec.get("views", "")})
+        if uses_c:
+            raise ConfigError(
+                f"config key captioner: methods {uses_c} draft from captions (view C) but the "
+                "config names no captioner"
+            )
     for name, ds in config["datasets"].items():
         if ds["source"] == "toy" and not name.startswith("toy_"):
             raise ConfigError(
@@ -142,7 +156,13 @@ def _with_defaults(config: dict) -> dict:
         model.setdefault("lr", 0.001)
         model.setdefault("image_dropout", 0.0)
         model.setdefault("scenarios", ["toy_caption"])
+    captioner = config.get("captioner")
+    if captioner is not None:
+        captioner.setdefault("prompt", "<CAPTION>")
+        captioner.setdefault("max_new_tokens", 64)
+        captioner.setdefault("dtype", "float32")
     for ds in config["datasets"].values():
+        ds.setdefault("group", "benchmark")
         if ds["source"] == "toy":
             ds.setdefault("samples", 40)
         else:

@@ -27,6 +27,14 @@ STAGE_CODE = {
         "decoding/timing.py",
         "tables.py",
     ],
+    "caption": [
+        "stages/caption.py",
+        "stages/cache_visual.py",
+        "models/captioner.py",
+        "models/loading.py",
+        "decoding/timing.py",
+        "tables.py",
+    ],
     "generate": [
         "stages/generate.py",
         "decoding",
@@ -36,7 +44,7 @@ STAGE_CODE = {
         "tables.py",
     ],
     "score": ["stages/score.py", "scoring", "tables.py"],
-    "aggregate": ["stages/aggregate.py", "tables.py"],
+    "aggregate": ["stages/aggregate.py", "methods/registry.py", "tables.py"],
     "report": ["stages/report.py", "report", "tables.py"],
 }
 

@@ -39,6 +39,16 @@ VISUAL = pa.schema(
     ]
 )
 
+# results/captions/<captioner>/<dataset>.parquet: one row per distinct image: its caption from
+# the configured captioning model and the seconds that took (view C; computed once per image).
+CAPTIONS = pa.schema(
+    [
+        ("image_id", pa.string()),
+        ("caption", pa.string()),
+        ("caption_s", pa.float64()),
+    ]
+)
+
 # Identity of a cell, repeated on every row of its generate and score tables.
 CELL_COLUMNS = [
     ("dataset", pa.string()),
@@ -63,8 +73,12 @@ SAMPLES = pa.schema(
         ("step_accepted", pa.list_(pa.int32())),
         ("step_draft_s", pa.list_(pa.float64())),
         ("step_verify_s", pa.list_(pa.float64())),
+        # ensemble weights the drafter used at each step, one per view ([1.0] for one view)
+        ("step_weights", pa.list_(pa.list_(pa.float32()))),
         ("prefill_s", pa.float64()),
         ("decode_s", pa.float64()),
+        # time the captioner took on this sample's images (view C; cached, so paid once per image)
+        ("caption_s", pa.float64()),
         # the same sample decoded by plain AR in the same job, interleaved with the method
         ("ar_prefill_s", pa.float64()),
         ("ar_decode_s", pa.float64()),
@@ -90,6 +104,10 @@ SCORES = pa.schema(
         ("n_steps", pa.int32()),
         ("accepted_sum", pa.int64()),  # sum over steps of accepted draft tokens
         ("drafted_sum", pa.int64()),
+        ("step_drafted", pa.list_(pa.int32())),
+        ("step_accepted", pa.list_(pa.int32())),
+        ("step_weights", pa.list_(pa.list_(pa.float32()))),
+        ("caption_s", pa.float64()),
         ("prefill_s", pa.float64()),
         ("decode_s", pa.float64()),
         ("ar_decode_s", pa.float64()),
@@ -110,7 +128,10 @@ SCORES = pa.schema(
 CELLS = pa.schema(
     CELL_COLUMNS
     + [
-        ("view", pa.string()),
+        ("label", pa.string()),  # display name: the paper's row name for registry methods
+        ("group", pa.string()),  # the dataset's group in averages (config `group`: benchmark, ood)
+        ("views", pa.string()),  # drafter views, one letter each ("MT"), U with its keep ratio
+        ("weights", pa.string()),  # ensemble weight policy
         ("gamma", pa.int32()),
         ("acceptance", pa.string()),
         ("temperature", pa.float64()),
@@ -131,7 +152,28 @@ CELLS = pa.schema(
         ("ar_tokens_per_s", pa.float64()),
         ("prefill_s", pa.float64()),
         ("draft_visual_tokens", pa.float64()),
+        ("caption_s", pa.float64()),  # mean per sample-turn
         ("device", pa.string()),
+    ]
+)
+
+# results/summary/blocks.parquet: one row per verification step of every sample-turn of every cell.
+BLOCKS = pa.schema(
+    [
+        ("dataset", pa.string()),
+        ("pair", pa.string()),
+        ("method", pa.string()),
+        ("hp", pa.string()),
+        ("seed", pa.int64()),
+        ("label", pa.string()),
+        ("views", pa.string()),
+        ("sample_id", pa.string()),
+        ("turn", pa.int32()),
+        ("step", pa.int32()),  # 0-based index of the step within the sample-turn
+        ("position", pa.int32()),  # output tokens emitted before this step
+        ("drafted", pa.int32()),
+        ("accepted", pa.int32()),
+        ("weights", pa.list_(pa.float32())),  # one per view, in `views` order
     ]
 )
 

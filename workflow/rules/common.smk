@@ -20,7 +20,14 @@ MODELS = {
     for p in CONFIG["pairs"].values()
     for role in ("target", "draft")
 }
-IMAGE_VIEWS = {"M"}  # drafter views that read the draft's visual cache
+CAPTIONER = CONFIG.get("captioner")
+IMAGE_VIEWS = set("MPU")  # drafter views that read the draft's visual cache
+# the AR cell each cell is checked against: (dataset, pair, seed, temperature) -> AR cell
+AR_CELLS = {
+    (c.dataset, c.pair, c.seed, c.spec["temperature"]): c
+    for c in CELLS.values()
+    if c.spec["method"] == "ar"
+}
 
 
 wildcard_constraints:
@@ -49,7 +56,18 @@ def visual_path(ref, dataset):
 
 
 def needs_draft_visual(cell):
-    return cell.spec["drafter"] == "model" and cell.spec.get("view") in IMAGE_VIEWS
+    views = set(cell.spec.get("views", ""))
+    return cell.spec["drafter"] == "model" and bool(views & IMAGE_VIEWS)
+
+
+def needs_captions(cell):
+    return cell.spec["drafter"] == "model" and "C" in cell.spec.get("views", "")
+
+
+def captions_path(dataset):
+    return (
+        f"results/captions/{mmconfig.model_slug(CAPTIONER['model'])}/{dataset}.parquet"
+    )
 
 
 def generate_inputs(w):
@@ -64,6 +82,8 @@ def generate_inputs(w):
         inputs["models"] = inputs["models"] + toy_dir(pair["draft"])
     if needs_draft_visual(cell):
         inputs["draft_visual"] = visual_path(pair["draft"], cell.dataset)
+    if needs_captions(cell):
+        inputs["captions"] = captions_path(cell.dataset)
     return inputs
 
 
@@ -85,14 +105,22 @@ def generate_params(w):
     return json.dumps(params, sort_keys=True)
 
 
-def draft_visual_arg(w, input):
-    return (
-        f"--draft-visual {input.draft_visual}" if "draft_visual" in input.keys() else ""
-    )
+def optional_inputs(w, input):
+    """The generate options for the draft's visual cache and captions, when the cell reads them."""
+    args = []
+    if "draft_visual" in input.keys():
+        args.append(f"--draft-visual {input.draft_visual}")
+    if "captions" in input.keys():
+        args.append(f"--captions {input.captions}")
+    return " ".join(args)
 
 
 def ar_samples(w):
-    ar = mmconfig.ar_cell(CONFIG, cell_of(w))
+    cell = cell_of(w)
+    key = (cell.dataset, cell.pair, cell.seed, cell.spec["temperature"])
+    ar = AR_CELLS.get(key) or mmconfig.ar_cell(
+        CONFIG, cell
+    )  # the latter raises, naming it
     return f"results/generate/{ar.path}/samples.parquet"
 
 
@@ -103,3 +131,7 @@ def dataset_metric(w):
 
 def score_files():
     return [f"results/score/{c.path}/scores.parquet" for c in CELLS.values()]
+
+
+def dataset_groups():
+    return json.dumps({name: ds["group"] for name, ds in CONFIG["datasets"].items()})

@@ -10,9 +10,9 @@ rule generate:
     threads: CONFIG["timing"]["threads"]
     params:
         cell=generate_params,
-        draft_visual=draft_visual_arg,
+        optional=optional_inputs,
         code=fingerprint("generate"),
     shell:
         "mmspec generate --params {params.cell:q} --prepared {input.prepared}"
-        " --target-visual {input.target_visual} {params.draft_visual}"
+        " --target-visual {input.target_visual} {params.optional}"
         " --out {output} 2> {log}"

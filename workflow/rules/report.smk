@@ -1,6 +1,7 @@
 rule report:
     input:
-        "results/summary/cells.parquet",
+        cells="results/summary/cells.parquet",
+        blocks="results/summary/blocks.parquet",
     output:
         report("reports/index.html", caption="../report/index.rst", category="Report"),
     log:
@@ -11,4 +12,4 @@ rule report:
     params:
         code=fingerprint("report"),
     shell:
-        "mmspec report --cells {input} --out {output} 2> {log}"
+        "mmspec report --cells {input.cells} --blocks {input.blocks} --out {output} 2> {log}"

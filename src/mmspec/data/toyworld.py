@@ -13,8 +13,15 @@ Scenarios (one dataset each, see DATASETS):
 - toy_diff: two images (before, after) differing by one change: an object recoloured, moved to
   an empty corner, appeared or disappeared; "what changed ?" -> "a green square appeared at the
   bottom left ."
-- toy_multiturn: turn 0 is a caption; turn 1 is a text-only follow-up answerable from that
-  caption alone (how many shapes, list the colours, list the shapes).
+- toy_multiturn: turn 0 is a caption; turn 1 is one of three follow-up kinds (TABED's second
+  turns), drawn uniformly:
+  "prior": text only, answerable from the turn-0 caption alone (how many shapes, list the
+  colours, list the shapes);
+  "image": brings a new image (a new scene) and asks the caption prompt or a toy_vqa question
+  about it, so the turn-1 row carries two images and the answer is about the second;
+  "text": text only, unrelated to any image, with a fixed answer: colour mixing ("what colour
+  do red and blue make ?" -> "red and blue make purple .") or sides ("how many sides does a
+  triangle have ?" -> "a triangle has three sides .").
 - toy_story: five images of one object walking between corners; "tell the story ." -> "first a
   red circle is at the top left . then it moves to the top right . ... finally it moves to ..."
   Out of distribution for drafts trained on single images; after the first sentence the text is
@@ -61,12 +68,19 @@ STORY_PROMPT = "tell the story ."
 COUNT_PROMPT = "how many shapes are there ?"
 COLOURS_PROMPT = "list the colours ."
 SHAPES_PROMPT = "list the shapes ."
+MIXES = {  # primary pairs -> the colour they make, for the text-only reasoning turns
+    ("red", "blue"): "purple",
+    ("red", "yellow"): "orange",
+    ("blue", "yellow"): "green",
+}
+SIDES = {"triangle": "three", "square": "four"}  # a circle has none: never asked
 
 # Every word any prompt or answer can contain, plus the chat words "user" "assistant" ":".
 _TEXT_WORDS = """
 a an the at is are it to and from there , . ? :
 describe image what colour colours shape shapes where changed became moved appeared disappeared
 how many list tell story first then moves finally user assistant
+do does make has have sides
 """
 _POSITION_WORDS = ["top", "bottom", "left", "right"]
 VOCABULARY: list[str] = _TEXT_WORDS.split() + COLOURS + SHAPES + _POSITION_WORDS + NUMBERS
@@ -304,9 +318,40 @@ def _follow_up(scene: Scene, rng) -> tuple[str, str]:
     return prompt, f"the {attr}s are {_listing(words)} ."
 
 
+def _new_image_turn(rng: np.random.Generator) -> Turn:
+    """A turn bringing a new image: the caption prompt or a toy_vqa question about it."""
+    kind = int(rng.integers(1 + len(VQA_KINDS)))  # caption, colour, shape, position
+    if kind == 0:
+        scene = random_scene(rng)
+        return Turn([scene], CAPTION_PROMPT, caption(scene))
+    scene, qa = _applicable(rng, VQA_KINDS[kind - 1])
+    return Turn([scene], *qa)
+
+
+def _reasoning(rng: np.random.Generator) -> tuple[str, str]:
+    """A text-only question unrelated to any image, with a fixed answer."""
+    if int(rng.integers(2)) == 0:
+        (a, b), mixed = _pick(rng, list(MIXES.items()))
+        if int(rng.integers(2)):
+            a, b = b, a  # either order
+        return f"what colour do {a} and {b} make ?", f"{a} and {b} make {mixed} ."
+    shape = _pick(rng, list(SIDES))
+    return f"how many sides does a {shape} have ?", f"a {shape} has {SIDES[shape]} sides ."
+
+
+FOLLOW_UP_KINDS = ["prior", "image", "text"]
+
+
 def make_toy_multiturn(rng: np.random.Generator) -> list[Turn]:
+    """A caption, then a follow-up of a kind drawn uniformly from FOLLOW_UP_KINDS."""
     scene = random_scene(rng)
-    return [Turn([scene], CAPTION_PROMPT, caption(scene)), Turn([], *_follow_up(scene, rng))]
+    first = Turn([scene], CAPTION_PROMPT, caption(scene))
+    kind = FOLLOW_UP_KINDS[int(rng.integers(len(FOLLOW_UP_KINDS)))]
+    if kind == "prior":
+        return [first, Turn([], *_follow_up(scene, rng))]
+    if kind == "image":
+        return [first, _new_image_turn(rng)]
+    return [first, Turn([], *_reasoning(rng))]
 
 
 def make_toy_story(rng: np.random.Generator, n_frames: int = 5) -> list[Turn]:

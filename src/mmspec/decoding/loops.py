@@ -24,6 +24,7 @@ class Step:
     accepted: int
     draft_s: float
     verify_s: float
+    weights: tuple[float, ...] = ()  # the drafter's ensemble weights for this block
 
 
 @dataclass
@@ -52,7 +53,7 @@ def _start(target: Decoder, prompt, temperature, generator, then=None) -> Genera
     """Prefill the target (and run `then(first_token)`, e.g. the drafter's prefill), timed."""
     sync(target.device)
     start = time.perf_counter()
-    token = pick(target.prefill(prompt).logits[-1], temperature, generator)
+    token = pick(target.prefill(prompt).logits[0], temperature, generator)
     if then is not None:
         then(token)
     sync(target.device)
@@ -75,7 +76,7 @@ def decode_ar(
     done = token in stop or max_new <= 1
     while not done:
         step_start = time.perf_counter()
-        token = pick(target.extend([token]).logits[-1], temperature, generator)
+        token = pick(target.extend([token]).logits[0, -1], temperature, generator)
         out.tokens.append(token)
         sync(device)
         out.steps.append(Step(0, 0, 0.0, time.perf_counter() - step_start))
@@ -88,7 +89,7 @@ def decode_speculative(
     target: Decoder,
     prompt: torch.Tensor,
     drafter,
-    draft_prompt: torch.Tensor,
+    draft_prompts: list[torch.Tensor],
     policy,
     rule,
     max_new: int,
@@ -96,9 +97,12 @@ def decode_speculative(
     temperature: float,
     generator: torch.Generator | None,
 ) -> Generation:
-    """Draft with `policy`, verify in one target forward, accept with `rule`, repeat."""
+    """Draft with `policy`, verify in one target forward, accept with `rule`, repeat.
+
+    `draft_prompts` holds the drafter's prompt in each of its views.
+    """
     device = target.device
-    out = _start(target, prompt, temperature, generator, lambda t: drafter.start(draft_prompt, t))
+    out = _start(target, prompt, temperature, generator, lambda t: drafter.start(draft_prompts, t))
     token = out.tokens[0]
     start = time.perf_counter()
     done = token in stop or max_new <= 1
@@ -107,13 +111,15 @@ def decode_speculative(
         proposal = policy.propose(drafter, generator)
         t1 = time.perf_counter()
         base = target.length
-        logits = target.extend([token] + proposal.tokens, proposal.attention()).logits
+        logits = target.extend([token] + proposal.tokens, proposal.attention()).logits[0]
         path, token = rule(proposal, logits, temperature, generator)
         target.keep(base, [0] + [i + 1 for i in path])
-        drafter.commit(proposal, path, token)
+        drafter.commit(proposal, path, token, logits)
         emitted = [proposal.tokens[i] for i in path] + [token]
         done = _append(out.tokens, emitted, stop, max_new)
         sync(device)
-        out.steps.append(Step(len(proposal.tokens), len(path), t1 - t0, time.perf_counter() - t1))
+        step_s = time.perf_counter() - t1
+        weights = tuple(drafter.weights.tolist())
+        out.steps.append(Step(len(proposal.tokens), len(path), t1 - t0, step_s, weights))
     out.decode_s = time.perf_counter() - start
     return out

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# The component choices a spec may name, and the hyperparameters each component reads.
-VIEWS = ("M", "T")
+# The component choices a spec may name, and the hyperparameters each component reads. (Kept
+# free of torch imports so that config validation stays fast; tests check these names against
+# decoding.views.VIEWS and decoding.weights.POLICIES.)
+VIEW_NAMES = "MTCPU"
+POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboost")
 DRAFTERS = ("none", "model")
 TREES = ("none", "chain")
 ACCEPTANCE = ("none", "greedy", "sampling")
@@ -18,11 +21,86 @@ LOSSLESS_ACCEPTANCE = ("none", "greedy", "sampling")
 
 @dataclass(frozen=True)
 class Method:
-    """A registry entry: its components and the default value of every hyperparameter."""
+    """A registry entry: its components, the default of every hyperparameter, a display label."""
 
     name: str
     description: str
     defaults: dict = field(default_factory=dict)
+    label: str = ""
+
+
+# What every model drafter accepts: views (letters, see decoding.views), the ensemble weight
+# policy and its window h (0 = the whole history), U's keep ratio, the policies' constants.
+DRAFTING = {
+    "drafter": "model",
+    "views": "M",
+    "keep": 0.5,
+    "weights": "static",
+    "window": 0,
+    "softmax_temperature": 1.0,
+    "adaboost_constant": 1.0,
+    "tree": "chain",
+    "gamma": 5,
+    "acceptance": "greedy",
+}
+
+
+def _drafting(name: str, label: str, description: str, **overrides) -> Method:
+    return Method(name, description, {**DRAFTING, **overrides}, label)
+
+
+def _tabed_rows() -> list[Method]:
+    """TABED's table rows: single views, static ensembles, and the adaptive ensembles."""
+    rows = [
+        _drafting(v.lower(), v, f"TABED single-view drafting: view {v} ({what})", views=v)
+        for v, what in [
+            ("M", "full visual tokens"),
+            ("T", "text only"),
+            ("C", "captions in place of images"),
+            ("P", "2x2-pooled visual tokens"),
+        ]
+    ]
+    rows += [
+        _drafting(
+            v.lower(),
+            "MT = Static^MT" if v == "MT" else v,
+            f"batched ensemble of views {', '.join(v)} with equal (static) weights",
+            views=v,
+        )
+        for v in ("MT", "MTC", "MTP", "MTCP")
+    ]
+    rows += [
+        _drafting(
+            "random_mt",
+            "Random^MT",
+            "views M and T, random non-negative weights summing to one per block",
+            views="MT",
+            weights="random",
+        ),
+        _drafting(
+            "tabed_mt",
+            "TABED^MT",
+            "views M and T, weights on a 0.1 grid chosen per block by argmax matches "
+            "with the target over the history (ties: lowest KL)",
+            views="MT",
+            weights="grid",
+        ),
+        _drafting(
+            "tabed_mtcp",
+            "TABED^MTCP",
+            "views M, T, C, P, weights softmax(1 / summed KL) at temperature 1 per block",
+            views="MTCP",
+            weights="softmax",
+        ),
+        _drafting(
+            "tabed_adaboost",
+            "TABED^MT-AdaBoost",
+            "views M and T, weights ln(1/error - 1) + C ln(K - 1) from each view's error rate",
+            views="MT",
+            weights="adaboost",
+        ),
+    ]
+    return rows
 
 
 METHODS = {
@@ -32,18 +110,28 @@ METHODS = {
             "ar",
             "autoregressive decoding with the target alone (the baseline of every speedup)",
             {"drafter": "none", "tree": "none", "acceptance": "none"},
+            "AR",
         ),
-        Method(
+        _drafting(
             "sd",
-            "speculative decoding: a draft model proposes a chain of gamma tokens from one view",
-            {"drafter": "model", "view": "M", "tree": "chain", "gamma": 5, "acceptance": "greedy"},
+            "SD",
+            "speculative decoding: a draft model proposes a chain of gamma tokens from its views",
         ),
+        *_tabed_rows(),
     ]
 }
 
 # Allowed values of hyperparameters whose domain is a fixed set; others are checked by type.
-CHOICES = {"drafter": DRAFTERS, "view": VIEWS, "tree": TREES, "acceptance": ACCEPTANCE}
-TYPES = {"gamma": int, "temperature": (int, float)}
+CHOICES = {"drafter": DRAFTERS, "tree": TREES, "acceptance": ACCEPTANCE, "weights": POLICIES}
+TYPES = {
+    "gamma": int,
+    "window": int,
+    "views": str,
+    "temperature": (int, float),
+    "keep": (int, float),
+    "softmax_temperature": (int, float),
+    "adaboost_constant": (int, float),
+}
 # Keys every method accepts on top of its defaults.
 COMMON_KEYS = {"temperature"}
 
@@ -66,7 +154,29 @@ def resolve(method_name: str, hparams: dict) -> dict:
         spec[key] = value
     if spec.get("gamma") is not None and spec["gamma"] < 1:
         raise ValueError(f"gamma must be >= 1, got {spec['gamma']}")
+    if spec.get("window") is not None and spec["window"] < 0:
+        raise ValueError(f"window must be >= 0 (0 = the whole history), got {spec['window']}")
+    if spec.get("keep") is not None and not 0 < spec["keep"] <= 1:
+        raise ValueError(f"keep must be in (0, 1], got {spec['keep']}")
+    if spec.get("softmax_temperature") is not None and spec["softmax_temperature"] <= 0:
+        raise ValueError(f"softmax_temperature must be > 0, got {spec['softmax_temperature']}")
+    views = spec.get("views")
+    if views is not None and (
+        not views or set(views) - set(VIEW_NAMES) or len(set(views)) != len(views)
+    ):
+        raise ValueError(
+            f"views={views!r}: one or more distinct letters of {VIEW_NAMES} "
+            "(M full, T text only, C caption, P pooled, U uniform pruning)"
+        )
     return spec
+
+
+def label(entry: str, method: str) -> str:
+    """Display name of a config entry: the paper's row name when it is a registry method."""
+    registered = METHODS.get(entry)
+    if registered is not None and registered.label and entry == method:
+        return registered.label
+    return entry
 
 
 def is_lossless(spec: dict) -> bool:

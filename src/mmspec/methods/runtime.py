@@ -11,16 +11,18 @@ from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import ModelDrafter
 from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
 from mmspec.decoding.trees import make_tree_policy
-from mmspec.decoding.views import FullView, make_view
+from mmspec.decoding.views import FullView, ImageInput, ViewContext, make_view, parse_views
+from mmspec.decoding.weights import make_policy
+from mmspec.models.visual import projector_of
 
 
 @dataclass
 class Sample:
-    """One sample-turn ready to decode: prompt text, and cached visual features per model."""
+    """One sample-turn ready to decode: prompt text, and its images as cached for each model."""
 
     text: str
-    target_images: list[torch.Tensor]
-    draft_images: list[torch.Tensor]
+    target_images: list[ImageInput]
+    draft_images: list[ImageInput]
 
 
 class MethodRunner:
@@ -29,16 +31,21 @@ class MethodRunner:
     def __init__(self, spec: dict, target_model, draft_model, tokenizer, image_token: str):
         self.spec = spec
         self.temperature = float(spec["temperature"])
-        self.tokenizer = tokenizer
-        self.image_token = image_token
         self.target = Decoder(target_model)
+        self.target_ctx = ViewContext(tokenizer, self.target.embed, image_token)
         self.full = FullView()
         self.drafter = None
         if spec["drafter"] == "model":
             if draft_model is None:
                 raise ValueError(f"method {spec['method']!r} needs a draft model")
-            self.drafter = ModelDrafter(Decoder(draft_model), self.temperature)
-            self.view = make_view(spec["view"])
+            decoder = Decoder(draft_model)
+            vocab = draft_model.get_output_embeddings().out_features
+            self.drafter = ModelDrafter(
+                decoder, self.temperature, make_policy(spec, vocab), int(spec["window"])
+            )
+            self.views = [make_view(v, float(spec["keep"])) for v in parse_views(spec["views"])]
+            project = projector_of(draft_model) if "P" in spec["views"] else None
+            self.draft_ctx = ViewContext(tokenizer, decoder.embed, image_token, project)
             self.policy = make_tree_policy(spec)
             self.rule = make_rule(spec["acceptance"])
         elif spec["drafter"] != "none":
@@ -47,11 +54,16 @@ class MethodRunner:
         self.last_target_visual = 0
 
     def target_prompt(self, sample: Sample) -> torch.Tensor:
-        prompt = self.full.build(
-            sample.text, sample.target_images, self.tokenizer, self.target.embed, self.image_token
-        )
+        prompt = self.full.build(sample.text, sample.target_images, self.target_ctx)
         self.last_target_visual = prompt.n_visual
         return prompt.embeds
+
+    def draft_prompts(self, sample: Sample) -> list[torch.Tensor]:
+        """The sample in each of the drafter's views (one cache row each)."""
+        prompts = [v.build(sample.text, sample.draft_images, self.draft_ctx) for v in self.views]
+        # visual tokens the draft reads: summed over its views (an ensemble pays for each row)
+        self.last_draft_visual = sum(p.n_visual for p in prompts)
+        return [p.embeds for p in prompts]
 
     def decode(self, sample: Sample, max_new: int, stop: set[int], generator) -> Generation:
         """Decode one sample with this method."""
@@ -59,19 +71,11 @@ class MethodRunner:
         if self.drafter is None:
             self.last_draft_visual = 0
             return decode_ar(self.target, prompt, max_new, stop, self.temperature, generator)
-        draft_prompt = self.view.build(
-            sample.text,
-            sample.draft_images,
-            self.tokenizer,
-            self.drafter.decoder.embed,
-            self.image_token,
-        )
-        self.last_draft_visual = draft_prompt.n_visual
         return decode_speculative(
             self.target,
             prompt,
             self.drafter,
-            draft_prompt.embeds,
+            self.draft_prompts(sample),
             self.policy,
             self.rule,
             max_new,

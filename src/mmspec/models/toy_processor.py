@@ -34,7 +34,8 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     words = [w for w in toyworld.VOCABULARY if w not in SPECIALS]
     vocab = {token: i for i, token in enumerate(SPECIALS + sorted(set(words)))}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    # splits \w+|[^\w\s]+, so "image: a red circle" (the caption view) gives "image" ":" ...
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
         bos_token="<bos>",

@@ -26,6 +26,13 @@ def vision_parts(model):
     return tower, projector
 
 
+def projector_of(model):
+    """The model's projector as a function: vision features [N, D] -> embeddings [N, H]."""
+    _, projector = vision_parts(model)
+    device, dtype = next(projector.parameters()).device, next(projector.parameters()).dtype
+    return lambda features: projector(features.to(device, dtype))
+
+
 @torch.inference_mode()
 def encode_images(model, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(features [N, n, Dv], embeds [N, n, H]) for a batch of preprocessed images."""

@@ -1,5 +1,8 @@
 """One self-contained HTML page summarising a sweep, built from results/summary/cells.parquet.
 
+Optionally also from results/summary/blocks.parquet (one row per verification step), for the plots
+of the ensemble weights over decoding.
+
 The page opens offline from disk: plotly.js is inlined once in the head, figures are embedded as
 JSON (not images), and there is no external CSS. Every string that comes from the data is
 HTML-escaped, including those that plotly renders (hover text and legend names), because plotly
@@ -11,24 +14,38 @@ from __future__ import annotations
 import html
 import math
 import os
+import re
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
+import pyarrow.parquet as pq
 from plotly.colors import qualitative
 from plotly.offline import get_plotlyjs
+from plotly.subplots import make_subplots
 
-from mmspec.tables import CELLS, read_table
+from mmspec.tables import BLOCKS, CELLS, read_table
 
 # Method names of the plain autoregressive baseline (tau = 1 by construction).
 AR_METHODS = {"ar"}
 
+# Canonical order of the view letters (DESIGN.md vocabulary), and of the ensemble weight policies:
+# rows are ordered by them wherever methods are listed.
+VIEW_ORDER = "MTCPUSV"
+WEIGHT_POLICIES = ["static", "random", "kld", "tvd", "grid", "softmax", "adaboost"]
+# Dataset groups whose average columns come first, in this order; any other group follows by name.
+GROUP_ORDER = ["benchmark", "ood"]
+
 # Columns of the per-section method table, in display order.
 TABLE_COLUMNS = [
+    "label",
     "method",
     "hp",
+    "views",
+    "weights",
     "seed",
     "n_samples",
     "tau",
@@ -41,8 +58,9 @@ TABLE_COLUMNS = [
     "retention",
     "tokens_per_s",
     "prefill_s",
+    "caption_s",
 ]
-TEXT_COLUMNS = {"method", "hp"}
+TEXT_COLUMNS = {"label", "method", "hp", "views", "weights"}
 INT_COLUMNS = {"seed", "n_samples"}
 
 MISSING = "–"
@@ -74,6 +92,20 @@ METRIC_DEFINITIONS = [
     ("quality", "the dataset's task metric."),
     ("retention", "quality / AR quality."),
     ("tokens_per_s", "emitted tokens / decode time."),
+    ("prefill_s", "mean prompt prefill time per sample-turn (excluded from speedup)."),
+    (
+        "caption_s",
+        "mean time the captioner took on a sample-turn's images (0 for methods without the C "
+        "view). Captions are computed once per image in a cached stage, so this per-sample value "
+        "is what captioning would cost without the cache; like prefill_s, it is not part of the "
+        "decode time.",
+    ),
+    (
+        "views",
+        "what the drafter sees, one letter per view: M full visual tokens, T text only, C caption, "
+        "P pooled, U/S/V pruned or compressed visual tokens. Several letters: an ensemble drafter "
+        "whose per-view weights follow the <code>weights</code> policy.",
+    ),
 ]
 
 CSS = """
@@ -92,6 +124,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td, th { white-space: nowrap; }
 .scroll { overflow-x: auto; }
 tr.best { font-weight: bold; }
+p.caption { max-width: 60rem; }
 tr.bug td { background: #fde8e8; }
 td.bug-cell { color: #b00; font-weight: bold; }
 .alert { color: #b00; font-weight: bold; }
@@ -113,11 +146,26 @@ FIGURE_LAYOUT = dict(
 )
 DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"]
 
+# Ensemble-weight plots: sample-turns per figure, figures in all (keeps the page a few MB at most).
+WEIGHT_SAMPLES = 3
+MAX_WEIGHT_FIGURES = 12
+ACCEPTED_COLOR = "rgba(44, 160, 44, 0.22)"
+REJECTED_COLOR = "rgba(214, 39, 40, 0.22)"
+SHARE_REFERENCES = [(1.0, "M only"), (0.5, "static MT"), (0.0, "T only")]
+CELL_KEY = ["dataset", "pair", "method", "hp", "seed"]
 
-def write_report(cells_path: str | Path, out_html: str | Path) -> None:
-    """Render the cells table at `cells_path` as one self-contained HTML page at `out_html`."""
+
+def write_report(
+    cells_path: str | Path, out_html: str | Path, blocks_path: str | Path | None = None
+) -> None:
+    """Render the cells table at `cells_path` as one self-contained HTML page at `out_html`.
+
+    With `blocks_path` (results/summary/blocks.parquet) the page also plots the ensemble weights
+    over decoding; without it that section is left out.
+    """
     cells = read_table(cells_path, CELLS).to_pandas()
-    page = render_page(cells, generated=datetime.now(UTC))
+    blocks = load_blocks(blocks_path, cells) if blocks_path is not None else None
+    page = render_page(cells, generated=datetime.now(UTC), blocks=blocks)
     out_html = Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)
     # Write then rename, so an interrupted run never leaves a truncated report behind.
@@ -153,8 +201,44 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return sorted(front)
 
 
-def render_page(cells: pd.DataFrame, generated: datetime) -> str:
-    """The full HTML page for a cells frame (one row per cell, CELLS columns)."""
+def load_blocks(blocks_path: str | Path, cells: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the blocks table that the weight plots can use (see `weight_plot_cells`).
+
+    The table holds every step of every sample-turn of the sweep, so it is read in two filtered
+    passes: the sample-turn keys of the plotted cells, then the steps of their first sample-turns.
+    """
+    path = Path(blocks_path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file (has the stage that writes it run?)")
+    names = pq.read_schema(path).names
+    missing = [name for name in BLOCKS.names if name not in names]
+    if missing:
+        raise ValueError(f"{path}: missing columns {missing}; expected the contract {BLOCKS.names}")
+    empty = BLOCKS.empty_table().to_pandas()
+    targets = weight_plot_cells(with_labels(cells))
+    if targets.empty:
+        return empty
+    pair = targets["pair"].iloc[0]
+    filters = [("pair", "=", pair), ("method", "in", sorted(targets["method"].unique()))]
+    key_columns = ["dataset", "method", "hp", "seed", "sample_id", "turn"]
+    keys = pq.read_table(path, columns=key_columns, filters=filters).to_pandas()
+    keys = keys.drop_duplicates().merge(targets[["dataset", "method", "hp", "seed"]])
+    first = keys.sort_values(["sample_id", "turn"]).groupby(["dataset", "method", "hp", "seed"])
+    sample_ids = sorted(first.head(WEIGHT_SAMPLES)["sample_id"].unique())
+    if not sample_ids:
+        return empty
+    filters.append(("sample_id", "in", sample_ids))
+    return pq.read_table(path, columns=BLOCKS.names, filters=filters).to_pandas()
+
+
+def render_page(
+    cells: pd.DataFrame, generated: datetime, blocks: pd.DataFrame | None = None
+) -> str:
+    """The full HTML page for a cells frame (one row per cell, CELLS columns).
+
+    `blocks` (BLOCKS columns, possibly only some of its rows) adds the ensemble-weight plots.
+    """
+    cells = with_labels(cells)
     colors = method_colors(cells)
     keys = sorted(cells.groupby(["dataset", "pair"]).groups) if len(cells) else []
     sections = [
@@ -163,9 +247,11 @@ def render_page(cells: pd.DataFrame, generated: datetime) -> str:
     ]
     body = "\n".join(
         [
-            render_header(cells, generated, keys),
+            render_header(cells, generated, keys, with_weights=blocks is not None),
             render_definitions(),
             *sections,
+            render_block_efficiency(cells),
+            render_weights(cells, blocks) if blocks is not None else "",
             render_summary(cells),
         ]
     )
@@ -217,6 +303,11 @@ def is_ar(method: object) -> bool:
     return isinstance(method, str) and method.lower() in AR_METHODS
 
 
+def is_ar_row(row: pd.Series) -> bool:
+    """Whether a cell is the autoregressive baseline (by its method name or its label)."""
+    return is_ar(row.get("method")) or is_ar(row.get("label"))
+
+
 def is_greedy(row: pd.Series) -> bool:
     """Whether a cell decodes greedily, so it must reproduce the AR output exactly."""
     return row.get("acceptance") == "greedy" or row.get("temperature") == 0
@@ -228,6 +319,40 @@ def lossless_bug(row: pd.Series) -> bool:
     return is_greedy(row) and not is_missing(rate) and float(rate) < 1.0
 
 
+def view_tokens(views: object) -> list[str]:
+    """The views of a `views` string, one per capital letter with its parameters ("U0.5")."""
+    return re.findall(r"[A-Z][^A-Z]*", views) if isinstance(views, str) else []
+
+
+def display_name(row: pd.Series) -> str:
+    """The label of a cell, plus its views when the label does not already spell them.
+
+    Paper labels do ("TABED^MT", "M"); a config method name does not, and one config entry may
+    expand over several views, whose rows must stay apart.
+    """
+    label = row.get("label")
+    name = str(label) if not is_missing(label) and label != "" else str(row.get("method"))
+    views = row.get("views")
+    if isinstance(views, str) and views and views not in name:
+        name = f"{name} · {views}"
+    return name
+
+
+def label_html(text: object) -> str:
+    """An escaped display name, with the paper's "^MT" suffixes as superscripts."""
+    return re.sub(r"\^(\w+)", r"<sup>\1</sup>", esc(text))
+
+
+def with_labels(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells with a label on every row (the method name where none) and a `_name` column."""
+    cells = cells.copy()
+    if "label" not in cells:
+        cells["label"] = None
+    cells["label"] = cells["label"].where(cells["label"].notna(), cells["method"])
+    cells["_name"] = [display_name(row) for _, row in cells.iterrows()] if len(cells) else []
+    return cells
+
+
 def method_colors(cells: pd.DataFrame) -> dict[str, str]:
     """One colour per method, the same in every figure of the page."""
     palette = qualitative.Plotly + qualitative.D3 + qualitative.Dark24
@@ -235,11 +360,44 @@ def method_colors(cells: pd.DataFrame) -> dict[str, str]:
     return {m: palette[i % len(palette)] for i, m in enumerate(methods)}
 
 
+def _missing_first(value: object) -> tuple:
+    """A sort key that puts missing values first and compares the others as they are."""
+    return (0, 0) if is_missing(value) else (1, value)
+
+
+def cell_rank(row: pd.Series) -> tuple:
+    """Sort key of a cell: AR, then single views, ensembles, drafters without views (trained heads);
+    within each, by views (canonical letter order), weight policy, method, gamma, hp and seed."""
+    tokens = view_tokens(row.get("views"))
+    kind = 0 if is_ar_row(row) else 1 if len(tokens) == 1 else 2 if tokens else 3
+    view_key = tuple(
+        (VIEW_ORDER.index(t[0]) if t[0] in VIEW_ORDER else len(VIEW_ORDER), t) for t in tokens
+    )
+    policy = row.get("weights")
+    policy = "" if is_missing(policy) else str(policy)
+    policy_key = (
+        WEIGHT_POLICIES.index(policy) if policy in WEIGHT_POLICIES else len(WEIGHT_POLICIES),
+        policy,
+    )
+    return (
+        kind,
+        len(tokens),
+        view_key,
+        policy_key,
+        str(row.get("method")),
+        _missing_first(row.get("gamma")),
+        "" if is_missing(row.get("hp")) else str(row.get("hp")),
+        _missing_first(row.get("seed")),
+    )
+
+
 def sort_cells(cells: pd.DataFrame) -> pd.DataFrame:
-    """AR first, then by method, gamma (numerically, not as part of the hp slug), hp and seed."""
-    key = cells.assign(_not_ar=~cells["method"].map(is_ar))
-    key = key.sort_values(["_not_ar", "method", "gamma", "hp", "seed"], na_position="first")
-    return key.drop(columns="_not_ar")
+    """Cells in display order (see `cell_rank`); gamma sorts numerically, not inside the hp slug."""
+    if cells.empty:
+        return cells
+    ranks = [cell_rank(row) for _, row in cells.iterrows()]
+    order = sorted(range(len(cells)), key=ranks.__getitem__)
+    return cells.iloc[order]
 
 
 def section_cells(cells: pd.DataFrame, dataset: str, pair: str) -> pd.DataFrame:
@@ -248,10 +406,33 @@ def section_cells(cells: pd.DataFrame, dataset: str, pair: str) -> pd.DataFrame:
     return sort_cells(cells[mask]).reset_index(drop=True)
 
 
+def dataset_order(cells: pd.DataFrame) -> tuple[list[str], dict[str, list[str]]]:
+    """Datasets ordered by group (GROUP_ORDER first, then by name; ungrouped last) then by name,
+    and the datasets of each group, in that order."""
+    groups: dict[str, list[str]] = {}
+    ungrouped = []
+    for dataset, of_dataset in cells.groupby("dataset", sort=True):
+        named = of_dataset["group"].dropna()
+        if named.empty:
+            ungrouped.append(dataset)
+        else:
+            groups.setdefault(str(named.mode().iloc[0]), []).append(dataset)
+    ranked = sorted(
+        groups, key=lambda g: (GROUP_ORDER.index(g) if g in GROUP_ORDER else len(GROUP_ORDER), g)
+    )
+    groups = {g: groups[g] for g in ranked}
+    return [d for g in groups for d in groups[g]] + ungrouped, groups
+
+
 # ---- page parts ------------------------------------------------------------------------------
 
 
-def render_header(cells: pd.DataFrame, generated: datetime, keys: list[tuple[str, str]]) -> str:
+def render_header(
+    cells: pd.DataFrame,
+    generated: datetime,
+    keys: list[tuple[str, str]],
+    with_weights: bool = False,
+) -> str:
     """Title, provenance, a table of contents and an alert when any greedy cell is not lossless."""
     devices = sorted(cells["device"].dropna().unique()) if len(cells) else []
     n_bugs = int(sum(lossless_bug(row) for _, row in cells.iterrows()))
@@ -265,6 +446,9 @@ def render_header(cells: pd.DataFrame, generated: datetime, keys: list[tuple[str
         f"<li><a href='#sec-{i}'>{esc(dataset)} · {esc(pair)}</a></li>"
         for i, (dataset, pair) in enumerate(keys)
     )
+    toc += "<li><a href='#block-efficiency'>Block efficiency by dataset</a></li>"
+    if with_weights:
+        toc += "<li><a href='#weights'>Ensemble weights over decoding</a></li>"
     return (
         "<h1>mmspec report</h1>\n"
         f"<p class='meta'>Generated {generated.strftime('%Y-%m-%d %H:%M:%S %Z')} · "
@@ -310,7 +494,9 @@ def render_method_table(cells: pd.DataFrame) -> str:
             classes.append("best")
         if bug:
             classes.append("bug")
-            bugs.append(f"{esc(row['method'])} {esc(row['hp'])} seed {fmt_num(row['seed'], True)}")
+            bugs.append(
+                f"{label_html(row['label'])} {esc(row['hp'])} seed {fmt_num(row['seed'], True)}"
+            )
         cls = f" class='{' '.join(classes)}'" if classes else ""
         tds = "".join(table_cell(row, column, bug) for column in TABLE_COLUMNS)
         rows.append(f"<tr{cls}>{tds}</tr>")
@@ -327,6 +513,8 @@ def render_method_table(cells: pd.DataFrame) -> str:
 def table_cell(row: pd.Series, column: str, bug: bool) -> str:
     """One <td>; the hp cell carries the full hyperparameter JSON as a tooltip."""
     value = row[column]
+    if column == "label":
+        return f"<td>{label_html(value)}</td>"
     if column in TEXT_COLUMNS:
         title = f" title='{esc(row['hparams'])}'" if column == "hp" else ""
         return f"<td{title}>{esc(value)}</td>"
@@ -337,7 +525,8 @@ def table_cell(row: pd.Series, column: str, bug: bool) -> str:
 def hover_text(row: pd.Series) -> str:
     """Escaped hover label of a cell (plotly renders <br> but would also render data markup)."""
     return (
-        f"{esc(row['method'])}<br>hp: {esc(row['hp'])}<br>seed: {fmt_num(row['seed'], True)}"
+        f"{label_html(row['_name'])} ({esc(row['method'])})<br>hp: {esc(row['hp'])}"
+        f"<br>seed: {fmt_num(row['seed'], True)}"
         f"<br>speedup {fmt_num(row['speedup'])} · quality {fmt_num(row['quality'])}"
         f"<br>tau {fmt_num(row['tau'])}"
     )
@@ -386,19 +575,19 @@ def speedup_quality_figure(cells: pd.DataFrame, colors: dict[str, str]) -> go.Fi
 
 
 def tau_gamma_figure(cells: pd.DataFrame, colors: dict[str, str]) -> go.Figure | None:
-    """Tau vs gamma, one line per (method, view, acceptance), with AR as the tau = 1 reference."""
+    """Tau vs gamma, one line per (method, label and views, acceptance), with AR at tau = 1."""
     drafted = cells.dropna(subset=["gamma", "tau"])
     drafted = drafted[~drafted["method"].map(is_ar)]
     if drafted.empty:
         return None
     fig = go.Figure()
     dash_of: dict[str, int] = {}
-    groups = drafted.groupby(["method", "view", "acceptance"], dropna=False, sort=True)
-    for (method, view, acceptance), group in groups:
+    groups = drafted.groupby(["method", "_name", "acceptance"], dropna=False, sort=True)
+    for (method, name, acceptance), group in groups:
         # Seeds and hyperparameters other than gamma share a point: average them, show the count.
         per_gamma = group.groupby("gamma")["tau"].agg(["mean", "size"]).reset_index()
         dash = dash_of[method] = dash_of.get(method, -1) + 1
-        name = f"{esc(method)} · {esc(view)} · {esc(acceptance)}"
+        name = f"{label_html(name)} · {esc(acceptance)}"
         fig.add_trace(
             go.Scatter(
                 x=per_gamma["gamma"],
@@ -429,6 +618,301 @@ def figure_html(fig: go.Figure) -> str:
     )
 
 
+# ---- block efficiency by dataset (TABED Table 1) ---------------------------------------------
+
+BLOCK_EFFICIENCY_CAPTION = (
+    "τ (tau, block efficiency) = tokens emitted per target verification step = mean(accepted + 1) "
+    "pooled over all steps of a cell, then averaged over seeds. One table per pair and acceptance "
+    "rule / temperature; one row per method (its label, plus the hp slug when a label was run with "
+    "several hyperparameters); AR (τ = 1) is left out. <i>avg &lt;group&gt;</i> = unweighted mean "
+    "of τ over the group's datasets of the table, shown only when the row has every one of them; "
+    "<i>avg all</i> = the same over all the datasets of the table. In each column the best value "
+    "is <b>bold</b> and the second best <u>underlined</u> (equal values at the displayed precision "
+    "share the mark)."
+)
+
+
+def tau_by_dataset(cells: pd.DataFrame) -> pd.DataFrame:
+    """Tau of each method row (mean over seeds) on each dataset, with the group and overall means.
+
+    `cells` are those of one table (one pair and acceptance setting). The index holds the row
+    names (display name, plus " · hp" when a display name has several hp values), in display
+    order; the columns are pairs (kind, name): ("dataset", d) for each dataset, ("group", g) for
+    each dataset group, then ("all", ""). A group or overall mean is NaN unless the row has a tau
+    on every dataset it covers.
+    """
+    cells = with_labels(cells) if "_name" not in cells else cells
+    drafted = cells[~cells.apply(is_ar_row, axis=1)] if len(cells) else cells
+    drafted = drafted.assign(hp=drafted["hp"].fillna(""))
+    datasets, groups = dataset_order(drafted)
+    columns = [("dataset", d) for d in datasets] + [("group", g) for g in groups] + [("all", "")]
+    ordered = sort_cells(drafted)
+    keys = list(dict.fromkeys(zip(ordered["_name"], ordered["hp"], strict=True)))
+    n_hp = Counter(name for name, _ in keys)
+    means = drafted.groupby(["_name", "hp", "dataset"])["tau"].mean()
+    rows = {}
+    for name, hp in keys:
+        per_dataset = {d: means.get((name, hp, d), math.nan) for d in datasets}
+        values = [per_dataset[d] for d in datasets]
+        for members in groups.values():
+            values.append(mean_if_complete([per_dataset[d] for d in members]))
+        values.append(mean_if_complete(list(per_dataset.values())))
+        rows[f"{name} · {hp}" if n_hp[name] > 1 and hp else name] = values
+    return pd.DataFrame.from_dict(
+        rows, orient="index", columns=pd.MultiIndex.from_tuples(columns, names=["kind", "name"])
+    )
+
+
+def mean_if_complete(values: list[float]) -> float:
+    """The mean of `values`, or NaN when any is missing (or there are none)."""
+    if not values or any(is_missing(v) for v in values):
+        return math.nan
+    return sum(values) / len(values)
+
+
+def rank_marks(values: list[float]) -> list[str]:
+    """Per value: "best", "second" or "" — ranks by the displayed number, so visible ties share."""
+    shown = [None if is_missing(v) else float(fmt_num(v)) for v in values]
+    distinct = sorted({v for v in shown if v is not None}, reverse=True)
+    marks = {v: mark for v, mark in zip(distinct, ("best", "second"), strict=False)}
+    return [marks.get(v, "") if v is not None else "" for v in shown]
+
+
+def block_efficiency_html(table: pd.DataFrame) -> str:
+    """A `tau_by_dataset` frame as HTML: best per column in bold, second best underlined."""
+    head = ["<th>method</th>"]
+    for kind, name in table.columns:
+        if kind == "dataset":
+            head.append(f"<th>{esc(name)}</th>")
+        elif kind == "group":
+            head.append(f"<th>avg {esc(name)}</th>")
+        else:
+            head.append("<th>avg all</th>")
+    marks = {column: rank_marks(list(table[column])) for column in table.columns}
+    body = []
+    for i, name in enumerate(table.index):
+        tds = [f"<td>{label_html(name)}</td>"]
+        for column in table.columns:
+            text = fmt_num(table[column].iloc[i])
+            mark = marks[column][i]
+            if mark == "best":
+                text = f"<b>{text}</b>"
+            elif mark == "second":
+                text = f"<u>{text}</u>"
+            tds.append(f"<td class='num'>{text}</td>")
+        body.append(f"<tr>{''.join(tds)}</tr>")
+    table_html = (
+        f"<table class='tau-table'><thead><tr>{''.join(head)}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+    return f"<div class='scroll'>{table_html}</div>"
+
+
+def render_block_efficiency(cells: pd.DataFrame) -> str:
+    """TABED's Table 1 layout: tau per dataset and its group averages, per pair and setting."""
+    parts = [
+        "<h2 id='block-efficiency'>Block efficiency by dataset</h2>",
+        f"<p class='caption'>{BLOCK_EFFICIENCY_CAPTION}</p>",
+    ]
+    drafted = cells[~cells.apply(is_ar_row, axis=1)] if len(cells) else cells
+    if drafted.empty:
+        return "\n".join([*parts, "<p class='note'>No speculative cells.</p>"])
+    settings = drafted.groupby(["pair", "acceptance", "temperature"], dropna=False, sort=True)
+    for (pair, acceptance, temperature), of_setting in settings:
+        temp = MISSING if is_missing(temperature) else f"{float(temperature):g}"
+        parts.append(f"<h3>{esc(pair)} · {esc(acceptance)} · temperature {temp}</h3>")
+        parts.append(block_efficiency_html(tau_by_dataset(of_setting)))
+    return "\n".join(parts)
+
+
+# ---- ensemble weights over decoding (TABED Figure 3) -----------------------------------------
+
+
+def weight_plot_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells whose weights are plotted, in plotting order.
+
+    Ensembles with both an M and a T view and a weight policy other than static; of the first pair
+    that has any; the first seed of each (dataset, method, hp); ordered by dataset, then like the
+    tables.
+    """
+    if cells.empty:
+        return cells
+    tokens = cells["views"].map(view_tokens)
+    policy = cells["weights"].map(lambda w: "" if is_missing(w) else str(w).lower())
+    mask = tokens.map(lambda t: "M" in t and "T" in t) & ~policy.isin(["", "static"])
+    eligible = cells[mask]
+    if eligible.empty:
+        return eligible
+    eligible = eligible[eligible["pair"] == sorted(eligible["pair"].unique())[0]]
+    eligible = eligible.sort_values("seed", kind="stable")
+    eligible = eligible.drop_duplicates(["dataset", "method", "hp"])
+    datasets, _ = dataset_order(eligible)
+    return pd.concat([sort_cells(eligible[eligible["dataset"] == d]) for d in datasets])
+
+
+def weight_share(weights: object, m: int, t: int, n_views: int) -> float | None:
+    """w(M) / (w(M) + w(T)) of one step, rounded to 4 decimals; None when undefined."""
+    if weights is None or is_missing(weights) or len(weights) != n_views:
+        return None
+    wm, wt = float(weights[m]), float(weights[t])
+    if not wm + wt > 0:
+        return None
+    return round(wm / (wm + wt), 4)
+
+
+def weights_figure(cell: pd.Series, steps: pd.DataFrame) -> go.Figure | None:
+    """The M share of one cell's first sample-turns as step lines over shaded blocks."""
+    tokens = view_tokens(cell["views"])
+    m, t = tokens.index("M"), tokens.index("T")
+    turns = steps[["sample_id", "turn"]].drop_duplicates().sort_values(["sample_id", "turn"])
+    turns = list(turns.head(WEIGHT_SAMPLES).itertuples(index=False, name=None))
+    if not turns:
+        return None
+    fig = make_subplots(
+        rows=len(turns),
+        cols=1,
+        vertical_spacing=0.12 if len(turns) > 1 else 0.0,
+        subplot_titles=[f"sample {esc(s)} · turn {fmt_num(turn, True)}" for s, turn in turns],
+    )
+    shown: set[str] = set()
+    for row, (sample_id, turn) in enumerate(turns, start=1):
+        one = steps[(steps["sample_id"] == sample_id) & (steps["turn"] == turn)]
+        one = one.sort_values("step")
+        position = [int(p) for p in one["position"]]
+        accepted = [int(a) for a in one["accepted"]]
+        drafted = [int(d) for d in one["drafted"]]
+        share = [weight_share(w, m, t, len(tokens)) for w in one["weights"]]
+        width = [a + 1 for a in accepted]
+        for full, color, name in (
+            (True, ACCEPTED_COLOR, "block: all drafted tokens accepted"),
+            (False, REJECTED_COLOR, "block: a drafted token rejected"),
+        ):
+            idx = [k for k in range(len(position)) if (accepted[k] == drafted[k]) == full]
+            if not idx:
+                continue
+            fig.add_trace(
+                go.Bar(
+                    x=[position[k] for k in idx],
+                    y=[1] * len(idx),
+                    width=[width[k] for k in idx],
+                    offset=0,
+                    base=0,
+                    marker=dict(color=color, line=dict(width=0)),
+                    name=name,
+                    legendgroup=name,
+                    showlegend=name not in shown,
+                    hoverinfo="skip",
+                ),
+                row=row,
+                col=1,
+            )
+            shown.add(name)
+        # The last step holds until its block ends, so repeat its share there.
+        end = position[-1] + width[-1]
+        fig.add_trace(
+            go.Scatter(
+                x=[*position, end],
+                y=[*share, share[-1]],
+                mode="lines",
+                line=dict(shape="hv", color="black", width=1.5),
+                name="w(M) / (w(M) + w(T))",
+                legendgroup="share",
+                showlegend=row == 1,
+                customdata=[[a, d] for a, d in zip(accepted, drafted, strict=True)]
+                + [[accepted[-1], drafted[-1]]],
+                hovertemplate="position %{x} · M share %{y:.3f}"
+                "<br>accepted %{customdata[0]} of %{customdata[1]} drafted<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
+        for y, text in SHARE_REFERENCES:
+            annotation = dict(annotation_text=text, annotation_position="right") if row == 1 else {}
+            fig.add_hline(
+                y=y,
+                line_dash="dot",
+                line_color="grey",
+                line_width=1,
+                row=row,
+                col=1,
+                **annotation,
+            )
+    fig.update_yaxes(range=[-0.05, 1.05], tickvals=[0, 0.5, 1])
+    fig.update_xaxes(title_text="output tokens emitted (position)", row=len(turns), col=1)
+    layout = {
+        **FIGURE_LAYOUT,
+        "legend": dict(font=dict(size=10), orientation="h", x=0, y=-0.12, yanchor="top"),
+        "margin": dict(l=50, r=70, t=70, b=90),
+    }
+    fig.update_layout(
+        title=f"{esc(cell['dataset'])} · {label_html(cell['_name'])} · {esc(cell['hp'])}"
+        f" · seed {fmt_num(cell['seed'], True)}",
+        barmode="overlay",
+        bargap=0,
+        height=160 + 170 * len(turns),
+        **layout,
+    )
+    return fig
+
+
+def weights_caption(pair: object) -> str:
+    """What the weight figures show, stated exactly."""
+    return (
+        "Share of the multimodal view in the drafter's ensemble, w(M) / (w(M) + w(T)), at each "
+        "verification step, against the number of output tokens emitted before that step; the "
+        "step line holds a step's weights over its whole block (other views of the ensemble, e.g. "
+        "C or P, are left out of the share). Shading: each step covers the tokens it emitted, "
+        "[position, position + accepted + 1): the accepted draft tokens plus the target's "
+        "bonus/correction token; <span style='background:" + ACCEPTED_COLOR + "'>green</span> "
+        "when every token drafted at that step was accepted (accepted = drafted), "
+        "<span style='background:" + REJECTED_COLOR + "'>red</span> when the target rejected one "
+        "(accepted &lt; drafted). Dotted lines: 1 = M only, 0 = T only, 0.5 = the static MT "
+        "ensemble (equal weights). Cells: ensembles with both M and T views and a non-static "
+        f"weight policy, pair {esc(pair)}, first seed; the first {WEIGHT_SAMPLES} sample-turns "
+        "by (sample_id, turn) of each."
+    )
+
+
+def render_weights(cells: pd.DataFrame, blocks: pd.DataFrame) -> str:
+    """TABED's Figure 3: the ensemble weights over decoding, for a few cells and sample-turns."""
+    heading = "<h2 id='weights'>Ensemble weights over decoding</h2>"
+    targets = weight_plot_cells(cells if "_name" in cells else with_labels(cells))
+    if targets.empty:
+        return (
+            f"{heading}\n<p class='note'>No cell has an ensemble with both M and T views and a "
+            "non-static weight policy.</p>"
+        )
+    by_cell = {
+        (str(d), str(p), str(m), str(h), int(s)): steps
+        for (d, p, m, h, s), steps in blocks.groupby(CELL_KEY, sort=False)
+    }
+    figures, without_blocks, left_out = [], 0, 0
+    for _, cell in targets.iterrows():
+        key = tuple(str(cell[c]) for c in CELL_KEY[:-1]) + (int(cell["seed"]),)
+        steps = by_cell.get(key)
+        fig = weights_figure(cell, steps) if steps is not None else None
+        if fig is None:
+            without_blocks += 1
+        elif len(figures) >= MAX_WEIGHT_FIGURES:
+            left_out += 1
+        else:
+            figures.append(fig)
+    notes = []
+    if left_out:
+        notes.append(f"{left_out} more cell(s) not plotted, to keep the page small.")
+    if without_blocks:
+        notes.append(f"{without_blocks} cell(s) have no rows in the blocks table.")
+    note = f"<p class='note'>{' '.join(notes)}</p>" if notes else ""
+    figs = "".join(figure_html(fig) for fig in figures)
+    return (
+        f"{heading}\n<p class='caption'>{weights_caption(targets['pair'].iloc[0])}</p>\n"
+        f"{note}<div class='figs'>{figs}</div>"
+    )
+
+
+# ---- cross-dataset summary -------------------------------------------------------------------
+
+
 def render_summary(cells: pd.DataFrame) -> str:
     """Per pair, tau and speedup of each method + hp across datasets (mean over seeds)."""
     parts = ["<h2 id='summary'>Cross-dataset summary</h2>"]
@@ -444,14 +928,15 @@ def render_summary(cells: pd.DataFrame) -> str:
 
 def pivot_html(cells: pd.DataFrame, metric: str) -> str:
     """A method + hp by dataset table of `metric`, rows ordered like the section tables."""
+    cells = cells.assign(hp=cells["hp"].fillna(""))
     datasets = sorted(cells["dataset"].unique())
-    rows_order = sort_cells(cells).drop_duplicates(["method", "hp"])[["method", "hp"]]
-    means = cells.groupby(["method", "hp", "dataset"], dropna=False)[metric].mean()
+    rows_order = sort_cells(cells).drop_duplicates(["_name", "hp"])[["_name", "hp"]]
+    means = cells.groupby(["_name", "hp", "dataset"])[metric].mean()
     head = "<th>method</th><th>hp</th>" + "".join(f"<th>{esc(d)}</th>" for d in datasets)
     body = []
-    for method, hp in rows_order.itertuples(index=False):
+    for name, hp in rows_order.itertuples(index=False):
         values = "".join(
-            f"<td class='num'>{fmt_num(means.get((method, hp, d)))}</td>" for d in datasets
+            f"<td class='num'>{fmt_num(means.get((name, hp, d)))}</td>" for d in datasets
         )
-        body.append(f"<tr><td>{esc(method)}</td><td>{esc(hp)}</td>{values}</tr>")
+        body.append(f"<tr><td>{label_html(name)}</td><td>{esc(hp)}</td>{values}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

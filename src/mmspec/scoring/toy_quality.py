@@ -6,7 +6,11 @@ ungrammatical outputs score the facts they do state correctly and never raise.
 - toy_vqa: 1 if the fact answered matches, else 0: the attribute asked (colour, shape or
   position) together with the object or corner the answer repeats from the question.
 - toy_diff: 1 if the change (kind and attributes) matches, 0.5 if only the kind does, else 0.
-- toy_multiturn turn 1: exact match of the normalised text.
+- toy_multiturn turn 1: the follow-up kind is read off the reference's form. A new-image VQA
+  answer (a VQA sentence form) is scored as toy_vqa, a new-image caption (object phrases) as a
+  caption; the rest, follow-ups about the prior caption ("there are two shapes .") and text-only
+  reasoning ("red and blue make purple .", "a square has four sides ."), by exact match of the
+  normalised text.
 - toy_story: fraction right of 6 facts: (colour, shape) and the position in each of 5 frames.
 """
 
@@ -96,13 +100,22 @@ def score_story(output: str, reference: str) -> float:
     return sum(hits) / (1 + len(ref_walk))
 
 
+def score_follow_up(output: str, reference: str) -> float:
+    """toy_multiturn turn 1, of whichever kind the reference's form gives away."""
+    if any(pattern.search(reference) for pattern in VQA):  # a question about a new image
+        return score_vqa(output, reference)
+    if objects(reference):  # a caption of a new image
+        return score_caption(output, reference)
+    return float(output == reference)  # about the prior caption, or text-only reasoning
+
+
 def score_toy(scenario: str, turn: int, output: str, reference: str) -> float:
     """Quality of `output` against `reference`, in [0, 1]."""
     output, reference = normalise(output), normalise(reference)
     if scenario == "toy_caption" or (scenario == "toy_multiturn" and turn == 0):
         return score_caption(output, reference)
     if scenario == "toy_multiturn":
-        return float(output == reference)
+        return score_follow_up(output, reference)
     if scenario == "toy_vqa":
         return score_vqa(output, reference)
     if scenario == "toy_diff":

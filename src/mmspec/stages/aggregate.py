@@ -1,19 +1,24 @@
-"""Stage aggregate: DuckDB over an explicit list of score files -> one row per cell."""
+"""Stage aggregate: DuckDB over an explicit list of score files -> one row per cell, plus the
+per-step table (blocks) that the report's weight plots and acceptance curves read."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
-from mmspec.tables import CELLS, write_table
+from mmspec.methods.registry import label
+from mmspec.tables import BLOCKS, CELLS, write_table
 
 # Pooled over steps (DESIGN.md metric contracts): tau = (accepted + steps) / steps.
 CELLS_SQL = """
 WITH s AS (SELECT * FROM read_parquet($files, union_by_name = true))
 SELECT
   dataset, pair, method, hp, any_value(hparams) AS hparams, seed,
-  json_extract_string(any_value(hparams), '$.view') AS view,
+  json_extract_string(any_value(hparams), '$.method') AS registry_method,
+  json_extract_string(any_value(hparams), '$.views') AS views,
+  json_extract_string(any_value(hparams), '$.weights') AS weights,
   CAST(json_extract(any_value(hparams), '$.gamma') AS INTEGER) AS gamma,
   json_extract_string(any_value(hparams), '$.acceptance') AS acceptance,
   CAST(json_extract(any_value(hparams), '$.temperature') AS DOUBLE) AS temperature,
@@ -33,6 +38,7 @@ SELECT
   sum(ar_n_tokens) / nullif(sum(ar_decode_s), 0) AS ar_tokens_per_s,
   avg(prefill_s) AS prefill_s,
   avg(draft_visual_tokens) AS draft_visual_tokens,
+  avg(caption_s) AS caption_s,
   any_value(device) AS device
 FROM s
 GROUP BY dataset, pair, method, hp, seed
@@ -40,21 +46,63 @@ ORDER BY dataset, pair, method, hp, seed
 """
 
 
-def run(score_files: list[str], out: str) -> int:
+# One row per drafting step; `position` counts the tokens emitted before it (the first token
+# comes from the prefill). AR cells have no drafting steps and are left out.
+BLOCKS_SQL = """
+WITH s AS (
+  SELECT * FROM read_parquet($files, union_by_name = true) WHERE drafted_sum > 0
+), steps AS (
+  SELECT dataset, pair, method, hp, seed, hparams, sample_id, turn,
+    unnest(range(len(step_accepted))) AS step, step_drafted, step_accepted, step_weights
+  FROM s
+), rows AS (
+  SELECT dataset, pair, method, hp, seed, hparams, sample_id, turn, CAST(step AS INTEGER) AS step,
+    step_drafted[step + 1] AS drafted, step_accepted[step + 1] AS accepted,
+    step_weights[step + 1] AS weights
+  FROM steps
+)
+SELECT *,
+  CAST(1 + coalesce(sum(accepted + 1) OVER (
+    PARTITION BY dataset, pair, method, hp, seed, sample_id, turn ORDER BY step
+    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS INTEGER) AS position,
+  json_extract_string(hparams, '$.views') AS views,
+  json_extract_string(hparams, '$.method') AS registry_method
+FROM rows
+ORDER BY dataset, pair, method, hp, seed, sample_id, turn, step
+"""
+
+
+def run(score_files: list[str], out: str, blocks_out: str, groups: dict | None = None) -> int:
+    """Write the cells table to `out` and the per-step table to `blocks_out`; returns #cells.
+
+    `groups` maps datasets to their group in averages (default "benchmark").
+    """
     missing = [f for f in score_files if not Path(f).exists()]
     if missing:
         raise FileNotFoundError(f"score files missing: {missing[:5]}")
     con = duckdb.connect()
-    table = con.execute(CELLS_SQL, {"files": list(score_files)}).to_arrow_table()
+    files = {"files": list(score_files)}
+    table = con.execute(CELLS_SQL, files).to_arrow_table()
     # TABED eq. 1: tau / (gamma * c + 1); AR has no draft, so its estimate is its tau (1).
     table = table.append_column("speedup_eq1", _eq1(table))
+    table = table.append_column("label", _labels(table))
+    groups = groups or {}
+    group = [groups.get(d, "benchmark") for d in table.column("dataset").to_pylist()]
+    table = table.append_column("group", pa.array(group, pa.string()))
+    blocks = con.execute(BLOCKS_SQL, files).to_arrow_table()
+    blocks = blocks.append_column("label", _labels(blocks))
+    write_table(blocks, blocks_out, BLOCKS)
     write_table(table, out, CELLS)
     return table.num_rows
 
 
-def _eq1(table):
-    import pyarrow as pa
+def _labels(table) -> pa.Array:
+    entries = table.column("method").to_pylist()
+    methods = table.column("registry_method").to_pylist()
+    return pa.array([label(e, m) for e, m in zip(entries, methods, strict=True)], pa.string())
 
+
+def _eq1(table):
     values = []
     for tau, gamma, c in zip(
         table.column("tau").to_pylist(),

@@ -16,9 +16,10 @@ import torch
 from tqdm import tqdm
 
 from mmspec.decoding.timing import describe_device, pick_device, versions
+from mmspec.decoding.views import ImageInput
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import loading, visual
-from mmspec.tables import PREPARED, SAMPLES, VISUAL, read_table, write_table
+from mmspec.tables import CAPTIONS, PREPARED, SAMPLES, VISUAL, read_table, write_table
 
 
 def sample_generator(seed: int, sample_id: str, turn: int, stream: str) -> torch.Generator:
@@ -37,14 +38,57 @@ def stop_tokens(model, tokenizer) -> set[int]:
     return ids
 
 
-def _images(cache: dict, ids: list[str], path: str) -> list[torch.Tensor]:
+def _lookup(cache: dict, ids: list[str], path: str, what: str) -> list:
     missing = [i for i in ids if i not in cache]
     if missing:
-        raise KeyError(f"{path}: no cached features for images {missing[:3]} (rerun cache_visual)")
+        raise KeyError(f"{path}: no cached {what} for images {missing[:3]} (rerun its stage)")
     return [cache[i] for i in ids]
 
 
-def run(params: dict, prepared: str, target_visual: str, draft_visual: str | None, out: str):
+class ImageStore:
+    """Cached image data of one model (visual cache, optionally features and captions)."""
+
+    def __init__(self, visual_path=None, features=False, captions_path=None):
+        self.visual_path, self.captions_path = visual_path, captions_path
+        self.embeds, self.features, self.captions, self.caption_s = {}, {}, {}, {}
+        if visual_path:
+            table = read_table(visual_path, VISUAL)
+            self.embeds = visual.load_cache(table)
+            if features:
+                self.features = visual.load_cache(table, "features")
+        if captions_path:
+            table = read_table(captions_path, CAPTIONS).to_pylist()
+            self.captions = {r["image_id"]: r["caption"] for r in table}
+            self.caption_s = {r["image_id"]: r["caption_s"] for r in table}
+
+    def images(self, ids: list[str]) -> list[ImageInput]:
+        n = len(ids)
+        embeds = _lookup(self.embeds, ids, self.visual_path, "embeddings") if self.embeds else []
+        feats = _lookup(self.features, ids, self.visual_path, "features") if self.features else []
+        captions = (
+            _lookup(self.captions, ids, self.captions_path, "captions") if self.captions else []
+        )
+        return [
+            ImageInput(
+                embeds[k] if embeds else None,
+                feats[k] if feats else None,
+                captions[k] if captions else None,
+            )
+            for k in range(n)
+        ]
+
+    def captioning_s(self, ids: list[str]) -> float:
+        return sum(self.caption_s.get(i, 0.0) for i in ids)
+
+
+def run(
+    params: dict,
+    prepared: str,
+    target_visual: str,
+    draft_visual: str | None,
+    out: str,
+    captions: str | None = None,
+):
     cell, pair = params["cell"], params["pair"]
     spec, gen, timing = cell["spec"], params["generation"], params["timing"]
     torch.set_num_threads(timing["threads"])
@@ -69,14 +113,14 @@ def run(params: dict, prepared: str, target_visual: str, draft_visual: str | Non
     image_token = loading.image_token_of(processor)
     runner = MethodRunner(spec, target_model, draft_model, tokenizer, image_token)
     stop = stop_tokens(target_model, tokenizer)
-    target_cache = visual.load_cache(read_table(target_visual, VISUAL))
-    draft_cache = visual.load_cache(read_table(draft_visual, VISUAL)) if draft_visual else {}
+    target_store = ImageStore(target_visual)
+    draft_store = ImageStore(draft_visual, "P" in spec.get("views", ""), captions)
 
     def sample_of(row: dict) -> Sample:
         messages = json.loads(row["messages"])
         text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        draft_images = _images(draft_cache, row["image_ids"], draft_visual) if draft_visual else []
-        return Sample(text, _images(target_cache, row["image_ids"], target_visual), draft_images)
+        ids = row["image_ids"]
+        return Sample(text, target_store.images(ids), draft_store.images(ids))
 
     max_new = gen["max_new_tokens"]
     for row in rows[: timing["warmup_samples"]]:
@@ -103,6 +147,7 @@ def run(params: dict, prepared: str, target_visual: str, draft_visual: str | Non
         ar_decode_s += ar.decode_s
         ar_forwards += len(ar.steps)
         records.append(_record(row, result, ar, runner))
+        records[-1]["caption_s"] = draft_store.captioning_s(row["image_ids"])
 
     forwards, forward_s = runner.draft_forward_stats()
     t_q = forward_s / forwards if forwards else math.nan
@@ -131,6 +176,7 @@ def _record(row: dict, result, ar, runner: MethodRunner) -> dict:
         "step_accepted": [s.accepted for s in result.steps],
         "step_draft_s": [s.draft_s for s in result.steps],
         "step_verify_s": [s.verify_s for s in result.steps],
+        "step_weights": [list(s.weights) for s in result.steps],
         "prefill_s": result.prefill_s,
         "decode_s": result.decode_s,
         "ar_prefill_s": ar.prefill_s,

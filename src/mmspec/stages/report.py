@@ -1,9 +1,9 @@
-"""Stage report: results/summary/cells.parquet -> reports/index.html."""
+"""Stage report: results/summary/{cells,blocks}.parquet -> reports/index.html."""
 
 from __future__ import annotations
 
 
-def run(cells: str, out: str) -> None:
+def run(cells: str, out: str, blocks: str | None = None) -> None:
     from mmspec.report.html import write_report
 
-    write_report(cells, out)
+    write_report(cells, out, blocks)

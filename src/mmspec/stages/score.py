@@ -34,6 +34,8 @@ def run(samples: str, ar_samples: str, prepared: str, metric: str, out: str) -> 
                 "n_steps": len(row["step_accepted"]),
                 "accepted_sum": sum(row["step_accepted"]),
                 "drafted_sum": sum(row["step_drafted"]),
+                **{k: row[k] for k in ("step_drafted", "step_accepted", "step_weights")},
+                "caption_s": row["caption_s"],
                 "lossless": (divergence is None) if greedy else None,
                 "first_divergence": divergence,
                 "quality": quality(

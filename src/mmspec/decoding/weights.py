@@ -1,0 +1,188 @@
+"""Ensemble weight policies (TABED): how much each view's draft distribution counts in a block.
+
+A policy picks one weight vector per drafting block from the verified history. The history
+holds, per verified position (the accepted ones and the first rejected one), what the policies
+score from the target's distribution p and each view's distribution q_k there: KL(p || q_k),
+TV(p, q_k), whether argmax q_k missed argmax p, and for the grid policy the argmax match and KL
+of every candidate mixture. These are computed once, when the position is verified, from the
+full distributions; a window h sums the last h positions (h = 0: all).
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+import torch
+
+EPS = 1e-6
+
+
+def kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) over the last dimension (0 log 0 = 0; q floored to avoid log 0)."""
+    return (torch.xlogy(p, p) - p * q.clamp_min(1e-30).log()).sum(-1)
+
+
+def weight_grid(m: int, steps: int = 10) -> torch.Tensor:
+    """Every weight vector of m non-negative multiples of 1/steps summing to one [C, m]."""
+    rows = []
+    for bars in combinations(range(steps + m - 1), m - 1):  # stars and bars
+        edges = (-1, *bars, steps + m - 1)
+        rows.append([edges[i + 1] - edges[i] - 1 for i in range(m)])
+    return torch.tensor(rows, dtype=torch.float32) / steps
+
+
+class History:
+    """Per-position scores of each view (and grid candidate) against the target."""
+
+    def __init__(self, window: int, grid: torch.Tensor | None = None):
+        self.window = window
+        self.grid = grid
+        self.rows: list[dict[str, torch.Tensor]] = []
+
+    def clear(self) -> None:
+        self.rows = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def observe(self, p: torch.Tensor, q: torch.Tensor) -> None:
+        """Add positions: target distributions p [k, V] and view distributions q [k, m, V]."""
+        p, q = p.float(), q.float()
+        target = p.argmax(-1)
+        pk = p.unsqueeze(1)
+        stats = {
+            "kl": kl(pk, q),
+            "tv": 0.5 * (pk - q).abs().sum(-1),
+            "err": (q.argmax(-1) != target.unsqueeze(1)).float(),
+        }
+        if self.grid is not None:
+            mixtures = torch.einsum("cm,kmv->kcv", self.grid.to(q.device), q)
+            stats["grid_match"] = (mixtures.argmax(-1) == target.unsqueeze(1)).float()
+            stats["grid_kl"] = kl(pk, mixtures)
+        for i in range(p.shape[0]):
+            self.rows.append({key: value[i].cpu() for key, value in stats.items()})
+
+    def sum(self, key: str) -> torch.Tensor:
+        rows = self.rows[-self.window :] if self.window else self.rows
+        return torch.stack([row[key] for row in rows]).sum(0)
+
+    def count(self) -> int:
+        return min(len(self.rows), self.window) if self.window else len(self.rows)
+
+
+def uniform(m: int) -> torch.Tensor:
+    return torch.full((m,), 1.0 / m)
+
+
+class Policy:
+    """A weight policy: `choose` returns the block's weights [m], non-negative, summing to one."""
+
+    needs_history = False  # whether it reads the history (else the drafter skips keeping it)
+    uses_grid = False  # whether the history must score the 0.1-grid candidate mixtures
+
+    def choose(self, history: History, m: int, generator) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class StaticWeights(Policy):
+    """Equal weights in every block (IbED; TABED's Static^MT)."""
+
+    def choose(self, history: History, m: int, generator) -> torch.Tensor:
+        return uniform(m)
+
+
+class RandomWeights(Policy):
+    """Non-negative random weights summing to one, drawn per block (TABED's Random^MT)."""
+
+    def choose(self, history: History, m: int, generator) -> torch.Tensor:
+        draws = -torch.rand(m, generator=generator).clamp_min(1e-12).log()  # Dirichlet(1, ..., 1)
+        return draws / draws.sum()
+
+
+class InverseDistanceWeights(Policy):
+    """w_k proportional to 1 / (sum over the window of D(p, q_k)); D = KL (`kld`) or TV (`tvd`)."""
+
+    needs_history = True
+
+    def __init__(self, distance: str):
+        self.key = {"kld": "kl", "tvd": "tv"}[distance]
+
+    def choose(self, history: History, m: int, generator) -> torch.Tensor:
+        if not history.count():
+            return uniform(m)
+        inverse = 1.0 / (history.sum(self.key) + EPS)
+        return inverse / inverse.sum()
+
+
+class GridWeights(Policy):
+    """The 0.1-grid vector whose mixture's argmax matched the target's most; ties: lowest KL."""
+
+    needs_history = True
+    uses_grid = True
+
+    def choose(self, history: History, m: int, generator) -> torch.Tensor:
+        if not history.count():
+            return uniform(m)
+        matches, divergence = history.sum("grid_match"), history.sum("grid_kl")
+        best = matches == matches.max()
+        divergence = torch.where(best, divergence, torch.full_like(divergence, math.inf))
+        return history.grid[int(divergence.argmin())].clone()
+
+
+class SoftmaxWeights(Policy):
+    """softmax(1 / e_k at temperature tau), e_k = summed KL(p || q_k) (TABED's MTCP*)."""
+
+    needs_history = True
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+
+    def choose(self, history: History, m: int, generator) -> torch.Tensor:
+        if not history.count():
+            return uniform(m)
+        return torch.softmax(1.0 / (history.sum("kl") + EPS) / self.temperature, dim=0)
+
+
+class AdaBoostWeights(Policy):
+    """w_k = ln(1/eps_k - 1) + C ln(K - 1), eps_k = view k's argmax error rate (appendix B.4).
+
+    Negative weights (worse than chance) are clipped to 0; all-zero falls back to uniform.
+    """
+
+    needs_history = True
+
+    def __init__(self, constant: float, vocab_size: int):
+        self.constant = constant
+        self.vocab_size = vocab_size
+
+    def choose(self, history: History, m: int, generator) -> torch.Tensor:
+        n = history.count()
+        if not n:
+            return uniform(m)
+        # an error rate of exactly 0 or 1 would give an infinite weight: shrink by half a count
+        error = ((history.sum("err") + 0.5) / (n + 1)).clamp(EPS, 1 - EPS)
+        weights = (1 / error - 1).log() + self.constant * math.log(max(self.vocab_size - 1, 1))
+        weights = weights.clamp_min(0)
+        return weights / weights.sum() if weights.sum() > 0 else uniform(m)
+
+
+POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboost")
+
+
+def make_policy(spec: dict, vocab_size: int):
+    """The weight policy a method spec names (`weights`, with `softmax_temperature`, ...)."""
+    name = spec.get("weights", "static")
+    if name == "static":
+        return StaticWeights()
+    if name == "random":
+        return RandomWeights()
+    if name in ("kld", "tvd"):
+        return InverseDistanceWeights(name)
+    if name == "grid":
+        return GridWeights()
+    if name == "softmax":
+        return SoftmaxWeights(float(spec.get("softmax_temperature", 1.0)))
+    if name == "adaboost":
+        return AdaBoostWeights(float(spec.get("adaboost_constant", 1.0)), vocab_size)
+    raise ValueError(f"unknown weight policy {name!r}; known: {list(POLICIES)}")

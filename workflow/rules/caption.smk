@@ -1,0 +1,17 @@
+rule caption:
+    input:
+        prepared="results/prepared/{dataset}.parquet",
+        model=lambda w: toy_dir(CAPTIONER["model"]),
+    output:
+        "results/captions/{model}/{dataset}.parquet",
+    log:
+        "logs/caption/{model}/{dataset}.log",
+    conda:
+        "../../envs/mmspec.yaml"
+    threads: 1
+    params:
+        spec=lambda w: json.dumps(CAPTIONER, sort_keys=True),
+        code=fingerprint("caption"),
+    shell:
+        "mmspec caption --spec {params.spec:q} --prepared {input.prepared}"
+        " --threads {threads} --out {output} 2> {log}"

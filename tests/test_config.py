@@ -38,9 +38,9 @@ def test_default_config_is_valid_and_expands():
     datasets = {c.dataset for c in cells if c.pair == "toy"}
     assert datasets == {"toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story"}
     sd = {(c.spec["views"], c.spec["gamma"]) for c in cells if c.method == "sd" and c.pair == "toy"}
-    assert sd == {(v, g) for v in "MT" for g in (1, 3, 7)}
-    tabed = ["m", "t", "c", "p", "mt", "mtc", "mtp", "mtcp", "random_mt", "tabed_mt",
-             "tabed_mtcp", "tabed_adaboost"]
+    assert sd == {("M", g) for g in (1, 3, 7)}
+    tabed = ["m", "t", "c", "p", "mt", "mtcp", "random_mt", "tabed_mt", "tabed_mtcp",
+             "tabed_adaboost"]
     for dataset in datasets:
         got = {c.method for c in cells if c.pair == "toy" and c.dataset == dataset}
         assert set(tabed) | {"ar"} <= got
@@ -102,6 +102,6 @@ def test_slugs_are_safe_and_stable():
 
 
 def test_presets_and_tiny_config_validate():
-    for path in ["tests/configs/tiny.yaml"]:
+    for path in ["tests/configs/tiny.yaml", "config/presets/tabed.yaml"]:
         with open(path) as f:
             mmconfig.validate(yaml.safe_load(f))

@@ -131,6 +131,15 @@ def test_limit_takes_the_first_rows(source, tmp_path):
     assert [r["sample_id"] for r in rows] == ["toy-10", "toy-11"]
 
 
+def test_where_keeps_a_subset(source, tmp_path):
+    n, rows = prepare(source, tmp_path, where={"qid": 11})
+    assert n == 1 and [r["sample_id"] for r in rows] == ["toy-11"]
+    with pytest.raises(ValueError, match="no row matches"):
+        prepare(source, tmp_path, where={"qid": 99})
+    with pytest.raises(ValueError, match="`where` names column 'nope'"):
+        prepare(source, tmp_path, where={"nope": 1})
+
+
 def test_deterministic_and_row_index_ids(source, tmp_path):
     spec = {"columns": {"question": "question", "answer": "gpt_answer"}, "prompt": "{question}"}
     _, first = prepare(source, tmp_path, **spec)

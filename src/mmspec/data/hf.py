@@ -45,6 +45,8 @@ SPEC_KEYS = {
     "image_columns",
     "limit",
     "metric",
+    "group",
+    "where",
 }
 COLUMN_FIELDS = {"question", "answer", "id"}
 REQUIRED_COLUMN_FIELDS = ("question", "answer")
@@ -54,6 +56,7 @@ DEFAULTS = {
     "prompt": "{question}",
     "image_columns": [],
     "limit": None,
+    "where": {},
 }
 PROGRESS_MIN_ROWS = 300  # show a progress bar when converting more rows than this
 BATCH_SIZE = 64
@@ -67,6 +70,11 @@ def prepare_hf(name: str, spec: dict, out_path: str | Path) -> int:
     spec = check_spec(spec)
     dataset = load_split(spec)
     check_columns(dataset.column_names, spec)
+    if spec["where"]:
+        where = spec["where"]
+        dataset = dataset.filter(lambda row: all(row[c] == v for c, v in where.items()))
+        if len(dataset) == 0:
+            raise ValueError(f"{spec['id']}: no row matches `where` {where}")
     n_rows = len(dataset) if spec["limit"] is None else min(spec["limit"], len(dataset))
     dataset = dataset.select(range(n_rows))
     progress = tqdm(
@@ -99,6 +107,8 @@ def check_spec(spec: dict) -> dict:
             raise ValueError(f"{spec['id']}: `{key}` must be a string, got {spec[key]!r}")
     spec["columns"] = _check_column_map(spec["id"], spec.get("columns"))
     spec["image_columns"] = _check_image_columns(spec["id"], spec["image_columns"])
+    if not isinstance(spec["where"], dict):
+        raise ValueError(f"{spec['id']}: `where` must map column names to values")
     limit = spec["limit"]
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"{spec['id']}: `limit` must be a positive integer or null, got {limit!r}")
@@ -181,6 +191,7 @@ def check_columns(available: list[str], spec: dict) -> None:
     """Fail clearly when `columns`, `image_columns` or the prompt name a column the data lacks."""
     named = [(f"columns.{field}", column) for field, column in spec["columns"].items()]
     named += [("image_columns", column) for column in spec["image_columns"]]
+    named += [("where", column) for column in spec.get("where", {})]
     named += [
         ("prompt", field)
         for field in prompt_fields(spec["id"], spec["prompt"])

@@ -728,12 +728,16 @@ def render_block_efficiency(cells: pd.DataFrame) -> str:
 # ---- ensemble weights over decoding (TABED Figure 3) -----------------------------------------
 
 
+# Which weight policies' figures come first when not every eligible cell is plotted.
+POLICY_PLOT_ORDER = {"grid": 0, "softmax": 1, "kld": 2, "tvd": 3, "adaboost": 4, "random": 5}
+
+
 def weight_plot_cells(cells: pd.DataFrame) -> pd.DataFrame:
     """The cells whose weights are plotted, in plotting order.
 
     Ensembles with both an M and a T view and a weight policy other than static; of the first pair
-    that has any; the first seed of each (dataset, method, hp); ordered by dataset, then like the
-    tables.
+    that has any; the first seed of each (dataset, method, hp); TABED's own policy (grid) first, so
+    that the figure cap keeps one figure of it per dataset, then by dataset, then like the tables.
     """
     if cells.empty:
         return cells
@@ -747,7 +751,11 @@ def weight_plot_cells(cells: pd.DataFrame) -> pd.DataFrame:
     eligible = eligible.sort_values("seed", kind="stable")
     eligible = eligible.drop_duplicates(["dataset", "method", "hp"])
     datasets, _ = dataset_order(eligible)
-    return pd.concat([sort_cells(eligible[eligible["dataset"] == d]) for d in datasets])
+    ordered = pd.concat([sort_cells(eligible[eligible["dataset"] == d]) for d in datasets])
+    rank = ordered["weights"].map(
+        lambda w: POLICY_PLOT_ORDER.get(str(w).lower(), len(POLICY_PLOT_ORDER))
+    )
+    return ordered.iloc[rank.argsort(kind="stable").to_numpy()]
 
 
 def weight_share(weights: object, m: int, t: int, n_views: int) -> float | None:

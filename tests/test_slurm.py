@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 SLURM_SCRIPTS = REPO / "tests" / "slurm"
 SLURM_DIR = Path(os.environ.get("MMSPEC_SLURM_DIR", "/tmp/mmspec-slurm"))
 SLURM_CONF = SLURM_DIR / "etc" / "slurm.conf"
-GPU_RULES = {"cache_visual", "generate"}
+GPU_RULES = {"cache_visual", "caption", "generate"}
 SNAKEMAKE_TIMEOUT_S = 900
 # Test-only switches; everything else comes from slurm/config.yaml as for a user.
 #   --retries 0: a failure shows at once, not masked by a retry

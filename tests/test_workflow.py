@@ -79,7 +79,7 @@ def test_changing_one_gamma_reruns_only_that_cell(run_dir, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     after = {p: p.stat().st_mtime_ns for p in before}
     changed = {p.relative_to(run_dir).as_posix() for p in before if after[p] != before[p]}
-    assert changed == {"results/summary/cells.parquet"}
+    assert changed == {"results/summary/cells.parquet", "results/summary/blocks.parquet"}
     cells = pq.read_table(run_dir / "results/summary/cells.parquet").to_pylist()
     assert sorted(c["gamma"] for c in cells if c["method"] == "sd") == [2, 2, 4, 4]
 

@@ -124,6 +124,7 @@ class Decoder:
             self.cache.crop(length - self.length)
             self.length = length
 
+    @torch.inference_mode()
     def keep(self, base: int, offsets: list[int]) -> None:
         """Keep cached positions [0, base) plus base + offsets (a tree path), compacted in order."""
         if offsets == list(range(len(offsets))):

@@ -11,7 +11,11 @@ ROOT = -1  # parent index of depth-1 nodes: the last token the target emitted
 
 @dataclass
 class Proposal:
-    """Draft nodes in topological order; `q[i]` is the draft distribution node i was drawn from."""
+    """Draft nodes in topological order; `q[i]` is the draft distribution node i was drawn from.
+
+    Siblings share their parent's distribution and, when sampled, are drawn from it without
+    replacement, in proposal order (what recursive rejection sampling requires).
+    """
 
     tokens: list[int]
     parents: list[int]
@@ -24,6 +28,13 @@ class Proposal:
     @property
     def is_chain(self) -> bool:
         return self.parents == [ROOT] + list(range(len(self.tokens) - 1))
+
+    def children(self) -> dict[int, list[int]]:
+        """Parent -> its child nodes in proposal order (ROOT for depth-1 nodes)."""
+        out: dict[int, list[int]] = {}
+        for i, parent in enumerate(self.parents):
+            out.setdefault(parent, []).append(i)
+        return out
 
     def tokens_tensor(self, device) -> torch.Tensor:
         return torch.tensor(self.tokens, dtype=torch.long, device=device)

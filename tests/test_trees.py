@@ -1,0 +1,161 @@
+"""Token trees: one-forward verification with a tree mask and tree position ids, KV compaction
+to the accepted path, greedy longest-path acceptance and recursive rejection sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy import stats
+
+from mmspec.decoding.acceptance import accept_greedy, accept_sampling
+from mmspec.decoding.decoder import Decoder
+from mmspec.decoding.loops import decode_ar, decode_speculative
+from mmspec.decoding.proposal import ROOT, Proposal
+
+PROMPT_LEN = 12
+
+
+def _prompt(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(6, model.get_output_embeddings().out_features, (PROMPT_LEN,), generator=g)
+    with torch.no_grad():
+        return model.get_input_embeddings()(ids)
+
+
+# root -> a, b; a -> c, d; c -> e; b -> f   (node indices 0..5 in topological order)
+PARENTS = [ROOT, ROOT, 0, 0, 2, 1]
+TOKENS = [11, 12, 13, 14, 15, 16]
+
+
+def _path_to(node: int) -> list[int]:
+    path = []
+    while node != ROOT:
+        path.append(node)
+        node = PARENTS[node]
+    return path[::-1]
+
+
+def test_one_tree_forward_equals_each_path_run_alone(target_model):
+    prompt, root_token = _prompt(target_model), 7
+    tree = Proposal(TOKENS, PARENTS)
+    dec = Decoder(target_model)
+    dec.prefill(prompt)
+    logits = dec.extend([root_token] + TOKENS, tree.attention()).logits[0]
+    for node in range(len(TOKENS)):
+        alone = Decoder(target_model)
+        alone.prefill(prompt)
+        seq = [root_token] + [TOKENS[i] for i in _path_to(node)]
+        expected = alone.extend(seq).logits[0, -1]
+        torch.testing.assert_close(logits[node + 1], expected, atol=1e-4, rtol=1e-4)
+
+
+def test_compacted_cache_continues_like_the_accepted_path(target_model):
+    prompt, root_token = _prompt(target_model, 1), 7
+    tree = Proposal(TOKENS, PARENTS)
+    dec = Decoder(target_model)
+    dec.prefill(prompt)
+    base = dec.length
+    dec.extend([root_token] + TOKENS, tree.attention())
+    path = _path_to(4)  # a, c, e
+    dec.keep(base, [0] + [i + 1 for i in path])
+    assert dec.length == base + 1 + len(path)
+    got = dec.extend([9, 10]).logits[0]
+    alone = Decoder(target_model)
+    alone.prefill(prompt)
+    expected = alone.extend([root_token] + [TOKENS[i] for i in path] + [9, 10]).logits[0, -2:]
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_greedy_follows_the_matching_child():
+    v = 20
+    logits = torch.full((len(TOKENS) + 1, v), -5.0)
+    for row, token in [(0, 12), (2, 16), (6, 3)]:  # root wants b (12); b wants f (16); f wants 3
+        logits[row, token] = 5.0
+    path, nxt = accept_greedy(Proposal(TOKENS, PARENTS), logits, 0.0, None)
+    assert path == [1, 5] and nxt == 3
+
+
+class OracleTreeDrafter:
+    """A test drafter that knows the AR output: each tree level holds a wrong sibling first and
+    the right token second, and one branch continues three levels deep."""
+
+    def __init__(self, ar_tokens: list[int], vocab: int):
+        self.ar, self.vocab, self.emitted = ar_tokens, vocab, 1
+        self.weights = torch.ones(1)
+
+    def start(self, prompts, first_token):
+        self.emitted = 1
+
+    def propose(self, depth=3) -> Proposal:
+        tokens, parents, parent = [], [], ROOT
+        for d in range(depth):
+            right = self.ar[min(self.emitted + d, len(self.ar) - 1)]
+            tokens += [(right + 1) % self.vocab, right]
+            parents += [parent, parent]
+            parent = len(tokens) - 1
+        return Proposal(tokens, parents)
+
+    def commit(self, proposal, path, next_token, target_logits):
+        self.emitted += len(path) + 1
+
+
+class OraclePolicy:
+    def propose(self, drafter, generator):
+        return drafter.propose()
+
+
+def test_greedy_tree_decoding_equals_ar(target_model):
+    prompt = _prompt(target_model, 2)
+    vocab = target_model.get_output_embeddings().out_features
+    ar = decode_ar(Decoder(target_model), prompt, 30, set(), 0.0, None)
+    drafter = OracleTreeDrafter(ar.tokens, vocab)
+    sd = decode_speculative(Decoder(target_model), prompt, drafter, [], OraclePolicy(),
+                            accept_greedy, 30, set(), 0.0, None)
+    assert sd.tokens == ar.tokens
+    # the right token is always in the tree, so all 3 levels are accepted (the last step may be
+    # cut at max_new)
+    assert all(s.accepted == 3 for s in sd.steps[:-1])
+    assert all(s.drafted == 6 for s in sd.steps)
+
+
+def _without_replacement(q: torch.Tensor, k: int, g: torch.Generator) -> list[int]:
+    return [int(t) for t in torch.multinomial(q, k, replacement=False, generator=g)]
+
+
+def test_recursive_rejection_sampling_matches_the_target():
+    """Two levels, two children each drawn without replacement from q: the first emitted token
+    follows p_root and, after an accepted child x, the second follows p_x."""
+    g = torch.Generator().manual_seed(0)
+    v = 6
+    p_root = torch.tensor([0.30, 0.25, 0.20, 0.15, 0.07, 0.03])
+    q_root = torch.tensor([0.05, 0.10, 0.15, 0.20, 0.25, 0.25])
+    p_next = torch.softmax(torch.randn(v, v, generator=g) * 2, -1)  # the target after token x
+    q_next = torch.softmax(torch.randn(v, generator=g), -1)
+    n = 20000
+    first = np.zeros(v)
+    second = np.zeros((v, v))
+    for _ in range(n):
+        kids = _without_replacement(q_root, 2, g)
+        tokens, parents, q_rows = list(kids), [ROOT, ROOT], [q_root, q_root]
+        for i in range(len(kids)):
+            for y in _without_replacement(q_next, 2, g):
+                tokens.append(y)
+                parents.append(i)
+                q_rows.append(q_next)
+        tree = Proposal(tokens, parents, torch.stack(q_rows))
+        logits = torch.log(torch.stack([p_root] + [p_next[t] for t in tokens]))
+        path, nxt = accept_sampling(tree, logits, 1.0, g)
+        emitted = [tokens[i] for i in path] + [nxt]
+        first[emitted[0]] += 1
+        if path:
+            second[emitted[0], emitted[1]] += 1
+    assert _chisquare(first, p_root) > 1e-3
+    x = int(second.sum(1).argmax())
+    assert second[x].sum() > 1000
+    assert _chisquare(second[x], p_next[x]) > 1e-3
+
+
+def _chisquare(observed: np.ndarray, p: torch.Tensor) -> float:
+    expected = p.double().numpy()
+    expected = expected / expected.sum() * observed.sum()  # exact totals (scipy checks them)
+    return float(stats.chisquare(observed, expected).pvalue)

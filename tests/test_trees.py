@@ -4,13 +4,17 @@ to the accepted path, greedy longest-path acceptance and recursive rejection sam
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from scipy import stats
+from test_engine import prompts
 
 from mmspec.decoding.acceptance import accept_greedy, accept_sampling
 from mmspec.decoding.decoder import Decoder
+from mmspec.decoding.drafters import ModelDrafter
 from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.proposal import ROOT, Proposal
+from mmspec.decoding.trees import StaticTree, full_tree
 
 PROMPT_LEN = 12
 
@@ -159,3 +163,73 @@ def _chisquare(observed: np.ndarray, p: torch.Tensor) -> float:
     expected = p.double().numpy()
     expected = expected / expected.sum() * observed.sum()  # exact totals (scipy checks them)
     return float(stats.chisquare(observed, expected).pvalue)
+
+
+# --- a draft model proposing static trees, alone and as a batched ensemble -----------------------
+
+TREES = {
+    "binary3": full_tree(2, 3),
+    "mixed": [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 0, 0)],
+}
+
+
+@pytest.mark.parametrize("tree", sorted(TREES))
+@pytest.mark.parametrize("views", ["M", "MT"])
+def test_static_tree_drafting_is_lossless(processor, target_model, draft_model, tree, views):
+    stop = {processor.tokenizer.eos_token_id}
+    policy = StaticTree(TREES[tree])
+    for seed in range(2):
+        target_prompt, drafts = prompts(processor, target_model, draft_model, seed)
+        ar = decode_ar(Decoder(target_model), target_prompt, 40, stop, 0.0, None)
+        drafter = ModelDrafter(Decoder(draft_model), 0.0)
+        sd = decode_speculative(Decoder(target_model), target_prompt, drafter,
+                                [drafts[v] for v in views], policy, accept_greedy, 40, stop,
+                                0.0, None)
+        assert sd.tokens == ar.tokens
+        assert all(s.drafted == len(policy) for s in sd.steps)
+        assert all(s.accepted <= max(policy.depths) for s in sd.steps)
+
+
+def test_self_drafted_tree_accepts_its_deepest_path(processor, target_model):
+    """With the target as its own draft, the rank-0 path is always accepted in full."""
+    target_prompt, _ = prompts(processor, target_model, target_model)
+    policy = StaticTree(TREES["mixed"])
+    drafter = ModelDrafter(Decoder(target_model), 0.0)
+    sd = decode_speculative(Decoder(target_model), target_prompt, drafter, [target_prompt],
+                            policy, accept_greedy, 26, set(), 0.0, None)
+    assert [s.accepted for s in sd.steps[:-1]] == [4] * (len(sd.steps) - 1)
+
+
+def test_static_tree_sampling_draws_from_the_target(processor, target_model, draft_model):
+    """Chi-square on the first drafted level's emitted token over many seeds (temperature 1)."""
+    from test_engine import _exact_marginals
+
+    target_prompt, drafts = prompts(processor, target_model, draft_model)
+    _, second = _exact_marginals(target_model, target_prompt)
+    policy = StaticTree([(0,), (1,), (2,), (0, 0), (1, 0)])
+    target, drafter = Decoder(target_model), ModelDrafter(Decoder(draft_model), 1.0)
+    counts = np.zeros(second.shape[0])
+    n, accepted = 2000, 0
+    for seed in range(n):
+        g = torch.Generator().manual_seed(seed)
+        out = decode_speculative(target, target_prompt, drafter, [drafts["M"]], policy,
+                                 accept_sampling, 2, set(), 1.0, g)
+        counts[out.tokens[1]] += 1
+        accepted += out.steps[0].accepted > 0
+    expected = second.double().numpy() / float(second.sum()) * n
+    keep = expected >= 5  # pool rare tokens so the chi-square approximation holds
+    observed = np.append(counts[keep], counts[~keep].sum())
+    expected = np.append(expected[keep], expected[~keep].sum())
+    if expected[-1] == 0:
+        assert observed[-1] == 0, "a token the target never emits was emitted"
+        observed, expected = observed[:-1], expected[:-1]
+    assert _chisquare(observed, torch.tensor(expected)) > 1e-3
+    assert 0 < accepted < n
+
+
+def test_static_tree_rejects_bad_paths():
+    with pytest.raises(ValueError, match="prefix"):
+        StaticTree([(0,), (0, 0, 0)])
+    with pytest.raises(ValueError, match="0..k-1"):
+        StaticTree([(0,), (2,)])
+    assert len(StaticTree(full_tree(3, 2))) == 12

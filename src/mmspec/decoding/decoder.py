@@ -69,28 +69,38 @@ class Decoder:
         return Forward(out.logits[:, -1], out.hidden[:, -1])
 
     @torch.inference_mode()
-    def extend(self, tokens: list[int] | torch.Tensor, attention: torch.Tensor | None = None):
+    def extend(
+        self,
+        tokens: list[int] | torch.Tensor,
+        attention: torch.Tensor | None = None,
+        past: torch.Tensor | None = None,
+        positions: list[int] | None = None,
+    ):
         """Append the same tokens to every row; returns logits [B, n, V] and hidden [B, n, H].
 
         `attention` ([n, n] bool, True = may attend) restricts how the new tokens see each other
-        (token trees; each node then sits at position base + its depth); every new token always
-        sees the whole cache.
+        (token trees; each node then sits at position base + its depth). `past` ([n, k] bool)
+        restricts what they see of the last k cached positions (tree nodes drafted earlier in the
+        same proposal); the rest of the cache is always visible. `positions` overrides the new
+        tokens' positions (unpadded).
         """
         ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device).view(1, -1)
         embeds = self.embed(ids).expand(self.rows, -1, -1)
-        return self._run(embeds, attention)
+        return self._run(embeds, attention, past, positions)
 
-    def _run(self, embeds: torch.Tensor, attention: torch.Tensor | None = None) -> Forward:
+    def _run(self, embeds, attention=None, past=None, positions=None) -> Forward:
         rows, n = embeds.shape[:2]
-        steps = torch.arange(n, device=self.device)
-        if attention is not None:
-            attention = attention.to(self.device)
-            steps = attention.sum(-1) - 1  # a tree node's depth below the root
+        if positions is not None:
+            steps = torch.as_tensor(positions, device=self.device) - self.length
+        elif attention is not None:
+            steps = attention.to(self.device).sum(-1) - 1  # a tree node's depth below the root
+        else:
+            steps = torch.arange(n, device=self.device)
         positions = (self.length + steps).unsqueeze(0) - self.pad.unsqueeze(1)
         padded = bool(self.pad.any())
         mask = None
-        if attention is not None or padded:
-            mask = self._mask(rows, n, attention, embeds.dtype)
+        if attention is not None or past is not None or padded:
+            mask = self._mask(rows, n, attention, past, embeds.dtype)
         out = self.stack(
             inputs_embeds=embeds,
             attention_mask=mask,
@@ -102,12 +112,14 @@ class Decoder:
         self.length += n
         return Forward(self.lm_head(hidden), hidden)
 
-    def _mask(self, rows: int, n: int, attention, dtype) -> torch.Tensor:
+    def _mask(self, rows: int, n: int, attention, past, dtype) -> torch.Tensor:
         """A 4D additive mask [B, 1, n, cache + n]: padding hidden, new tokens causal or tree."""
         total = self.length + n
         new = attention if attention is not None else torch.ones(n, n, device=self.device).tril()
         allowed = torch.ones(rows, n, total, dtype=torch.bool, device=self.device)
-        allowed[:, :, self.length :] = new.bool()
+        allowed[:, :, self.length :] = new.to(self.device).bool()
+        if past is not None:
+            allowed[:, :, self.length - past.shape[1] : self.length] = past.to(self.device).bool()
         keys = torch.arange(total, device=self.device)
         allowed &= keys.view(1, 1, -1) >= self.pad.view(-1, 1, 1)
         # a padding position attends to itself only, so no query row is fully masked

@@ -19,7 +19,7 @@ import torch
 
 from mmspec.decoding.acceptance import distribution
 from mmspec.decoding.decoder import Decoder
-from mmspec.decoding.proposal import Proposal
+from mmspec.decoding.proposal import ROOT, Proposal
 from mmspec.decoding.timing import sync
 from mmspec.decoding.weights import History, StaticWeights, weight_grid
 
@@ -41,6 +41,8 @@ class ModelDrafter:
         self.pending: list[int] = []
         self.base = 0  # cache length before the current proposal's pending tokens
         self.fed: list[int] = []  # tokens appended to the cache during the current proposal
+        self.n_pending = 0  # how many of them were pending tokens
+        self.node_offset: dict[int, int] = {}  # proposal node -> its offset after `base`
         self.forwards = 0
         self.forward_s = 0.0
 
@@ -55,15 +57,31 @@ class ModelDrafter:
         grid = weight_grid(len(prompts)) if self.policy.uses_grid else None
         self.history = History(self.window, grid)
 
-    def _extend(self, tokens: list[int]) -> torch.Tensor:
-        """Feed tokens to every view; the views' next-token logits [m, V]."""
+    def _forward(self, tokens: list[int], **tree) -> torch.Tensor:
+        """Feed tokens to every view (timed); the views' logits [m, n, V]."""
         start = time.perf_counter()
-        logits = self.decoder.extend(tokens).logits[:, -1]
+        logits = self.decoder.extend(tokens, **tree).logits
         sync(self.decoder.device)
         self.forward_s += time.perf_counter() - start
         self.forwards += 1
         self.fed.extend(tokens)
         return logits
+
+    def _extend(self, tokens: list[int]) -> torch.Tensor:
+        """Feed tokens to every view; the views' next-token logits [m, V]."""
+        return self._forward(tokens)[:, -1]
+
+    def _begin(self, generator) -> torch.Tensor:
+        """Start a proposal: pick the block's weights, feed the pending tokens; root logits."""
+        self.weights = self.policy.choose(self.history, self.views, generator).float()
+        self.view_probs = []
+        self.base, self.fed, self.n_pending = self.decoder.length, [], len(self.pending)
+        return self._extend(self.pending)
+
+    def _mixture(self, logits: torch.Tensor) -> torch.Tensor:
+        """The weighted mixture of the views' distributions [V]."""
+        probs = distribution(logits, self.mix_temperature)
+        return self.weights.to(probs.device) @ probs
 
     def _next(self, logits: torch.Tensor, generator) -> tuple[int, torch.Tensor | None]:
         """The next draft token from the views' logits, and the mixture q it came from."""
@@ -82,10 +100,8 @@ class ModelDrafter:
 
     def propose_chain(self, gamma: int, generator: torch.Generator | None) -> Proposal:
         """gamma tokens, each from the weighted mixture of the views (gamma batched forwards)."""
-        self.weights = self.policy.choose(self.history, self.views, generator).float()
-        self.view_probs = []
-        self.base, self.fed = self.decoder.length, []
-        logits = self._extend(self.pending)
+        logits = self._begin(generator)
+        self.node_offset = {i: self.n_pending + i for i in range(gamma - 1)}
         tokens, qs = [], []
         for i in range(gamma):
             token, q = self._next(logits, generator)
@@ -96,6 +112,52 @@ class ModelDrafter:
                 logits = self._extend([token])
         return Proposal.chain(tokens, torch.stack(qs) if qs else None)
 
+    def propose_tree(self, tree, generator: torch.Generator | None) -> Proposal:
+        """A static tree, level by level: one batched forward per level that has children.
+
+        Children of a node are its mixture's top-k (greedy) or k draws without replacement from
+        it (sampling); a level's nodes see the committed text and their own ancestors only.
+        """
+        if self.policy.needs_history:
+            raise NotImplementedError("history-based ensemble weights are implemented for chains")
+        root = self._begin(generator)
+        first = self.decoder.length  # position of depth-1 nodes
+        children: dict[int, list[int]] = {}
+        for node, parent in enumerate(tree.parents):
+            children.setdefault(parent, []).append(node)
+        dist = {ROOT: self._mixture(root)}
+        tokens, qs = [0] * len(tree), [None] * len(tree)
+        fed: list[int] = []  # tree nodes in the cache, in feed order
+        self.node_offset = {}
+        for depth in range(1, max(tree.depths) + 1):
+            level = [n for n in range(len(tree)) if tree.depths[n] == depth]
+            for parent in dict.fromkeys(tree.parents[n] for n in level):
+                kids, q = children[parent], dist[parent]
+                if self.temperature == 0:
+                    picks = q.topk(len(kids)).indices
+                else:
+                    picks = torch.multinomial(q, len(kids), replacement=False, generator=generator)
+                for kid in kids:
+                    tokens[kid], qs[kid] = int(picks[tree.ranks[kid]]), q
+            feed = [n for n in level if n in children]
+            if not feed:
+                break
+            past = torch.tensor([[_is_ancestor(tree, a, n) for a in fed] for n in feed]).view(
+                len(feed), len(fed)
+            )
+            logits = self._forward(
+                [tokens[n] for n in feed],
+                attention=torch.eye(len(feed), dtype=torch.bool),
+                past=past,
+                positions=[first + depth - 1] * len(feed),
+            )
+            for j, node in enumerate(feed):
+                dist[node] = self._mixture(logits[:, j])
+                self.node_offset[node] = self.n_pending + len(fed)
+                fed.append(node)
+        q = torch.stack(qs) if self.temperature > 0 else None
+        return Proposal(tokens, list(tree.parents), q)
+
     def commit(
         self, proposal: Proposal, path: list[int], next_token: int, target_logits: torch.Tensor
     ) -> None:
@@ -104,10 +166,9 @@ class ModelDrafter:
         `target_logits` are the verification logits (row i predicts node i of a chain); the
         history gains the accepted positions and the first rejected one.
         """
-        n_pending = len(self.fed) - (len(proposal.tokens) - 1)
-        cached_nodes = [i for i in path if i < len(proposal.tokens) - 1]
-        self.decoder.keep(self.base, list(range(n_pending)) + [n_pending + i for i in cached_nodes])
-        missing = [proposal.tokens[i] for i in path if i >= len(proposal.tokens) - 1]
+        cached = [self.node_offset[i] for i in path if i in self.node_offset]
+        self.decoder.keep(self.base, list(range(self.n_pending)) + cached)
+        missing = [proposal.tokens[i] for i in path if i not in self.node_offset]
         self.pending = missing + [next_token]
         if self.view_probs:
             if not proposal.is_chain:
@@ -115,3 +176,13 @@ class ModelDrafter:
             seen = min(len(path) + 1, len(self.view_probs))
             p = distribution(target_logits[:seen], self.mix_temperature)
             self.history.observe(p, torch.stack(self.view_probs[:seen]))
+
+
+def _is_ancestor(tree, a: int, node: int) -> bool:
+    """Whether tree node `a` is a proper ancestor of `node`."""
+    parent = tree.parents[node]
+    while parent != ROOT:
+        if parent == a:
+            return True
+        parent = tree.parents[parent]
+    return False

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 VIEW_NAMES = "MTCPU"
 POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboost")
 DRAFTERS = ("none", "model")
-TREES = ("none", "chain")
+TREES = ("none", "chain", "static")
 ACCEPTANCE = ("none", "greedy", "sampling")
 LOSSLESS_ACCEPTANCE = ("none", "greedy", "sampling")
 
@@ -41,6 +41,7 @@ DRAFTING = {
     "adaboost_constant": 1.0,
     "tree": "chain",
     "gamma": 5,
+    "paths": None,  # tree "static": the tree as paths of child ranks, e.g. [[0], [1], [0, 0]]
     "acceptance": "greedy",
 }
 
@@ -160,6 +161,22 @@ def resolve(method_name: str, hparams: dict) -> dict:
         raise ValueError(f"keep must be in (0, 1], got {spec['keep']}")
     if spec.get("softmax_temperature") is not None and spec["softmax_temperature"] <= 0:
         raise ValueError(f"softmax_temperature must be > 0, got {spec['softmax_temperature']}")
+    if spec.get("tree") == "static":
+        paths = spec.get("paths")
+        if not (
+            isinstance(paths, list)
+            and paths
+            and all(
+                isinstance(p, list)
+                and p
+                and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in p)
+                for p in paths
+            )
+        ):
+            raise ValueError(
+                "tree 'static' needs `paths`: a list of paths of child ranks, "
+                "e.g. [[0], [1], [0, 0]]"
+            )
     views = spec.get("views")
     if views is not None and (
         not views or set(views) - set(VIEW_NAMES) or len(set(views)) != len(views)

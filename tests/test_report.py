@@ -194,7 +194,7 @@ def test_header(report):
     assert f"{len(CELL_ROWS)} cells" in report
     assert "NVIDIA H100" in report and "NVIDIA H200" in report
     assert "Metric definitions" in report
-    assert "tau / (gamma * c + 1)" in report
+    assert "tau / (k * c + 1)" in report
 
 
 def test_section_per_dataset_and_pair(report):

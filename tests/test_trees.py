@@ -14,7 +14,7 @@ from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import ModelDrafter
 from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.proposal import ROOT, Proposal
-from mmspec.decoding.trees import StaticTree, full_tree
+from mmspec.decoding.trees import DynamicTree, StaticTree, full_tree
 
 PROMPT_LEN = 12
 
@@ -159,6 +159,18 @@ def test_recursive_rejection_sampling_matches_the_target():
     assert _chisquare(second[x], p_next[x]) > 1e-3
 
 
+def _matches_target(counts: np.ndarray, target: torch.Tensor) -> float:
+    """Chi-square p-value of token counts against the target's marginal; rare tokens pooled."""
+    expected = target.double().numpy() / float(target.sum()) * counts.sum()
+    keep = expected >= 5  # pool rare tokens so the chi-square approximation holds
+    observed = np.append(counts[keep], counts[~keep].sum())
+    expected = np.append(expected[keep], expected[~keep].sum())
+    if expected[-1] == 0:
+        assert observed[-1] == 0, "a token the target never emits was emitted"
+        observed, expected = observed[:-1], expected[:-1]
+    return _chisquare(observed, torch.tensor(expected))
+
+
 def _chisquare(observed: np.ndarray, p: torch.Tensor) -> float:
     expected = p.double().numpy()
     expected = expected / expected.sum() * observed.sum()  # exact totals (scipy checks them)
@@ -176,18 +188,23 @@ TREES = {
 @pytest.mark.parametrize("tree", sorted(TREES))
 @pytest.mark.parametrize("views", ["M", "MT"])
 def test_static_tree_drafting_is_lossless(processor, target_model, draft_model, tree, views):
-    stop = {processor.tokenizer.eos_token_id}
     policy = StaticTree(TREES[tree])
     for seed in range(2):
-        target_prompt, drafts = prompts(processor, target_model, draft_model, seed)
-        ar = decode_ar(Decoder(target_model), target_prompt, 40, stop, 0.0, None)
-        drafter = ModelDrafter(Decoder(draft_model), 0.0)
-        sd = decode_speculative(Decoder(target_model), target_prompt, drafter,
-                                [drafts[v] for v in views], policy, accept_greedy, 40, stop,
-                                0.0, None)
-        assert sd.tokens == ar.tokens
+        sd, _ = _greedy_tree_run(processor, target_model, draft_model, policy, views, seed)
         assert all(s.drafted == len(policy) for s in sd.steps)
         assert all(s.accepted <= max(policy.depths) for s in sd.steps)
+
+
+def _greedy_tree_run(processor, target_model, draft_model, policy, views, seed):
+    """Greedy speculative decoding with a tree policy; asserts it equals AR token for token."""
+    stop = {processor.tokenizer.eos_token_id}
+    target_prompt, drafts = prompts(processor, target_model, draft_model, seed)
+    ar = decode_ar(Decoder(target_model), target_prompt, 40, stop, 0.0, None)
+    drafter = ModelDrafter(Decoder(draft_model), 0.0)
+    sd = decode_speculative(Decoder(target_model), target_prompt, drafter,
+                            [drafts[v] for v in views], policy, accept_greedy, 40, stop, 0.0, None)
+    assert sd.tokens == ar.tokens
+    return sd, drafter
 
 
 def test_self_drafted_tree_accepts_its_deepest_path(processor, target_model):
@@ -216,14 +233,7 @@ def test_static_tree_sampling_draws_from_the_target(processor, target_model, dra
                                  accept_sampling, 2, set(), 1.0, g)
         counts[out.tokens[1]] += 1
         accepted += out.steps[0].accepted > 0
-    expected = second.double().numpy() / float(second.sum()) * n
-    keep = expected >= 5  # pool rare tokens so the chi-square approximation holds
-    observed = np.append(counts[keep], counts[~keep].sum())
-    expected = np.append(expected[keep], expected[~keep].sum())
-    if expected[-1] == 0:
-        assert observed[-1] == 0, "a token the target never emits was emitted"
-        observed, expected = observed[:-1], expected[:-1]
-    assert _chisquare(observed, torch.tensor(expected)) > 1e-3
+    assert _matches_target(counts, second) > 1e-3
     assert 0 < accepted < n
 
 
@@ -233,3 +243,41 @@ def test_static_tree_rejects_bad_paths():
     with pytest.raises(ValueError, match="0..k-1"):
         StaticTree([(0,), (2,)])
     assert len(StaticTree(full_tree(3, 2))) == 12
+
+
+@pytest.mark.parametrize("views", ["M", "MT"])
+def test_dynamic_tree_drafting_is_lossless(processor, target_model, draft_model, views):
+    policy = DynamicTree(depth=4, top_k=3, total_tokens=10)
+    for seed in range(2):
+        sd, drafter = _greedy_tree_run(processor, target_model, draft_model, policy, views, seed)
+        assert all(s.drafted == 10 and s.accepted <= 4 for s in sd.steps)
+        assert drafter.forwards == len(sd.steps) * 4  # root + one per deeper level
+
+
+def test_dynamic_tree_keeps_the_best_cumulative_nodes(processor, target_model, draft_model):
+    """The kept tree is prefix-closed and holds the highest-scoring candidates."""
+    target_prompt, drafts = prompts(processor, target_model, draft_model)
+    drafter = ModelDrafter(Decoder(draft_model), 0.0)
+    drafter.start([drafts["M"]], first_token=5)
+    tree = drafter.propose_dynamic(DynamicTree(depth=3, top_k=4, total_tokens=9), None)
+    assert len(tree.tokens) == 9
+    assert all(p < i for i, p in enumerate(tree.parents))  # topological, prefix-closed
+    depth1 = [i for i, p in enumerate(tree.parents) if p == ROOT]
+    assert 1 <= len(depth1) <= 4
+
+
+def test_dynamic_tree_sampling_draws_from_the_target(processor, target_model, draft_model):
+    from test_engine import _exact_marginals
+
+    target_prompt, drafts = prompts(processor, target_model, draft_model)
+    _, second = _exact_marginals(target_model, target_prompt)
+    policy = DynamicTree(depth=2, top_k=3, total_tokens=5)
+    target, drafter = Decoder(target_model), ModelDrafter(Decoder(draft_model), 1.0)
+    counts = np.zeros(second.shape[0])
+    n = 2000
+    for seed in range(n):
+        g = torch.Generator().manual_seed(seed)
+        out = decode_speculative(target, target_prompt, drafter, [drafts["M"]], policy,
+                                 accept_sampling, 2, set(), 1.0, g)
+        counts[out.tokens[1]] += 1
+    assert _matches_target(counts, second) > 1e-3

@@ -83,9 +83,11 @@ SAMPLES = pa.schema(
         ("ar_prefill_s", pa.float64()),
         ("ar_decode_s", pa.float64()),
         ("ar_n_tokens", pa.int32()),
-        # per job: mean single-token forward time of draft (t_q) and target (t_p)
+        # per job: mean forward time of draft (t_q) and target (t_p), and draft forwards per
+        # verification step (gamma for a chain; the levels drafted for a tree)
         ("t_q_s", pa.float64()),
         ("t_p_s", pa.float64()),
+        ("draft_forwards_per_step", pa.float64()),
         ("draft_visual_tokens", pa.int32()),  # visual tokens the draft was prefilled with
         ("target_visual_tokens", pa.int32()),
         ("device", pa.string()),
@@ -114,6 +116,7 @@ SCORES = pa.schema(
         ("ar_n_tokens", pa.int32()),
         ("t_q_s", pa.float64()),
         ("t_p_s", pa.float64()),
+        ("draft_forwards_per_step", pa.float64()),
         ("draft_visual_tokens", pa.int32()),
         ("target_visual_tokens", pa.int32()),
         ("lossless", pa.bool_()),  # null when the cell samples (temperature > 0)
@@ -141,7 +144,8 @@ CELLS = pa.schema(
         ("tau_per_sample", pa.float64()),  # mean over sample-turns of their own tau
         ("accepted_mean", pa.float64()),
         ("speedup", pa.float64()),  # sum AR decode time / sum method decode time
-        ("speedup_eq1", pa.float64()),  # tau / (gamma * c + 1)
+        ("speedup_eq1", pa.float64()),  # tau / (k * c + 1), k = draft forwards per step
+        ("draft_forwards_per_step", pa.float64()),
         ("latency_ratio", pa.float64()),  # c = T_q / T_p
         ("lossless_rate", pa.float64()),
         ("first_divergence_mean", pa.float64()),

@@ -158,6 +158,90 @@ class ModelDrafter:
         q = torch.stack(qs) if self.temperature > 0 else None
         return Proposal(tokens, list(tree.parents), q)
 
+    def _children_of(self, q: torch.Tensor, k: int, generator) -> tuple[list[int], list[float]]:
+        """k children from q: its top-k (greedy) or k draws without replacement; their log q."""
+        if self.temperature == 0:
+            picks = q.topk(k).indices
+        else:
+            picks = torch.multinomial(q, k, replacement=False, generator=generator)
+        logq = q[picks].clamp_min(1e-30).log()
+        return [int(t) for t in picks], [float(x) for x in logq]
+
+    def propose_dynamic(self, tree, generator: torch.Generator | None) -> Proposal:
+        """EAGLE-2: grow by the best cumulative draft log-probabilities, then rerank and prune.
+
+        Candidates are (token, parent, score, rank, q of the parent). At each level the top_k
+        candidates of the level are fed (one batched forward) and each gets top_k children.
+        The kept nodes are the total_tokens best by score whose parent is kept and, when
+        sampling, whose earlier-drawn siblings are kept (recursive rejection sampling verifies
+        consecutive draws).
+        """
+        if self.policy.needs_history:
+            raise NotImplementedError("history-based ensemble weights are implemented for chains")
+        root_q = self._mixture(self._begin(generator))
+        first = self.decoder.length
+        cands: list[tuple[int, int, float, int, torch.Tensor]] = []
+        tokens, logq = self._children_of(root_q, tree.top_k, generator)
+        for rank, (t, lq) in enumerate(zip(tokens, logq, strict=True)):
+            cands.append((t, ROOT, lq, rank, root_q))
+        level = list(range(len(cands)))
+        fed: list[int] = []
+        offsets: dict[int, int] = {}
+        for depth in range(2, tree.depth + 1):
+            frontier = sorted(level, key=lambda c: -cands[c][2])[: tree.top_k]
+            past = torch.tensor(
+                [[self._cand_ancestor(cands, a, c) for a in fed] for c in frontier]
+            ).view(len(frontier), len(fed))
+            logits = self._forward(
+                [cands[c][0] for c in frontier],
+                attention=torch.eye(len(frontier), dtype=torch.bool),
+                past=past,
+                positions=[first + depth - 2] * len(frontier),
+            )
+            level = []
+            for j, c in enumerate(frontier):
+                offsets[c] = self.n_pending + len(fed)
+                fed.append(c)
+                q = self._mixture(logits[:, j])
+                tokens, logq = self._children_of(q, tree.top_k, generator)
+                for rank, (t, lq) in enumerate(zip(tokens, logq, strict=True)):
+                    level.append(len(cands))
+                    cands.append((t, c, cands[c][2] + lq, rank, q))
+        keep: set[int] = set()
+        ranks_kept: dict[tuple[int, int], bool] = {}
+        for c in sorted(range(len(cands)), key=lambda c: (-cands[c][2], c)):
+            if len(keep) == tree.total_tokens:
+                break
+            _, parent, _, rank, _ = cands[c]
+            if parent != ROOT and parent not in keep:
+                continue
+            if self.temperature > 0 and rank > 0 and not ranks_kept.get((parent, rank - 1)):
+                continue
+            keep.add(c)
+            ranks_kept[(parent, rank)] = True
+        order = sorted(keep, key=lambda c: (self._cand_depth(cands, c), c))
+        index = {c: i for i, c in enumerate(order)}
+        self.node_offset = {index[c]: offsets[c] for c in order if c in offsets}
+        q = torch.stack([cands[c][4] for c in order]) if self.temperature > 0 else None
+        parents = [index[cands[c][1]] if cands[c][1] != ROOT else ROOT for c in order]
+        return Proposal([cands[c][0] for c in order], parents, q)
+
+    @staticmethod
+    def _cand_ancestor(cands, a: int, c: int) -> bool:
+        parent = cands[c][1]
+        while parent != ROOT:
+            if parent == a:
+                return True
+            parent = cands[parent][1]
+        return False
+
+    @staticmethod
+    def _cand_depth(cands, c: int) -> int:
+        depth, parent = 1, cands[c][1]
+        while parent != ROOT:
+            depth, parent = depth + 1, cands[parent][1]
+        return depth
+
     def commit(
         self, proposal: Proposal, path: list[int], next_token: int, target_logits: torch.Tensor
     ) -> None:

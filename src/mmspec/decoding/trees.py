@@ -58,6 +58,20 @@ class StaticTree:
         return drafter.propose_tree(self, generator)
 
 
+@dataclass
+class DynamicTree:
+    """EAGLE-2's dynamic tree: expand the top_k best nodes per level for `depth` levels (each
+    with its top_k children), then keep the `total_tokens` nodes of highest cumulative draft
+    log-probability (ancestors always kept)."""
+
+    depth: int
+    top_k: int
+    total_tokens: int
+
+    def propose(self, drafter, generator: torch.Generator | None) -> Proposal:
+        return drafter.propose_dynamic(self, generator)
+
+
 def full_tree(width: int, depth: int) -> list[tuple[int, ...]]:
     """Every path of `depth` levels with `width` children per node (width**1 + ... nodes)."""
     paths, level = [], [()]
@@ -72,4 +86,6 @@ def make_tree_policy(spec: dict):
         return ChainPolicy(int(spec["gamma"]))
     if spec["tree"] == "static":
         return StaticTree([tuple(p) for p in spec["paths"]])
-    raise ValueError(f"unknown tree policy {spec['tree']!r}; known: ['chain', 'static']")
+    if spec["tree"] == "dynamic":
+        return DynamicTree(int(spec["depth"]), int(spec["top_k"]), int(spec["total_tokens"]))
+    raise ValueError(f"unknown tree policy {spec['tree']!r}; known: chain, static, dynamic")

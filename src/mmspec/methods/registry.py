@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 VIEW_NAMES = "MTCPU"
 POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboost")
 DRAFTERS = ("none", "model")
-TREES = ("none", "chain", "static")
+TREES = ("none", "chain", "static", "dynamic")
 ACCEPTANCE = ("none", "greedy", "sampling")
 LOSSLESS_ACCEPTANCE = ("none", "greedy", "sampling")
 
@@ -42,6 +42,11 @@ DRAFTING = {
     "tree": "chain",
     "gamma": 5,
     "paths": None,  # tree "static": the tree as paths of child ranks, e.g. [[0], [1], [0, 0]]
+    # tree "dynamic" (EAGLE-2; defaults from its release): levels, children per expanded node,
+    # nodes kept after reranking by cumulative draft log-probability
+    "depth": 5,
+    "top_k": 10,
+    "total_tokens": 60,
     "acceptance": "greedy",
 }
 
@@ -119,6 +124,18 @@ METHODS = {
             "speculative decoding: a draft model proposes a chain of gamma tokens from its views",
         ),
         *_tabed_rows(),
+        _drafting(
+            "sd_chain",
+            "SD-chain",
+            "speculative decoding with a chain of gamma draft tokens (the tree papers' baseline)",
+        ),
+        _drafting(
+            "eagle2_tree",
+            "EAGLE-2 tree",
+            "a small draft model growing EAGLE-2 dynamic trees (top_k per level, depth levels, "
+            "total_tokens kept by cumulative log-probability), one tree-masked verification",
+            tree="dynamic",
+        ),
     ]
 }
 
@@ -126,6 +143,9 @@ METHODS = {
 CHOICES = {"drafter": DRAFTERS, "tree": TREES, "acceptance": ACCEPTANCE, "weights": POLICIES}
 TYPES = {
     "gamma": int,
+    "depth": int,
+    "top_k": int,
+    "total_tokens": int,
     "window": int,
     "views": str,
     "temperature": (int, float),
@@ -155,6 +175,9 @@ def resolve(method_name: str, hparams: dict) -> dict:
         spec[key] = value
     if spec.get("gamma") is not None and spec["gamma"] < 1:
         raise ValueError(f"gamma must be >= 1, got {spec['gamma']}")
+    for key in ("depth", "top_k", "total_tokens"):
+        if spec.get(key) is not None and spec[key] < 1:
+            raise ValueError(f"{key} must be >= 1, got {spec[key]}")
     if spec.get("window") is not None and spec["window"] < 0:
         raise ValueError(f"window must be >= 0 (0 = the whole history), got {spec['window']}")
     if spec.get("keep") is not None and not 0 < spec["keep"] <= 1:

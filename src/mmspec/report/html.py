@@ -80,7 +80,8 @@ METRIC_DEFINITIONS = [
     ),
     (
         "speedup_eq1",
-        "tau / (gamma * c + 1) with c = T_q / T_p measured in the same job (TABED eq. 1) — "
+        "tau / (k * c + 1) with c = T_q / T_p measured in the same job and k the draft forwards "
+        "per step (gamma for a chain; TABED eq. 1) — "
         "the gap to measured speedup is engine overhead.",
     ),
     ("latency_ratio", "c."),

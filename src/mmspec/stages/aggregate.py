@@ -3,6 +3,7 @@ per-step table (blocks) that the report's weight plots and acceptance curves rea
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import duckdb
@@ -29,6 +30,7 @@ SELECT
   sum(accepted_sum) / nullif(sum(n_steps), 0) AS accepted_mean,
   sum(ar_decode_s) / nullif(sum(decode_s), 0) AS speedup,
   avg(t_q_s) / nullif(avg(t_p_s), 0) AS latency_ratio,
+  avg(draft_forwards_per_step) AS draft_forwards_per_step,
   avg(CAST(lossless AS DOUBLE)) AS lossless_rate,
   avg(first_divergence) AS first_divergence_mean,
   avg(quality) AS quality,
@@ -83,7 +85,8 @@ def run(score_files: list[str], out: str, blocks_out: str, groups: dict | None =
     con = duckdb.connect()
     files = {"files": list(score_files)}
     table = con.execute(CELLS_SQL, files).to_arrow_table()
-    # TABED eq. 1: tau / (gamma * c + 1); AR has no draft, so its estimate is its tau (1).
+    # TABED eq. 1: tau / (k * c + 1) with k the draft forwards per step (gamma for a chain; the
+    # drafted levels for a tree); AR has no draft, so its estimate is its tau (1).
     table = table.append_column("speedup_eq1", _eq1(table))
     table = table.append_column("label", _labels(table))
     groups = groups or {}
@@ -104,16 +107,16 @@ def _labels(table) -> pa.Array:
 
 def _eq1(table):
     values = []
-    for tau, gamma, c in zip(
+    for tau, k, c in zip(
         table.column("tau").to_pylist(),
-        table.column("gamma").to_pylist(),
+        table.column("draft_forwards_per_step").to_pylist(),
         table.column("latency_ratio").to_pylist(),
         strict=True,
     ):
         if tau is None:
             values.append(None)
-        elif gamma is None:
-            values.append(tau)
+        elif k is None or math.isnan(k):
+            values.append(tau)  # no draft (AR)
         else:
-            values.append(tau / (gamma * c + 1) if c is not None else None)
+            values.append(tau / (k * c + 1) if c is not None else None)
     return pa.array(values, pa.float64())

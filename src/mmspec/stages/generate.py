@@ -150,10 +150,12 @@ def run(
         records[-1]["caption_s"] = draft_store.captioning_s(row["image_ids"])
 
     forwards, forward_s = runner.draft_forward_stats()
+    n_steps = sum(len(r["step_accepted"]) for r in records) if runner.drafter else 0
     t_q = forward_s / forwards if forwards else math.nan
     t_p = ar_decode_s / ar_forwards if ar_forwards else math.nan
     job = {
         "t_q_s": t_q,
+        "draft_forwards_per_step": forwards / n_steps if n_steps else math.nan,
         "t_p_s": t_p,
         "device": describe_device(device),
         "versions": versions(),

@@ -28,6 +28,7 @@ def run(samples: str, ar_samples: str, prepared: str, metric: str, out: str) -> 
                 **{k: row[k] for k in ("dataset", "pair", "method", "hp", "hparams", "seed")},
                 **{k: row[k] for k in ("sample_id", "turn", "n_tokens", "prefill_s", "decode_s")},
                 **{k: row[k] for k in ("ar_decode_s", "ar_n_tokens", "t_q_s", "t_p_s", "device")},
+                "draft_forwards_per_step": row["draft_forwards_per_step"],
                 "draft_visual_tokens": row["draft_visual_tokens"],
                 "target_visual_tokens": row["target_visual_tokens"],
                 "scenario": ref["scenario"],

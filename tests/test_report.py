@@ -495,3 +495,207 @@ def test_hostile_label_dataset_and_sample_escaped(tmp_path):
     weights = sections(page)["Ensemble weights over decoding"]
     assert f"sample {escaped} · turn 0" in weights
     assert "d1&#x27;&quot;&gt;&lt;img src=x onerror=alert(2)&gt;" in weights
+
+
+# ---- acceptance by draft position and tree methods side by side ------------------------------
+
+
+def tree_cell(label: str, tree: str, dataset: str, tau: float, speedup: float, **overrides):
+    """A drafting cell with a tree policy in its hparams (no views, like a trained head)."""
+    hp = overrides.pop("hp", tree)
+    base = dict(
+        method=label.lower(),
+        label=label,
+        views=None,
+        weights=None,
+        gamma=None,
+        hp=hp,
+        hparams=json.dumps({"tree": tree}),
+        dataset=dataset,
+        tau=tau,
+        speedup=speedup,
+        tokens_per_s=30.0 * speedup,
+    )
+    return cell(**{**base, **overrides})
+
+
+def step_rows(cell_row: dict, steps: list[tuple], sample_id: str = "s0") -> list[dict]:
+    """BLOCKS rows of `cell_row` from (drafted, accepted, depth, width) per step."""
+    return [
+        {
+            **{k: cell_row[k] for k in ("dataset", "pair", "method", "hp", "seed")},
+            "label": cell_row["label"],
+            "views": cell_row["views"],
+            "sample_id": sample_id,
+            "turn": 0,
+            "step": index,
+            "position": index,
+            "drafted": drafted,
+            "accepted": accepted,
+            "depth": depth,
+            "width": width,
+            "weights": [1.0],
+        }
+        for index, (drafted, accepted, depth, width) in enumerate(steps)
+    ]
+
+
+def tree_cells() -> list[dict]:
+    return [
+        ar_cell(dataset="d1"),
+        ar_cell(dataset="d2"),
+        tree_cell("SPS", "chain", "d1", 2.0, 1.8, hp="g2", gamma=2),
+        tree_cell("SPS", "chain", "d2", 2.1, 2.5, hp="g2", gamma=2),
+        tree_cell("EAGLE", "static", "d1", 3.0, 2.2),
+        tree_cell("EAGLE", "static", "d2", 3.2, 2.0),
+        tree_cell("SAGE", "sage", "d1", 3.5, 2.0, hp=HOSTILE),
+        # two seeds on d2: tau 3.2 on average, tied with EAGLE at the displayed precision
+        tree_cell("SAGE", "sage", "d2", 3.0, 1.9, hp=HOSTILE, seed=0),
+        tree_cell("SAGE", "sage", "d2", 3.4, 2.1, hp=HOSTILE, seed=1),
+        # a pair without blocks rows: no table for it
+        tree_cell("SPS", "chain", "d1", 2.0, 1.5, hp="g2", gamma=2, pair="qwen-7b/qwen-0.5b"),
+    ]
+
+
+def tree_blocks(cell_rows: list[dict]) -> list[dict]:
+    by = {(c["dataset"], c["label"], c["seed"], c["pair"]): c for c in cell_rows}
+    sage_d1 = by[("d1", "SAGE", 0, PAIR)]
+    rows = step_rows(sage_d1, [(6, 0, 3, 2), (8, 1, 3, 3), (10, 3, 3, 4), (4, 3, 3, 2)])
+    # a chain of gamma 2; one step without a recorded depth counts with depth = drafted
+    rows += step_rows(by[("d1", "SPS", 0, PAIR)], [(2, 0, 2, 1), (2, 2, 2, 1), (2, 1, None, None)])
+    # a static tree of depth 2; its step without a recorded depth is left out of the curve only
+    eagle = [(5, 2, 2, 3), (5, 0, 2, 3), (9, 4, None, None)]
+    rows += step_rows(by[("d1", "EAGLE", 0, PAIR)], eagle)
+    rows += step_rows(by[("d2", "SAGE", 0, PAIR)], [(4, 1, 2, 2), (4, 2, 2, 2)])
+    rows += step_rows(by[("d2", "SAGE", 1, PAIR)], [(10, 4, 4, 3)])
+    rows += step_rows(by[("d2", "SPS", 0, PAIR)], [(2, 2, 2, 1)])
+    return rows
+
+
+def figures(section: str) -> list[tuple[str, list[dict]]]:
+    """(title, traces) of each plotly figure of a section."""
+    decoder = json.JSONDecoder()
+    found = []
+    for match in re.finditer(r"Plotly\.newPlot\(\s*\"[^\"]+\",\s*", section):
+        data, end = decoder.raw_decode(section, match.end())
+        layout, _ = decoder.raw_decode(section, end + re.match(r",\s*", section[end:]).end())
+        found.append((layout["title"]["text"], data))
+    return found
+
+
+def trace_xy(traces: list[dict], name: str) -> tuple[list, list]:
+    """x and y of the one trace named `name`."""
+    found = [(t["x"], t["y"]) for t in traces if t.get("name") == name]
+    assert len(found) == 1, (name, len(found))
+    return found[0]
+
+
+def test_acceptance_by_position(tmp_path):
+    cell_rows = tree_cells()
+    page = weights_page(tmp_path, cell_rows, tree_blocks(cell_rows))
+    assert "href='#acceptance-position'" in page and "href='#tree-methods'" in page
+    section = sections(page)["Acceptance by draft position"]
+    assert "whose accepted path length is &ge; d" in section and "proposal depth" in section
+    # one figure per dataset of the first pair
+    (title1, d1), (title2, d2) = figures(section)
+    assert title1 == "d1 · acceptance by draft position"
+    assert title2 == "d2 · acceptance by draft position"
+    # depth 3, accepted [0, 1, 3, 3]
+    assert trace_xy(d1, "SAGE") == ([1, 2, 3], [0.75, 0.5, 0.5])
+    # depth 2, accepted [0, 2, 1]: counts only toward d <= 2
+    assert trace_xy(d1, "SPS") == ([1, 2], [round(2 / 3, 4), round(1 / 3, 4)])
+    # depth 2, accepted [2, 0]; the step without a depth is left out
+    assert trace_xy(d1, "EAGLE") == ([1, 2], [0.5, 0.5])
+    # trees first, then chains
+    assert [t["name"] for t in d1] == ["EAGLE", "SAGE", "SPS"]
+    # seeds pooled: depths [2, 2, 4], accepted [1, 2, 4]
+    assert trace_xy(d2, "SAGE") == ([1, 2, 3, 4], [1.0, round(2 / 3, 4), 1.0, 1.0])
+    assert "qwen" not in section
+
+
+def test_acceptance_line_cap(tmp_path, monkeypatch):
+    monkeypatch.setattr(report_html, "MAX_ACCEPTANCE_LINES", 1)
+    cell_rows = tree_cells()
+    section = sections(weights_page(tmp_path, cell_rows, tree_blocks(cell_rows)))[
+        "Acceptance by draft position"
+    ]
+    # d1: EAGLE kept (a tree), SAGE and SPS left out; d2: SAGE kept, SPS left out
+    assert [[t["name"] for t in traces] for _, traces in figures(section)] == [["EAGLE"], ["SAGE"]]
+    assert "3 more line(s) not plotted" in section
+
+
+def tree_table_rows(section: str, pair: str) -> dict[str, list[str]]:
+    """The <td> contents after the method name of each row of `pair`'s tree table."""
+    body = section[section.index(f"<h3>{pair}</h3>") :]
+    body = body[body.index("<tbody>") : body.index("</tbody>")]
+    rows = {}
+    for tr in re.findall(r"<tr>(.*?)</tr>", body):
+        tds = re.findall(r"<td[^>]*>(.*?)</td>", tr)
+        rows[tds[0]] = tds[1:]
+    return rows
+
+
+def test_tree_methods_side_by_side(tmp_path):
+    cell_rows = tree_cells()
+    page = weights_page(tmp_path, cell_rows, tree_blocks(cell_rows))
+    section = sections(page)["Tree methods side by side"]
+    head = section[section.index("<thead>") + len("<thead>") : section.index("</thead>")]
+    assert re.findall(r"<th[^>]*>(.*?)</th>", head) == [
+        "method",
+        "hp",
+        "tree",
+        "d1",
+        "d2",
+        *(["τ", "tokens/s", "speedup", "tree size"] * 2),
+    ]
+    rows = tree_table_rows(section, PAIR)
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    # by tree policy: chain, static, sage; AR left out. Per dataset: tau, tokens/s, speedup,
+    # tree size (mean drafted per step, pooled over the steps of all seeds).
+    assert {name: row[:2] for name, row in rows.items()} == {
+        "SPS": ["g2", "chain"],
+        "EAGLE": ["static", "static"],
+        "SAGE": [escaped, "sage"],
+    }
+    assert {name: row[2:6] for name, row in rows.items()} == {  # d1
+        "SPS": ["2.00", "54.0", "1.80", "2.00"],
+        "EAGLE": ["3.00", "66.0", "<b>2.20</b>", "6.33"],  # tree size (5 + 5 + 9) / 3
+        "SAGE": ["<b>3.50</b>", "60.0", "2.00", "7.00"],
+    }
+    assert {name: row[6:] for name, row in rows.items()} == {  # d2
+        "SPS": ["2.10", "75.0", "<b>2.50</b>", "2.00"],
+        "EAGLE": ["<b>3.20</b>", "60.0", "2.00", "–"],  # no steps in the blocks table
+        "SAGE": ["<b>3.20</b>", "60.0", "2.00", "6.00"],  # (4 + 4 + 10) / 3, not (4 + 10) / 2
+    }
+    assert "qwen" not in section  # a pair without steps
+    # tau against mean tree size, one point per cell
+    [(title, traces)] = figures(section)
+    assert title == f"{PAIR} · tau vs mean tree size"
+    x, y = trace_xy(traces, "SAGE")
+    assert sorted(zip(x, y, strict=True)) == [(4.0, 3.0), (7.0, 3.5), (10.0, 3.4)]
+    assert trace_xy(traces, "EAGLE") == ([6.3333], [3.0])
+    assert f"dataset: d2<br>hp: {escaped}" in section
+    assert HOSTILE not in page
+
+
+def test_tree_sections_absent_without_blocks(tmp_path, report):
+    for page in (report, weights_page(tmp_path, tree_cells(), [])):
+        assert "Acceptance by draft position" not in page and "id='acceptance-position'" not in page
+        assert "Tree methods side by side" not in page and "id='tree-methods'" not in page
+
+
+def test_step_stats_streamed_in_batches(tmp_path, monkeypatch):
+    cell_rows = tree_cells()
+    blocks = tmp_path / "blocks.parquet"
+    write_table(pa.Table.from_pylist(tree_blocks(cell_rows), schema=BLOCKS), blocks, BLOCKS)
+    whole = report_html.load_step_stats(blocks)
+    monkeypatch.setattr(report_html, "STATS_BATCH_ROWS", 2)
+    batched = report_html.load_step_stats(blocks)
+    key = report_html.STEP_STATS_KEY
+    assert (
+        batched.sort_values(key)
+        .reset_index(drop=True)
+        .equals(whole.sort_values(key).reset_index(drop=True))
+    )
+    assert int(whole["n_steps"].sum()) == len(tree_blocks(cell_rows))
+    assert int(whole["drafted_sum"].sum()) == sum(r["drafted"] for r in tree_blocks(cell_rows))

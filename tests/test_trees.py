@@ -14,7 +14,7 @@ from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import ModelDrafter
 from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.proposal import ROOT, Proposal
-from mmspec.decoding.trees import DynamicTree, StaticTree, full_tree
+from mmspec.decoding.trees import DynamicTree, SageTree, StaticTree, full_tree
 
 PROMPT_LEN = 12
 
@@ -217,26 +217,6 @@ def test_self_drafted_tree_accepts_its_deepest_path(processor, target_model):
     assert [s.accepted for s in sd.steps[:-1]] == [4] * (len(sd.steps) - 1)
 
 
-def test_static_tree_sampling_draws_from_the_target(processor, target_model, draft_model):
-    """Chi-square on the first drafted level's emitted token over many seeds (temperature 1)."""
-    from test_engine import _exact_marginals
-
-    target_prompt, drafts = prompts(processor, target_model, draft_model)
-    _, second = _exact_marginals(target_model, target_prompt)
-    policy = StaticTree([(0,), (1,), (2,), (0, 0), (1, 0)])
-    target, drafter = Decoder(target_model), ModelDrafter(Decoder(draft_model), 1.0)
-    counts = np.zeros(second.shape[0])
-    n, accepted = 2000, 0
-    for seed in range(n):
-        g = torch.Generator().manual_seed(seed)
-        out = decode_speculative(target, target_prompt, drafter, [drafts["M"]], policy,
-                                 accept_sampling, 2, set(), 1.0, g)
-        counts[out.tokens[1]] += 1
-        accepted += out.steps[0].accepted > 0
-    assert _matches_target(counts, second) > 1e-3
-    assert 0 < accepted < n
-
-
 def test_static_tree_rejects_bad_paths():
     with pytest.raises(ValueError, match="prefix"):
         StaticTree([(0,), (0, 0, 0)])
@@ -266,18 +246,73 @@ def test_dynamic_tree_keeps_the_best_cumulative_nodes(processor, target_model, d
     assert 1 <= len(depth1) <= 4
 
 
-def test_dynamic_tree_sampling_draws_from_the_target(processor, target_model, draft_model):
+@pytest.mark.parametrize("views", ["M", "MT"])
+def test_sage_tree_drafting_is_lossless(processor, target_model, draft_model, views):
+    policy = SageTree(window=3)  # short history window, so it acts within 40 tokens
+    for seed in range(2):
+        sd, drafter = _greedy_tree_run(processor, target_model, draft_model, policy, views, seed)
+        assert all(1 <= s.drafted <= policy.n_max for s in sd.steps)
+        assert all(s.depth <= policy.d_max for s in sd.steps)
+        assert 0 <= drafter.tree_state["alpha"] <= 1
+
+
+def test_sage_shape_and_confidence():
+    sage = SageTree()
+    assert sage.shape(0.0, 8) == (3, 10.0) and sage.shape(1.0, 8) == (8, 2.0)
+    assert sage.confidence(torch.full((50,), 1 / 50)) == pytest.approx(0.0, abs=1e-6)
+    one_hot = torch.zeros(50)
+    one_hot[3] = 1.0
+    assert sage.confidence(one_hot) == pytest.approx(1.0)
+
+
+class _Recorder:
+    """A stand-in drafter: records the tree shape SAGE asks for."""
+
+    def __init__(self, accepted, q):
+        self.tree_state, self.accepted_lengths, self.root_q, self.asked = {}, accepted, q, None
+
+    def propose_grown(self, width, threshold, depth, max_nodes, generator):
+        self.asked = (width(1, 1.0), width(2, 0.5), threshold(2), depth, max_nodes)
+        return Proposal([1], [ROOT])
+
+
+def test_sage_history_lowers_and_raises_the_max_depth():
+    sage = SageTree(window=3)
+    peaked = torch.tensor([0.97] + [0.01] * 3)
+    low = _Recorder([0, 1, 0], peaked)
+    sage.propose(low, None)
+    assert low.tree_state["d_max"] == 7  # mean 0.33 < 2: Dmax 8 -> 7
+    # alpha 0.5 at the first step: D = round(3 + 0.5 * (7 - 3)) = 5, W = 6
+    assert low.asked == (6, round(6 / 2 * 1.0), pytest.approx(0.1 * 2 / 5), 5, 64)
+    assert low.tree_state["alpha"] > 0.5  # the peaked root shapes the next step
+    high = _Recorder([4, 5, 4], peaked)
+    high.tree_state["d_max"] = 5
+    sage.propose(high, None)
+    assert high.tree_state["d_max"] == 6  # mean 4.33 > 3: raised by one, at most 8
+
+
+SAMPLING_POLICIES = {
+    "static": StaticTree([(0,), (1,), (2,), (0, 0), (1, 0)]),
+    "dynamic": DynamicTree(depth=2, top_k=3, total_tokens=5),
+    "sage": SageTree(d_min=1, d_max=3, w_min=2, w_max=4, n_max=12),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLING_POLICIES))
+def test_tree_sampling_draws_from_the_target(processor, target_model, draft_model, name):
+    """Chi-square on the first drafted level's emitted token over many seeds (temperature 1)."""
     from test_engine import _exact_marginals
 
     target_prompt, drafts = prompts(processor, target_model, draft_model)
     _, second = _exact_marginals(target_model, target_prompt)
-    policy = DynamicTree(depth=2, top_k=3, total_tokens=5)
     target, drafter = Decoder(target_model), ModelDrafter(Decoder(draft_model), 1.0)
     counts = np.zeros(second.shape[0])
-    n = 2000
+    n, accepted = 2000, 0
     for seed in range(n):
         g = torch.Generator().manual_seed(seed)
-        out = decode_speculative(target, target_prompt, drafter, [drafts["M"]], policy,
-                                 accept_sampling, 2, set(), 1.0, g)
+        out = decode_speculative(target, target_prompt, drafter, [drafts["M"]],
+                                 SAMPLING_POLICIES[name], accept_sampling, 2, set(), 1.0, g)
         counts[out.tokens[1]] += 1
+        accepted += out.steps[0].accepted > 0
     assert _matches_target(counts, second) > 1e-3
+    assert 0 < accepted < n  # both acceptance and rejection paths were exercised

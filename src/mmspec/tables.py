@@ -75,6 +75,9 @@ SAMPLES = pa.schema(
         ("step_verify_s", pa.list_(pa.float64())),
         # ensemble weights the drafter used at each step, one per view ([1.0] for one view)
         ("step_weights", pa.list_(pa.list_(pa.float32()))),
+        # shape of each step's proposal: levels, and most nodes on one level (chain: gamma, 1)
+        ("step_depth", pa.list_(pa.int32())),
+        ("step_width", pa.list_(pa.int32())),
         ("prefill_s", pa.float64()),
         ("decode_s", pa.float64()),
         # time the captioner took on this sample's images (view C; cached, so paid once per image)
@@ -109,6 +112,8 @@ SCORES = pa.schema(
         ("step_drafted", pa.list_(pa.int32())),
         ("step_accepted", pa.list_(pa.int32())),
         ("step_weights", pa.list_(pa.list_(pa.float32()))),
+        ("step_depth", pa.list_(pa.int32())),
+        ("step_width", pa.list_(pa.int32())),
         ("caption_s", pa.float64()),
         ("prefill_s", pa.float64()),
         ("decode_s", pa.float64()),
@@ -175,8 +180,10 @@ BLOCKS = pa.schema(
         ("turn", pa.int32()),
         ("step", pa.int32()),  # 0-based index of the step within the sample-turn
         ("position", pa.int32()),  # output tokens emitted before this step
-        ("drafted", pa.int32()),
-        ("accepted", pa.int32()),
+        ("drafted", pa.int32()),  # proposal nodes (tree size; gamma for a chain)
+        ("accepted", pa.int32()),  # accepted path length
+        ("depth", pa.int32()),  # proposal levels
+        ("width", pa.int32()),  # most proposal nodes on one level
         ("weights", pa.list_(pa.float32())),  # one per view, in `views` order
     ]
 )

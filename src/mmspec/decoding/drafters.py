@@ -13,6 +13,7 @@ chain was accepted).
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -42,6 +43,9 @@ class ModelDrafter:
         self.base = 0  # cache length before the current proposal's pending tokens
         self.fed: list[int] = []  # tokens appended to the cache during the current proposal
         self.n_pending = 0  # how many of them were pending tokens
+        self.root_q: torch.Tensor | None = None  # the last proposal's first-position mixture
+        self.accepted_lengths: list[int] = []  # per step of the current generation
+        self.tree_state: dict = {}  # a tree policy's state for the current generation
         self.node_offset: dict[int, int] = {}  # proposal node -> its offset after `base`
         self.forwards = 0
         self.forward_s = 0.0
@@ -54,6 +58,7 @@ class ModelDrafter:
         """Prefill one cache row per view; the target's first token is fed with the first draft."""
         self.decoder.prefill(prompts)
         self.pending = [first_token]
+        self.accepted_lengths, self.tree_state = [], {}
         grid = weight_grid(len(prompts)) if self.policy.uses_grid else None
         self.history = History(self.window, grid)
 
@@ -167,6 +172,39 @@ class ModelDrafter:
         logq = q[picks].clamp_min(1e-30).log()
         return [int(t) for t in picks], [float(x) for x in logq]
 
+    def _expand(self, cands, frontier, fed, offsets, first: int) -> list[torch.Tensor]:
+        """Feed the `frontier` candidates (one level; one batched forward, tree-masked);
+        the mixture distribution after each of them."""
+        depth = self._cand_depth(cands, frontier[0])
+        past = torch.tensor([[self._cand_ancestor(cands, a, c) for a in fed] for c in frontier])
+        logits = self._forward(
+            [cands[c][0] for c in frontier],
+            attention=torch.eye(len(frontier), dtype=torch.bool),
+            past=past.view(len(frontier), len(fed)),
+            positions=[first + depth - 1] * len(frontier),
+        )
+        out = []
+        for j, c in enumerate(frontier):
+            offsets[c] = self.n_pending + len(fed)
+            fed.append(c)
+            out.append(self._mixture(logits[:, j]))
+        return out
+
+    def _to_proposal(self, cands, keep, offsets) -> Proposal:
+        """The kept candidates as a Proposal in topological order (siblings in draw order)."""
+        order = sorted(keep, key=lambda c: (self._cand_depth(cands, c), c))
+        index = {c: i for i, c in enumerate(order)}
+        self.node_offset = {index[c]: offsets[c] for c in order if c in offsets}
+        q = torch.stack([cands[c][4] for c in order]) if self.temperature > 0 else None
+        parents = [index[cands[c][1]] if cands[c][1] != ROOT else ROOT for c in order]
+        return Proposal([cands[c][0] for c in order], parents, q)
+
+    def _tree_root(self, generator) -> torch.Tensor:
+        if self.policy.needs_history:
+            raise NotImplementedError("history-based ensemble weights are implemented for chains")
+        self.root_q = self._mixture(self._begin(generator))
+        return self.root_q
+
     def propose_dynamic(self, tree, generator: torch.Generator | None) -> Proposal:
         """EAGLE-2: grow by the best cumulative draft log-probabilities, then rerank and prune.
 
@@ -176,33 +214,18 @@ class ModelDrafter:
         sampling, whose earlier-drawn siblings are kept (recursive rejection sampling verifies
         consecutive draws).
         """
-        if self.policy.needs_history:
-            raise NotImplementedError("history-based ensemble weights are implemented for chains")
-        root_q = self._mixture(self._begin(generator))
+        root_q = self._tree_root(generator)
         first = self.decoder.length
         cands: list[tuple[int, int, float, int, torch.Tensor]] = []
         tokens, logq = self._children_of(root_q, tree.top_k, generator)
         for rank, (t, lq) in enumerate(zip(tokens, logq, strict=True)):
             cands.append((t, ROOT, lq, rank, root_q))
-        level = list(range(len(cands)))
-        fed: list[int] = []
-        offsets: dict[int, int] = {}
-        for depth in range(2, tree.depth + 1):
+        level, fed, offsets = list(range(len(cands))), [], {}
+        for _ in range(2, tree.depth + 1):
             frontier = sorted(level, key=lambda c: -cands[c][2])[: tree.top_k]
-            past = torch.tensor(
-                [[self._cand_ancestor(cands, a, c) for a in fed] for c in frontier]
-            ).view(len(frontier), len(fed))
-            logits = self._forward(
-                [cands[c][0] for c in frontier],
-                attention=torch.eye(len(frontier), dtype=torch.bool),
-                past=past,
-                positions=[first + depth - 2] * len(frontier),
-            )
+            qs = self._expand(cands, frontier, fed, offsets, first)
             level = []
-            for j, c in enumerate(frontier):
-                offsets[c] = self.n_pending + len(fed)
-                fed.append(c)
-                q = self._mixture(logits[:, j])
+            for c, q in zip(frontier, qs, strict=True):
                 tokens, logq = self._children_of(q, tree.top_k, generator)
                 for rank, (t, lq) in enumerate(zip(tokens, logq, strict=True)):
                     level.append(len(cands))
@@ -219,12 +242,43 @@ class ModelDrafter:
                 continue
             keep.add(c)
             ranks_kept[(parent, rank)] = True
-        order = sorted(keep, key=lambda c: (self._cand_depth(cands, c), c))
-        index = {c: i for i, c in enumerate(order)}
-        self.node_offset = {index[c]: offsets[c] for c in order if c in offsets}
-        q = torch.stack([cands[c][4] for c in order]) if self.temperature > 0 else None
-        parents = [index[cands[c][1]] if cands[c][1] != ROOT else ROOT for c in order]
-        return Proposal([cands[c][0] for c in order], parents, q)
+        return self._to_proposal(cands, keep, offsets)
+
+    def propose_grown(self, width, threshold, depth: int, max_nodes: int, generator) -> Proposal:
+        """A tree grown level by level under caller rules (SAGE): a node at level l with path
+        probability P gets `width(l, P_parent)` children, taken from its mixture's top (greedy)
+        or drawn without replacement (sampling) and kept while their path probability exceeds
+        `threshold(l)` (the best first-level child is always kept); kept nodes are expanded
+        until level `depth` or `max_nodes` nodes."""
+        root_q = self._tree_root(generator)
+        first = self.decoder.length
+        cands: list[tuple[int, int, float, int, torch.Tensor]] = []
+
+        def add_children(parent: int, q: torch.Tensor, level: int, prob: float) -> list[int]:
+            k = min(width(level, prob), max_nodes - len(cands), q.shape[-1])
+            if k < 1:
+                return []
+            added = []
+            tokens, logq = self._children_of(q, k, generator)
+            for rank, (t, lq) in enumerate(zip(tokens, logq, strict=True)):
+                path_prob = prob * math.exp(lq)
+                if path_prob <= threshold(level) and not (level == 1 and rank == 0):
+                    break  # later draws are not verified either (a prefix of draws)
+                score = math.log(max(path_prob, 1e-30))
+                added.append(len(cands))
+                cands.append((t, parent, score, rank, q))
+            return added
+
+        level, fed, offsets = add_children(ROOT, root_q, 1, 1.0), [], {}
+        for lvl in range(2, depth + 1):
+            if not level or len(cands) >= max_nodes:
+                break
+            qs = self._expand(cands, level, fed, offsets, first)
+            nxt = []
+            for c, q in zip(level, qs, strict=True):
+                nxt += add_children(c, q, lvl, math.exp(cands[c][2]))
+            level = nxt
+        return self._to_proposal(cands, set(range(len(cands))), offsets)
 
     @staticmethod
     def _cand_ancestor(cands, a: int, c: int) -> bool:
@@ -254,6 +308,7 @@ class ModelDrafter:
         self.decoder.keep(self.base, list(range(self.n_pending)) + cached)
         missing = [proposal.tokens[i] for i in path if i not in self.node_offset]
         self.pending = missing + [next_token]
+        self.accepted_lengths.append(len(path))
         if self.view_probs:
             if not proposal.is_chain:
                 raise NotImplementedError("ensemble weight history is implemented for chains")

@@ -25,6 +25,8 @@ class Step:
     draft_s: float
     verify_s: float
     weights: tuple[float, ...] = ()  # the drafter's ensemble weights for this block
+    depth: int = 0  # levels of the proposal (gamma for a chain)
+    width: int = 0  # most proposal nodes on one level (1 for a chain)
 
 
 @dataclass
@@ -120,6 +122,8 @@ def decode_speculative(
         sync(device)
         step_s = time.perf_counter() - t1
         weights = tuple(drafter.weights.tolist())
-        out.steps.append(Step(len(proposal.tokens), len(path), t1 - t0, step_s, weights))
+        depth, width = proposal.shape()
+        step = Step(len(proposal.tokens), len(path), t1 - t0, step_s, weights, depth, width)
+        out.steps.append(step)
     out.decode_s = time.perf_counter() - start
     return out

@@ -36,6 +36,18 @@ class Proposal:
             out.setdefault(parent, []).append(i)
         return out
 
+    def depths(self) -> list[int]:
+        """Depth of each node (1 for the root's children)."""
+        out: list[int] = []
+        for parent in self.parents:
+            out.append(1 if parent == ROOT else out[parent] + 1)
+        return out
+
+    def shape(self) -> tuple[int, int]:
+        """(depth, width): the deepest level and the most nodes on one level."""
+        depths = self.depths()
+        return max(depths), max(depths.count(d) for d in set(depths))
+
     def tokens_tensor(self, device) -> torch.Tensor:
         return torch.tensor(self.tokens, dtype=torch.long, device=device)
 

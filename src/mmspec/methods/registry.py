@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 VIEW_NAMES = "MTCPU"
 POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboost")
 DRAFTERS = ("none", "model")
-TREES = ("none", "chain", "static", "dynamic")
+TREES = ("none", "chain", "static", "dynamic", "sage")
 ACCEPTANCE = ("none", "greedy", "sampling")
 LOSSLESS_ACCEPTANCE = ("none", "greedy", "sampling")
 
@@ -48,6 +48,21 @@ DRAFTING = {
     "top_k": 10,
     "total_tokens": 60,
     "acceptance": "greedy",
+}
+
+
+# SAGE's tree hyperparameters (its section 5): Dmin, Dmax, Wmin, Wmax, top-k of the confidence,
+# N_max, history window and its lower/upper thresholds.
+SAGE_DEFAULTS = {
+    "sage_d_min": 3,
+    "sage_d_max": 8,
+    "sage_w_min": 2,
+    "sage_w_max": 10,
+    "sage_k": 10,
+    "sage_n_max": 64,
+    "sage_window": 10,
+    "sage_low": 2.0,
+    "sage_high": 3.0,
 }
 
 
@@ -136,12 +151,22 @@ METHODS = {
             "total_tokens kept by cumulative log-probability), one tree-masked verification",
             tree="dynamic",
         ),
+        _drafting(
+            "sage_tree",
+            "SAGE trees (M)",
+            "SAGE's entropy-adaptive trees (depth and width from the draft's confidence, history "
+            "tracking of accepted lengths) drafted from view M; SAGE proper drafts from SpecVLM's "
+            "pruned view",
+            tree="sage",
+            **SAGE_DEFAULTS,
+        ),
     ]
 }
 
 # Allowed values of hyperparameters whose domain is a fixed set; others are checked by type.
 CHOICES = {"drafter": DRAFTERS, "tree": TREES, "acceptance": ACCEPTANCE, "weights": POLICIES}
 TYPES = {
+    **{k: (int, float) if isinstance(v, float) else int for k, v in SAGE_DEFAULTS.items()},
     "gamma": int,
     "depth": int,
     "top_k": int,
@@ -175,7 +200,7 @@ def resolve(method_name: str, hparams: dict) -> dict:
         spec[key] = value
     if spec.get("gamma") is not None and spec["gamma"] < 1:
         raise ValueError(f"gamma must be >= 1, got {spec['gamma']}")
-    for key in ("depth", "top_k", "total_tokens"):
+    for key in ("depth", "top_k", "total_tokens", *[k for k in SAGE_DEFAULTS if k != "sage_low"]):
         if spec.get(key) is not None and spec[key] < 1:
             raise ValueError(f"{key} must be >= 1, got {spec[key]}")
     if spec.get("window") is not None and spec["window"] < 0:

@@ -1,7 +1,8 @@
 """One self-contained HTML page summarising a sweep, built from results/summary/cells.parquet.
 
-Optionally also from results/summary/blocks.parquet (one row per verification step), for the plots
-of the ensemble weights over decoding.
+Optionally also from results/summary/blocks.parquet (one row per verification step), for the
+acceptance rate by draft position, the tree methods side by side (mean tree size per step) and the
+plots of the ensemble weights over decoding.
 
 The page opens offline from disk: plotly.js is inlined once in the head, figures are embedded as
 JSON (not images), and there is no external CSS. Every string that comes from the data is
@@ -12,6 +13,7 @@ interprets a subset of HTML in them.
 from __future__ import annotations
 
 import html
+import json
 import math
 import os
 import re
@@ -22,6 +24,8 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 import plotly.io as pio
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from plotly.colors import qualitative
 from plotly.offline import get_plotlyjs
@@ -161,12 +165,16 @@ def write_report(
 ) -> None:
     """Render the cells table at `cells_path` as one self-contained HTML page at `out_html`.
 
-    With `blocks_path` (results/summary/blocks.parquet) the page also plots the ensemble weights
-    over decoding; without it that section is left out.
+    With `blocks_path` (results/summary/blocks.parquet) the page also shows the acceptance rate by
+    draft position, the tree methods side by side and the ensemble weights over decoding; without
+    it those sections are left out.
     """
     cells = read_table(cells_path, CELLS).to_pandas()
-    blocks = load_blocks(blocks_path, cells) if blocks_path is not None else None
-    page = render_page(cells, generated=datetime.now(UTC), blocks=blocks)
+    blocks = step_stats = None
+    if blocks_path is not None:
+        blocks = load_blocks(blocks_path, cells)
+        step_stats = load_step_stats(blocks_path)
+    page = render_page(cells, generated=datetime.now(UTC), blocks=blocks, step_stats=step_stats)
     out_html = Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)
     # Write then rename, so an interrupted run never leaves a truncated report behind.
@@ -202,12 +210,8 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return sorted(front)
 
 
-def load_blocks(blocks_path: str | Path, cells: pd.DataFrame) -> pd.DataFrame:
-    """The rows of the blocks table that the weight plots can use (see `weight_plot_cells`).
-
-    The table holds every step of every sample-turn of the sweep, so it is read in two filtered
-    passes: the sample-turn keys of the plotted cells, then the steps of their first sample-turns.
-    """
+def check_blocks_file(blocks_path: str | Path) -> Path:
+    """The path of a blocks table, checked to exist and to hold the contract's columns."""
     path = Path(blocks_path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file (has the stage that writes it run?)")
@@ -215,6 +219,56 @@ def load_blocks(blocks_path: str | Path, cells: pd.DataFrame) -> pd.DataFrame:
     missing = [name for name in BLOCKS.names if name not in names]
     if missing:
         raise ValueError(f"{path}: missing columns {missing}; expected the contract {BLOCKS.names}")
+    return path
+
+
+# Group keys of the per-step statistics: the cell, the proposal depth (the drafted count where no
+# depth was recorded, with `depth_recorded` false), the accepted path length.
+STEP_STATS_KEY = [*CELL_KEY, "depth", "depth_recorded", "accepted"]
+STEP_STATS_COLUMNS = [*STEP_STATS_KEY, "n_steps", "drafted_sum"]
+STATS_BATCH_ROWS = 1 << 20
+
+
+def load_step_stats(blocks_path: str | Path) -> pd.DataFrame:
+    """Steps of each cell counted by (proposal depth, accepted path length), with their drafted sum.
+
+    The blocks table holds every step of the sweep, so it is streamed in record batches of the few
+    columns needed, each reduced to this histogram (a few rows per cell) before the next is read.
+    """
+    path = check_blocks_file(blocks_path)
+    columns = [*CELL_KEY, "depth", "accepted", "drafted"]
+    parts = []
+    for batch in pq.ParquetFile(path).iter_batches(columns=columns, batch_size=STATS_BATCH_ROWS):
+        table = pa.Table.from_batches([batch])
+        depth = table["depth"]
+        table = table.set_column(
+            columns.index("depth"), "depth", pc.coalesce(depth, table["drafted"])
+        ).append_column("depth_recorded", pc.is_valid(depth))
+        parts.append(
+            table.group_by(STEP_STATS_KEY).aggregate(
+                [("drafted", "count", pc.CountOptions(mode="all")), ("drafted", "sum")]
+            )
+        )
+    if not parts:
+        return pd.DataFrame(columns=STEP_STATS_COLUMNS)
+    merged = (
+        pa.concat_tables(parts)
+        .group_by(STEP_STATS_KEY)
+        .aggregate([("drafted_count", "sum"), ("drafted_sum", "sum")])
+    )
+    merged = merged.rename_columns(
+        {"drafted_count_sum": "n_steps", "drafted_sum_sum": "drafted_sum"}
+    )
+    return merged.select(STEP_STATS_COLUMNS).to_pandas()
+
+
+def load_blocks(blocks_path: str | Path, cells: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the blocks table that the weight plots can use (see `weight_plot_cells`).
+
+    The table holds every step of every sample-turn of the sweep, so it is read in two filtered
+    passes: the sample-turn keys of the plotted cells, then the steps of their first sample-turns.
+    """
+    path = check_blocks_file(blocks_path)
     empty = BLOCKS.empty_table().to_pandas()
     targets = weight_plot_cells(with_labels(cells))
     if targets.empty:
@@ -233,11 +287,16 @@ def load_blocks(blocks_path: str | Path, cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def render_page(
-    cells: pd.DataFrame, generated: datetime, blocks: pd.DataFrame | None = None
+    cells: pd.DataFrame,
+    generated: datetime,
+    blocks: pd.DataFrame | None = None,
+    step_stats: pd.DataFrame | None = None,
 ) -> str:
     """The full HTML page for a cells frame (one row per cell, CELLS columns).
 
-    `blocks` (BLOCKS columns, possibly only some of its rows) adds the ensemble-weight plots.
+    `blocks` (BLOCKS columns, possibly only some of its rows) adds the ensemble-weight plots;
+    `step_stats` (from `load_step_stats`, over all the rows) the acceptance rate by draft position
+    and the tree methods side by side, each shown only when some cell has steps for it.
     """
     cells = with_labels(cells)
     colors = method_colors(cells)
@@ -246,12 +305,27 @@ def render_page(
         render_section(f"sec-{i}", dataset, pair, section_cells(cells, dataset, pair), colors)
         for i, (dataset, pair) in enumerate(keys)
     ]
+    steps = steps_by_cell(cells, step_stats) if step_stats is not None else {}
+    acceptance = render_acceptance_by_position(cells, steps, colors) if steps else ""
+    trees = render_tree_methods(cells, steps) if steps else ""
+    extra_toc = [
+        (anchor, title)
+        for part, anchor, title in (
+            (acceptance, "acceptance-position", ACCEPTANCE_TITLE),
+            (trees, "tree-methods", TREE_TITLE),
+        )
+        if part
+    ]
     body = "\n".join(
         [
-            render_header(cells, generated, keys, with_weights=blocks is not None),
+            render_header(
+                cells, generated, keys, with_weights=blocks is not None, extra_toc=extra_toc
+            ),
             render_definitions(),
             *sections,
             render_block_efficiency(cells),
+            acceptance,
+            trees,
             render_weights(cells, blocks) if blocks is not None else "",
             render_summary(cells),
         ]
@@ -433,8 +507,12 @@ def render_header(
     generated: datetime,
     keys: list[tuple[str, str]],
     with_weights: bool = False,
+    extra_toc: list[tuple[str, str]] | None = None,
 ) -> str:
-    """Title, provenance, a table of contents and an alert when any greedy cell is not lossless."""
+    """Title, provenance, a table of contents and an alert when any greedy cell is not lossless.
+
+    `extra_toc` lists (anchor, title) of the optional sections between block efficiency and the
+    weights."""
     devices = sorted(cells["device"].dropna().unique()) if len(cells) else []
     n_bugs = int(sum(lossless_bug(row) for _, row in cells.iterrows()))
     alert = (
@@ -448,6 +526,7 @@ def render_header(
         for i, (dataset, pair) in enumerate(keys)
     )
     toc += "<li><a href='#block-efficiency'>Block efficiency by dataset</a></li>"
+    toc += "".join(f"<li><a href='#{a}'>{title}</a></li>" for a, title in extra_toc or [])
     if with_weights:
         toc += "<li><a href='#weights'>Ensemble weights over decoding</a></li>"
     return (
@@ -723,6 +802,347 @@ def render_block_efficiency(cells: pd.DataFrame) -> str:
         temp = MISSING if is_missing(temperature) else f"{float(temperature):g}"
         parts.append(f"<h3>{esc(pair)} · {esc(acceptance)} · temperature {temp}</h3>")
         parts.append(block_efficiency_html(tau_by_dataset(of_setting)))
+    return "\n".join(parts)
+
+
+# ---- per-step statistics of the blocks table -------------------------------------------------
+
+# The tree policies of DESIGN.md, in the order their rows are listed side by side.
+TREE_ORDER = ["chain", "static", "dynamic", "sage"]
+
+
+def tree_kind(hparams: object) -> str:
+    """The tree policy of a cell's hparams JSON ("chain" when unset, as in the registry)."""
+    try:
+        spec = json.loads(hparams) if isinstance(hparams, str) else {}
+    except ValueError:
+        return ""
+    tree = spec.get("tree") if isinstance(spec, dict) else None
+    return "chain" if tree is None else str(tree)
+
+
+def cell_key(row: pd.Series) -> tuple:
+    """The identity of a cell (CELL_KEY) in a form that compares equal across tables."""
+    seed = row["seed"]
+    return (*(str(row[c]) for c in CELL_KEY[:-1]), None if is_missing(seed) else int(seed))
+
+
+def steps_by_cell(cells: pd.DataFrame, stats: pd.DataFrame) -> dict[tuple, pd.DataFrame]:
+    """Per drafting cell with steps: its rows of `stats` (see `load_step_stats`)."""
+    if stats.empty or cells.empty:
+        return {}
+    known = {cell_key(row) for _, row in cells.iterrows()}
+    found = {}
+    for key, rows in stats.groupby(CELL_KEY, sort=False, dropna=False):
+        if is_missing(key[-1]):
+            continue
+        key = (*(str(k) for k in key[:-1]), int(key[-1]))
+        if key in known and not is_ar(key[2]) and rows["n_steps"].sum() > 0:
+            found[key] = rows
+    return found
+
+
+def acceptance_curve(stats: pd.DataFrame) -> tuple[list[float], list[int]]:
+    """Per draft position d = 1..max depth: the share of steps whose accepted path length is >= d
+    among those whose proposal depth is >= d, and that number of steps (the denominator)."""
+    depth = stats["depth"].astype(float).to_numpy()
+    accepted = stats["accepted"].astype(float).to_numpy()
+    n = stats["n_steps"].astype(float).to_numpy()
+    top = int(depth.max()) if len(depth) and not math.isnan(depth.max()) else 0
+    rates, reached = [], []
+    for d in range(1, top + 1):
+        deep = depth >= d
+        total = n[deep].sum()
+        rates.append(round(float(n[deep & (accepted >= d)].sum() / total), 4))
+        reached.append(int(total))
+    return rates, reached
+
+
+def drafting_cells(cells: pd.DataFrame, steps: dict[tuple, pd.DataFrame]) -> pd.DataFrame:
+    """The non-AR cells, with their tree policy (`tree`), their steps and drafted nodes in the
+    blocks table (`_steps`, `_drafted`) and mean tree size (`tree_size`, NaN without steps)."""
+    drafted = cells[~cells.apply(is_ar_row, axis=1)] if len(cells) else cells
+    if drafted.empty:
+        return drafted.assign(tree=[], tree_size=[], _key=[], _steps=[], _drafted=[])
+    keys = [cell_key(row) for _, row in drafted.iterrows()]
+    n_steps = [float(steps[k]["n_steps"].sum()) if k in steps else 0.0 for k in keys]
+    n_drafted = [float(steps[k]["drafted_sum"].sum()) if k in steps else 0.0 for k in keys]
+    return drafted.assign(
+        hp=drafted["hp"].fillna(""),
+        tree=drafted["hparams"].map(tree_kind),
+        tree_size=[d / n if n else math.nan for d, n in zip(n_drafted, n_steps, strict=True)],
+        _key=keys,
+        _steps=n_steps,
+        _drafted=n_drafted,
+    )
+
+
+def line_names(keys: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """Escaped display names of (name, hp) rows: the hp is appended when a name has several."""
+    n_hp = Counter(name for name, _ in keys)
+    return {
+        (name, hp): label_html(name) + (f" · {esc(hp)}" if n_hp[name] > 1 and hp else "")
+        for name, hp in keys
+    }
+
+
+# ---- acceptance rate by draft position (SAGE / EAGLE) ----------------------------------------
+
+ACCEPTANCE_TITLE = "Acceptance by draft position"
+MAX_ACCEPTANCE_FIGURES = 8
+MAX_ACCEPTANCE_LINES = 12
+
+
+def acceptance_caption(pair: object) -> str:
+    """What the acceptance-by-position figures show, stated exactly."""
+    return (
+        "Acceptance rate at draft position d, for d = 1 .. the largest proposal depth of the line: "
+        "the share of verification steps whose accepted path length is &ge; d, among the steps "
+        "whose proposal depth (levels: gamma for a chain, the tree depth for a token tree) is "
+        "&ge; d. A chain of gamma = 2 therefore counts only toward d &le; 2, so chains of "
+        "different gamma and trees of different depth share one scale. Steps are pooled over the "
+        "sample-turns and seeds of a cell; one line per method (its label, plus the hp slug when "
+        "a label ran with several hyperparameters); the hover gives the steps counted at each d. "
+        f"Pair {esc(pair)}; one figure per dataset; tree methods are plotted first, then chains "
+        f"(at most {MAX_ACCEPTANCE_LINES} lines and {MAX_ACCEPTANCE_FIGURES} figures)."
+    )
+
+
+def acceptance_lines(
+    of_dataset: pd.DataFrame, steps: dict[tuple, pd.DataFrame]
+) -> list[tuple[str, str, str, pd.DataFrame]]:
+    """(name, hp, method, pooled stats) per line of one dataset's figure, in plotting order:
+    trees before chains, each in table order; seeds of one (name, hp) are pooled.
+
+    Where a step has no recorded depth the stats hold its drafted count instead, which is its depth
+    only for a chain; such steps of other trees are left out.
+    """
+    with_steps = of_dataset[of_dataset["_key"].map(steps.__contains__)]
+    ordered = sort_cells(with_steps)
+    ordered = ordered.iloc[(ordered["tree"] == "chain").to_numpy().argsort(kind="stable")]
+    lines = []
+    for (name, hp), group in ordered.groupby(["_name", "hp"], sort=False):
+        pooled = pd.concat([steps[k] for k in group["_key"]])
+        if group["tree"].iloc[0] != "chain":
+            pooled = pooled[pooled["depth_recorded"].astype(bool)]
+        if (pooled["n_steps"][pooled["depth"] >= 1] > 0).any():
+            lines.append((name, hp, str(group["method"].iloc[0]), pooled))
+    return lines
+
+
+def acceptance_figure(
+    dataset: str, lines: list[tuple[str, str, str, pd.DataFrame]], colors: dict[str, str]
+) -> go.Figure:
+    """One line per (name, hp): acceptance rate against draft position."""
+    fig = go.Figure()
+    names = line_names([(name, hp) for name, hp, _, _ in lines])
+    dash_of: dict[str, int] = {}
+    for name, hp, method, stats in lines:
+        rates, reached = acceptance_curve(stats)
+        dash = dash_of[method] = dash_of.get(method, -1) + 1
+        shown = names[(name, hp)]
+        fig.add_trace(
+            go.Scatter(
+                x=list(range(1, len(rates) + 1)),
+                y=rates,
+                mode="lines+markers",
+                name=shown,
+                line=dict(color=colors.get(method), dash=DASHES[dash % len(DASHES)]),
+                customdata=reached,
+                hovertemplate=f"{shown}<br>hp: {esc(hp)}<br>position %{{x}} · accepted "
+                "%{y:.3f}<br>of %{customdata} steps<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title=f"{esc(dataset)} · acceptance by draft position",
+        xaxis_title="draft position d",
+        yaxis_title="P(accepted length ≥ d | depth ≥ d)",
+        **FIGURE_LAYOUT,
+    )
+    fig.update_xaxes(dtick=1)
+    fig.update_yaxes(range=[0, 1.02])
+    return fig
+
+
+def render_acceptance_by_position(
+    cells: pd.DataFrame, steps: dict[tuple, pd.DataFrame], colors: dict[str, str]
+) -> str:
+    """Per dataset of the first pair with steps: acceptance-rate-by-position curves; "" if none."""
+    drafted = drafting_cells(cells, steps)
+    drafted = drafted[drafted["_key"].map(steps.__contains__)] if len(drafted) else drafted
+    # Lines per dataset of the first pair that has any, datasets in table order.
+    pair, by_dataset = None, {}
+    for pair in sorted(drafted["pair"].dropna().unique()) if len(drafted) else []:
+        of_pair = drafted[drafted["pair"] == pair]
+        datasets, _ = dataset_order(of_pair)
+        by_dataset = {
+            d: acceptance_lines(of_pair[of_pair["dataset"] == d], steps) for d in datasets
+        }
+        by_dataset = {d: lines for d, lines in by_dataset.items() if lines}
+        if by_dataset:
+            break
+    if not by_dataset:
+        return ""
+    datasets = list(by_dataset)
+    figures, lines_left_out = [], 0
+    for dataset in datasets[:MAX_ACCEPTANCE_FIGURES]:
+        lines = by_dataset[dataset]
+        lines_left_out += max(0, len(lines) - MAX_ACCEPTANCE_LINES)
+        figures.append(acceptance_figure(dataset, lines[:MAX_ACCEPTANCE_LINES], colors))
+    notes = []
+    if len(datasets) > MAX_ACCEPTANCE_FIGURES:
+        notes.append(
+            f"{len(datasets) - MAX_ACCEPTANCE_FIGURES} more dataset(s) not plotted, to keep the "
+            "page small."
+        )
+    if lines_left_out:
+        notes.append(f"{lines_left_out} more line(s) not plotted, to keep the figures readable.")
+    note = f"<p class='note'>{' '.join(notes)}</p>" if notes else ""
+    figs = "".join(figure_html(fig) for fig in figures)
+    return (
+        f"<h2 id='acceptance-position'>{ACCEPTANCE_TITLE}</h2>\n"
+        f"<p class='caption'>{acceptance_caption(pair)}</p>\n{note}<div class='figs'>{figs}</div>"
+    )
+
+
+# ---- tree methods side by side (SAGE Table 1) ------------------------------------------------
+
+TREE_TITLE = "Tree methods side by side"
+# (column, header) of each dataset's group of columns; tau and speedup get the best marks.
+TREE_METRICS = [
+    ("tau", "τ"),
+    ("tokens_per_s", "tokens/s"),
+    ("speedup", "speedup"),
+    ("tree_size", "tree size"),
+]
+TREE_MARKED = {"tau", "speedup"}
+TREE_CAPTION = (
+    "One table per pair; one row per drafting method and hp (tree policy: chain, static, dynamic "
+    "or sage, from the cell's hparams), ordered by tree policy. Per dataset: τ = mean(accepted + "
+    "1) per step, tokens/s = emitted tokens / decode time, speedup = AR decode time / method "
+    "decode time (each averaged over seeds), and tree size = mean proposal nodes per step "
+    "(<code>drafted</code>: gamma for a chain, the tree's node count for a token tree), pooled "
+    "over the steps of all seeds in the blocks table. The best τ and the best speedup of each "
+    "dataset are <b>bold</b> (equal values at the displayed precision share the mark). The "
+    "figure: τ against mean tree size, one point per cell (dataset, hp, seed), one trace per "
+    "method."
+)
+
+
+def tree_table(of_pair: pd.DataFrame, datasets: list[str]) -> pd.DataFrame:
+    """One row per (name, hp) of a pair's drafting cells, by tree policy then table order.
+
+    Columns ("", "name"), ("", "hp"), ("", "tree"), then (dataset, metric) per dataset and metric
+    of TREE_METRICS: the tree size pooled over steps, the others averaged over seeds.
+    """
+    ordered = sort_cells(of_pair)
+    rank = ordered["tree"].map(
+        lambda t: TREE_ORDER.index(t) if t in TREE_ORDER else len(TREE_ORDER)
+    )
+    ordered = ordered.iloc[rank.to_numpy().argsort(kind="stable")]
+    rows = []
+    for (name, hp), group in ordered.groupby(["_name", "hp"], sort=False):
+        row = {
+            ("", "name"): name,
+            ("", "hp"): hp,
+            ("", "tree"): group["tree"].iloc[0],
+        }
+        for dataset in datasets:
+            of_dataset = group[group["dataset"] == dataset]
+            for column, _ in TREE_METRICS[:-1]:
+                row[(dataset, column)] = of_dataset[column].astype(float).mean()
+            n_steps = of_dataset["_steps"].sum()
+            row[(dataset, "tree_size")] = (
+                of_dataset["_drafted"].sum() / n_steps if n_steps else math.nan
+            )
+        rows.append(row)
+    return pd.DataFrame(rows, columns=pd.MultiIndex.from_tuples(list(rows[0]) if rows else []))
+
+
+def tree_table_html(table: pd.DataFrame, datasets: list[str]) -> str:
+    """A `tree_table` as HTML: a column group per dataset, the best τ and speedup in bold."""
+    width = len(TREE_METRICS)
+    head = (
+        "<tr><th rowspan='2'>method</th><th rowspan='2'>hp</th><th rowspan='2'>tree</th>"
+        + "".join(f"<th colspan='{width}'>{esc(d)}</th>" for d in datasets)
+        + "</tr><tr>"
+        + "".join(f"<th>{title}</th>" for _ in datasets for _, title in TREE_METRICS)
+        + "</tr>"
+    )
+    best = {
+        (d, c): [m == "best" for m in rank_marks(list(table[(d, c)]))]
+        for d in datasets
+        for c in TREE_MARKED
+    }
+    body = []
+    for i in range(len(table)):
+        tds = [
+            f"<td>{label_html(table[('', 'name')].iloc[i])}</td>",
+            f"<td>{esc(table[('', 'hp')].iloc[i])}</td>",
+            f"<td>{esc(table[('', 'tree')].iloc[i])}</td>",
+        ]
+        for d in datasets:
+            for column, _ in TREE_METRICS:
+                text = fmt_num(table[(d, column)].iloc[i])
+                if (d, column) in best and best[(d, column)][i]:
+                    text = f"<b>{text}</b>"
+                tds.append(f"<td class='num'>{text}</td>")
+        body.append(f"<tr>{''.join(tds)}</tr>")
+    return (
+        f"<div class='scroll'><table class='tree-table'><thead>{head}</thead>"
+        f"<tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def tau_tree_size_figure(of_pair: pd.DataFrame, pair: str) -> go.Figure | None:
+    """Tau against mean tree size, one point per cell, one trace per method label."""
+    points = of_pair.dropna(subset=["tau", "tree_size"])
+    if points.empty:
+        return None
+    palette = qualitative.Plotly + qualitative.D3 + qualitative.Dark24
+    fig = go.Figure()
+    for i, (name, group) in enumerate(points.groupby("_name", sort=False)):
+        shown = label_html(name)
+        fig.add_trace(
+            go.Scatter(
+                x=[round(float(x), 4) for x in group["tree_size"]],
+                y=group["tau"].astype(float).tolist(),
+                mode="markers",
+                name=shown,
+                marker=dict(color=palette[i % len(palette)], size=9),
+                text=[
+                    f"{shown} ({esc(row['tree'])})<br>dataset: {esc(row['dataset'])}"
+                    f"<br>hp: {esc(row['hp'])}<br>seed: {fmt_num(row['seed'], True)}"
+                    for _, row in group.iterrows()
+                ],
+                hovertemplate="%{text}<br>tree size %{x:.2f} · tau %{y:.3f}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title=f"{esc(pair)} · tau vs mean tree size",
+        xaxis_title="mean tree size (drafted nodes per step)",
+        yaxis_title="tau",
+        **FIGURE_LAYOUT,
+    )
+    return fig
+
+
+def render_tree_methods(cells: pd.DataFrame, steps: dict[tuple, pd.DataFrame]) -> str:
+    """SAGE's Table 1 layout per pair, and tau against mean tree size; "" without steps."""
+    drafted = drafting_cells(cells, steps)
+    if drafted.empty or drafted["tree_size"].isna().all():
+        return ""
+    parts = [f"<h2 id='tree-methods'>{TREE_TITLE}</h2>", f"<p class='caption'>{TREE_CAPTION}</p>"]
+    for pair in sorted(drafted["pair"].dropna().unique()):
+        of_pair = drafted[drafted["pair"] == pair]
+        if of_pair["tree_size"].isna().all():
+            continue
+        datasets, _ = dataset_order(of_pair)
+        parts.append(f"<h3>{esc(pair)}</h3>")
+        parts.append(tree_table_html(tree_table(of_pair, datasets), datasets))
+        fig = tau_tree_size_figure(of_pair, pair)
+        if fig is not None:
+            parts.append(f"<div class='figs'>{figure_html(fig)}</div>")
     return "\n".join(parts)
 
 

@@ -55,11 +55,13 @@ WITH s AS (
   SELECT * FROM read_parquet($files, union_by_name = true) WHERE drafted_sum > 0
 ), steps AS (
   SELECT dataset, pair, method, hp, seed, hparams, sample_id, turn,
-    unnest(range(len(step_accepted))) AS step, step_drafted, step_accepted, step_weights
+    unnest(range(len(step_accepted))) AS step, step_drafted, step_accepted, step_weights,
+    step_depth, step_width
   FROM s
 ), rows AS (
   SELECT dataset, pair, method, hp, seed, hparams, sample_id, turn, CAST(step AS INTEGER) AS step,
     step_drafted[step + 1] AS drafted, step_accepted[step + 1] AS accepted,
+    step_depth[step + 1] AS depth, step_width[step + 1] AS width,
     step_weights[step + 1] AS weights
   FROM steps
 )

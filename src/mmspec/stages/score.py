@@ -8,6 +8,9 @@ from mmspec.scoring.lossless import first_divergence
 from mmspec.scoring.task_quality import quality
 from mmspec.tables import PREPARED, SAMPLES, SCORES, read_table, write_table
 
+# per-step lists passed through to the scores (blocks table, weight plots, acceptance curves)
+STEP_COLUMNS = ("step_drafted", "step_accepted", "step_weights", "step_depth", "step_width")
+
 
 def run(samples: str, ar_samples: str, prepared: str, metric: str, out: str) -> None:
     rows = read_table(samples, SAMPLES).to_pylist()
@@ -35,7 +38,7 @@ def run(samples: str, ar_samples: str, prepared: str, metric: str, out: str) -> 
                 "n_steps": len(row["step_accepted"]),
                 "accepted_sum": sum(row["step_accepted"]),
                 "drafted_sum": sum(row["step_drafted"]),
-                **{k: row[k] for k in ("step_drafted", "step_accepted", "step_weights")},
+                **{k: row[k] for k in STEP_COLUMNS},
                 "caption_s": row["caption_s"],
                 "lossless": (divergence is None) if greedy else None,
                 "first_divergence": divergence,

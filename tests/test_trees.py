@@ -316,3 +316,32 @@ def test_tree_sampling_draws_from_the_target(processor, target_model, draft_mode
         accepted += out.steps[0].accepted > 0
     assert _matches_target(counts, second) > 1e-3
     assert 0 < accepted < n  # both acceptance and rejection paths were exercised
+
+
+@pytest.mark.parametrize("policy", ["grid", "kld"])
+@pytest.mark.parametrize("tree", ["spine", "dynamic", "sage"])
+def test_history_weights_over_trees_are_lossless(processor, target_model, draft_model, policy,
+                                                 tree):
+    """TABED's adaptive weights with token trees (its Table 2): the history gains the positions
+    after the root and after each accepted drafted node, and stays lossless."""
+    from mmspec.decoding.weights import make_policy
+    from mmspec.methods.registry import spine_tree
+
+    shapes = {
+        "spine": StaticTree([tuple(p) for p in spine_tree(2, 4)]),
+        "dynamic": DynamicTree(depth=3, top_k=3, total_tokens=8),
+        "sage": SageTree(window=3),
+    }
+    stop = {processor.tokenizer.eos_token_id}
+    target_prompt, drafts = prompts(processor, target_model, draft_model, 1)
+    ar = decode_ar(Decoder(target_model), target_prompt, 40, stop, 0.0, None)
+    vocab = draft_model.get_output_embeddings().out_features
+    drafter = ModelDrafter(Decoder(draft_model), 0.0, make_policy({"weights": policy}, vocab))
+    sd = decode_speculative(Decoder(target_model), target_prompt, drafter,
+                            [drafts["M"], drafts["T"]], shapes[tree], accept_greedy, 40, stop,
+                            0.0, None)
+    assert sd.tokens == ar.tokens
+    # one history position per step at least (after the root), more when nodes were accepted
+    assert len(drafter.history) >= len(sd.steps)
+    assert len(drafter.history) <= sum(s.accepted + 1 for s in sd.steps)
+    assert len({s.weights for s in sd.steps}) > 1  # the weights adapted

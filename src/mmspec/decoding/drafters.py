@@ -38,7 +38,9 @@ class ModelDrafter:
         self.window = window
         self.history: History | None = None
         self.weights = torch.ones(1)
-        self.view_probs: list[torch.Tensor] = []  # [m, V] per drafted node of this proposal
+        # the views' distributions [m, V] this proposal drafted from, keyed by the node they
+        # follow (ROOT: the first position); kept only for history-based weight policies
+        self.view_probs: dict[int, torch.Tensor] = {}
         self.pending: list[int] = []
         self.base = 0  # cache length before the current proposal's pending tokens
         self.fed: list[int] = []  # tokens appended to the cache during the current proposal
@@ -79,26 +81,26 @@ class ModelDrafter:
     def _begin(self, generator) -> torch.Tensor:
         """Start a proposal: pick the block's weights, feed the pending tokens; root logits."""
         self.weights = self.policy.choose(self.history, self.views, generator).float()
-        self.view_probs = []
+        self.view_probs = {}
         self.base, self.fed, self.n_pending = self.decoder.length, [], len(self.pending)
         return self._extend(self.pending)
 
-    def _mixture(self, logits: torch.Tensor) -> torch.Tensor:
-        """The weighted mixture of the views' distributions [V]."""
+    def _mixture(self, logits: torch.Tensor, after: int) -> torch.Tensor:
+        """The weighted mixture [V] of the views' distributions at the position after node
+        `after` (ROOT: the first one)."""
         probs = distribution(logits, self.mix_temperature)
+        if self.policy.needs_history:
+            self.view_probs[after] = probs
         return self.weights.to(probs.device) @ probs
 
-    def _next(self, logits: torch.Tensor, generator) -> tuple[int, torch.Tensor | None]:
+    def _next(self, logits: torch.Tensor, after: int, generator) -> tuple[int, torch.Tensor | None]:
         """The next draft token from the views' logits, and the mixture q it came from."""
         if self.views == 1 and not self.policy.needs_history:
             if self.temperature == 0:
                 return int(logits[0].argmax()), None
             q = distribution(logits[0], self.temperature)
             return int(torch.multinomial(q, 1, generator=generator)), q
-        probs = distribution(logits, self.mix_temperature)
-        if self.policy.needs_history:
-            self.view_probs.append(probs)
-        q = self.weights.to(probs.device) @ probs
+        q = self._mixture(logits, after)
         if self.temperature == 0:
             return int(q.argmax()), q
         return int(torch.multinomial(q, 1, generator=generator)), q
@@ -109,7 +111,7 @@ class ModelDrafter:
         self.node_offset = {i: self.n_pending + i for i in range(gamma - 1)}
         tokens, qs = [], []
         for i in range(gamma):
-            token, q = self._next(logits, generator)
+            token, q = self._next(logits, i - 1, generator)  # node i follows node i - 1
             tokens.append(token)
             if self.temperature > 0:
                 qs.append(q)
@@ -123,14 +125,12 @@ class ModelDrafter:
         Children of a node are its mixture's top-k (greedy) or k draws without replacement from
         it (sampling); a level's nodes see the committed text and their own ancestors only.
         """
-        if self.policy.needs_history:
-            raise NotImplementedError("history-based ensemble weights are implemented for chains")
         root = self._begin(generator)
         first = self.decoder.length  # position of depth-1 nodes
         children: dict[int, list[int]] = {}
         for node, parent in enumerate(tree.parents):
             children.setdefault(parent, []).append(node)
-        dist = {ROOT: self._mixture(root)}
+        dist = {ROOT: self._mixture(root, ROOT)}
         tokens, qs = [0] * len(tree), [None] * len(tree)
         fed: list[int] = []  # tree nodes in the cache, in feed order
         self.node_offset = {}
@@ -157,7 +157,7 @@ class ModelDrafter:
                 positions=[first + depth - 1] * len(feed),
             )
             for j, node in enumerate(feed):
-                dist[node] = self._mixture(logits[:, j])
+                dist[node] = self._mixture(logits[:, j], node)
                 self.node_offset[node] = self.n_pending + len(fed)
                 fed.append(node)
         q = torch.stack(qs) if self.temperature > 0 else None
@@ -187,7 +187,7 @@ class ModelDrafter:
         for j, c in enumerate(frontier):
             offsets[c] = self.n_pending + len(fed)
             fed.append(c)
-            out.append(self._mixture(logits[:, j]))
+            out.append(self._mixture(logits[:, j], c))
         return out
 
     def _to_proposal(self, cands, keep, offsets) -> Proposal:
@@ -195,14 +195,17 @@ class ModelDrafter:
         order = sorted(keep, key=lambda c: (self._cand_depth(cands, c), c))
         index = {c: i for i, c in enumerate(order)}
         self.node_offset = {index[c]: offsets[c] for c in order if c in offsets}
+        self.view_probs = {
+            ROOT if c == ROOT else index[c]: v
+            for c, v in self.view_probs.items()
+            if c == ROOT or c in index
+        }
         q = torch.stack([cands[c][4] for c in order]) if self.temperature > 0 else None
         parents = [index[cands[c][1]] if cands[c][1] != ROOT else ROOT for c in order]
         return Proposal([cands[c][0] for c in order], parents, q)
 
     def _tree_root(self, generator) -> torch.Tensor:
-        if self.policy.needs_history:
-            raise NotImplementedError("history-based ensemble weights are implemented for chains")
-        self.root_q = self._mixture(self._begin(generator))
+        self.root_q = self._mixture(self._begin(generator), ROOT)
         return self.root_q
 
     def propose_dynamic(self, tree, generator: torch.Generator | None) -> Proposal:
@@ -301,8 +304,9 @@ class ModelDrafter:
     ) -> None:
         """Keep the accepted path in the cache, queue what it lacks, and update the history.
 
-        `target_logits` are the verification logits (row i predicts node i of a chain); the
-        history gains the accepted positions and the first rejected one.
+        `target_logits` are the verification logits (row 0 after the root, row i + 1 after
+        node i); the history gains the accepted positions and the first rejected one (for a
+        tree: the positions after the root and after each accepted node that was drafted from).
         """
         cached = [self.node_offset[i] for i in path if i in self.node_offset]
         self.decoder.keep(self.base, list(range(self.n_pending)) + cached)
@@ -310,11 +314,13 @@ class ModelDrafter:
         self.pending = missing + [next_token]
         self.accepted_lengths.append(len(path))
         if self.view_probs:
-            if not proposal.is_chain:
-                raise NotImplementedError("ensemble weight history is implemented for chains")
-            seen = min(len(path) + 1, len(self.view_probs))
-            p = distribution(target_logits[:seen], self.mix_temperature)
-            self.history.observe(p, torch.stack(self.view_probs[:seen]))
+            seen = []
+            for node in [ROOT, *path]:
+                if node not in self.view_probs:
+                    break  # the last accepted node of a fully accepted proposal: never fed
+                seen.append(node)
+            p = distribution(target_logits[[n + 1 for n in seen]], self.mix_temperature)
+            self.history.observe(p, torch.stack([self.view_probs[n] for n in seen]))
 
 
 def _is_ancestor(tree, a: int, node: int) -> bool:

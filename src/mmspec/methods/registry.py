@@ -66,6 +66,12 @@ SAGE_DEFAULTS = {
 }
 
 
+def spine_tree(width: int, depth: int) -> list[list[int]]:
+    """Paths of a tree with `width` candidates at each of `depth` positions, all hanging off the
+    best path: [[0], [1], [0, 0], [0, 1], ...] (width * depth nodes)."""
+    return [[0] * level + [rank] for level in range(depth) for rank in range(width)]
+
+
 def _drafting(name: str, label: str, description: str, **overrides) -> Method:
     return Method(name, description, {**DRAFTING, **overrides}, label)
 
@@ -150,6 +156,16 @@ METHODS = {
             "a small draft model growing EAGLE-2 dynamic trees (top_k per level, depth levels, "
             "total_tokens kept by cumulative log-probability), one tree-masked verification",
             tree="dynamic",
+        ),
+        _drafting(
+            "tabed_tree",
+            "TABED^MT tree (d=2)",
+            "TABED^MT drafting a token tree of width d along the best path (the top-d tokens at "
+            "each of gamma positions; TABED's Table 2), weights from the verified history",
+            views="MT",
+            weights="grid",
+            tree="static",
+            paths=spine_tree(2, 5),
         ),
         _drafting(
             "sage_tree",

@@ -147,9 +147,7 @@ class ModelDrafter:
             feed = [n for n in level if n in children]
             if not feed:
                 break
-            past = torch.tensor([[_is_ancestor(tree, a, n) for a in fed] for n in feed]).view(
-                len(feed), len(fed)
-            )
+            past = _past_mask(tree.parents, fed, feed)
             logits = self._forward(
                 [tokens[n] for n in feed],
                 attention=torch.eye(len(feed), dtype=torch.bool),
@@ -175,12 +173,12 @@ class ModelDrafter:
     def _expand(self, cands, frontier, fed, offsets, first: int) -> list[torch.Tensor]:
         """Feed the `frontier` candidates (one level; one batched forward, tree-masked);
         the mixture distribution after each of them."""
-        depth = self._cand_depth(cands, frontier[0])
-        past = torch.tensor([[self._cand_ancestor(cands, a, c) for a in fed] for c in frontier])
+        parents = [c[1] for c in cands]
+        depth = _depth(parents, frontier[0])
         logits = self._forward(
             [cands[c][0] for c in frontier],
             attention=torch.eye(len(frontier), dtype=torch.bool),
-            past=past.view(len(frontier), len(fed)),
+            past=_past_mask(parents, fed, frontier),
             positions=[first + depth - 1] * len(frontier),
         )
         out = []
@@ -192,7 +190,8 @@ class ModelDrafter:
 
     def _to_proposal(self, cands, keep, offsets) -> Proposal:
         """The kept candidates as a Proposal in topological order (siblings in draw order)."""
-        order = sorted(keep, key=lambda c: (self._cand_depth(cands, c), c))
+        parents = [c[1] for c in cands]
+        order = sorted(keep, key=lambda c: (_depth(parents, c), c))
         index = {c: i for i, c in enumerate(order)}
         self.node_offset = {index[c]: offsets[c] for c in order if c in offsets}
         self.view_probs = {
@@ -283,22 +282,6 @@ class ModelDrafter:
             level = nxt
         return self._to_proposal(cands, set(range(len(cands))), offsets)
 
-    @staticmethod
-    def _cand_ancestor(cands, a: int, c: int) -> bool:
-        parent = cands[c][1]
-        while parent != ROOT:
-            if parent == a:
-                return True
-            parent = cands[parent][1]
-        return False
-
-    @staticmethod
-    def _cand_depth(cands, c: int) -> int:
-        depth, parent = 1, cands[c][1]
-        while parent != ROOT:
-            depth, parent = depth + 1, cands[parent][1]
-        return depth
-
     def commit(
         self, proposal: Proposal, path: list[int], next_token: int, target_logits: torch.Tensor
     ) -> None:
@@ -323,11 +306,23 @@ class ModelDrafter:
             self.history.observe(p, torch.stack([self.view_probs[n] for n in seen]))
 
 
-def _is_ancestor(tree, a: int, node: int) -> bool:
-    """Whether tree node `a` is a proper ancestor of `node`."""
-    parent = tree.parents[node]
+def _ancestors(parents: list[int], node: int) -> set[int]:
+    """The proper ancestors of `node` in a tree given by parent indices (ROOT at the top)."""
+    out, parent = set(), parents[node]
     while parent != ROOT:
-        if parent == a:
-            return True
-        parent = tree.parents[parent]
-    return False
+        out.add(parent)
+        parent = parents[parent]
+    return out
+
+
+def _depth(parents: list[int], node: int) -> int:
+    """1 for the root's children, 2 below them, ..."""
+    return len(_ancestors(parents, node)) + 1
+
+
+def _past_mask(parents: list[int], fed: list[int], nodes: list[int]) -> torch.Tensor:
+    """[len(nodes), len(fed)]: which tree nodes already in the draft cache each new node sees
+    (its ancestors)."""
+    ancestors = [_ancestors(parents, n) for n in nodes]
+    rows = [[a in above for a in fed] for above in ancestors]
+    return torch.tensor(rows, dtype=torch.bool).view(len(nodes), len(fed))

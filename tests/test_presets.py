@@ -57,3 +57,122 @@ def test_tabed_preset_dry_run_plans_every_cell(tmp_path):
     assert jobs["caption"] == len(DATASETS)  # one Florence-2 pass per dataset
     assert jobs["cache_visual"] == len(DATASETS) * 6  # 3 targets + 3 drafts
     assert not (tmp_path / "results").exists()  # a dry run writes nothing
+
+
+SAGE = ROOT / "config" / "presets" / "sage.yaml"
+SPECVLM = ROOT / "config" / "presets" / "specvlm.yaml"
+LLAVA_OV = ("llava-hf/llava-onevision-qwen2-72b-ov-hf", "llava-hf/llava-onevision-qwen2-7b-ov-hf")
+SAGE_IMAGE = ["textvqa", "gqa", "chartqa", "seed_bench"]
+SAGE_VIDEO = ["video_detail_caption", "mvbench", "mlvu", "longvideobench"]
+SAGE_TREE = {"sage_d_min": 3, "sage_d_max": 8, "sage_w_min": 2, "sage_w_max": 10, "sage_k": 10,
+             "sage_n_max": 64, "sage_window": 10, "sage_low": 2.0, "sage_high": 3.0}
+
+
+def _dry_run_jobs(preset, tmp_path):
+    """Snakemake's planned job counts per rule for a dry run of `preset` in `tmp_path`."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--dry-run",
+           "--cores", "4", "--directory", str(tmp_path), "--configfile", str(preset)]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    table = (out.stdout + out.stderr).split("Job stats:")[1]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def _visual_caches(cfg, cells):
+    """(model, dataset) visual caches the cells read: every pair runs SD with view M, so both the
+    target's and the draft's."""
+    pairs = cfg["pairs"]
+    return {(pairs[c.pair][role], c.dataset) for c in cells for role in ("target", "draft")}
+
+
+def test_sage_preset_resolves_into_the_papers_grid():
+    cfg = mmconfig.load(SAGE)
+    cells = mmconfig.cells(cfg)
+    assert cfg["pairs"]["llava_ov_72b_7b"]["target"] == LLAVA_OV[0]
+    assert cfg["pairs"]["llava_ov_72b_7b"]["draft"] == LLAVA_OV[1]
+    assert cfg["pairs"]["qwen25vl_72b_7b"]["target"] == "Qwen/Qwen2.5-VL-72B-Instruct"
+    assert cfg["pairs"]["qwen25vl_72b_7b"]["draft"] == "Qwen/Qwen2.5-VL-7B-Instruct"
+    assert {p["dtype"] for p in cfg["pairs"].values()} == {"bfloat16"}
+    groups = {name: ds["group"] for name, ds in cfg["datasets"].items()}
+    assert [n for n, g in groups.items() if g == "image"] == SAGE_IMAGE
+    assert [n for n, g in groups.items() if g == "video"] == SAGE_VIDEO
+    for name in SAGE_VIDEO:
+        assert cfg["datasets"][name]["video"]["frames"] == 16
+    rows = {"ar", "sd_chain", "sd_tree", "specvlm", "sage"}
+    for dataset in SAGE_IMAGE + SAGE_VIDEO:
+        methods = {c.spec["method"] for c in cells
+                   if c.pair == "llava_ov_72b_7b" and c.dataset == dataset}
+        assert methods == rows, dataset
+    qwen = {(c.dataset, c.spec["method"]) for c in cells if c.pair == "qwen25vl_72b_7b"}
+    assert qwen == {(d, m) for d in ["video_detail_caption", "mvbench", "longvideobench"]
+                    for m in rows}  # Table 2
+    pruned = [c for c in cells if c.spec["method"] in ("specvlm", "sage")]
+    for cell in pruned:  # 80% of the visual tokens pruned on image tasks, 90% on video tasks
+        assert cell.spec["views"] == "S"
+        if cell.method != "sage_drop":
+            assert cell.spec["drop"] == (0.8 if groups[cell.dataset] == "image" else 0.9), cell.path
+    ablation = [c for c in pruned if c.method == "sage_drop"]
+    assert {c.spec["drop"] for c in ablation} == {0.0, 0.3, 0.6, 0.7, 0.8, 0.95}  # Table 5
+    assert {(c.dataset, c.pair) for c in ablation} == {("video_detail_caption", "llava_ov_72b_7b")}
+    for cell in (c for c in cells if c.spec["method"] == "sage"):
+        assert cell.spec["tree"] == "sage"
+        assert {k: cell.spec[k] for k in SAGE_TREE} == SAGE_TREE
+    assert all(len(c.spec["paths"]) == 25 for c in cells
+               if c.spec["method"] in ("sd_tree", "specvlm"))
+    assert {c.spec["tree"] for c in cells if c.spec["method"] == "sd_chain"} == {"chain"}
+    assert all(c.spec["temperature"] == 0 for c in cells)
+    assert cfg["generation"]["max_new_tokens"] == 256
+    assert "captioner" not in cfg
+
+
+def test_sage_preset_dry_run_plans_every_cell(tmp_path):
+    jobs = _dry_run_jobs(SAGE, tmp_path)
+    cfg = mmconfig.load(SAGE)
+    cells = mmconfig.cells(cfg)
+    assert jobs["generate"] == jobs["score"] == len(cells)
+    assert jobs["prepare"] == len(SAGE_IMAGE + SAGE_VIDEO)
+    assert "caption" not in jobs  # no method drafts from captions
+    assert jobs["cache_visual"] == len(_visual_caches(cfg, cells))
+    assert not (tmp_path / "results").exists()  # a dry run writes nothing
+
+
+def test_specvlm_preset_resolves_into_its_setup():
+    cfg = mmconfig.load(SPECVLM)
+    cells = mmconfig.cells(cfg)
+    assert {(p["target"], p["draft"]) for p in cfg["pairs"].values()} == {
+        LLAVA_OV,
+        ("Qwen/Qwen2.5-VL-32B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct"),
+        ("Qwen/Qwen2.5-VL-72B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct"),
+    }
+    assert {p["dtype"] for p in cfg["pairs"].values()} == {"float16"}
+    datasets = ["video_detail_caption", "mvbench", "mlvu", "longvideobench", "mmbench"]
+    assert list(cfg["datasets"]) == datasets
+    assert cfg["datasets"]["mmbench"]["group"] == "image"
+    for pair in cfg["pairs"]:
+        for dataset in datasets:
+            methods = {c.method for c in cells if c.pair == pair and c.dataset == dataset}
+            expected = {"ar", "sd_tree", "specvlm"}
+            if (pair, dataset) == ("llava_ov_72b_7b", "video_detail_caption"):
+                expected.add("specvlm_drop")
+            assert methods == expected, (pair, dataset)
+    main = [c for c in cells if c.method == "specvlm"]
+    assert {(c.spec["drop"], c.spec["mass"], c.spec["views"]) for c in main} == {(0.9, 0.4, "S")}
+    sd_tree = next(c for c in cells if c.method == "sd_tree")
+    assert sd_tree.spec["views"] == "M" and sd_tree.spec["paths"] == main[0].spec["paths"]
+    assert len(sd_tree.spec["paths"]) == 25  # the same EAGLE tree as SpecVLM
+    ablation = {c.spec["drop"] for c in cells if c.method == "specvlm_drop"}
+    assert ablation == {0.5, 0.7, 0.8, 0.95}
+    assert all(c.spec["temperature"] == 0 for c in cells)
+    assert cfg["generation"]["max_new_tokens"] == 256
+    assert "captioner" not in cfg
+
+
+def test_specvlm_preset_dry_run_plans_every_cell(tmp_path):
+    jobs = _dry_run_jobs(SPECVLM, tmp_path)
+    cfg = mmconfig.load(SPECVLM)
+    cells = mmconfig.cells(cfg)
+    assert jobs["generate"] == jobs["score"] == len(cells)
+    assert jobs["prepare"] == 5
+    assert "caption" not in jobs
+    assert jobs["cache_visual"] == len(_visual_caches(cfg, cells))  # the 7B Qwen draft is shared
+    assert not (tmp_path / "results").exists()  # a dry run writes nothing

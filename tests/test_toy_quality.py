@@ -99,6 +99,20 @@ def test_story_counts_facts():
     assert score_toy("toy_story", 0, ref.replace("first a red circle", "a"), ref) == 4 / 6
 
 
+def test_video_scores_each_object_path():
+    ref = (
+        "the red circle moves from the top left to the top right , then to the bottom right . "
+        "the blue square stays at the bottom left ."
+    )
+    assert score_toy("toy_video", 0, ref, ref) == 1.0
+    one_hop_short = ref.replace(" , then to the bottom right", "")
+    assert score_toy("toy_video", 0, one_hop_short, ref) == pytest.approx((2 / 3 + 1) / 2)
+    swapped = ref.replace("blue square", "blue circle")
+    assert score_toy("toy_video", 0, swapped, ref) == pytest.approx(0.5)
+    truncated = ref[: ref.index(" . the blue")]
+    assert score_toy("toy_video", 0, truncated, ref) == pytest.approx(0.5)
+
+
 def test_word_salad_never_raises(rows):
     rng = np.random.default_rng(0)
     for i in range(300):

@@ -11,11 +11,13 @@ from mmspec.data import toyworld as tw
 from mmspec.tables import PREPARED
 
 N = 60  # samples per dataset: enough to hit every branch, fast
-N_IMAGES = {"toy_caption": 1, "toy_vqa": 1, "toy_diff": 2, "toy_multiturn": 1, "toy_story": 5}
+N_IMAGES = {"toy_caption": 1, "toy_vqa": 1, "toy_diff": 2, "toy_multiturn": 1, "toy_story": 5,
+            "toy_video": tw.VIDEO_FRAMES}
 N_IMAGES_MULTITURN_NEW = 2  # a toy_multiturn turn 1 of kind "image" brings a second one
 MIXES = {"red blue": "purple", "red yellow": "orange", "blue yellow": "green"}
 SIDES = {"triangle": "three", "square": "four"}
-N_TURNS = {"toy_caption": 1, "toy_vqa": 1, "toy_diff": 1, "toy_multiturn": 2, "toy_story": 1}
+N_TURNS = {"toy_caption": 1, "toy_vqa": 1, "toy_diff": 1, "toy_multiturn": 2, "toy_story": 1,
+           "toy_video": 1}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +58,7 @@ def test_rows_fit_the_prepared_schema(datasets):
             else:
                 assert n_images == N_IMAGES[name]
             assert row["image_ids"] == [tw.image_id(png) for png in row["images"]]
-            assert len(row["reference"].split()) <= 42
+            assert len(row["reference"].split()) <= 60  # fits max_new_tokens 64 and the end
 
 
 def follow_up_kind(row: dict) -> str:
@@ -187,6 +189,29 @@ def test_story_walks_between_corners():
         objs = [scene[0] for scene in turn.scenes]
         assert len({(o.colour, o.shape) for o in objs}) == 1
         assert all(a.pos != b.pos for a, b in zip(objs, objs[1:], strict=False))
+
+
+def test_video_objects_move_between_free_corners_and_the_answer_says_so():
+    stays = moves = 0
+    for turn in (tw.make_toy_video(np.random.default_rng(s))[0] for s in range(200)):
+        assert len(turn.scenes) == tw.VIDEO_FRAMES and turn.question == tw.VIDEO_PROMPT
+        assert all(len({o.pos for o in scene}) == len(scene) for scene in turn.scenes)
+        kinds = {(o.colour, o.shape) for scene in turn.scenes for o in scene}
+        assert len(kinds) == len(turn.scenes[0])  # the same objects in every frame
+        for colour, shape in kinds:
+            path = [
+                o.pos
+                for scene in turn.scenes
+                for o in scene
+                if (o.colour, o.shape) == (colour, shape)
+            ]
+            sentence = tw.motion(colour, shape, path)
+            assert sentence in turn.answer
+            stops = [p for k, p in enumerate(path) if k == 0 or p != path[k - 1]]
+            assert 1 <= len(stops) <= 4
+            stays += len(stops) == 1
+            moves += len(stops) > 1
+    assert stays and moves
 
 
 def test_render_colours_the_right_quadrants():

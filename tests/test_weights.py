@@ -14,6 +14,7 @@ from mmspec.methods import registry
 
 def test_registry_names_match_the_engine():
     assert set(registry.VIEW_NAMES) == set(views.VIEWS)
+    assert registry.IMAGE_VIEWS == views.IMAGE_VIEWS
     assert tuple(registry.POLICIES) == tuple(weights.POLICIES)
 
 

@@ -51,12 +51,21 @@ def run_dir(tmp_path_factory):
 def test_end_to_end_writes_cells_and_report(run_dir):
     cells = pq.read_table(run_dir / "results/summary/cells.parquet").to_pylist()
     got = {(c["method"], c["views"], c["gamma"]) for c in cells}
-    assert got == {("ar", None, None), ("sd", "M", 2), ("sd", "T", 2), ("tabed_mtcp", "MTCP", 2)}
+    assert got == {
+        ("ar", None, None),
+        ("sd", "M", 2),
+        ("sd", "T", 2),
+        ("tabed_mtcp", "MTCP", 2),
+        ("sage", "S", 5),
+    }
     captions = pq.read_table(run_dir / "results/captions/toy-captioner/toy_caption.parquet")
     assert captions.num_rows == 3 and all(s > 0 for s in captions.column("caption_s").to_pylist())
     blocks = pq.read_table(run_dir / "results/summary/blocks.parquet").to_pylist()
     ensemble = [b for b in blocks if b["method"] == "tabed_mtcp"]
     assert ensemble and all(len(b["weights"]) == 4 for b in ensemble)
+    sage = next(c for c in cells if c["method"] == "sage")
+    assert sage["draft_visual_share"] == pytest.approx(1 / 16)  # floor(16 * 0.1) of 16 tokens
+    assert next(c for c in cells if c["views"] == "M")["draft_visual_share"] == 1.0
     for c in cells:
         assert c["lossless_rate"] == 1.0, c  # greedy decoding must be lossless
         assert c["n_samples"] == 3 and c["tau"] >= 1.0

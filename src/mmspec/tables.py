@@ -161,6 +161,8 @@ CELLS = pa.schema(
         ("ar_tokens_per_s", pa.float64()),
         ("prefill_s", pa.float64()),
         ("draft_visual_tokens", pa.float64()),
+        # visual tokens the draft's prefill read / those the target's read (summed over views)
+        ("draft_visual_share", pa.float64()),
         ("caption_s", pa.float64()),  # mean per sample-turn
         ("device", pa.string()),
     ]

@@ -4,6 +4,7 @@ import shlex
 
 from mmspec import config as mmconfig
 from mmspec.fingerprint import fingerprint
+from mmspec.methods.registry import IMAGE_VIEWS  # views that read the draft's visual cache
 
 # Validation runs at parse time, so a bad config stops the run before any job starts.
 try:
@@ -21,7 +22,6 @@ MODELS = {
     for role in ("target", "draft")
 }
 CAPTIONER = CONFIG.get("captioner")
-IMAGE_VIEWS = set("MPU")  # drafter views that read the draft's visual cache
 # the AR cell each cell is checked against: (dataset, pair, seed, temperature) -> AR cell
 AR_CELLS = {
     (c.dataset, c.pair, c.seed, c.spec["temperature"]): c

@@ -26,6 +26,11 @@ Scenarios (one dataset each, see DATASETS):
   red circle is at the top left . then it moves to the top right . ... finally it moves to ..."
   Out of distribution for drafts trained on single images; after the first sentence the text is
   largely predictable from text alone.
+- toy_video: eight frames of one or two objects, each staying put or moving 1..3 times between
+  corners; "describe the motion ." -> "the red circle moves from the top left to the top right ,
+  then to the bottom right . the blue square stays at the bottom left ." Many visual tokens (8 x
+  16), long answers whose predictable stretches ("then to the") alternate with the hard words
+  (which corner next), the setting of the video papers' pruning and adaptive trees.
 """
 
 from __future__ import annotations
@@ -65,6 +70,8 @@ QUAD = SIZE // 2  # each corner is a 16x16 quadrant
 CAPTION_PROMPT = "describe the image ."
 DIFF_PROMPT = "what changed ?"
 STORY_PROMPT = "tell the story ."
+VIDEO_PROMPT = "describe the motion ."
+VIDEO_FRAMES = 8
 COUNT_PROMPT = "how many shapes are there ?"
 COLOURS_PROMPT = "list the colours ."
 SHAPES_PROMPT = "list the shapes ."
@@ -81,6 +88,7 @@ a an the at is are it to and from there , . ? :
 describe image what colour colours shape shapes where changed became moved appeared disappeared
 how many list tell story first then moves finally user assistant
 do does make has have sides
+motion stays
 """
 _POSITION_WORDS = ["top", "bottom", "left", "right"]
 VOCABULARY: list[str] = _TEXT_WORDS.split() + COLOURS + SHAPES + _POSITION_WORDS + NUMBERS
@@ -366,12 +374,57 @@ def make_toy_story(rng: np.random.Generator, n_frames: int = 5) -> list[Turn]:
     return [Turn(scenes, STORY_PROMPT, " ".join(sentences))]
 
 
+def _video_paths(starts, moves: list[set[int]], n_frames: int, rng) -> list[list[str]]:
+    """Each object's corner in each frame: it starts at its corner and, at each of its move
+    frames, goes to a corner that no object held in the previous frame nor has taken in this one
+    (with two objects, two such corners are always left)."""
+    paths = [[start] for start in starts]
+    for frame in range(1, n_frames):
+        before = {path[-1] for path in paths}
+        taken = set(before)
+        for path, frames in zip(paths, moves, strict=True):
+            here = path[-1]
+            if frame in frames:
+                here = _pick(rng, [p for p in POSITIONS if p not in taken])
+                taken.add(here)
+            path.append(here)
+    return paths
+
+
+def motion(colour: str, shape: str, path: list[str]) -> str:
+    """ "the red circle moves from the top left to the top right , then to ... ." or "... stays"."""
+    stops = [p for k, p in enumerate(path) if k == 0 or p != path[k - 1]]
+    if len(stops) == 1:
+        return f"the {colour} {shape} stays at the {stops[0]} ."
+    hops = " , then to the ".join(stops[1:])
+    return f"the {colour} {shape} moves from the {stops[0]} to the {hops} ."
+
+
+def make_toy_video(rng: np.random.Generator, n_frames: int = VIDEO_FRAMES) -> list[Turn]:
+    n_objects = 1 + int(rng.integers(2))
+    kinds = rng.choice(len(KINDS), size=n_objects, replace=False)
+    starts = _pick(rng, CORNER_SETS[n_objects - 1])  # distinct corners, canonical order
+    moves = [  # 0 (stays) .. 3 move frames per object
+        set(rng.choice(np.arange(1, n_frames), size=int(rng.integers(4)), replace=False).tolist())
+        for _ in starts
+    ]
+    paths = _video_paths(starts, moves, n_frames, rng)
+    objs = [KINDS[k] for k in kinds]
+    scenes = [
+        _sorted(Obj(c, s, path[f]) for (c, s), path in zip(objs, paths, strict=True))
+        for f in range(n_frames)
+    ]
+    answer = " ".join(motion(c, s, path) for (c, s), path in zip(objs, paths, strict=True))
+    return [Turn(scenes, VIDEO_PROMPT, answer)]
+
+
 DATASETS: dict[str, Callable[[np.random.Generator], list[Turn]]] = {
     "toy_caption": make_toy_caption,
     "toy_vqa": make_toy_vqa,
     "toy_diff": make_toy_diff,
     "toy_multiturn": make_toy_multiturn,
     "toy_story": make_toy_story,
+    "toy_video": make_toy_video,
 }
 
 

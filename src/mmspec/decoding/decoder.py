@@ -7,6 +7,7 @@ enter as precomputed embeddings spliced into the prompt (see `views`).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,8 @@ class Forward:
 
     logits: torch.Tensor
     hidden: torch.Tensor
+    # prefill with `score_visual`: the attention each visual position receives, [n_visual]
+    visual_attention: torch.Tensor | None = None
 
 
 def language_parts(model) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module]:
@@ -28,6 +31,54 @@ def language_parts(model) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Mo
     inner = model.model
     stack = getattr(inner, "language_model", inner)
     return stack, model.lm_head, model.get_input_embeddings()
+
+
+class _Scores:
+    """Per-layer text-to-visual attention, reduced as each layer runs (see visual_attention)."""
+
+    def __init__(self, visual: torch.Tensor):
+        self.visual = visual.bool()
+        positions = torch.nonzero(self.visual).flatten()
+        if len(positions) == 0:
+            raise ValueError("scoring visual tokens needs a prompt with visual tokens")
+        # text queries: the positions after the last visual token (the instruction that follows
+        # the images/frames; earlier text cannot see the later frames under the causal mask)
+        last = int(positions[-1])
+        queries = torch.arange(last + 1, len(self.visual))
+        self.queries = queries if len(queries) else torch.tensor([last])
+        self.layers: list[torch.Tensor] = []
+
+    def hook(self, module, args, output) -> None:
+        weights = output[1]  # [1, heads, L, L] under eager attention
+        if weights is None or weights.shape[-1] != len(self.visual):
+            raise RuntimeError("visual scoring needs the attention weights of a one-row prefill")
+        received = weights[0].float().mean(0)[self.queries.to(weights.device)].mean(0)
+        self.layers.append(received[self.visual.to(weights.device)])
+
+    def result(self) -> torch.Tensor:
+        return torch.stack(self.layers).mean(0).cpu()
+
+
+@contextmanager
+def visual_attention(stack, visual: torch.Tensor):
+    """Run the stack with eager attention and collect, per layer, the attention each visual
+    position receives from the text queries (mean over heads and queries); `result()` averages
+    the layers (SpecVLM's verifier-guided scores).
+
+    Each layer's weights are reduced in a hook and dropped, so only one layer's [heads, L, L]
+    lives at a time; SDPA does not return weights, hence eager for this one forward.
+    """
+    scores = _Scores(visual)
+    config = stack.config
+    previous = config._attn_implementation
+    config._attn_implementation = "eager"
+    handles = [layer.self_attn.register_forward_hook(scores.hook) for layer in stack.layers]
+    try:
+        yield scores
+    finally:
+        config._attn_implementation = previous
+        for handle in handles:
+            handle.remove()
 
 
 class Decoder:
@@ -51,11 +102,20 @@ class Decoder:
         return len(self.pad)
 
     @torch.inference_mode()
-    def prefill(self, prompts: torch.Tensor | list[torch.Tensor]) -> Forward:
+    def prefill(
+        self, prompts: torch.Tensor | list[torch.Tensor], score_visual: torch.Tensor | None = None
+    ) -> Forward:
         """Start a fresh cache from prompt embeddings ([L, H], or one [L_b, H] per row).
 
-        Returns the last position of each row: logits [B, V], hidden [B, H].
+        Returns the last position of each row: logits [B, V], hidden [B, H]. With
+        `score_visual` (a bool mask [L] of one prompt's visual positions) it also scores them by
+        the text-to-visual attention of this same forward (see `visual_attention`).
         """
+        if score_visual is not None:
+            with visual_attention(self.stack, score_visual) as scores:
+                out = self.prefill(prompts)
+            out.visual_attention = scores.result()
+            return out
         prompts = [prompts] if isinstance(prompts, torch.Tensor) else list(prompts)
         lengths = [p.shape[0] for p in prompts]
         width = max(lengths)

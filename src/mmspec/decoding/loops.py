@@ -51,13 +51,17 @@ def _append(tokens: list[int], new: list[int], stop: set[int], max_new: int) -> 
     return len(tokens) >= max_new
 
 
-def _start(target: Decoder, prompt, temperature, generator, then=None) -> Generation:
-    """Prefill the target (and run `then(first_token)`, e.g. the drafter's prefill), timed."""
+def _start(
+    target: Decoder, prompt, temperature, generator, then=None, score_visual=None
+) -> Generation:
+    """Prefill the target (and run `then(first_token, visual_attention)`, e.g. the drafter's
+    prefill), timed together: a drafter built from the target's prefill pays for it here."""
     sync(target.device)
     start = time.perf_counter()
-    token = pick(target.prefill(prompt).logits[0], temperature, generator)
+    forward = target.prefill(prompt, score_visual)
+    token = pick(forward.logits[0], temperature, generator)
     if then is not None:
-        then(token)
+        then(token, forward.visual_attention)
     sync(target.device)
     return Generation([token], prefill_s=time.perf_counter() - start)
 
@@ -91,20 +95,29 @@ def decode_speculative(
     target: Decoder,
     prompt: torch.Tensor,
     drafter,
-    draft_prompts: list[torch.Tensor],
+    draft_prompts,
     policy,
     rule,
     max_new: int,
     stop: set[int],
     temperature: float,
     generator: torch.Generator | None,
+    score_visual: torch.Tensor | None = None,
 ) -> Generation:
     """Draft with `policy`, verify in one target forward, accept with `rule`, repeat.
 
-    `draft_prompts` holds the drafter's prompt in each of its views.
+    `draft_prompts` holds the drafter's prompt in each of its views, or builds them after the
+    target's prefill: `draft_prompts(visual_attention)`, where `visual_attention` is that
+    prefill's score of each visual token when `score_visual` (the prompt's visual positions)
+    asks for it, else None.
     """
     device = target.device
-    out = _start(target, prompt, temperature, generator, lambda t: drafter.start(draft_prompts, t))
+
+    def start_drafter(token, attention):
+        prompts = draft_prompts(attention) if callable(draft_prompts) else draft_prompts
+        drafter.start(prompts, token)
+
+    out = _start(target, prompt, temperature, generator, start_drafter, score_visual)
     token = out.tokens[0]
     start = time.perf_counter()
     done = token in stop or max_new <= 1

@@ -5,8 +5,9 @@ them). No view runs a vision tower: every view derives from the visual cache (pr
 and pre-projector features) or, for C, from the caption cache.
 
 Views are named by letters, as in TABED: `M` full, `T` text only, `C` caption, `P` 2x2-pooled,
-`U` uniform pruning (keep ratio from the method's `keep`). A view string such as "MTCP" names an
-ensemble of those views.
+`U` uniform pruning (keep ratio from the method's `keep`), `S` SpecVLM's verifier-guided pruning
+(from the target's own attention at prefill; `drop`, `mass`). A view string such as "MTCP" names
+an ensemble of those views.
 """
 
 from __future__ import annotations
@@ -26,14 +27,20 @@ class ImageInput:
     embeds: torch.Tensor  # [N, H]
     features: torch.Tensor | None = None  # [N, D] (pooled views)
     caption: str | None = None  # (caption view)
+    # the attention each of its tokens received in the target's prefill of the current prompt
+    attention: torch.Tensor | None = None  # [N] (view S)
 
 
 @dataclass
 class Prompt:
-    """A prompt as one model sees it: embeddings [L, H] and how many of them are visual."""
+    """A prompt as one model sees it: embeddings [L, H] and which of them are visual ([L] bool)."""
 
     embeds: torch.Tensor
-    n_visual: int
+    visual: torch.Tensor
+
+    @property
+    def n_visual(self) -> int:
+        return int(self.visual.sum())
 
 
 @dataclass
@@ -58,6 +65,7 @@ def embed_with_images(text: str, images: list[torch.Tensor], ctx: ViewContext) -
         expanded += ctx.image_token * feats.shape[0] + piece
     ids = ctx.tokenizer(expanded, return_tensors="pt").input_ids[0].to(ctx.embed.weight.device)
     embeds = ctx.embed(ids)
+    slots = torch.zeros(len(ids), dtype=torch.bool)
     if images:
         image_id = ctx.tokenizer.convert_tokens_to_ids(ctx.image_token)
         slots = ids == image_id
@@ -66,7 +74,7 @@ def embed_with_images(text: str, images: list[torch.Tensor], ctx: ViewContext) -
             raise ValueError("image token count after tokenisation does not match the features")
         embeds = embeds.clone()
         embeds[slots] = feats
-    return Prompt(embeds, sum(f.shape[0] for f in images))
+    return Prompt(embeds, slots.cpu())
 
 
 def _replace_images(text: str, ctx: ViewContext, replacements: list[str]) -> str:
@@ -160,8 +168,71 @@ class UniformView:
         return embed_with_images(text, kept, ctx)
 
 
-VIEWS = {"M": FullView, "T": TextOnlyView, "C": CaptionView, "P": PooledView, "U": UniformView}
-IMAGE_VIEWS = {"M", "P", "U"}  # views that read the draft model's visual cache
+def verifier_guided_keep(scores: torch.Tensor, drop: float, mass: float) -> torch.Tensor:
+    """SpecVLM's kept indices (sorted) of N visual tokens scored by the target's attention.
+
+    Budget floor(N (1 - drop)); the top-scored tokens until their summed score reaches `mass` of
+    the total (the crossing token included), capped at the budget; the rest of the budget spread
+    uniformly over the tokens not yet kept.
+    """
+    n = len(scores)
+    budget = math.floor(n * (1 - drop) + 1e-9)
+    order = torch.argsort(scores.float(), descending=True, stable=True)
+    cumulative = torch.cumsum(scores.float()[order], 0)
+    reach = int(torch.searchsorted(cumulative, mass * cumulative[-1]).item()) + 1
+    top = order[: min(reach, budget, n)]
+    rest = torch.ones(n, dtype=torch.bool)
+    rest[top] = False
+    available = torch.nonzero(rest).flatten()
+    fill = budget - len(top)
+    uniform = available[torch.linspace(0, len(available) - 1, fill).long()] if fill > 0 else top[:0]
+    return torch.sort(torch.cat([top, uniform])).values
+
+
+class SpecVLMView:
+    """S(drop, mass): the visual tokens the target attended to most (SpecVLM), over all images
+    of the prompt together (a video's frames share one budget)."""
+
+    name = "S"
+
+    def __init__(self, drop: float, mass: float):
+        if not 0 <= drop < 1 or not 0 <= mass <= 1:
+            raise ValueError(f"view S needs 0 <= drop < 1 and 0 <= mass <= 1; got {drop}, {mass}")
+        self.drop, self.mass = drop, mass
+
+    def build(self, text: str, images: list[ImageInput], ctx: ViewContext) -> Prompt:
+        if not images:
+            return embed_with_images(text, [], ctx)
+        for k, image in enumerate(images):
+            if image.attention is None:
+                raise ValueError("view S needs the target's attention scores of every image")
+            if image.attention.shape[0] != image.embeds.shape[0]:
+                raise ValueError(
+                    f"view S: image {k} has {image.attention.shape[0]} visual tokens for the "
+                    f"target but {image.embeds.shape[0]} for the draft; pruning by the target's "
+                    "attention needs the same visual tokens in both models"
+                )
+        kept = verifier_guided_keep(torch.cat([i.attention for i in images]), self.drop, self.mass)
+        chosen = torch.zeros(sum(i.embeds.shape[0] for i in images), dtype=torch.bool)
+        chosen[kept] = True
+        parts, start = [], 0
+        for image in images:
+            n = image.embeds.shape[0]
+            parts.append(image.embeds[chosen[start : start + n].to(image.embeds.device)])
+            start += n
+        return embed_with_images(text, parts, ctx)
+
+
+VIEWS = {
+    "M": FullView,
+    "T": TextOnlyView,
+    "C": CaptionView,
+    "P": PooledView,
+    "U": UniformView,
+    "S": SpecVLMView,
+}
+IMAGE_VIEWS = {"M", "P", "U", "S"}  # views that read the draft model's visual cache
+TARGET_GUIDED_VIEWS = {"S"}  # views built from the target's prefill (after it)
 
 
 def parse_views(views: str) -> list[str]:
@@ -175,7 +246,11 @@ def parse_views(views: str) -> list[str]:
     return letters
 
 
-def make_view(name: str, keep: float = 0.5):
+def make_view(name: str, keep: float = 0.5, drop: float = 0.9, mass: float = 0.4):
     if name not in VIEWS:
         raise ValueError(f"unknown view {name!r}; known: {sorted(VIEWS)}")
-    return UniformView(keep) if name == "U" else VIEWS[name]()
+    if name == "U":
+        return UniformView(keep)
+    if name == "S":
+        return SpecVLMView(drop, mass)
+    return VIEWS[name]()

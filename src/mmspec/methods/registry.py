@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 # The component choices a spec may name, and the hyperparameters each component reads. (Kept
 # free of torch imports so that config validation stays fast; tests check these names against
 # decoding.views.VIEWS and decoding.weights.POLICIES.)
-VIEW_NAMES = "MTCPU"
+VIEW_NAMES = "MTCPUS"
+IMAGE_VIEWS = frozenset("MPUS")  # views that read the draft model's visual cache
 POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboost")
 DRAFTERS = ("none", "model")
 TREES = ("none", "chain", "static", "dynamic", "sage")
@@ -35,6 +36,10 @@ DRAFTING = {
     "drafter": "model",
     "views": "M",
     "keep": 0.5,
+    # view S (SpecVLM): share of visual tokens dropped, and the share of the target's
+    # text-to-visual attention mass that the kept tokens should cover before uniform filling
+    "drop": 0.9,
+    "mass": 0.4,
     "weights": "static",
     "window": 0,
     "softmax_temperature": 1.0,
@@ -64,6 +69,15 @@ SAGE_DEFAULTS = {
     "sage_low": 2.0,
     "sage_high": 3.0,
 }
+
+
+# EAGLE's 25-node tree (`mc_sim_7b_63` in its choices.py), which SpecVLM's release uses for its
+# static trees and SAGE for SD-Tree, SpecVLM and its own first step (SAGE appendix A.1).
+EAGLE_TREE = [
+    [0], [1], [2], [3], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0],
+    [0, 0, 0], [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 1, 1], [0, 2, 0], [0, 2, 1], [1, 0, 0],
+    [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1],
+]  # fmt: skip
 
 
 def spine_tree(width: int, depth: int) -> list[list[int]]:
@@ -151,6 +165,33 @@ METHODS = {
             "speculative decoding with a chain of gamma draft tokens (the tree papers' baseline)",
         ),
         _drafting(
+            "sd_tree",
+            "SD-Tree",
+            "speculative decoding with a static draft tree (EAGLE's 25-node tree, as in SAGE "
+            "and SpecVLM), verified in one tree-masked target forward",
+            tree="static",
+            paths=EAGLE_TREE,
+        ),
+        _drafting(
+            "specvlm",
+            "SpecVLM",
+            "SpecVLM: the draft reads only the visual tokens kept by the target's "
+            "text-to-visual attention (view S: top tokens up to `mass` of the attention, the "
+            "rest of the budget (1 - drop) uniform) and drafts EAGLE's 25-node static tree",
+            views="S",
+            tree="static",
+            paths=EAGLE_TREE,
+        ),
+        _drafting(
+            "sage",
+            "SAGE",
+            "SAGE: entropy-adaptive trees (depth and width from the draft's confidence, history "
+            "tracking of accepted lengths) drafted from SpecVLM's pruned view S",
+            views="S",
+            tree="sage",
+            **SAGE_DEFAULTS,
+        ),
+        _drafting(
             "eagle2_tree",
             "EAGLE-2 tree",
             "a small draft model growing EAGLE-2 dynamic trees (top_k per level, depth levels, "
@@ -170,9 +211,8 @@ METHODS = {
         _drafting(
             "sage_tree",
             "SAGE trees (M)",
-            "SAGE's entropy-adaptive trees (depth and width from the draft's confidence, history "
-            "tracking of accepted lengths) drafted from view M; SAGE proper drafts from SpecVLM's "
-            "pruned view",
+            "SAGE's entropy-adaptive trees drafted from the full view M (an ablation of `sage`, "
+            "which drafts from SpecVLM's pruned view S)",
             tree="sage",
             **SAGE_DEFAULTS,
         ),
@@ -191,6 +231,8 @@ TYPES = {
     "views": str,
     "temperature": (int, float),
     "keep": (int, float),
+    "drop": (int, float),
+    "mass": (int, float),
     "softmax_temperature": (int, float),
     "adaboost_constant": (int, float),
 }
@@ -223,6 +265,10 @@ def resolve(method_name: str, hparams: dict) -> dict:
         raise ValueError(f"window must be >= 0 (0 = the whole history), got {spec['window']}")
     if spec.get("keep") is not None and not 0 < spec["keep"] <= 1:
         raise ValueError(f"keep must be in (0, 1], got {spec['keep']}")
+    if spec.get("drop") is not None and not 0 <= spec["drop"] < 1:
+        raise ValueError(f"drop must be in [0, 1), got {spec['drop']}")
+    if spec.get("mass") is not None and not 0 <= spec["mass"] <= 1:
+        raise ValueError(f"mass must be in [0, 1], got {spec['mass']}")
     if spec.get("softmax_temperature") is not None and spec["softmax_temperature"] <= 0:
         raise ValueError(f"softmax_temperature must be > 0, got {spec['softmax_temperature']}")
     if spec.get("tree") == "static":
@@ -247,7 +293,8 @@ def resolve(method_name: str, hparams: dict) -> dict:
     ):
         raise ValueError(
             f"views={views!r}: one or more distinct letters of {VIEW_NAMES} "
-            "(M full, T text only, C caption, P pooled, U uniform pruning)"
+            "(M full, T text only, C caption, P pooled, U uniform pruning, "
+            "S SpecVLM attention pruning)"
         )
     return spec
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -11,7 +11,14 @@ from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import ModelDrafter
 from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
 from mmspec.decoding.trees import make_tree_policy
-from mmspec.decoding.views import FullView, ImageInput, ViewContext, make_view, parse_views
+from mmspec.decoding.views import (
+    TARGET_GUIDED_VIEWS,
+    FullView,
+    ImageInput,
+    ViewContext,
+    make_view,
+    parse_views,
+)
 from mmspec.decoding.weights import make_policy
 from mmspec.models.visual import projector_of
 
@@ -35,6 +42,7 @@ class MethodRunner:
         self.target_ctx = ViewContext(tokenizer, self.target.embed, image_token)
         self.full = FullView()
         self.drafter = None
+        self.score_visual = False
         if spec["drafter"] == "model":
             if draft_model is None:
                 raise ValueError(f"method {spec['method']!r} needs a draft model")
@@ -43,7 +51,12 @@ class MethodRunner:
             self.drafter = ModelDrafter(
                 decoder, self.temperature, make_policy(spec, vocab), int(spec["window"])
             )
-            self.views = [make_view(v, float(spec["keep"])) for v in parse_views(spec["views"])]
+            self.views = [
+                make_view(v, float(spec["keep"]), float(spec["drop"]), float(spec["mass"]))
+                for v in parse_views(spec["views"])
+            ]
+            # views built from the target's prefill (S) need its text-to-visual attention
+            self.score_visual = bool(set(spec["views"]) & TARGET_GUIDED_VIEWS)
             project = projector_of(draft_model) if "P" in spec["views"] else None
             self.draft_ctx = ViewContext(tokenizer, decoder.embed, image_token, project)
             self.policy = make_tree_policy(spec)
@@ -53,14 +66,22 @@ class MethodRunner:
         self.last_draft_visual = 0
         self.last_target_visual = 0
 
-    def target_prompt(self, sample: Sample) -> torch.Tensor:
+    def target_prompt(self, sample: Sample):
         prompt = self.full.build(sample.text, sample.target_images, self.target_ctx)
         self.last_target_visual = prompt.n_visual
-        return prompt.embeds
+        return prompt
 
-    def draft_prompts(self, sample: Sample) -> list[torch.Tensor]:
-        """The sample in each of the drafter's views (one cache row each)."""
-        prompts = [v.build(sample.text, sample.draft_images, self.draft_ctx) for v in self.views]
+    def draft_prompts(
+        self, sample: Sample, attention: torch.Tensor | None = None
+    ) -> list[torch.Tensor]:
+        """The sample in each of the drafter's views (one cache row each); `attention` is the
+        target prefill's score of each visual token, split here over the images (view S)."""
+        images = sample.draft_images
+        if attention is not None:
+            sizes = [i.embeds.shape[0] for i in sample.target_images]
+            parts = torch.split(attention, sizes)
+            images = [replace(i, attention=a) for i, a in zip(images, parts, strict=True)]
+        prompts = [v.build(sample.text, images, self.draft_ctx) for v in self.views]
         # visual tokens the draft reads: summed over its views (an ensemble pays for each row)
         self.last_draft_visual = sum(p.n_visual for p in prompts)
         return [p.embeds for p in prompts]
@@ -70,24 +91,26 @@ class MethodRunner:
         prompt = self.target_prompt(sample)
         if self.drafter is None:
             self.last_draft_visual = 0
-            return decode_ar(self.target, prompt, max_new, stop, self.temperature, generator)
+            return decode_ar(self.target, prompt.embeds, max_new, stop, self.temperature, generator)
+        scored = self.score_visual and prompt.n_visual > 0
         return decode_speculative(
             self.target,
-            prompt,
+            prompt.embeds,
             self.drafter,
-            self.draft_prompts(sample),
+            lambda attention: self.draft_prompts(sample, attention),
             self.policy,
             self.rule,
             max_new,
             stop,
             self.temperature,
             generator,
+            score_visual=prompt.visual if scored else None,
         )
 
     def decode_ar(self, sample: Sample, max_new: int, stop: set[int], generator) -> Generation:
         """The paired AR baseline on the same target and sample."""
         prompt = self.target_prompt(sample)
-        return decode_ar(self.target, prompt, max_new, stop, self.temperature, generator)
+        return decode_ar(self.target, prompt.embeds, max_new, stop, self.temperature, generator)
 
     def draft_forward_stats(self) -> tuple[int, float]:
         if self.drafter is None:

@@ -62,6 +62,7 @@ TABLE_COLUMNS = [
     "retention",
     "tokens_per_s",
     "prefill_s",
+    "draft_visual_share",
     "caption_s",
 ]
 TEXT_COLUMNS = {"label", "method", "hp", "views", "weights"}
@@ -97,7 +98,15 @@ METRIC_DEFINITIONS = [
     ("quality", "the dataset's task metric."),
     ("retention", "quality / AR quality."),
     ("tokens_per_s", "emitted tokens / decode time."),
-    ("prefill_s", "mean prompt prefill time per sample-turn (excluded from speedup)."),
+    (
+        "prefill_s",
+        "mean prompt prefill time per sample-turn, the draft's included (excluded from speedup).",
+    ),
+    (
+        "draft_visual_share",
+        "visual tokens the draft's prefill read / visual tokens the target's read, summed over "
+        "the draft's views (1 for view M; about 1 - drop for SpecVLM's view S; 0 for T).",
+    ),
     (
         "caption_s",
         "mean time the captioner took on a sample-turn's images (0 for methods without the C "
@@ -1014,6 +1023,7 @@ TREE_METRICS = [
     ("tokens_per_s", "tokens/s"),
     ("speedup", "speedup"),
     ("tree_size", "tree size"),
+    ("draft_visual_share", "visual seen"),
 ]
 TREE_MARKED = {"tau", "speedup"}
 TREE_CAPTION = (
@@ -1022,7 +1032,8 @@ TREE_CAPTION = (
     "1) per step, tokens/s = emitted tokens / decode time, speedup = AR decode time / method "
     "decode time (each averaged over seeds), and tree size = mean proposal nodes per step "
     "(<code>drafted</code>: gamma for a chain, the tree's node count for a token tree), pooled "
-    "over the steps of all seeds in the blocks table. The best τ and the best speedup of each "
+    "over the steps of all seeds in the blocks table; visual seen = the draft's share of the "
+    "target's visual tokens (draft_visual_share). The best τ and the best speedup of each "
     "dataset are <b>bold</b> (equal values at the displayed precision share the mark). The "
     "figure: τ against mean tree size, one point per cell (dataset, hp, seed), one trace per "
     "method."
@@ -1049,8 +1060,9 @@ def tree_table(of_pair: pd.DataFrame, datasets: list[str]) -> pd.DataFrame:
         }
         for dataset in datasets:
             of_dataset = group[group["dataset"] == dataset]
-            for column, _ in TREE_METRICS[:-1]:
-                row[(dataset, column)] = of_dataset[column].astype(float).mean()
+            for column, _ in TREE_METRICS:
+                if column != "tree_size":
+                    row[(dataset, column)] = of_dataset[column].astype(float).mean()
             n_steps = of_dataset["_steps"].sum()
             row[(dataset, "tree_size")] = (
                 of_dataset["_drafted"].sum() / n_steps if n_steps else math.nan

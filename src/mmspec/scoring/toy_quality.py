@@ -12,6 +12,8 @@ ungrammatical outputs score the facts they do state correctly and never raise.
   reasoning ("red and blue make purple .", "a square has four sides ."), by exact match of the
   normalised text.
 - toy_story: fraction right of 6 facts: (colour, shape) and the position in each of 5 frames.
+- toy_video: per object of the reference, the share of its corners (start, then each stop) that
+  the output's sentence about the same (colour, shape) states in the same place; averaged.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterable
 
 from mmspec.data.toyworld import COLOURS, POSITIONS, SHAPES
 
-SCENARIOS = ("toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story")
+SCENARIOS = ("toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story", "toy_video")
 
 C = "(" + "|".join(COLOURS) + ")"
 S = "(" + "|".join(SHAPES) + ")"
@@ -42,6 +44,10 @@ CHANGES = {  # kind -> (full pattern, the word that gives the kind away)
 }
 STORY_START = re.compile(rf"\bfirst {A} {C} {S} is at the {P}\b")
 STORY_MOVE = re.compile(rf"\bmoves to the {P}\b")
+MOTION = re.compile(
+    rf"\bthe {C} {S} (?:stays at|moves from) the {P}((?: (?:to|, then to) the {P})*)"
+)
+HOP = re.compile(rf"to the {P}")
 
 
 def normalise(text: str) -> str:
@@ -100,6 +106,26 @@ def score_story(output: str, reference: str) -> float:
     return sum(hits) / (1 + len(ref_walk))
 
 
+def motions(text: str) -> dict[tuple[str, str], list[str]]:
+    """(colour, shape) -> the corners its sentence names, in order (first sentence per object)."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for m in MOTION.finditer(text):
+        found.setdefault((m.group(1), m.group(2)), [m.group(3)] + HOP.findall(m.group(4)))
+    return found
+
+
+def score_video(output: str, reference: str) -> float:
+    pred, ref = motions(output), motions(reference)
+    if not ref:
+        return float(output == reference)
+    scores = []
+    for what, stops in ref.items():
+        said = pred.get(what, [])
+        hits = sum(p == q for p, q in zip(said, stops, strict=False))
+        scores.append(hits / max(len(stops), len(said)))  # extra stops count against
+    return sum(scores) / len(scores)
+
+
 def score_follow_up(output: str, reference: str) -> float:
     """toy_multiturn turn 1, of whichever kind the reference's form gives away."""
     if any(pattern.search(reference) for pattern in VQA):  # a question about a new image
@@ -122,6 +148,8 @@ def score_toy(scenario: str, turn: int, output: str, reference: str) -> float:
         return score_diff(output, reference)
     if scenario == "toy_story":
         return score_story(output, reference)
+    if scenario == "toy_video":
+        return score_video(output, reference)
     raise ValueError(f"unknown toy scenario {scenario!r}; known: {SCENARIOS}")
 
 

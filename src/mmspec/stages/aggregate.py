@@ -40,6 +40,7 @@ SELECT
   sum(ar_n_tokens) / nullif(sum(ar_decode_s), 0) AS ar_tokens_per_s,
   avg(prefill_s) AS prefill_s,
   avg(draft_visual_tokens) AS draft_visual_tokens,
+  sum(draft_visual_tokens) / nullif(sum(target_visual_tokens), 0) AS draft_visual_share,
   avg(caption_s) AS caption_s,
   any_value(device) AS device
 FROM s

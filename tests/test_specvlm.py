@@ -1,0 +1,116 @@
+"""SpecVLM's view S: visual tokens kept by the target's own text-to-visual attention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mmspec.decoding.decoder import Decoder
+from mmspec.decoding.views import (
+    ImageInput,
+    SpecVLMView,
+    ViewContext,
+    make_view,
+    verifier_guided_keep,
+)
+from mmspec.methods import registry
+from mmspec.methods.runtime import MethodRunner, Sample
+from mmspec.models.visual import projector_of
+
+FRAMES = 8
+VIDEO_PROMPT = "<bos> user :" + " <image>" * FRAMES + " describe the image . assistant :"
+
+
+def test_keep_takes_top_attention_up_to_mass_then_fills_uniformly():
+    scores = torch.zeros(40)
+    scores[[7, 23, 31]] = torch.tensor([0.5, 0.3, 0.1])
+    scores[scores == 0] = 0.1 / 37
+    # budget floor(40 * 0.2) = 8; mass 0.6 is reached by tokens 7 and 23 (0.8)
+    kept = verifier_guided_keep(scores, drop=0.8, mass=0.6)
+    assert len(kept) == 8
+    assert kept.tolist() == sorted(kept.tolist())
+    assert {7, 23} <= set(kept.tolist())
+    rest = [k for k in kept.tolist() if k not in (7, 23)]
+    # the 6 others are spread over the remaining tokens, first and last included
+    assert rest[0] == 0 and rest[-1] == 39 and len(set(rest)) == 6
+    # mass 0: no attention-picked token beyond the first, the budget is all uniform
+    uniform = verifier_guided_keep(scores, drop=0.8, mass=0.0)
+    assert len(uniform) == 8 and 0 in uniform.tolist()
+    # the attention share is capped at the budget
+    assert verifier_guided_keep(scores, drop=0.95, mass=1.0).tolist() == [7, 23]
+
+
+@pytest.mark.parametrize("n", [16, 128, 160, 1000, 6272])
+def test_drop_09_keeps_at_most_ten_percent(n):
+    kept = verifier_guided_keep(torch.rand(n, generator=torch.Generator().manual_seed(n)), 0.9, 0.4)
+    assert len(kept) == int(n * 0.1) and len(set(kept.tolist())) == len(kept)
+
+
+def _frames(model, g, n=FRAMES):
+    feats = [torch.randn(16, model.config.vision_config.hidden_size, generator=g) for _ in range(n)]
+    with torch.no_grad():
+        return [ImageInput(projector_of(model)(f), f) for f in feats]
+
+
+def test_prefill_scores_visual_tokens_by_text_attention(processor, target_model):
+    tok = processor.tokenizer
+    ctx = ViewContext(tok, target_model.get_input_embeddings(), "<image>")
+    prompt = make_view("M").build(VIDEO_PROMPT, _frames(target_model, torch.Generator()), ctx)
+    plain = Decoder(target_model).prefill(prompt.embeds)
+    scored = Decoder(target_model).prefill(prompt.embeds, score_visual=prompt.visual)
+    # the same forward: logits as without scoring (eager vs SDPA rounding only)
+    torch.testing.assert_close(scored.logits, plain.logits, atol=1e-4, rtol=1e-4)
+    # reference: every layer's attention weights, mean over heads, text queries, layers
+    stack = target_model.model.language_model
+    stack.config._attn_implementation = "eager"
+    try:
+        with torch.no_grad():
+            out = stack(inputs_embeds=prompt.embeds[None], output_attentions=True)
+    finally:
+        stack.config._attn_implementation = "sdpa"
+    last_visual = int(torch.nonzero(prompt.visual).max())
+    per_layer = [a[0].mean(0)[last_visual + 1 :].mean(0) for a in out.attentions]
+    expected = torch.stack(per_layer).mean(0)[prompt.visual]
+    assert scored.visual_attention.shape == (FRAMES * 16,)
+    torch.testing.assert_close(scored.visual_attention, expected)
+
+
+def test_view_s_keeps_the_attended_tokens_across_frames(processor, draft_model):
+    tok = processor.tokenizer
+    ctx = ViewContext(tok, draft_model.get_input_embeddings(), "<image>")
+    frames = _frames(draft_model, torch.Generator().manual_seed(3))
+    attention = torch.full((FRAMES * 16,), 1e-3)
+    attention[[5, 70, 127]] = 1.0  # frames 0, 4 and 7
+    parts = torch.split(attention, 16)
+    images = [ImageInput(f.embeds, attention=a) for f, a in zip(frames, parts, strict=True)]
+    prompt = SpecVLMView(drop=0.9, mass=0.4).build(VIDEO_PROMPT, images, ctx)
+    assert prompt.n_visual == 12  # floor(128 * 0.1), one budget over all frames
+    kept = prompt.embeds[prompt.visual]
+    for frame, token in [(0, 5), (4, 70 - 64), (7, 127 - 112)]:
+        row = frames[frame].embeds[token]
+        assert any(torch.equal(row, k) for k in kept), (frame, token)
+    with pytest.raises(ValueError, match="attention scores"):
+        SpecVLMView(0.9, 0.4).build(VIDEO_PROMPT, frames, ctx)
+    short = [ImageInput(f.embeds[:8], attention=a) for f, a in zip(frames, parts, strict=True)]
+    with pytest.raises(ValueError, match="same visual tokens"):
+        SpecVLMView(0.9, 0.4).build(VIDEO_PROMPT, short, ctx)
+
+
+@pytest.mark.parametrize("method", ["specvlm", "sage"])
+def test_specvlm_and_sage_are_lossless_and_read_a_tenth_of_the_frames(
+    processor, target_model, draft_model, method
+):
+    spec = registry.resolve(method, {"temperature": 0.0})
+    assert spec["views"] == "S" and spec["drop"] == 0.9
+    tok = processor.tokenizer
+    runner = MethodRunner(spec, target_model, draft_model, tok, "<image>")
+    stop = {tok.eos_token_id}
+    for seed in range(3):
+        g = torch.Generator().manual_seed(seed)
+        sample = Sample(VIDEO_PROMPT, _frames(target_model, g), _frames(draft_model, g))
+        ar = runner.decode_ar(sample, 40, stop, None)
+        sd = runner.decode(sample, 40, stop, torch.Generator().manual_seed(seed))
+        assert sd.tokens == ar.tokens
+        assert runner.last_target_visual == FRAMES * 16
+        assert runner.last_draft_visual == int(FRAMES * 16 * 0.1)
+        assert any(s.accepted > 0 for s in sd.steps) or len(sd.steps) == len(ar.steps)

@@ -52,6 +52,7 @@ def cell(**overrides) -> dict:
         ar_tokens_per_s=34.0,
         prefill_s=0.12,
         draft_visual_tokens=576.0,
+        draft_visual_share=1.0,
         caption_s=0.0,
         device="NVIDIA H100",
     )
@@ -548,10 +549,10 @@ def tree_cells() -> list[dict]:
         tree_cell("SPS", "chain", "d2", 2.1, 2.5, hp="g2", gamma=2),
         tree_cell("EAGLE", "static", "d1", 3.0, 2.2),
         tree_cell("EAGLE", "static", "d2", 3.2, 2.0),
-        tree_cell("SAGE", "sage", "d1", 3.5, 2.0, hp=HOSTILE),
+        tree_cell("SAGE", "sage", "d1", 3.5, 2.0, hp=HOSTILE, draft_visual_share=0.1),
         # two seeds on d2: tau 3.2 on average, tied with EAGLE at the displayed precision
-        tree_cell("SAGE", "sage", "d2", 3.0, 1.9, hp=HOSTILE, seed=0),
-        tree_cell("SAGE", "sage", "d2", 3.4, 2.1, hp=HOSTILE, seed=1),
+        tree_cell("SAGE", "sage", "d2", 3.0, 1.9, hp=HOSTILE, seed=0, draft_visual_share=0.1),
+        tree_cell("SAGE", "sage", "d2", 3.4, 2.1, hp=HOSTILE, seed=1, draft_visual_share=0.1),
         # a pair without blocks rows: no table for it
         tree_cell("SPS", "chain", "d1", 2.0, 1.5, hp="g2", gamma=2, pair="qwen-7b/qwen-0.5b"),
     ]
@@ -646,7 +647,7 @@ def test_tree_methods_side_by_side(tmp_path):
         "tree",
         "d1",
         "d2",
-        *(["τ", "tokens/s", "speedup", "tree size"] * 2),
+        *(["τ", "tokens/s", "speedup", "tree size", "visual seen"] * 2),
     ]
     rows = tree_table_rows(section, PAIR)
     escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
@@ -657,15 +658,16 @@ def test_tree_methods_side_by_side(tmp_path):
         "EAGLE": ["static", "static"],
         "SAGE": [escaped, "sage"],
     }
-    assert {name: row[2:6] for name, row in rows.items()} == {  # d1
-        "SPS": ["2.00", "54.0", "1.80", "2.00"],
-        "EAGLE": ["3.00", "66.0", "<b>2.20</b>", "6.33"],  # tree size (5 + 5 + 9) / 3
-        "SAGE": ["<b>3.50</b>", "60.0", "2.00", "7.00"],
+    assert {name: row[2:7] for name, row in rows.items()} == {  # d1 (last: visual seen)
+        "SPS": ["2.00", "54.0", "1.80", "2.00", "1.00"],
+        "EAGLE": ["3.00", "66.0", "<b>2.20</b>", "6.33", "1.00"],  # tree size (5 + 5 + 9) / 3
+        "SAGE": ["<b>3.50</b>", "60.0", "2.00", "7.00", "0.100"],
     }
-    assert {name: row[6:] for name, row in rows.items()} == {  # d2
-        "SPS": ["2.10", "75.0", "<b>2.50</b>", "2.00"],
-        "EAGLE": ["<b>3.20</b>", "60.0", "2.00", "–"],  # no steps in the blocks table
-        "SAGE": ["<b>3.20</b>", "60.0", "2.00", "6.00"],  # (4 + 4 + 10) / 3, not (4 + 10) / 2
+    assert {name: row[7:] for name, row in rows.items()} == {  # d2
+        "SPS": ["2.10", "75.0", "<b>2.50</b>", "2.00", "1.00"],
+        "EAGLE": ["<b>3.20</b>", "60.0", "2.00", "–", "1.00"],  # no steps in the blocks table
+        # tree size (4 + 4 + 10) / 3, not (4 + 10) / 2
+        "SAGE": ["<b>3.20</b>", "60.0", "2.00", "6.00", "0.100"],
     }
     assert "qwen" not in section  # a pair without steps
     # tau against mean tree size, one point per cell

@@ -59,3 +59,11 @@ def test_generate_never_runs_the_vision_tower(workdir, monkeypatch):
     model = toy_training.build_model(TINY, toy_processor.build_tokenizer(), 0)
     with pytest.raises(AssertionError, match="vision tower ran"):
         model.model.get_image_features(torch.zeros(1, 3, 32, 32))
+
+
+def test_multi_crop_pixel_values_fail_clearly(processor, target_model):
+    from mmspec.models import visual
+
+    crops = torch.zeros(1, 5, 3, 32, 32)  # LLaVA-NeXT / OneVision anyres layout
+    with pytest.raises(NotImplementedError, match="multi-crop"):
+        visual.encode_images(target_model, crops)

@@ -98,7 +98,7 @@ def test_generation_setting_reruns_generation_not_training(run_dir, tmp_path):
     plan = planned_jobs(run_dir, config)
     assert "toy_model" not in plan and "prepare" not in plan and "cache_visual" not in plan
     assert "caption" not in plan
-    assert plan["generate"] == 4
+    assert plan["generate"] == 5  # every cell: ar, sd (M, T), tabed_mtcp, sage
 
 
 def test_misspelled_key_fails_before_any_job(tmp_path):

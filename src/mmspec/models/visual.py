@@ -37,6 +37,14 @@ def projector_of(model):
 def encode_images(model, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(features [N, n, Dv], embeds [N, n, H]) for a batch of preprocessed images."""
     tower, projector = vision_parts(model)
+    if pixel_values.dim() != 4:
+        # LLaVA-NeXT / OneVision processors tile each image into crops (anyres): [N, crops, C,
+        # H, W]; their token layout (crops, newline tokens, pooling) is not reproduced here
+        raise NotImplementedError(
+            f"{type(model).__name__}: pixel_values of shape {tuple(pixel_values.shape)}; the "
+            "visual cache encodes one crop per image ([N, C, H, W], Llava-1.5 style) and does "
+            "not support multi-crop (anyres) inputs yet"
+        )
     config = model.config
     layer = config.vision_feature_layer
     out = tower(pixel_values.to(model.device, model.dtype), output_hidden_states=True)

@@ -62,8 +62,8 @@ TABLE_COLUMNS = [
     "retention",
     "tokens_per_s",
     "prefill_s",
-    "draft_visual_share",
     "caption_s",
+    "draft_visual_share",
 ]
 TEXT_COLUMNS = {"label", "method", "hp", "views", "weights"}
 INT_COLUMNS = {"seed", "n_samples"}

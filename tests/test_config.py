@@ -36,19 +36,18 @@ def test_default_config_is_valid_and_expands():
     cells = mmconfig.cells(cfg)
     assert len({c.path for c in cells}) == len(cells)
     datasets = {c.dataset for c in cells if c.pair == "toy"}
-    assert datasets == {"toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story",
-                        "toy_video"}
+    assert datasets == {"toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story"}
     sd = {(c.spec["views"], c.spec["gamma"]) for c in cells if c.method == "sd" and c.pair == "toy"}
     assert sd == {("M", g) for g in (1, 3, 7)}
     tabed = ["m", "t", "c", "p", "mt", "mtcp", "random_mt", "tabed_mt", "tabed_mtcp",
              "tabed_adaboost"]
-    trees = {"ar", "sd_chain", "sd_tree", "specvlm", "sage", "sage_tree", "eagle2_tree",
-             "tabed_tree"}
-    for dataset in datasets:
+    for dataset in datasets:  # TABED's rows, its width-2 tree included, on TABED's scenarios
         got = {c.method for c in cells if c.pair == "toy" and c.dataset == dataset}
-        assert trees <= got  # every tree method on every toy dataset
-        if dataset != "toy_video":  # TABED's rows on TABED's five scenarios
-            assert set(tabed) <= got
+        assert set(tabed) | {"ar", "tabed_tree"} <= got
+    trees = {"ar", "sd_chain", "sd_tree", "specvlm", "sage", "sage_tree", "eagle2_tree"}
+    for dataset in datasets | {"toy_video"}:  # every tree method on every toy dataset
+        got = {c.method for c in cells if c.pair == "toy_vdraft" and c.dataset == dataset}
+        assert trees <= got, dataset
     assert {c.spec["weights"] for c in cells if c.method.startswith("tabed")} == {
         "grid", "softmax", "adaboost"}
 

@@ -9,6 +9,28 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest  # noqa: E402
 
 
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """Offline mode, a private datasets cache, and any socket connection fails the test."""
+    import socket
+
+    import datasets
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    # datasets and huggingface_hub read the variables at import: set their flags as well
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+
+    def no_network(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+
+
 @pytest.fixture(scope="session")
 def processor():
     from mmspec.models import toy_processor

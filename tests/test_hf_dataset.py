@@ -4,13 +4,11 @@ import hashlib
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 
 import datasets
-import huggingface_hub.constants
 import PIL.Image
 import pytest
 
@@ -49,23 +47,6 @@ SPEC = {
     "prompt": "[{category}] {question}",
     "image_columns": ["image", "views"],
 }
-
-
-@pytest.fixture
-def offline(monkeypatch, tmp_path):
-    """Offline mode, a private datasets cache, and any socket connection fails the test."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    # datasets and huggingface_hub read the variables at import: set their flags as well
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
-
-    def no_network(*args, **kwargs):
-        raise AssertionError(f"network access attempted: {args}")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(socket, "create_connection", no_network)
 
 
 def save(dataset: datasets.Dataset, root, layout: str) -> str:

@@ -7,7 +7,6 @@ No network and no PyAV: frame lists need neither, and video files go through a s
 import hashlib
 import io
 import json
-import socket
 import sys
 import types
 
@@ -41,21 +40,6 @@ def colour_of(png: bytes) -> tuple[int, int, int]:
     colours = image.getcolors()
     assert colours is not None and len(colours) == 1
     return colours[0][1]
-
-
-@pytest.fixture
-def offline(monkeypatch, tmp_path):
-    """Offline mode, a private datasets cache, and any socket connection fails the test."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
-
-    def no_network(*args, **kwargs):
-        raise AssertionError(f"network access attempted: {args}")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(socket, "create_connection", no_network)
 
 
 def save(columns: dict, tmp_path) -> str:

@@ -627,13 +627,7 @@ def test_acceptance_line_cap(tmp_path, monkeypatch):
 
 def tree_table_rows(section: str, pair: str) -> dict[str, list[str]]:
     """The <td> contents after the method name of each row of `pair`'s tree table."""
-    body = section[section.index(f"<h3>{pair}</h3>") :]
-    body = body[body.index("<tbody>") : body.index("</tbody>")]
-    rows = {}
-    for tr in re.findall(r"<tr>(.*?)</tr>", body):
-        tds = re.findall(r"<td[^>]*>(.*?)</td>", tr)
-        rows[tds[0]] = tds[1:]
-    return rows
+    return table_rows(section[section.index(f"<h3>{pair}</h3>") :])
 
 
 def test_tree_methods_side_by_side(tmp_path):

@@ -65,10 +65,8 @@ def embed_with_images(text: str, images: list[torch.Tensor], ctx: ViewContext) -
         expanded += ctx.image_token * feats.shape[0] + piece
     ids = ctx.tokenizer(expanded, return_tensors="pt").input_ids[0].to(ctx.embed.weight.device)
     embeds = ctx.embed(ids)
-    slots = torch.zeros(len(ids), dtype=torch.bool)
+    slots = ids == ctx.tokenizer.convert_tokens_to_ids(ctx.image_token)
     if images:
-        image_id = ctx.tokenizer.convert_tokens_to_ids(ctx.image_token)
-        slots = ids == image_id
         feats = torch.cat(images).to(embeds.device, embeds.dtype)
         if int(slots.sum()) != feats.shape[0]:
             raise ValueError("image token count after tokenisation does not match the features")

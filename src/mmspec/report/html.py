@@ -696,6 +696,13 @@ def tau_gamma_figure(cells: pd.DataFrame, colors: dict[str, str]) -> go.Figure |
     return fig
 
 
+def figures_block(figures: list[go.Figure], notes: list[str]) -> str:
+    """A grid of figures, after a note on what was left out (if anything)."""
+    note = f"<p class='note'>{' '.join(notes)}</p>" if notes else ""
+    figs = "".join(figure_html(fig) for fig in figures)
+    return f"{note}<div class='figs'>{figs}</div>"
+
+
 def figure_html(fig: go.Figure) -> str:
     """A figure as a div plus its JSON; plotly.js itself is already in the page head."""
     return pio.to_html(
@@ -1006,11 +1013,9 @@ def render_acceptance_by_position(
         )
     if lines_left_out:
         notes.append(f"{lines_left_out} more line(s) not plotted, to keep the figures readable.")
-    note = f"<p class='note'>{' '.join(notes)}</p>" if notes else ""
-    figs = "".join(figure_html(fig) for fig in figures)
     return (
         f"<h2 id='acceptance-position'>{ACCEPTANCE_TITLE}</h2>\n"
-        f"<p class='caption'>{acceptance_caption(pair)}</p>\n{note}<div class='figs'>{figs}</div>"
+        f"<p class='caption'>{acceptance_caption(pair)}</p>\n{figures_block(figures, notes)}"
     )
 
 
@@ -1343,11 +1348,9 @@ def render_weights(cells: pd.DataFrame, blocks: pd.DataFrame) -> str:
         notes.append(f"{left_out} more cell(s) not plotted, to keep the page small.")
     if without_blocks:
         notes.append(f"{without_blocks} cell(s) have no rows in the blocks table.")
-    note = f"<p class='note'>{' '.join(notes)}</p>" if notes else ""
-    figs = "".join(figure_html(fig) for fig in figures)
     return (
         f"{heading}\n<p class='caption'>{weights_caption(targets['pair'].iloc[0])}</p>\n"
-        f"{note}<div class='figs'>{figs}</div>"
+        f"{figures_block(figures, notes)}"
     )
 
 

@@ -11,8 +11,14 @@ import pyarrow as pa
 import pytest
 from plotly.offline import get_plotlyjs
 
-import mmspec.report.html as report_html
-from mmspec.report.html import fmt_num, pareto_front, tau_by_dataset, with_labels, write_report
+import mmspec.report.acceptance as report_acceptance
+import mmspec.report.blocks as report_blocks
+import mmspec.report.weights as report_weights
+from mmspec.report.block_efficiency import tau_by_dataset
+from mmspec.report.cells import with_labels
+from mmspec.report.formatting import fmt_num
+from mmspec.report.page import write_report
+from mmspec.report.pareto import pareto_front
 from mmspec.tables import BLOCKS, CELLS, write_table
 
 PAIR = "llava-7b/llava-160m"
@@ -34,10 +40,13 @@ def cell(**overrides) -> dict:
         views="M",
         weights="static",
         gamma=4,
+        tree="chain",
         acceptance="greedy",
+        lossless_rule=True,
         temperature=0.0,
         n_samples=20,
-        n_steps=400,
+        steps=400,
+        new_tokens=1000,
         tau=2.5,
         tau_per_sample=2.4,
         accepted_mean=1.5,
@@ -70,6 +79,8 @@ def ar_cell(**overrides) -> dict:
         views=None,
         weights=None,
         gamma=None,
+        tree=None,
+        new_tokens=400,
         tau=1.0,
         accepted_mean=0.0,
         speedup=1.0,
@@ -146,6 +157,14 @@ def sections(page: str) -> dict[str, str]:
         heading, _, rest = body.partition("</h2>")
         found[heading] = rest
     return found
+
+
+def page_of(tmp_path, cell_rows: list[dict]) -> str:
+    """The report of `cell_rows`, without blocks."""
+    cells = tmp_path / "cells.parquet"
+    write_table(pa.Table.from_pylist(cell_rows, schema=CELLS), cells, CELLS)
+    write_report(cells, tmp_path / "report.html")
+    return (tmp_path / "report.html").read_text(encoding="utf-8")
 
 
 # ---- pareto_front ----------------------------------------------------------------------------
@@ -226,6 +245,60 @@ def test_greedy_non_lossless_cell_flagged(report):
     assert "1 greedy cell(s) with lossless_rate" in report
 
 
+def test_lossy_rule_divergence_is_not_a_bug(tmp_path):
+    page = page_of(
+        tmp_path,
+        [
+            ar_cell(),
+            cell(hp="g4-lossless", lossless_rate=0.5, first_divergence_mean=7.0),
+            cell(
+                method="lantern",
+                label="LANTERN",
+                hp="g4-lossy",
+                acceptance="lantern",
+                lossless_rule=False,
+                lossless_rate=0.5,
+                first_divergence_mean=9.0,
+            ),
+        ],
+    )
+    body = sections(page)[f"chartqa · {PAIR}"]
+    rows = {
+        hp: tr
+        for tr in re.findall(r"<tr[^>]*>.*?</tr>", body)
+        for hp in ["g4-lossless", "g4-lossy"]
+        if hp in tr
+    }
+    # the greedy cell of a lossless rule is a bug, in red
+    assert re.match(r"<tr class='[^']*\bbug\b", rows["g4-lossless"])
+    assert (
+        "<td class='num bug-cell'>0.500</td><td class='num bug-cell'>7.00</td>"
+        in rows["g4-lossless"]
+    )
+    # the lossy rule's divergence is shown, but neutral, with the legend
+    assert "bug" not in rows["g4-lossy"]
+    lossy = "<td class='num lossy-cell' title='lossy rule: divergence is expected, see retention'>"
+    assert f"{lossy}0.500</td>{lossy}9.00</td>" in rows["g4-lossy"]
+    assert "<p class='note'>lossy rule: divergence is expected, see retention" in body
+    assert "LANTERN g4-lossy seed 0" in body
+    assert "1 greedy cell(s) with lossless_rate" in page
+    [alert] = re.findall(r"<p class='alert'>.*?</p>", body)
+    assert "g4-lossless" in alert and "g4-lossy" not in alert
+
+
+def test_lossless_rule_unknown_counts_as_lossless(tmp_path):
+    page = page_of(tmp_path, [cell(lossless_rule=None, lossless_rate=0.5)])
+    assert "1 greedy cell(s) with lossless_rate" in page and "class='num lossy-cell'" not in page
+
+
+def test_metric_definitions(report):
+    assert "new_tokens / steps, pooled over the cell" in report
+    assert "cut by a stop token or max_new_tokens is not counted" in report
+    assert "emitted draft tokens / steps" in report
+    assert "AR decode time per emitted token / method decode time per emitted token" in report
+    assert "greedy and sampling alike" in report
+
+
 def test_best_speedup_bold(report):
     body = sections(report)[f"chartqa · {PAIR}"]
     best = re.findall(r"<tr class='[^']*best[^']*'>.*?</tr>", body)
@@ -250,14 +323,15 @@ def test_cross_dataset_summary(report):
 
 
 def test_empty_table(tmp_path):
-    cells = tmp_path / "cells.parquet"
-    write_table(CELLS.empty_table(), cells, CELLS)
-    write_report(cells, tmp_path / "report.html")
-    assert "0 cells" in (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "0 cells" in page_of(tmp_path, [])
 
 
-def test_caption_time_next_to_prefill(report):
+def test_method_table_columns(report):
     body = sections(report)[f"chartqa · {PAIR}"]
+    assert "<th>n_samples</th><th>steps</th><th>new_tokens</th><th>tau</th>" in body
+    assert "<td class='num'>20</td><td class='num'>400</td><td class='num'>1000</td>" in body
+    assert "<th>lossless_rate</th><th>first_divergence_mean</th>" in body
+    # caption time next to prefill time
     assert "<th>prefill_s</th><th>caption_s</th>" in body
     assert "computed once per image in a cached stage" in report
 
@@ -352,12 +426,8 @@ def test_tau_by_dataset_incomplete_group_and_hp_sweep():
 
 
 def test_block_efficiency_marks(tmp_path):
-    cells = tmp_path / "cells.parquet"
-    write_table(pa.Table.from_pylist(grid_rows(), schema=CELLS), cells, CELLS)
-    write_report(cells, tmp_path / "report.html")
-    page = (tmp_path / "report.html").read_text(encoding="utf-8")
-    section = sections(page)["Block efficiency by dataset"]
-    assert "mean(accepted + 1)" in section and "every one of them" in section
+    section = sections(page_of(tmp_path, grid_rows()))["Block efficiency by dataset"]
+    assert "new_tokens / steps" in section and "every one of them" in section
     assert f"<h3>{PAIR} · greedy · temperature 0</h3>" in section
     head = section[section.index("<thead>") : section.index("</thead>")]
     assert re.findall(r"<th>(.*?)</th>", head) == [
@@ -463,7 +533,7 @@ def test_weights_section(tmp_path):
 
 
 def test_weights_share_ignores_other_views_and_figure_cap(tmp_path, monkeypatch):
-    monkeypatch.setattr(report_html, "MAX_WEIGHT_FIGURES", 1)
+    monkeypatch.setattr(report_weights, "MAX_WEIGHT_FIGURES", 1)
     cell_rows = [grid_cell("TABED^MTC", "MTC", d, 2.5) for d in ("d1", "d2")]
     steps = [(0, 2, 1, [0.6, 0.2, 0.2]), (2, 2, 2, [0.1, 0.3, 0.6])]
     blocks = [r for c in cell_rows for r in block_rows(c, ["s0"], steps)]
@@ -512,6 +582,7 @@ def tree_cell(label: str, tree: str, dataset: str, tau: float, speedup: float, *
         gamma=None,
         hp=hp,
         hparams=json.dumps({"tree": tree}),
+        tree=tree,
         dataset=dataset,
         tau=tau,
         speedup=speedup,
@@ -615,7 +686,7 @@ def test_acceptance_by_position(tmp_path):
 
 
 def test_acceptance_line_cap(tmp_path, monkeypatch):
-    monkeypatch.setattr(report_html, "MAX_ACCEPTANCE_LINES", 1)
+    monkeypatch.setattr(report_acceptance, "MAX_ACCEPTANCE_LINES", 1)
     cell_rows = tree_cells()
     section = sections(weights_page(tmp_path, cell_rows, tree_blocks(cell_rows)))[
         "Acceptance by draft position"
@@ -684,14 +755,14 @@ def test_step_stats_streamed_in_batches(tmp_path, monkeypatch):
     cell_rows = tree_cells()
     blocks = tmp_path / "blocks.parquet"
     write_table(pa.Table.from_pylist(tree_blocks(cell_rows), schema=BLOCKS), blocks, BLOCKS)
-    whole = report_html.load_step_stats(blocks)
-    monkeypatch.setattr(report_html, "STATS_BATCH_ROWS", 2)
-    batched = report_html.load_step_stats(blocks)
-    key = report_html.STEP_STATS_KEY
+    whole = report_blocks.load_step_stats(blocks)
+    monkeypatch.setattr(report_blocks, "STATS_BATCH_ROWS", 2)
+    batched = report_blocks.load_step_stats(blocks)
+    key = report_blocks.STEP_STATS_KEY
     assert (
         batched.sort_values(key)
         .reset_index(drop=True)
         .equals(whole.sort_values(key).reset_index(drop=True))
     )
-    assert int(whole["n_steps"].sum()) == len(tree_blocks(cell_rows))
+    assert int(whole["steps"].sum()) == len(tree_blocks(cell_rows))
     assert int(whole["drafted_sum"].sum()) == sum(r["drafted"] for r in tree_blocks(cell_rows))

@@ -94,7 +94,7 @@ def validate(config: dict) -> dict:
             )
         for hparams in _grid(entry):
             try:
-                registry.resolve(base, hparams)
+                registry.resolve(base, hparams, config["generation"]["temperature"])
             except ValueError as e:
                 raise ConfigError(f"config key methods.{name}: {e}") from None
     for name, pair in config["pairs"].items():
@@ -227,9 +227,7 @@ def cells(config: dict) -> list[Cell]:
             entry = config["methods"][name]
             base = entry.get("method", name)
             for hparams in _grid(entry):
-                spec = registry.resolve(base, hparams)
-                spec.setdefault("temperature", config["generation"]["temperature"])
-                spec["method"] = base
+                spec = registry.resolve(base, hparams, config["generation"]["temperature"])
                 cell = Cell(dataset, pair, name, hp_slug(hparams), int(seed), spec)
                 out.setdefault((dataset, pair, name, cell.hp, int(seed)), cell)
     return list(out.values())

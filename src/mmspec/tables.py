@@ -59,16 +59,30 @@ CELL_COLUMNS = [
     ("seed", pa.int64()),
 ]
 
+# The cell's method, typed (methods.spec.MethodSpec.columns), on every generate and score row.
+METHOD_COLUMNS = [
+    ("registry_method", pa.string()),
+    ("views", pa.string()),  # null for AR
+    ("weights", pa.string()),
+    ("tree", pa.string()),
+    ("gamma", pa.int32()),  # chains only
+    ("acceptance", pa.string()),
+    ("lossless_rule", pa.bool_()),  # the acceptance rule preserves the target's distribution
+    ("temperature", pa.float64()),
+]
+
 # results/generate/.../samples.parquet: one row per sample-turn.
 SAMPLES = pa.schema(
     CELL_COLUMNS
+    + METHOD_COLUMNS
     + [
         ("sample_id", pa.string()),
         ("turn", pa.int32()),
         ("output_ids", pa.list_(pa.int32())),
         ("output_text", pa.string()),
         ("n_tokens", pa.int32()),
-        # per verification step (AR: one per token)
+        # per verification step (AR: one per token after the first); accepted: draft tokens
+        # accepted and emitted (a stop token or max_new_tokens may cut the last step)
         ("step_drafted", pa.list_(pa.int32())),
         ("step_accepted", pa.list_(pa.int32())),
         ("step_draft_s", pa.list_(pa.float64())),
@@ -101,13 +115,15 @@ SAMPLES = pa.schema(
 # results/score/.../scores.parquet: one row per sample-turn.
 SCORES = pa.schema(
     CELL_COLUMNS
+    + METHOD_COLUMNS
     + [
         ("sample_id", pa.string()),
         ("turn", pa.int32()),
         ("scenario", pa.string()),
         ("n_tokens", pa.int32()),
-        ("n_steps", pa.int32()),
-        ("accepted_sum", pa.int64()),  # sum over steps of accepted draft tokens
+        ("steps", pa.int32()),
+        ("new_tokens", pa.int32()),  # tokens the steps emitted: n_tokens - 1 (the prefill's)
+        ("accepted_sum", pa.int64()),  # sum over steps of accepted and emitted draft tokens
         ("drafted_sum", pa.int64()),
         ("step_drafted", pa.list_(pa.int32())),
         ("step_accepted", pa.list_(pa.int32())),
@@ -124,7 +140,8 @@ SCORES = pa.schema(
         ("draft_forwards_per_step", pa.float64()),
         ("draft_visual_tokens", pa.int32()),
         ("target_visual_tokens", pa.int32()),
-        ("lossless", pa.bool_()),  # null when the cell samples (temperature > 0)
+        # equals the AR output token for token; null when the cell samples (temperature > 0)
+        ("lossless", pa.bool_()),
         ("first_divergence", pa.int32()),  # null when identical or not checked
         ("quality", pa.float64()),
         ("ar_quality", pa.float64()),  # quality of the AR cell on the same sample-turn
@@ -141,14 +158,23 @@ CELLS = pa.schema(
         ("views", pa.string()),  # drafter views, one letter each ("MT"), U with its keep ratio
         ("weights", pa.string()),  # ensemble weight policy
         ("gamma", pa.int32()),
+        ("tree", pa.string()),  # tree policy: chain, static, dynamic, sage (AR: null)
         ("acceptance", pa.string()),
+        # whether the acceptance rule preserves the target's output distribution (AR: true);
+        # lossy rules report retention and divergence, never a lossless failure
+        ("lossless_rule", pa.bool_()),
         ("temperature", pa.float64()),
         ("n_samples", pa.int64()),
-        ("n_steps", pa.int64()),
-        ("tau", pa.float64()),  # pooled over steps: mean(accepted + 1)
+        ("steps", pa.int64()),  # target verification forwards (AR: one per token after the first)
+        # tokens the steps emitted (every output token but the prefill's first), after stop
+        # tokens and max_new_tokens cut the last step
+        ("new_tokens", pa.int64()),
+        ("tau", pa.float64()),  # new_tokens / steps, pooled over the cell
         ("tau_per_sample", pa.float64()),  # mean over sample-turns of their own tau
-        ("accepted_mean", pa.float64()),
-        ("speedup", pa.float64()),  # sum AR decode time / sum method decode time
+        ("accepted_mean", pa.float64()),  # emitted draft tokens / steps (tau without the bonus)
+        # AR decode time per emitted token / method decode time per emitted token, summed over
+        # the same sample-turns (greedy and sampling alike)
+        ("speedup", pa.float64()),
         ("speedup_eq1", pa.float64()),  # tau / (k * c + 1), k = draft forwards per step
         ("draft_forwards_per_step", pa.float64()),
         ("latency_ratio", pa.float64()),  # c = T_q / T_p

@@ -4,7 +4,7 @@ import shlex
 
 from mmspec import config as mmconfig
 from mmspec.fingerprint import fingerprint
-from mmspec.methods.registry import IMAGE_VIEWS  # views that read the draft's visual cache
+from mmspec.methods.components import IMAGE_VIEWS  # views that read the draft's visual cache
 
 # Validation runs at parse time, so a bad config stops the run before any job starts.
 try:

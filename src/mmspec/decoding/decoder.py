@@ -8,7 +8,7 @@ enter as precomputed embeddings spliced into the prompt (see `views`).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
@@ -18,12 +18,25 @@ from mmspec.decoding.kv_cache import new_cache
 
 @dataclass
 class Forward:
-    """What one forward returns: logits [n, V] and last hidden states [n, H] of its n positions."""
+    """What one forward returns, per row: logits (prefill: the last position's [B, V]; extend:
+    [B, n, V]), the last layer's hidden states of every position [B, n, H], and those of the
+    layers asked for (`layers`: index into the model's hidden_states -> [B, n, H])."""
 
     logits: torch.Tensor
     hidden: torch.Tensor
+    layers: dict[int, torch.Tensor] = field(default_factory=dict)
     # prefill with `score_visual`: the attention each visual position receives, [n_visual]
     visual_attention: torch.Tensor | None = None
+
+    def row(self, b: int) -> Forward:
+        """Row b of a batched forward (drops the batch dimension)."""
+        layers = {k: v[b] for k, v in self.layers.items()}
+        return Forward(self.logits[b], self.hidden[b], layers, self.visual_attention)
+
+    def select(self, positions: list[int]) -> Forward:
+        """The given positions of a one-row forward."""
+        layers = {k: v[positions] for k, v in self.layers.items()}
+        return Forward(self.logits[positions], self.hidden[positions], layers)
 
 
 def language_parts(model) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module]:
@@ -103,20 +116,27 @@ class Decoder:
 
     @torch.inference_mode()
     def prefill(
-        self, prompts: torch.Tensor | list[torch.Tensor], score_visual: torch.Tensor | None = None
+        self,
+        prompts: torch.Tensor | list[torch.Tensor],
+        score_visual: torch.Tensor | None = None,
+        layers: tuple[int, ...] = (),
     ) -> Forward:
         """Start a fresh cache from prompt embeddings ([L, H], or one [L_b, H] per row).
 
-        Returns the last position of each row: logits [B, V], hidden [B, H]. With
+        Returns the last position's logits [B, V] and the hidden states of every position. With
         `score_visual` (a bool mask [L] of one prompt's visual positions) it also scores them by
-        the text-to-visual attention of this same forward (see `visual_attention`).
+        the text-to-visual attention (see `visual_attention`), in a forward of its own: that one
+        runs eager attention, whose rounding differs from the kernel AR decodes with, so the
+        cache and logits always come from the ordinary forward.
         """
-        if score_visual is not None:
-            with visual_attention(self.stack, score_visual) as scores:
-                out = self.prefill(prompts)
-            out.visual_attention = scores.result()
-            return out
         prompts = [prompts] if isinstance(prompts, torch.Tensor) else list(prompts)
+        scores = None
+        if score_visual is not None:
+            if len(prompts) != 1:
+                raise ValueError("scoring visual tokens needs a one-row prefill")
+            with visual_attention(self.stack, score_visual) as scoring:
+                self.stack(inputs_embeds=prompts[0].unsqueeze(0), use_cache=False)
+            scores = scoring.result()
         lengths = [p.shape[0] for p in prompts]
         width = max(lengths)
         self.pad = torch.tensor([width - n for n in lengths], dtype=torch.long, device=self.device)
@@ -125,8 +145,10 @@ class Decoder:
             embeds[b, width - lengths[b] :] = prompt
         self.cache = new_cache(self.stack.config)
         self.length = 0
-        out = self._run(embeds)
-        return Forward(out.logits[:, -1], out.hidden[:, -1])
+        out = self._run(embeds, layers=layers)
+        out.logits = out.logits[:, -1]
+        out.visual_attention = scores
+        return out
 
     @torch.inference_mode()
     def extend(
@@ -135,20 +157,21 @@ class Decoder:
         attention: torch.Tensor | None = None,
         past: torch.Tensor | None = None,
         positions: list[int] | None = None,
-    ):
+        layers: tuple[int, ...] = (),
+    ) -> Forward:
         """Append the same tokens to every row; returns logits [B, n, V] and hidden [B, n, H].
 
         `attention` ([n, n] bool, True = may attend) restricts how the new tokens see each other
         (token trees; each node then sits at position base + its depth). `past` ([n, k] bool)
         restricts what they see of the last k cached positions (tree nodes drafted earlier in the
         same proposal); the rest of the cache is always visible. `positions` overrides the new
-        tokens' positions (unpadded).
+        tokens' positions (unpadded). `layers` asks for hidden states of more layers.
         """
         ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device).view(1, -1)
         embeds = self.embed(ids).expand(self.rows, -1, -1)
-        return self._run(embeds, attention, past, positions)
+        return self._run(embeds, attention, past, positions, layers)
 
-    def _run(self, embeds, attention=None, past=None, positions=None) -> Forward:
+    def _run(self, embeds, attention=None, past=None, positions=None, layers=()) -> Forward:
         rows, n = embeds.shape[:2]
         if positions is not None:
             steps = torch.as_tensor(positions, device=self.device) - self.length
@@ -167,10 +190,12 @@ class Decoder:
             position_ids=positions.clamp_min(0),
             past_key_values=self.cache,
             use_cache=True,
+            output_hidden_states=bool(layers),
         )
         hidden = out.last_hidden_state
         self.length += n
-        return Forward(self.lm_head(hidden), hidden)
+        extra = {k: out.hidden_states[k] for k in layers}
+        return Forward(self.lm_head(hidden), hidden, extra)
 
     def _mask(self, rows: int, n: int, attention, past, dtype) -> torch.Tensor:
         """A 4D additive mask [B, 1, n, cache + n]: padding hidden, new tokens causal or tree."""

@@ -1,7 +1,9 @@
 """The decoding loops: autoregressive and speculative, over `Decoder`s with KV caches.
 
 Both emit the first token from the target's prefill, stop at an end token or `max_new` tokens,
-and time prefill and decode separately (perf_counter, synchronised on accelerators).
+and time prefill and decode separately (perf_counter, synchronised on accelerators). One
+speculative step is four calls of `Speculation` (propose, verify, accept, commit), which
+`mmspec verify-lossless` also drives, outcome by outcome.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from mmspec.decoding.acceptance import pick
-from mmspec.decoding.decoder import Decoder
+from mmspec.decoding.decoder import Decoder, Forward
+from mmspec.decoding.probability import pick
+from mmspec.decoding.proposal import Proposal
 from mmspec.decoding.timing import sync
 
 
@@ -21,7 +24,7 @@ class Step:
     """One target verification forward and what it yielded."""
 
     drafted: int
-    accepted: int
+    accepted: int  # accepted draft tokens that were emitted (not cut by a stop or max_new)
     draft_s: float
     verify_s: float
     weights: tuple[float, ...] = ()  # the drafter's ensemble weights for this block
@@ -37,58 +40,87 @@ class Generation:
     decode_s: float = 0.0
 
 
-def _append(tokens: list[int], new: list[int], stop: set[int], max_new: int) -> bool:
-    """Append `new` up to the first stop token or max_new tokens; say whether decoding is over.
-
-    Earlier tokens held no stop token, so only the new ones are scanned.
-    """
-    for token in new:
-        if len(tokens) >= max_new:
-            return True
+def emit(tokens: list[int], new: list[int], stop: set[int], max_new: int) -> int:
+    """Append `new` up to and including the first stop token, at most up to max_new tokens;
+    how many were appended. Earlier tokens held no stop token, so only the new ones are scanned."""
+    room = max_new - len(tokens)
+    for n, token in enumerate(new[:room], start=1):
         tokens.append(token)
         if token in stop:
-            return True
-    return len(tokens) >= max_new
+            return n
+    return max(0, min(room, len(new)))
 
 
-def _start(
-    target: Decoder, prompt, temperature, generator, then=None, score_visual=None
-) -> Generation:
-    """Prefill the target (and run `then(first_token, visual_attention)`, e.g. the drafter's
-    prefill), timed together: a drafter built from the target's prefill pays for it here."""
-    sync(target.device)
-    start = time.perf_counter()
-    forward = target.prefill(prompt, score_visual)
-    token = pick(forward.logits[0], temperature, generator)
-    if then is not None:
-        then(token, forward.visual_attention)
-    sync(target.device)
-    return Generation([token], prefill_s=time.perf_counter() - start)
+def finished(tokens: list[int], stop: set[int], max_new: int) -> bool:
+    return tokens[-1] in stop or len(tokens) >= max_new
 
 
 def decode_ar(
-    target: Decoder,
-    prompt: torch.Tensor,
-    max_new: int,
-    stop: set[int],
-    temperature: float,
-    generator: torch.Generator | None,
+    target: Decoder, prompt: torch.Tensor, max_new: int, stop: set[int], temperature: float, sampler
 ) -> Generation:
     """Plain autoregressive decoding: one target forward per token."""
     device = target.device
-    out = _start(target, prompt, temperature, generator)
-    token = out.tokens[0]
+    sync(device)
     start = time.perf_counter()
-    done = token in stop or max_new <= 1
-    while not done:
+    out = Generation([pick(target.prefill(prompt).logits[0], temperature, sampler)])
+    sync(device)
+    out.prefill_s = time.perf_counter() - start
+    start = time.perf_counter()
+    while not finished(out.tokens, stop, max_new):
         step_start = time.perf_counter()
-        token = pick(target.extend([token]).logits[0, -1], temperature, generator)
-        out.tokens.append(token)
+        out.tokens.append(pick(target.extend([out.tokens[-1]]).logits[0, -1], temperature, sampler))
         sync(device)
         out.steps.append(Step(0, 0, 0.0, time.perf_counter() - step_start))
-        done = token in stop or len(out.tokens) >= max_new
     out.decode_s = time.perf_counter() - start
     return out
+
+
+class Speculation:
+    """The state of one speculative generation: target and drafter caches and the policies."""
+
+    def __init__(self, target: Decoder, drafter, policy, rule, temperature: float, sampler):
+        self.target, self.drafter, self.policy, self.rule = target, drafter, policy, rule
+        self.temperature, self.sampler = temperature, sampler
+        self.last = 0  # the last emitted token (the root of the next proposal)
+        self.base = 0  # target cache length before the current verification
+
+    def start(self, prompt: torch.Tensor, draft_prompts, score_visual=None) -> int:
+        """Prefill the target, emit its first token, start the drafter; the first token.
+
+        `draft_prompts` holds the drafter's prompt in each of its views, or builds them from
+        the target's prefill: `draft_prompts(visual_attention)` (view S), where
+        `visual_attention` scores each visual token when `score_visual` (the prompt's visual
+        positions) asks for it, else is None.
+        """
+        forward = self.target.prefill(prompt, score_visual, self.drafter.target_layers)
+        self.last = pick(forward.logits[0], self.temperature, self.sampler)
+        attention = forward.visual_attention
+        prompts = draft_prompts(attention) if callable(draft_prompts) else draft_prompts
+        self.policy.start()
+        self.drafter.start(prompts, self.last, forward.row(0))
+        return self.last
+
+    def propose(self, room: int) -> Proposal:
+        """The next proposal, no deeper than the `room` tokens the generation may still emit."""
+        return self.policy.propose(self.drafter, self.sampler, room)
+
+    def verify(self, proposal: Proposal) -> Forward:
+        """One target forward over the root and every node (tree-masked unless a chain)."""
+        self.base = self.target.length
+        tokens = [self.last] + proposal.tokens
+        return self.target.extend(tokens, proposal.attention(), layers=self.drafter.target_layers)
+
+    def accept(self, proposal: Proposal, forward: Forward) -> tuple[list[int], int]:
+        return self.rule(proposal, forward.logits[0], self.temperature, self.sampler)
+
+    def commit(self, proposal: Proposal, forward: Forward, path: list[int], token: int) -> list:
+        """Keep the accepted path in both caches; the tokens this step emits."""
+        rows = [0] + [i + 1 for i in path]
+        self.target.keep(self.base, rows)
+        self.policy.observe(len(path))
+        self.drafter.commit(proposal, path, token, forward.row(0).select(rows))
+        self.last = token
+        return [proposal.tokens[i] for i in path] + [token]
 
 
 def decode_speculative(
@@ -101,42 +133,37 @@ def decode_speculative(
     max_new: int,
     stop: set[int],
     temperature: float,
-    generator: torch.Generator | None,
+    sampler,
     score_visual: torch.Tensor | None = None,
 ) -> Generation:
-    """Draft with `policy`, verify in one target forward, accept with `rule`, repeat.
-
-    `draft_prompts` holds the drafter's prompt in each of its views, or builds them after the
-    target's prefill: `draft_prompts(visual_attention)`, where `visual_attention` is that
-    prefill's score of each visual token when `score_visual` (the prompt's visual positions)
-    asks for it, else None.
-    """
+    """Draft with `policy`, verify in one target forward, accept with `rule`, repeat."""
     device = target.device
-
-    def start_drafter(token, attention):
-        prompts = draft_prompts(attention) if callable(draft_prompts) else draft_prompts
-        drafter.start(prompts, token)
-
-    out = _start(target, prompt, temperature, generator, start_drafter, score_visual)
-    token = out.tokens[0]
+    run = Speculation(target, drafter, policy, rule, temperature, sampler)
+    sync(device)
     start = time.perf_counter()
-    done = token in stop or max_new <= 1
-    while not done:
+    out = Generation([run.start(prompt, draft_prompts, score_visual)])
+    sync(device)
+    out.prefill_s = time.perf_counter() - start
+    start = time.perf_counter()
+    while not finished(out.tokens, stop, max_new):
         t0 = time.perf_counter()
-        proposal = policy.propose(drafter, generator)
+        proposal = run.propose(max_new - len(out.tokens))
         t1 = time.perf_counter()
-        base = target.length
-        logits = target.extend([token] + proposal.tokens, proposal.attention()).logits[0]
-        path, token = rule(proposal, logits, temperature, generator)
-        target.keep(base, [0] + [i + 1 for i in path])
-        drafter.commit(proposal, path, token, logits)
-        emitted = [proposal.tokens[i] for i in path] + [token]
-        done = _append(out.tokens, emitted, stop, max_new)
+        forward = run.verify(proposal)
+        path, token = run.accept(proposal, forward)
+        emitted = emit(out.tokens, run.commit(proposal, forward, path, token), stop, max_new)
         sync(device)
-        step_s = time.perf_counter() - t1
-        weights = tuple(drafter.weights.tolist())
         depth, width = proposal.shape()
-        step = Step(len(proposal.tokens), len(path), t1 - t0, step_s, weights, depth, width)
+        weights = tuple(drafter.weights.tolist())
+        step = Step(
+            len(proposal.tokens),
+            min(len(path), emitted),
+            t1 - t0,
+            time.perf_counter() - t1,
+            weights,
+            depth,
+            width,
+        )
         out.steps.append(step)
     out.decode_s = time.perf_counter() - start
     return out

@@ -1,8 +1,8 @@
-"""A drafter's proposal: a token tree (a chain is the tree whose parents are 0, 1, 2, ...)."""
+"""A drafter's proposal: a token tree (a chain is the tree whose parents are ROOT, 0, 1, ...)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -11,19 +11,40 @@ ROOT = -1  # parent index of depth-1 nodes: the last token the target emitted
 
 @dataclass
 class Proposal:
-    """Draft nodes in topological order; `q[i]` is the draft distribution node i was drawn from.
+    """Draft nodes in topological order (each node after its parent).
 
-    Siblings share their parent's distribution and, when sampled, are drawn from it without
-    replacement, in proposal order (what recursive rejection sampling requires).
+    `q[i]` is the draft distribution node i was drawn from, for a chain drawn at temperature > 0;
+    None when the nodes were chosen deterministically from the draft (top-k: every tree, and
+    greedy drafting), which acceptance then verifies as point masses. `drafted_as[i]` is node i's
+    index in the tree the drafter grew (policies that grow candidates and keep a subset, e.g.
+    EAGLE-2); None when the proposal is that tree itself.
     """
 
-    tokens: list[int]
-    parents: list[int]
-    q: torch.Tensor | None = None  # [n, V] at the decoding temperature; None for greedy drafts
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    q: torch.Tensor | None = None  # [n, V]
+    drafted_as: list[int] | None = None
 
     @classmethod
     def chain(cls, tokens: list[int], q: torch.Tensor | None = None) -> Proposal:
-        return cls(tokens, [ROOT] + list(range(len(tokens) - 1)), q)
+        return cls(list(tokens), [ROOT] + list(range(len(tokens) - 1)), q)
+
+    def add(self, token: int, parent: int) -> int:
+        """Append a node under `parent`; its index."""
+        self.tokens.append(int(token))
+        self.parents.append(parent)
+        return len(self.tokens) - 1
+
+    def subset(self, keep) -> Proposal:
+        """The nodes `keep` (each with its parent kept) re-indexed topologically by depth."""
+        depths = self.depths()
+        order = sorted(keep, key=lambda i: (depths[i], i))
+        index = {node: i for i, node in enumerate(order)}
+        parents = [ROOT if self.parents[n] == ROOT else index[self.parents[n]] for n in order]
+        return Proposal([self.tokens[n] for n in order], parents, None, order)
+
+    def drafted_index(self, node: int) -> int:
+        return node if self.drafted_as is None else self.drafted_as[node]
 
     @property
     def is_chain(self) -> bool:
@@ -41,6 +62,14 @@ class Proposal:
         out: list[int] = []
         for parent in self.parents:
             out.append(1 if parent == ROOT else out[parent] + 1)
+        return out
+
+    def ancestors(self, node: int) -> list[int]:
+        """The proper ancestors of `node`, nearest first."""
+        out, parent = [], self.parents[node]
+        while parent != ROOT:
+            out.append(parent)
+            parent = self.parents[parent]
         return out
 
     def shape(self) -> tuple[int, int]:

@@ -1,4 +1,16 @@
-"""Tree policies: the shape of what a drafter proposes at each step."""
+"""Tree policies: the shape of what a drafter proposes at each step, grown through the drafter
+protocol (decoding.drafters): `root` for the first position, `expand` for the nodes to grow.
+
+A chain samples its tokens from the draft at temperature > 0 (verified by rejection sampling
+against q). Trees take each node's children deterministically (its top-k), at any temperature,
+and are verified as point-mass proposals (decoding.acceptance.sampling): the pruning and reranking
+of EAGLE-2 and SAGE then cannot bias the output, as EAGLE's release does. Policies with state
+across steps (SAGE) reset it in `start` and learn from `observe(accepted)` after each step.
+
+`room` is how many more tokens the generation may emit: no policy drafts deeper than that, since a
+node at depth d is emitted only as the d-th token of the step (exact: each level is accepted in
+order, so what lies deeper cannot change what is emitted).
+"""
 
 from __future__ import annotations
 
@@ -8,26 +20,54 @@ from dataclasses import dataclass, field
 import torch
 
 from mmspec.decoding.proposal import ROOT, Proposal
+from mmspec.methods.components import EAGLE_TREE, SAGE_KEYS
+
+
+class TreePolicy:
+    def start(self) -> None:
+        """A new generation."""
+
+    def observe(self, accepted: int) -> None:
+        """The last proposal's accepted path length."""
+
+    def propose(self, drafter, sampler, room: int) -> Proposal:
+        raise NotImplementedError
+
+
+def _top(q: torch.Tensor, k: int) -> tuple[list[int], list[float]]:
+    """The k most likely tokens of q (fewer if q has fewer) and their log-probabilities."""
+    top = q.topk(min(k, q.shape[-1]))
+    return top.indices.tolist(), top.values.clamp_min(1e-30).log().tolist()
 
 
 @dataclass
-class ChainPolicy:
+class ChainPolicy(TreePolicy):
     """chain(gamma): gamma tokens in a line (standard speculative decoding)."""
 
     gamma: int
 
-    def propose(self, drafter, generator: torch.Generator | None) -> Proposal:
-        return drafter.propose_chain(self.gamma, generator)
+    def propose(self, drafter, sampler, room: int) -> Proposal:
+        q, chain, qs = drafter.root(sampler), Proposal(), []
+        gamma = min(self.gamma, room)
+        for i in range(gamma):
+            if drafter.temperature > 0:
+                chain.add(sampler.categorical(q), i - 1)
+                qs.append(q)
+            else:
+                chain.add(int(q.argmax()), i - 1)
+            if i < gamma - 1:
+                q = drafter.expand(chain, [i])[0]
+        chain.q = torch.stack(qs) if qs else None
+        return chain
 
 
 @dataclass
-class StaticTree:
+class StaticTree(TreePolicy):
     """A fixed tree given as paths of child ranks (the Medusa/EAGLE "choices" format).
 
     (0,) is the draft's best first token, (1,) its second best, (0, 1) the second-best
-    continuation of (0,), and so on; at temperature > 0 rank r is the r-th draw without
-    replacement. Every prefix of a path must be a path, and the ranks under one parent must be
-    0..k-1 (recursive rejection sampling verifies consecutive draws).
+    continuation of (0,), and so on. Every prefix of a path must be a path; sibling ranks need
+    not be consecutive. Grown level by level: one batched draft forward per level with children.
     """
 
     paths: list[tuple[int, ...]]
@@ -45,45 +85,82 @@ class StaticTree:
                 raise ValueError(f"tree path {list(p)}: ranks are non-negative integers")
             if len(p) > 1 and p[:-1] not in index:
                 raise ValueError(f"tree path {list(p)} lacks its prefix {list(p[:-1])}")
-            if p[-1] > 0 and p[:-1] + (p[-1] - 1,) not in index:
-                raise ValueError(f"tree path {list(p)}: sibling ranks must be 0..k-1")
         self.paths = paths
         self.parents = [index[p[:-1]] if len(p) > 1 else ROOT for p in paths]
         self.depths = [len(p) for p in paths]
         self.ranks = [p[-1] for p in paths]
+        self.max_rank: dict[int, int] = {}
+        for parent, rank in zip(self.parents, self.ranks, strict=True):
+            self.max_rank[parent] = max(rank, self.max_rank.get(parent, 0))
 
     def __len__(self) -> int:
         return len(self.paths)
 
-    def propose(self, drafter, generator: torch.Generator | None) -> Proposal:
-        return drafter.propose_tree(self, generator)
+    def propose(self, drafter, sampler, room: int) -> Proposal:
+        tree, dist = Proposal(), {ROOT: drafter.root(sampler)}
+        has_children = {p for p, d in zip(self.parents, self.depths, strict=True) if d <= room}
+        for depth in range(1, min(max(self.depths), room) + 1):
+            level = [n for n in range(len(self)) if self.depths[n] == depth]
+            ranked: dict[int, list[int]] = {}
+            for n in level:  # nodes are sorted by depth, so index n == tree.add(...)
+                parent = self.parents[n]
+                if parent not in ranked:
+                    q, most = dist[parent], self.max_rank[parent] + 1
+                    ranked[parent] = q.topk(min(most, q.shape[-1])).indices.tolist()
+                # a rank beyond the vocabulary repeats the last token (never accepted twice)
+                tree.add(ranked[parent][min(self.ranks[n], len(ranked[parent]) - 1)], parent)
+            feed = [n for n in level if n in has_children]
+            if feed:
+                dist.update(zip(feed, drafter.expand(tree, feed), strict=True))
+        return tree
 
 
 @dataclass
-class DynamicTree:
-    """EAGLE-2's dynamic tree: expand the top_k best nodes per level for `depth` levels (each
-    with its top_k children), then keep the `total_tokens` nodes of highest cumulative draft
-    log-probability (ancestors always kept)."""
+class DynamicTree(TreePolicy):
+    """EAGLE-2's dynamic tree (its release, eagle/model/cnets1.py `topK_genrate`): the root's
+    top_k children, then `depth` rounds, each expanding the top_k nodes of the newest level by
+    cumulative draft log-probability (each with its top_k children; depth + 1 levels in all);
+    then keep the total_tokens - 1 candidates of highest cumulative log-probability (the release
+    counts the root among its total_tokens), each with its ancestors."""
 
     depth: int
     top_k: int
     total_tokens: int
 
-    def propose(self, drafter, generator: torch.Generator | None) -> Proposal:
-        return drafter.propose_dynamic(self, generator)
+    def propose(self, drafter, sampler, room: int) -> Proposal:
+        grown, score = Proposal(), []
+        tokens, logq = _top(drafter.root(sampler), self.top_k)
+        level = [grown.add(t, ROOT) for t in tokens]
+        score += logq
+        for _ in range(min(self.depth, room - 1)):
+            frontier = sorted(level, key=lambda c: (-score[c], c))[: self.top_k]
+            level = []
+            for c, q in zip(frontier, drafter.expand(grown, frontier), strict=True):
+                tokens, logq = _top(q, self.top_k)
+                level += [grown.add(t, c) for t in tokens]
+                score += [score[c] + lq for lq in logq]
+        keep: set[int] = set()
+        for c in sorted(range(len(grown.tokens)), key=lambda c: (-score[c], c)):
+            if len(keep) == self.total_tokens - 1:
+                break
+            if grown.parents[c] == ROOT or grown.parents[c] in keep:
+                keep.add(c)
+        return grown.subset(keep)
 
 
 @dataclass
-class SageTree:
-    """SAGE's entropy-adaptive tree (arXiv 2025, section 3; defaults from its section 5).
+class SageTree(TreePolicy):
+    """SAGE's entropy-adaptive tree (arXiv 2025, section 3; defaults from its section 5.1).
 
-    Confidence alpha = 1 - H / log k of the draft's renormalised top-k at the first draft
-    position; the alpha of step t shapes step t+1 (0.5 at the start). Depth D = Dmin + alpha
-    (Dmax - Dmin), width W = Wmin + (1 - alpha)(Wmax - Wmin); level 1 takes W children, a node at
-    level l >= 2 W (1/l)(0.5 + P_parent) (P_parent: the parent's path probability); a node is kept
-    while its path probability exceeds 0.1 l / D; growth stops at level D or n_max nodes. History:
-    once `window` steps are in, a mean accepted length below `low` lowers the working Dmax by one,
-    above `high` raises it by one (within [Dmin, the configured Dmax]).
+    The first step drafts EAGLE's 25-node static tree (SAGE appendix A.1: "SAGE uses it only as
+    initialization"). Confidence alpha = 1 - H / log k of the draft's renormalised top-k at the
+    first draft position; the alpha of step t shapes step t+1. Depth D = Dmin + alpha (Dmax -
+    Dmin), width W = Wmin + (1 - alpha)(Wmax - Wmin); level 1 takes W children, a node at level
+    l >= 2 W (1/l)(0.5 + P_parent) (P_parent: the parent's path probability); a node is kept while
+    its path probability exceeds 0.1 l / D (the best first-level child always); growth stops at
+    level D or n_max nodes. History: once `window` steps are in, a mean accepted length below
+    `low` lowers the working Dmax by one, above `high` raises it by one (within [Dmin, Dmax]; the
+    paper gives no step size).
     """
 
     d_min: int = 3
@@ -95,6 +172,19 @@ class SageTree:
     window: int = 10
     low: float = 2.0
     high: float = 3.0
+    alpha: float | None = field(default=None, init=False)  # None: the first step
+    working_d_max: int = field(default=0, init=False)
+    accepted: list[int] = field(default_factory=list, init=False)
+    first_tree: StaticTree = field(default_factory=lambda: StaticTree(EAGLE_TREE), init=False)
+
+    def __post_init__(self):
+        self.start()
+
+    def start(self) -> None:
+        self.alpha, self.working_d_max, self.accepted = None, self.d_max, []
+
+    def observe(self, accepted: int) -> None:
+        self.accepted.append(accepted)
 
     def shape(self, alpha: float, d_max: int) -> tuple[int, float]:
         """(depth D(alpha), width W(alpha)) for the working Dmax."""
@@ -103,33 +193,72 @@ class SageTree:
 
     def confidence(self, q: torch.Tensor) -> float:
         """alpha = 1 - H(renormalised top-k of q) / log k."""
-        top = q.topk(min(self.k, q.shape[-1])).values.float()
+        top = q.topk(min(self.k, q.shape[-1])).values.double()
         top = top / top.sum()
         entropy = float(-(torch.xlogy(top, top)).sum())
         return 1.0 - entropy / math.log(self.k)
 
-    def propose(self, drafter, generator: torch.Generator | None) -> Proposal:
-        state = drafter.tree_state
-        alpha, d_max = state.get("alpha", 0.5), state.get("d_max", self.d_max)
-        recent = drafter.accepted_lengths[-self.window :]
+    def propose(self, drafter, sampler, room: int) -> Proposal:
+        recent = self.accepted[-self.window :]
         if len(recent) == self.window:
             mean = sum(recent) / len(recent)
             if mean < self.low:
-                d_max = max(self.d_min, d_max - 1)
+                self.working_d_max = max(self.d_min, self.working_d_max - 1)
             elif mean > self.high:
-                d_max = min(self.d_max, d_max + 1)
-        depth, width = self.shape(alpha, d_max)
+                self.working_d_max = min(self.d_max, self.working_d_max + 1)
+        if self.alpha is None:
+            root = _Recorded(drafter)
+            tree = self.first_tree.propose(root, sampler, room)
+            self.alpha = self.confidence(root.q)
+            return tree
+        depth, width = self.shape(self.alpha, self.working_d_max)
+        root_q = drafter.root(sampler)
+        self.alpha = self.confidence(root_q)
+        return self._grow(drafter, root_q, depth, width, room)
 
-        def children(level: int, parent_prob: float) -> int:
+    def _grow(self, drafter, root_q, depth: int, width: float, room: int) -> Proposal:
+        tree, prob = Proposal(), []
+
+        def add_children(parent: int, q: torch.Tensor, level: int) -> list[int]:
+            parent_prob = 1.0 if parent == ROOT else prob[parent]
             if level == 1:
-                return max(1, round(width))
-            return max(1, round(width / level * (0.5 + parent_prob)))
+                k = max(1, round(width))
+            else:
+                k = max(1, round(width / level * (0.5 + parent_prob)))
+            k = min(k, self.n_max - len(tree.tokens))
+            added = []
+            tokens, logq = _top(q, k) if k > 0 else ([], [])
+            for rank, (t, lq) in enumerate(zip(tokens, logq, strict=True)):
+                path_prob = parent_prob * math.exp(lq)
+                if path_prob <= 0.1 * level / depth and not (level == 1 and rank == 0):
+                    break  # children come best first: the rest are below the threshold too
+                added.append(tree.add(t, parent))
+                prob.append(path_prob)
+            return added
 
-        proposal = drafter.propose_grown(
-            children, lambda level: 0.1 * level / depth, depth, self.n_max, generator
-        )
-        state.update(alpha=self.confidence(drafter.root_q), d_max=d_max, depth=depth)
-        return proposal
+        level = add_children(ROOT, root_q, 1)
+        for lvl in range(2, min(depth, room) + 1):
+            if not level or len(tree.tokens) >= self.n_max:
+                break
+            nxt = []
+            for c, q in zip(level, drafter.expand(tree, level), strict=True):
+                nxt += add_children(c, q, lvl)
+            level = nxt
+        return tree
+
+
+class _Recorded:
+    """A drafter seen through a policy that also needs the first position's distribution."""
+
+    def __init__(self, drafter):
+        self.drafter, self.q = drafter, None
+
+    def root(self, sampler) -> torch.Tensor:
+        self.q = self.drafter.root(sampler)
+        return self.q
+
+    def expand(self, tree, nodes):
+        return self.drafter.expand(tree, nodes)
 
 
 def full_tree(width: int, depth: int) -> list[tuple[int, ...]]:
@@ -141,7 +270,7 @@ def full_tree(width: int, depth: int) -> list[tuple[int, ...]]:
     return paths
 
 
-def make_tree_policy(spec: dict):
+def make_tree_policy(spec: dict) -> TreePolicy:
     if spec["tree"] == "chain":
         return ChainPolicy(int(spec["gamma"]))
     if spec["tree"] == "static":
@@ -151,7 +280,3 @@ def make_tree_policy(spec: dict):
     if spec["tree"] == "sage":
         return SageTree(**{k: spec[f"sage_{k}"] for k in SAGE_KEYS if f"sage_{k}" in spec})
     raise ValueError(f"unknown tree policy {spec['tree']!r}; known: chain, static, dynamic, sage")
-
-
-# the SageTree fields a method spec sets as `sage_<field>`
-SAGE_KEYS = ("d_min", "d_max", "w_min", "w_max", "k", "n_max", "window", "low", "high")

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from mmspec.methods.components import TARGET_GUIDED_VIEWS, VIEW_NAMES  # noqa: F401
+
 CAPTION_PREFIX = "image: "  # TABED appendix I.2
 
 
@@ -229,8 +231,7 @@ VIEWS = {
     "U": UniformView,
     "S": SpecVLMView,
 }
-IMAGE_VIEWS = {"M", "P", "U", "S"}  # views that read the draft model's visual cache
-TARGET_GUIDED_VIEWS = {"S"}  # views built from the target's prefill (after it)
+assert "".join(VIEWS) == VIEW_NAMES
 
 
 def parse_views(views: str) -> list[str]:

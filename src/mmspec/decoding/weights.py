@@ -40,9 +40,6 @@ class History:
         self.grid = grid
         self.rows: list[dict[str, torch.Tensor]] = []
 
-    def clear(self) -> None:
-        self.rows = []
-
     def __len__(self) -> int:
         return len(self.rows)
 
@@ -81,23 +78,22 @@ class Policy:
     needs_history = False  # whether it reads the history (else the drafter skips keeping it)
     uses_grid = False  # whether the history must score the 0.1-grid candidate mixtures
 
-    def choose(self, history: History, m: int, generator) -> torch.Tensor:
+    def choose(self, history: History, m: int, sampler) -> torch.Tensor:
         raise NotImplementedError
 
 
 class StaticWeights(Policy):
     """Equal weights in every block (IbED; TABED's Static^MT)."""
 
-    def choose(self, history: History, m: int, generator) -> torch.Tensor:
+    def choose(self, history: History, m: int, sampler) -> torch.Tensor:
         return uniform(m)
 
 
 class RandomWeights(Policy):
     """Non-negative random weights summing to one, drawn per block (TABED's Random^MT)."""
 
-    def choose(self, history: History, m: int, generator) -> torch.Tensor:
-        draws = -torch.rand(m, generator=generator).clamp_min(1e-12).log()  # Dirichlet(1, ..., 1)
-        return draws / draws.sum()
+    def choose(self, history: History, m: int, sampler) -> torch.Tensor:
+        return sampler.dirichlet(m)
 
 
 class InverseDistanceWeights(Policy):
@@ -108,7 +104,7 @@ class InverseDistanceWeights(Policy):
     def __init__(self, distance: str):
         self.key = {"kld": "kl", "tvd": "tv"}[distance]
 
-    def choose(self, history: History, m: int, generator) -> torch.Tensor:
+    def choose(self, history: History, m: int, sampler) -> torch.Tensor:
         if not history.count():
             return uniform(m)
         inverse = 1.0 / (history.sum(self.key) + EPS)
@@ -121,7 +117,7 @@ class GridWeights(Policy):
     needs_history = True
     uses_grid = True
 
-    def choose(self, history: History, m: int, generator) -> torch.Tensor:
+    def choose(self, history: History, m: int, sampler) -> torch.Tensor:
         if not history.count():
             return uniform(m)
         matches, divergence = history.sum("grid_match"), history.sum("grid_kl")
@@ -131,17 +127,25 @@ class GridWeights(Policy):
 
 
 class SoftmaxWeights(Policy):
-    """softmax(1 / e_k at temperature tau), e_k = summed KL(p || q_k) (TABED's MTCP*)."""
+    """softmax(log(1 / e_k) / tau), i.e. proportional to (1 / e_k)^(1 / tau), with e_k the summed
+    KL(p || q_k) over the window (TABED's MTCP*).
+
+    The paper writes softmax([1/e_1, ..., 1/e_m]; tau) (appendix B.2); the release
+    (furiosa-ai/TABED, candidate_generator_vlmsd.py `get_temperatured_weight`) normalises 1/e and
+    applies the softmax to its logarithm at tau, so tau = 1 gives weights proportional to 1/e.
+    We follow the release.
+    """
 
     needs_history = True
 
     def __init__(self, temperature: float):
         self.temperature = temperature
 
-    def choose(self, history: History, m: int, generator) -> torch.Tensor:
+    def choose(self, history: History, m: int, sampler) -> torch.Tensor:
         if not history.count():
             return uniform(m)
-        return torch.softmax(1.0 / (history.sum("kl") + EPS) / self.temperature, dim=0)
+        inverse_error = 1.0 / (history.sum("kl") + EPS)
+        return torch.softmax(inverse_error.log() / self.temperature, dim=0)
 
 
 class AdaBoostWeights(Policy):
@@ -156,7 +160,7 @@ class AdaBoostWeights(Policy):
         self.constant = constant
         self.vocab_size = vocab_size
 
-    def choose(self, history: History, m: int, generator) -> torch.Tensor:
+    def choose(self, history: History, m: int, sampler) -> torch.Tensor:
         n = history.count()
         if not n:
             return uniform(m)
@@ -167,22 +171,22 @@ class AdaBoostWeights(Policy):
         return weights / weights.sum() if weights.sum() > 0 else uniform(m)
 
 
-POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboost")
+POLICIES = {
+    "static": lambda spec, vocab: StaticWeights(),
+    "random": lambda spec, vocab: RandomWeights(),
+    "kld": lambda spec, vocab: InverseDistanceWeights("kld"),
+    "tvd": lambda spec, vocab: InverseDistanceWeights("tvd"),
+    "grid": lambda spec, vocab: GridWeights(),
+    "softmax": lambda spec, vocab: SoftmaxWeights(float(spec.get("softmax_temperature", 1.0))),
+    "adaboost": lambda spec, vocab: AdaBoostWeights(
+        float(spec.get("adaboost_constant", 1.0)), vocab
+    ),
+}
 
 
 def make_policy(spec: dict, vocab_size: int):
     """The weight policy a method spec names (`weights`, with `softmax_temperature`, ...)."""
     name = spec.get("weights", "static")
-    if name == "static":
-        return StaticWeights()
-    if name == "random":
-        return RandomWeights()
-    if name in ("kld", "tvd"):
-        return InverseDistanceWeights(name)
-    if name == "grid":
-        return GridWeights()
-    if name == "softmax":
-        return SoftmaxWeights(float(spec.get("softmax_temperature", 1.0)))
-    if name == "adaboost":
-        return AdaBoostWeights(float(spec.get("adaboost_constant", 1.0)), vocab_size)
-    raise ValueError(f"unknown weight policy {name!r}; known: {list(POLICIES)}")
+    if name not in POLICIES:
+        raise ValueError(f"unknown weight policy {name!r}; known: {list(POLICIES)}")
+    return POLICIES[name](spec, vocab_size)

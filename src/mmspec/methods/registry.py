@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# The component choices a spec may name, and the hyperparameters each component reads. (Kept
-# free of torch imports so that config validation stays fast; tests check these names against
-# decoding.views.VIEWS and decoding.weights.POLICIES.)
-VIEW_NAMES = "MTCPUS"
-IMAGE_VIEWS = frozenset("MPUS")  # views that read the draft model's visual cache
-POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboost")
-DRAFTERS = ("none", "model")
-TREES = ("none", "chain", "static", "dynamic", "sage")
-ACCEPTANCE = ("none", "greedy", "sampling")
-LOSSLESS_ACCEPTANCE = ("none", "greedy", "sampling")
+from mmspec.methods.components import (
+    ACCEPTANCE,
+    DRAFTING,
+    EAGLE_TREE,
+    SAGE_DEFAULTS,
+    TREE_KEYS,
+    TREES,
+    VIEW_NAMES,
+    WEIGHT_POLICIES,
+)
 
 
 @dataclass(frozen=True)
@@ -28,56 +28,6 @@ class Method:
     description: str
     defaults: dict = field(default_factory=dict)
     label: str = ""
-
-
-# What every model drafter accepts: views (letters, see decoding.views), the ensemble weight
-# policy and its window h (0 = the whole history), U's keep ratio, the policies' constants.
-DRAFTING = {
-    "drafter": "model",
-    "views": "M",
-    "keep": 0.5,
-    # view S (SpecVLM): share of visual tokens dropped, and the share of the target's
-    # text-to-visual attention mass that the kept tokens should cover before uniform filling
-    "drop": 0.9,
-    "mass": 0.4,
-    "weights": "static",
-    "window": 0,
-    "softmax_temperature": 1.0,
-    "adaboost_constant": 1.0,
-    "tree": "chain",
-    "gamma": 5,
-    "paths": None,  # tree "static": the tree as paths of child ranks, e.g. [[0], [1], [0, 0]]
-    # tree "dynamic" (EAGLE-2; defaults from its release): levels, children per expanded node,
-    # nodes kept after reranking by cumulative draft log-probability
-    "depth": 5,
-    "top_k": 10,
-    "total_tokens": 60,
-    "acceptance": "greedy",
-}
-
-
-# SAGE's tree hyperparameters (its section 5): Dmin, Dmax, Wmin, Wmax, top-k of the confidence,
-# N_max, history window and its lower/upper thresholds.
-SAGE_DEFAULTS = {
-    "sage_d_min": 3,
-    "sage_d_max": 8,
-    "sage_w_min": 2,
-    "sage_w_max": 10,
-    "sage_k": 10,
-    "sage_n_max": 64,
-    "sage_window": 10,
-    "sage_low": 2.0,
-    "sage_high": 3.0,
-}
-
-
-# EAGLE's 25-node tree (`mc_sim_7b_63` in its choices.py), which SpecVLM's release uses for its
-# static trees and SAGE for SD-Tree, SpecVLM and its own first step (SAGE appendix A.1).
-EAGLE_TREE = [
-    [0], [1], [2], [3], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0],
-    [0, 0, 0], [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 1, 1], [0, 2, 0], [0, 2, 1], [1, 0, 0],
-    [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1],
-]  # fmt: skip
 
 
 def spine_tree(width: int, depth: int) -> list[list[int]]:
@@ -129,7 +79,8 @@ def _tabed_rows() -> list[Method]:
         _drafting(
             "tabed_mtcp",
             "TABED^MTCP",
-            "views M, T, C, P, weights softmax(1 / summed KL) at temperature 1 per block",
+            "views M, T, C, P, weights softmax(log(1 / summed KL) / tau) per block (tau 1: "
+            "proportional to 1 / KL, as TABED's release computes it)",
             views="MTCP",
             weights="softmax",
         ),
@@ -150,7 +101,7 @@ METHODS = {
         Method(
             "ar",
             "autoregressive decoding with the target alone (the baseline of every speedup)",
-            {"drafter": "none", "tree": "none", "acceptance": "none"},
+            {"drafter": "none"},
             "AR",
         ),
         _drafting(
@@ -186,7 +137,8 @@ METHODS = {
             "sage",
             "SAGE",
             "SAGE: entropy-adaptive trees (depth and width from the draft's confidence, history "
-            "tracking of accepted lengths) drafted from SpecVLM's pruned view S",
+            "tracking of accepted lengths; EAGLE's 25-node tree on the first step) drafted from "
+            "SpecVLM's pruned view S",
             views="S",
             tree="sage",
             **SAGE_DEFAULTS,
@@ -194,8 +146,10 @@ METHODS = {
         _drafting(
             "eagle2_tree",
             "EAGLE-2 tree",
-            "a small draft model growing EAGLE-2 dynamic trees (top_k per level, depth levels, "
-            "total_tokens kept by cumulative log-probability), one tree-masked verification",
+            "a small draft model growing EAGLE-2 dynamic trees (the root's top_k, then depth "
+            "rounds expanding the top_k nodes of each level; total_tokens - 1 drafted nodes "
+            "kept by cumulative log-probability, the root counted as in EAGLE-2's release), one "
+            "tree-masked verification",
             tree="dynamic",
         ),
         _drafting(
@@ -220,7 +174,13 @@ METHODS = {
 }
 
 # Allowed values of hyperparameters whose domain is a fixed set; others are checked by type.
-CHOICES = {"drafter": DRAFTERS, "tree": TREES, "acceptance": ACCEPTANCE, "weights": POLICIES}
+# (`drafter` is fixed by the method: AR has none, every drafting method a drafter.)
+CHOICES = {
+    "drafter": ("model",),
+    "tree": TREES,
+    "acceptance": tuple(ACCEPTANCE),
+    "weights": WEIGHT_POLICIES,
+}
 TYPES = {
     **{k: (int, float) if isinstance(v, float) else int for k, v in SAGE_DEFAULTS.items()},
     "gamma": int,
@@ -240,8 +200,9 @@ TYPES = {
 COMMON_KEYS = {"temperature"}
 
 
-def resolve(method_name: str, hparams: dict) -> dict:
-    """The full spec of `method_name` with `hparams` applied; raises ValueError on unknown keys."""
+def resolve(method_name: str, hparams: dict, temperature: float = 0.0) -> dict:
+    """The full spec of `method_name` with `hparams` applied (`temperature` unless they set
+    one); raises ValueError naming the key on unknown keys, values or combinations."""
     if method_name not in METHODS:
         raise ValueError(f"unknown method {method_name!r}; known: {sorted(METHODS)}")
     spec = dict(METHODS[method_name].defaults)
@@ -256,11 +217,25 @@ def resolve(method_name: str, hparams: dict) -> dict:
         if key in TYPES and (isinstance(value, bool) or not isinstance(value, TYPES[key])):
             raise ValueError(f"{key}={value!r} should be of type {TYPES[key]}")
         spec[key] = value
-    if spec.get("gamma") is not None and spec["gamma"] < 1:
-        raise ValueError(f"gamma must be >= 1, got {spec['gamma']}")
-    for key in ("depth", "top_k", "total_tokens", *[k for k in SAGE_DEFAULTS if k != "sage_low"]):
+    spec.setdefault("temperature", temperature)
+    spec["method"] = method_name
+    _check_ranges(spec)
+    _check_combination(spec, hparams)
+    return spec
+
+
+def _check_ranges(spec: dict) -> None:
+    if spec["temperature"] < 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {spec['temperature']}")
+    positive = ("gamma", "depth", "top_k", *[k for k in SAGE_DEFAULTS if k != "sage_low"])
+    for key in positive:
         if spec.get(key) is not None and spec[key] < 1:
             raise ValueError(f"{key} must be >= 1, got {spec[key]}")
+    if spec.get("total_tokens") is not None and spec["total_tokens"] < 2:
+        raise ValueError(
+            f"total_tokens counts the root too (EAGLE-2's release) and must be >= 2, "
+            f"got {spec['total_tokens']}"
+        )
     if spec.get("window") is not None and spec["window"] < 0:
         raise ValueError(f"window must be >= 0 (0 = the whole history), got {spec['window']}")
     if spec.get("keep") is not None and not 0 < spec["keep"] <= 1:
@@ -271,7 +246,23 @@ def resolve(method_name: str, hparams: dict) -> dict:
         raise ValueError(f"mass must be in [0, 1], got {spec['mass']}")
     if spec.get("softmax_temperature") is not None and spec["softmax_temperature"] <= 0:
         raise ValueError(f"softmax_temperature must be > 0, got {spec['softmax_temperature']}")
-    if spec.get("tree") == "static":
+    views = spec.get("views")
+    if views is not None and (
+        not views or set(views) - set(VIEW_NAMES) or len(set(views)) != len(views)
+    ):
+        raise ValueError(
+            f"views={views!r}: one or more distinct letters of {VIEW_NAMES} "
+            "(M full, T text only, C caption, P pooled, U uniform pruning, "
+            "S SpecVLM attention pruning)"
+        )
+
+
+def _check_combination(spec: dict, hparams: dict) -> None:
+    """Combinations that cannot run, or would silently not do what they say."""
+    if spec["drafter"] == "none":
+        return
+    tree = spec["tree"]
+    if tree == "static":
         paths = spec.get("paths")
         if not (
             isinstance(paths, list)
@@ -287,16 +278,23 @@ def resolve(method_name: str, hparams: dict) -> dict:
                 "tree 'static' needs `paths`: a list of paths of child ranks, "
                 "e.g. [[0], [1], [0, 0]]"
             )
-    views = spec.get("views")
-    if views is not None and (
-        not views or set(views) - set(VIEW_NAMES) or len(set(views)) != len(views)
-    ):
+        known = {tuple(p) for p in paths}
+        for p in paths:
+            if len(p) > 1 and tuple(p[:-1]) not in known:
+                raise ValueError(f"paths: {p} lacks its prefix {p[:-1]}")
+        if len(known) != len(paths):
+            raise ValueError("paths: a path is listed twice")
+    for other, keys in TREE_KEYS.items():
+        given = [k for k in keys if k in hparams] if other != tree else []
+        if given:
+            raise ValueError(
+                f"{given[0]} is read only by tree {other!r}, but this method drafts tree {tree!r}"
+            )
+    if spec["acceptance"] == "greedy" and spec["temperature"] > 0:
         raise ValueError(
-            f"views={views!r}: one or more distinct letters of {VIEW_NAMES} "
-            "(M full, T text only, C caption, P pooled, U uniform pruning, "
-            "S SpecVLM attention pruning)"
+            f"acceptance 'greedy' with temperature {spec['temperature']}: greedy acceptance "
+            "decodes the target's argmax; to sample at temperature > 0 use acceptance 'sampling'"
         )
-    return spec
 
 
 def label(entry: str, method: str) -> str:
@@ -305,8 +303,3 @@ def label(entry: str, method: str) -> str:
     if registered is not None and registered.label and entry == method:
         return registered.label
     return entry
-
-
-def is_lossless(spec: dict) -> bool:
-    """Whether the spec's acceptance rule preserves the target's output distribution."""
-    return spec.get("acceptance", "none") in LOSSLESS_ACCEPTANCE

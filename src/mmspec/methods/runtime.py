@@ -8,18 +8,13 @@ import torch
 
 from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.decoder import Decoder
-from mmspec.decoding.drafters import ModelDrafter
+from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
 from mmspec.decoding.trees import make_tree_policy
-from mmspec.decoding.views import (
-    TARGET_GUIDED_VIEWS,
-    FullView,
-    ImageInput,
-    ViewContext,
-    make_view,
-    parse_views,
-)
+from mmspec.decoding.views import FullView, ImageInput, ViewContext, make_view, parse_views
 from mmspec.decoding.weights import make_policy
+from mmspec.methods.components import TARGET_GUIDED_VIEWS
+from mmspec.methods.spec import MethodSpec
 from mmspec.models.visual import projector_of
 
 
@@ -37,7 +32,8 @@ class MethodRunner:
 
     def __init__(self, spec: dict, target_model, draft_model, tokenizer, image_token: str):
         self.spec = spec
-        self.temperature = float(spec["temperature"])
+        self.method = MethodSpec.parse(spec)
+        self.temperature = self.method.temperature
         self.target = Decoder(target_model)
         self.target_ctx = ViewContext(tokenizer, self.target.embed, image_token)
         self.full = FullView()
@@ -86,31 +82,41 @@ class MethodRunner:
         self.last_draft_visual = sum(p.n_visual for p in prompts)
         return [p.embeds for p in prompts]
 
-    def decode(self, sample: Sample, max_new: int, stop: set[int], generator) -> Generation:
-        """Decode one sample with this method."""
+    def speculative_inputs(self, sample: Sample):
+        """(target prompt embeddings, the draft prompts' builder, the visual positions to score
+        at prefill or None): what a speculative generation of `sample` starts from."""
         prompt = self.target_prompt(sample)
+        scored = self.score_visual and prompt.n_visual > 0
+        return (
+            prompt.embeds,
+            lambda attention: self.draft_prompts(sample, attention),
+            prompt.visual if scored else None,
+        )
+
+    def decode(self, sample: Sample, max_new: int, stop: set[int], sampler) -> Generation:
+        """Decode one sample with this method."""
         if self.drafter is None:
             self.last_draft_visual = 0
-            return decode_ar(self.target, prompt.embeds, max_new, stop, self.temperature, generator)
-        scored = self.score_visual and prompt.n_visual > 0
+            return self.decode_ar(sample, max_new, stop, sampler)
+        prompt, draft_prompts, score_visual = self.speculative_inputs(sample)
         return decode_speculative(
             self.target,
-            prompt.embeds,
+            prompt,
             self.drafter,
-            lambda attention: self.draft_prompts(sample, attention),
+            draft_prompts,
             self.policy,
             self.rule,
             max_new,
             stop,
             self.temperature,
-            generator,
-            score_visual=prompt.visual if scored else None,
+            sampler,
+            score_visual=score_visual,
         )
 
-    def decode_ar(self, sample: Sample, max_new: int, stop: set[int], generator) -> Generation:
+    def decode_ar(self, sample: Sample, max_new: int, stop: set[int], sampler) -> Generation:
         """The paired AR baseline on the same target and sample."""
         prompt = self.target_prompt(sample)
-        return decode_ar(self.target, prompt.embeds, max_new, stop, self.temperature, generator)
+        return decode_ar(self.target, prompt.embeds, max_new, stop, self.temperature, sampler)
 
     def draft_forward_stats(self) -> tuple[int, float]:
         if self.drafter is None:

@@ -12,23 +12,28 @@ import pyarrow as pa
 from mmspec.methods.registry import label
 from mmspec.tables import BLOCKS, CELLS, write_table
 
-# Pooled over steps (DESIGN.md metric contracts): tau = (accepted + steps) / steps.
+# Pooled over steps (the README's metric contracts): tau = new_tokens / steps, speedup = AR time
+# per emitted token / method time per emitted token (the prefill's first token is in neither).
 CELLS_SQL = """
 WITH s AS (SELECT * FROM read_parquet($files, union_by_name = true))
 SELECT
   dataset, pair, method, hp, any_value(hparams) AS hparams, seed,
-  json_extract_string(any_value(hparams), '$.method') AS registry_method,
-  json_extract_string(any_value(hparams), '$.views') AS views,
-  json_extract_string(any_value(hparams), '$.weights') AS weights,
-  CAST(json_extract(any_value(hparams), '$.gamma') AS INTEGER) AS gamma,
-  json_extract_string(any_value(hparams), '$.acceptance') AS acceptance,
-  CAST(json_extract(any_value(hparams), '$.temperature') AS DOUBLE) AS temperature,
+  any_value(registry_method) AS registry_method,
+  any_value(views) AS views,
+  any_value(weights) AS weights,
+  any_value(tree) AS tree,
+  any_value(gamma) AS gamma,
+  any_value(acceptance) AS acceptance,
+  any_value(lossless_rule) AS lossless_rule,
+  any_value(temperature) AS temperature,
   count(*) AS n_samples,
-  sum(n_steps) AS n_steps,
-  (sum(accepted_sum) + sum(n_steps)) / nullif(sum(n_steps), 0) AS tau,
-  avg((accepted_sum + n_steps) / nullif(n_steps, 0)) AS tau_per_sample,
-  sum(accepted_sum) / nullif(sum(n_steps), 0) AS accepted_mean,
-  sum(ar_decode_s) / nullif(sum(decode_s), 0) AS speedup,
+  sum(steps) AS steps,
+  sum(new_tokens) AS new_tokens,
+  sum(new_tokens) / nullif(sum(steps), 0) AS tau,
+  avg(new_tokens / nullif(steps, 0)) AS tau_per_sample,
+  sum(accepted_sum) / nullif(sum(steps), 0) AS accepted_mean,
+  (sum(ar_decode_s) / nullif(sum(ar_n_tokens - 1), 0))
+    / nullif(sum(decode_s) / nullif(sum(new_tokens), 0), 0) AS speedup,
   avg(t_q_s) / nullif(avg(t_p_s), 0) AS latency_ratio,
   avg(draft_forwards_per_step) AS draft_forwards_per_step,
   avg(CAST(lossless AS DOUBLE)) AS lossless_rate,
@@ -36,8 +41,8 @@ SELECT
   avg(quality) AS quality,
   avg(ar_quality) AS ar_quality,
   avg(quality) / nullif(avg(ar_quality), 0) AS retention,
-  sum(n_tokens) / nullif(sum(decode_s), 0) AS tokens_per_s,
-  sum(ar_n_tokens) / nullif(sum(ar_decode_s), 0) AS ar_tokens_per_s,
+  sum(new_tokens) / nullif(sum(decode_s), 0) AS tokens_per_s,
+  sum(ar_n_tokens - 1) / nullif(sum(ar_decode_s), 0) AS ar_tokens_per_s,
   avg(prefill_s) AS prefill_s,
   avg(draft_visual_tokens) AS draft_visual_tokens,
   sum(draft_visual_tokens) / nullif(sum(target_visual_tokens), 0) AS draft_visual_share,
@@ -55,12 +60,13 @@ BLOCKS_SQL = """
 WITH s AS (
   SELECT * FROM read_parquet($files, union_by_name = true) WHERE drafted_sum > 0
 ), steps AS (
-  SELECT dataset, pair, method, hp, seed, hparams, sample_id, turn,
+  SELECT dataset, pair, method, hp, seed, views, registry_method, sample_id, turn,
     unnest(range(len(step_accepted))) AS step, step_drafted, step_accepted, step_weights,
     step_depth, step_width
   FROM s
 ), rows AS (
-  SELECT dataset, pair, method, hp, seed, hparams, sample_id, turn, CAST(step AS INTEGER) AS step,
+  SELECT dataset, pair, method, hp, seed, views, registry_method, sample_id, turn,
+    CAST(step AS INTEGER) AS step,
     step_drafted[step + 1] AS drafted, step_accepted[step + 1] AS accepted,
     step_depth[step + 1] AS depth, step_width[step + 1] AS width,
     step_weights[step + 1] AS weights
@@ -69,9 +75,7 @@ WITH s AS (
 SELECT *,
   CAST(1 + coalesce(sum(accepted + 1) OVER (
     PARTITION BY dataset, pair, method, hp, seed, sample_id, turn ORDER BY step
-    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS INTEGER) AS position,
-  json_extract_string(hparams, '$.views') AS views,
-  json_extract_string(hparams, '$.method') AS registry_method
+    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS INTEGER) AS position
 FROM rows
 ORDER BY dataset, pair, method, hp, seed, sample_id, turn, step
 """

@@ -15,6 +15,7 @@ import pyarrow as pa
 import torch
 from tqdm import tqdm
 
+from mmspec.decoding.sampler import TorchSampler, seeded
 from mmspec.decoding.timing import describe_device, pick_device, versions
 from mmspec.decoding.views import ImageInput
 from mmspec.methods.runtime import MethodRunner, Sample
@@ -22,12 +23,10 @@ from mmspec.models import loading, visual
 from mmspec.tables import CAPTIONS, PREPARED, SAMPLES, VISUAL, read_table, write_table
 
 
-def sample_generator(seed: int, sample_id: str, turn: int, stream: str) -> torch.Generator:
-    """A generator seeded by (seed, sample, turn, stream): reruns draw the same numbers."""
+def sample_sampler(seed: int, sample_id: str, turn: int, stream: str) -> TorchSampler:
+    """A sampler seeded by (seed, sample, turn, stream): reruns draw the same numbers."""
     key = f"{seed}/{sample_id}/{turn}/{stream}".encode()
-    generator = torch.Generator()
-    generator.manual_seed(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
-    return generator
+    return seeded(int.from_bytes(hashlib.sha256(key).digest()[:8], "little"))
 
 
 def stop_tokens(model, tokenizer) -> set[int]:
@@ -125,8 +124,8 @@ def run(
     max_new = gen["max_new_tokens"]
     for row in rows[: timing["warmup_samples"]]:
         sample = sample_of(row)
-        runner.decode(sample, max_new, stop, sample_generator(cell["seed"], "warmup", 0, "m"))
-        runner.decode_ar(sample, max_new, stop, sample_generator(cell["seed"], "warmup", 0, "ar"))
+        runner.decode(sample, max_new, stop, sample_sampler(cell["seed"], "warmup", 0, "m"))
+        runner.decode_ar(sample, max_new, stop, sample_sampler(cell["seed"], "warmup", 0, "ar"))
     runner.reset_stats()
 
     records, ar_decode_s, ar_forwards = [], 0.0, 0
@@ -135,10 +134,10 @@ def run(
         key = (cell["seed"], row["sample_id"], row["turn"])
         runs = {
             "ar": lambda s=sample, k=key: runner.decode_ar(
-                s, max_new, stop, sample_generator(*k, "ar")
+                s, max_new, stop, sample_sampler(*k, "ar")
             ),
             "method": lambda s=sample, k=key: runner.decode(
-                s, max_new, stop, sample_generator(*k, "method")
+                s, max_new, stop, sample_sampler(*k, "method")
             ),
         }
         order = ["ar", "method"] if i % 2 == 0 else ["method", "ar"]
@@ -161,6 +160,7 @@ def run(
         "versions": versions(),
         **{k: cell[k] for k in ("dataset", "pair", "method", "hp", "seed")},
         "hparams": json.dumps(spec, sort_keys=True),
+        **runner.method.columns(),
     }
     for record in records:
         record["output_text"] = tokenizer.decode(record["output_ids"], skip_special_tokens=True)

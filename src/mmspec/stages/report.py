@@ -4,6 +4,6 @@ from __future__ import annotations
 
 
 def run(cells: str, out: str, blocks: str | None = None) -> None:
-    from mmspec.report.html import write_report
+    from mmspec.report.page import write_report
 
     write_report(cells, out, blocks)

@@ -1,0 +1,49 @@
+"""Drafters: what proposes candidate tokens for the target to verify.
+
+A drafter is a small protocol that tree policies (decoding.trees) and the loop (decoding.loops)
+call; how a proposal is shaped lives in the policies, never in a drafter:
+
+- `start(prompts, first_token, target)`: a new generation. `prompts` are the drafter's prompt
+  in each of its views (embeddings), `first_token` the token the target's prefill emitted, and
+  `target` that prefill's `Forward` (hidden states of every prompt position, plus the layers the
+  drafter asks for in `target_layers`).
+- `root(sampler) -> q [V]`: begin a proposal; the draft distribution of the first position.
+- `expand(tree, nodes) -> q [len(nodes), V]`: the draft distributions after each of `nodes` (nodes
+  of `tree` whose parents were expanded before, or ROOT); each node sees its own ancestors.
+- `commit(tree, path, next_token, target)`: the target accepted `path` and emits `next_token`;
+  `target` is the verification `Forward` at the root and each accepted node (logits, hidden
+  states of the last layer and of `target_layers`): what a head on the target's features reads.
+
+Distributions are at the drafting temperature (1 when greedy). `weights` are the block's ensemble
+weights (recorded per step), `forwards` and `forward_s` count draft forwards and their time (T_q).
+A trained head on the target's features (EAGLE, DREAM, Medusa, ...) is a new class here and
+nothing else.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class Drafter:
+    """Defaults shared by every drafter; subclasses implement the four protocol methods."""
+
+    target_layers: tuple[int, ...] = ()  # target layers (besides the last) `commit` reads
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.weights = torch.ones(1)
+        self.forwards = 0
+        self.forward_s = 0.0
+
+    def start(self, prompts, first_token: int, target) -> None:
+        raise NotImplementedError
+
+    def root(self, sampler) -> torch.Tensor:
+        raise NotImplementedError
+
+    def expand(self, tree, nodes: list[int]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def commit(self, tree, path: list[int], next_token: int, target) -> None:
+        raise NotImplementedError

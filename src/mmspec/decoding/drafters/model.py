@@ -1,0 +1,126 @@
+"""`ModelDrafter`: a draft model drafting from one or more views of the prompt.
+
+One batched forward per expansion (parameters shared, one KV-cache row per view, left padding
+masked). The views' next-token distributions are mixed with the weights the block's policy picked;
+with one view this is plain single-view drafting (the mixture is the view's own distribution).
+
+Its cache always holds the committed text except the `pending` tokens, which are fed at the start
+of the next proposal (the target's correction/bonus token, plus accepted draft tokens that were
+never fed, such as the last one of a fully accepted chain).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from mmspec.decoding.decoder import Decoder
+from mmspec.decoding.drafters import Drafter
+from mmspec.decoding.probability import distribution
+from mmspec.decoding.proposal import ROOT
+from mmspec.decoding.timing import sync
+from mmspec.decoding.weights import History, StaticWeights, weight_grid
+
+
+class ModelDrafter(Drafter):
+    """A draft model over m views; counts its forwards and their time (T_q)."""
+
+    def __init__(self, decoder: Decoder, temperature: float, policy=None, window: int = 0):
+        super().__init__(temperature)
+        self.decoder = decoder
+        # Views' distributions are mixed as probabilities: at the sampling temperature, or at 1
+        # for greedy drafting (argmax of the mixture, as in TABED's released code).
+        self.mix_temperature = temperature if temperature > 0 else 1.0
+        self.policy = policy or StaticWeights()
+        self.window = window
+        self.history: History | None = None
+        # the views' distributions [m, V] this proposal drafted from, keyed by the drafted node
+        # they follow (ROOT: the first position); kept only for history-based weight policies
+        self.view_probs: dict[int, torch.Tensor] = {}
+        self.pending: list[int] = []
+        self.base = 0  # cache length before the current proposal's pending tokens
+        self.fed: list[int] = []  # drafted nodes in the cache, in feed order
+        self.first = 0  # position of depth-1 nodes in the current proposal
+
+    @property
+    def views(self) -> int:
+        return self.decoder.rows
+
+    def start(self, prompts, first_token: int, target) -> None:
+        """Prefill one cache row per view; the target's first token is fed with the first draft."""
+        self.decoder.prefill(prompts)
+        self.pending = [first_token]
+        grid = weight_grid(len(prompts)) if self.policy.uses_grid else None
+        self.history = History(self.window, grid)
+
+    def _forward(self, tokens: list[int], **tree) -> torch.Tensor:
+        """Feed tokens to every view (timed); the views' logits [m, n, V]."""
+        start = time.perf_counter()
+        logits = self.decoder.extend(tokens, **tree).logits
+        sync(self.decoder.device)
+        self.forward_s += time.perf_counter() - start
+        self.forwards += 1
+        return logits
+
+    def _mixture(self, logits: torch.Tensor, after: int) -> torch.Tensor:
+        """The weighted mixture [V] of the views' distributions [m, V] at the position after
+        drafted node `after` (ROOT: the first one)."""
+        probs = distribution(logits, self.mix_temperature)
+        if self.policy.needs_history:
+            self.view_probs[after] = probs
+        if self.views == 1:
+            return probs[0]
+        weights = self.weights.to(probs.device, probs.dtype)
+        # renormalised in the mixture's precision: rejection sampling needs q to sum to one
+        return (weights / weights.sum()) @ probs
+
+    def root(self, sampler) -> torch.Tensor:
+        """Pick the block's weights, feed the pending tokens; the first position's mixture."""
+        self.weights = self.policy.choose(self.history, self.views, sampler).float()
+        self.view_probs, self.fed = {}, []
+        self.base = self.decoder.length
+        logits = self._forward(self.pending)[:, -1]
+        self.first = self.decoder.length
+        return self._mixture(logits, ROOT)
+
+    def expand(self, tree, nodes: list[int]) -> torch.Tensor:
+        """Feed `nodes` of `tree` in one batched forward; the mixture after each [n, V]."""
+        ancestors = [tree.ancestors(n) for n in nodes]
+        tokens = [tree.tokens[n] for n in nodes]
+        if len(nodes) == 1 and ancestors[0][::-1] == self.fed:
+            logits = self._forward(tokens)  # the next link of a chain: plain causal
+        else:
+            seen = [set(a) for a in ancestors]
+            past = torch.tensor([[f in s for f in self.fed] for s in seen], dtype=torch.bool)
+            depths = [len(a) for a in ancestors]  # depth - 1
+            logits = self._forward(
+                tokens,
+                attention=torch.eye(len(nodes), dtype=torch.bool),
+                past=past.view(len(nodes), len(self.fed)),
+                positions=[self.first + d for d in depths],
+            )
+        self.fed.extend(nodes)
+        return torch.stack([self._mixture(logits[:, j], n) for j, n in enumerate(nodes)])
+
+    def commit(self, tree, path: list[int], next_token: int, target) -> None:
+        """Keep the accepted path in the cache, queue what it lacks, and update the history.
+
+        The history gains the positions after the root and after each accepted node that was
+        drafted from (the accepted positions and the first rejected one).
+        """
+        offset = {node: i for i, node in enumerate(self.fed)}
+        drafted = [tree.drafted_index(i) for i in path]
+        cached = [offset[d] for d in drafted if d in offset]
+        n_pending = len(self.pending)
+        self.decoder.keep(self.base, list(range(n_pending)) + [n_pending + o for o in cached])
+        self.pending = [tree.tokens[i] for i, d in zip(path, drafted, strict=True) if d not in offset]
+        self.pending.append(next_token)
+        if self.view_probs:
+            rows = []
+            for row, node in enumerate([ROOT, *drafted]):
+                if node not in self.view_probs:
+                    break  # the last accepted node of a fully accepted proposal: never fed
+                rows.append((row, node))
+            p = distribution(target.logits[[r for r, _ in rows]], self.mix_temperature)
+            self.history.observe(p, torch.stack([self.view_probs[n] for _, n in rows]))

@@ -1,0 +1,19 @@
+"""Next-token distributions from logits, and picking a token from them."""
+
+from __future__ import annotations
+
+import torch
+
+
+def distribution(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Softmax at `temperature` (> 0), in float32 at least (float64 logits stay float64, which
+    exact enumeration needs)."""
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    return torch.softmax(logits.to(dtype) / temperature, dim=-1)
+
+
+def pick(logits: torch.Tensor, temperature: float, sampler) -> int:
+    """Argmax at temperature 0, else one draw at `temperature`."""
+    if temperature == 0:
+        return int(logits.argmax())
+    return sampler.categorical(distribution(logits, temperature))

@@ -1,0 +1,92 @@
+"""The names and defaults of every component a method composes (torch-free, one place).
+
+A method is a drafter x views x tree policy x acceptance rule. Config validation, the registry,
+the engine and the report all read the names, defaults and properties below; tests check that
+the engine implements exactly these names.
+"""
+
+from __future__ import annotations
+
+# Views (what a drafter sees of the prompt), one letter each; see decoding.views.
+VIEW_NAMES = "MTCPUS"
+IMAGE_VIEWS = frozenset("MPUS")  # views that read the draft model's visual cache
+TARGET_GUIDED_VIEWS = frozenset("S")  # views built from the target's prefill
+
+# Ensemble weight policies (TABED); see decoding.weights.
+WEIGHT_POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboost")
+
+# Drafters: `model` is a draft model over views (one or a batched ensemble); `none` is plain AR.
+DRAFTERS = ("none", "model")
+# Drafters that need a draft model in the pair (trained heads on the target's features will not).
+DRAFTERS_WITH_MODEL = frozenset({"model"})
+
+# Tree policies: the shape of each proposal; see decoding.trees.
+TREES = ("chain", "static", "dynamic", "sage")
+
+# Acceptance rules, and whether each preserves the target's output distribution. Lossless rules
+# are checked token for token against AR (greedy) and by `mmspec verify-lossless` (sampling);
+# lossy rules report retention and divergence instead.
+ACCEPTANCE = {"greedy": True, "sampling": True}
+
+
+def is_lossless(acceptance: str | None) -> bool:
+    """Whether a spec with this acceptance rule (None: AR) preserves the target's distribution."""
+    return acceptance is None or ACCEPTANCE[acceptance]
+
+
+# What every model drafter accepts, with its default.
+DRAFTING = {
+    "drafter": "model",
+    "views": "M",
+    "keep": 0.5,  # view U: share of visual tokens kept
+    # view S (SpecVLM): share of visual tokens dropped, and the share of the target's
+    # text-to-visual attention mass that the kept tokens should cover before uniform filling
+    "drop": 0.9,
+    "mass": 0.4,
+    "weights": "static",
+    "window": 0,  # history window h of the weight policies (0 = the whole history)
+    "softmax_temperature": 1.0,
+    "adaboost_constant": 1.0,
+    "tree": "chain",
+    "gamma": 5,
+    "paths": None,  # tree "static": the tree as paths of child ranks, e.g. [[0], [1], [0, 0]]
+    # tree "dynamic" (EAGLE-2; defaults from its release, ea_model.py: depth 5, top_k 10,
+    # total_token 60): expansion rounds after the root's top_k (depth + 1 levels), children per
+    # expanded node, nodes kept after reranking by cumulative draft log-probability
+    "depth": 5,
+    "top_k": 10,
+    "total_tokens": 60,
+    "acceptance": "greedy",
+}
+
+# SAGE's tree hyperparameters (its section 5): Dmin, Dmax, Wmin, Wmax, top-k of the confidence,
+# N_max, history window and its lower/upper thresholds.
+SAGE_DEFAULTS = {
+    "sage_d_min": 3,
+    "sage_d_max": 8,
+    "sage_w_min": 2,
+    "sage_w_max": 10,
+    "sage_k": 10,
+    "sage_n_max": 64,
+    "sage_window": 10,
+    "sage_low": 2.0,
+    "sage_high": 3.0,
+}
+SAGE_KEYS = tuple(k.removeprefix("sage_") for k in SAGE_DEFAULTS)
+
+# EAGLE's 25-node tree (`mc_sim_7b_63` in its choices.py), which SpecVLM's release uses for its
+# static trees and SAGE for SD-Tree, SpecVLM and its own first step (SAGE appendix A.1).
+EAGLE_TREE = [
+    [0], [1], [2], [3], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0],
+    [0, 0, 0], [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 1, 1], [0, 2, 0], [0, 2, 1], [1, 0, 0],
+    [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1],
+]  # fmt: skip
+
+# The hyperparameters each component reads (a key outside its components' sets is rejected when
+# it is set explicitly on a method that does not use it).
+TREE_KEYS = {
+    "chain": ("gamma",),
+    "static": ("paths",),
+    "dynamic": ("depth", "top_k", "total_tokens"),
+    "sage": tuple(SAGE_DEFAULTS),
+}

@@ -1,0 +1,175 @@
+"""The cells table as the report reads it: which cells are AR or greedy, their names and order.
+
+A cell is one (dataset, pair, method, hp, seed): one row of results/summary/cells.parquet.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from mmspec.report.formatting import is_missing
+
+# Method names of the plain autoregressive baseline (tau = 1 by construction).
+AR_METHODS = {"ar"}
+# Canonical order of the view letters (DESIGN.md vocabulary), and of the ensemble weight policies:
+# rows are ordered by them wherever methods are listed.
+VIEW_ORDER = "MTCPUSV"
+WEIGHT_POLICIES = ["static", "random", "kld", "tvd", "grid", "softmax", "adaboost"]
+# Dataset groups whose average columns come first, in this order; any other group follows by name.
+GROUP_ORDER = ["benchmark", "ood"]
+# The columns that identify a cell, in the cells and blocks tables alike.
+CELL_KEY = ["dataset", "pair", "method", "hp", "seed"]
+
+
+# ---- kinds of cells --------------------------------------------------------------------------
+
+
+def is_ar(method: object) -> bool:
+    """Whether a method name denotes the autoregressive baseline."""
+    return isinstance(method, str) and method.lower() in AR_METHODS
+
+
+def is_ar_row(row: pd.Series) -> bool:
+    """Whether a cell is the autoregressive baseline (by its method name or its label)."""
+    return is_ar(row.get("method")) or is_ar(row.get("label"))
+
+
+def without_ar(cells: pd.DataFrame) -> pd.DataFrame:
+    """The speculative cells: all but the autoregressive baseline."""
+    return cells[~cells.apply(is_ar_row, axis=1)] if len(cells) else cells
+
+
+def is_greedy(row: pd.Series) -> bool:
+    """Whether a cell decodes greedily, so it must reproduce the AR output exactly."""
+    return row.get("acceptance") == "greedy" or row.get("temperature") == 0
+
+
+def is_lossy_rule(row: pd.Series) -> bool:
+    """Whether a cell's acceptance rule gives up the target distribution (`lossless_rule` false),
+    so that its output may differ from AR's by design. Unknown counts as lossless."""
+    rule = row.get("lossless_rule")
+    return not is_missing(rule) and not bool(rule)
+
+
+def lossless_bug(row: pd.Series) -> bool:
+    """A greedy cell of a lossless rule whose output differs from AR on some sample-turn: always an
+    engine bug."""
+    rate = row.get("lossless_rate")
+    return is_greedy(row) and not is_lossy_rule(row) and not is_missing(rate) and float(rate) < 1.0
+
+
+def view_tokens(views: object) -> list[str]:
+    """The views of a `views` string, one per capital letter with its parameters ("U0.5")."""
+    return re.findall(r"[A-Z][^A-Z]*", views) if isinstance(views, str) else []
+
+
+# ---- names -----------------------------------------------------------------------------------
+
+
+def display_name(row: pd.Series) -> str:
+    """The label of a cell, plus its views when the label does not already spell them.
+
+    Paper labels do ("TABED^MT", "M"); a config method name does not, and one config entry may
+    expand over several views, whose rows must stay apart.
+    """
+    label = row.get("label")
+    name = str(label) if not is_missing(label) and label != "" else str(row.get("method"))
+    views = row.get("views")
+    if isinstance(views, str) and views and views not in name:
+        name = f"{name} · {views}"
+    return name
+
+
+def with_labels(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells with a label on every row (the method name where none) and a `_name` column."""
+    cells = cells.copy()
+    if "label" not in cells:
+        cells["label"] = None
+    cells["label"] = cells["label"].where(cells["label"].notna(), cells["method"])
+    cells["_name"] = [display_name(row) for _, row in cells.iterrows()] if len(cells) else []
+    return cells
+
+
+def labelled(cells: pd.DataFrame) -> pd.DataFrame:
+    """`cells` if they already went through `with_labels`, else `with_labels(cells)`."""
+    return cells if "_name" in cells else with_labels(cells)
+
+
+def key_of(values: tuple) -> tuple:
+    """A CELL_KEY tuple in a form that compares equal across tables: strings, the seed an int."""
+    *names, seed = values
+    return (*(str(v) for v in names), None if is_missing(seed) else int(seed))
+
+
+def cell_key(row: pd.Series) -> tuple:
+    """The identity of a cell (CELL_KEY), as `key_of` normalises it."""
+    return key_of(tuple(row[c] for c in CELL_KEY))
+
+
+# ---- order -----------------------------------------------------------------------------------
+
+
+def missing_first(value: object) -> tuple:
+    """A sort key that puts missing values first and compares the others as they are."""
+    return (0, 0) if is_missing(value) else (1, value)
+
+
+def cell_rank(row: pd.Series) -> tuple:
+    """Sort key of a cell: AR, then single views, ensembles, drafters without views (trained heads);
+    within each, by views (canonical letter order), weight policy, method, gamma, hp and seed."""
+    tokens = view_tokens(row.get("views"))
+    kind = 0 if is_ar_row(row) else 1 if len(tokens) == 1 else 2 if tokens else 3
+    view_key = tuple(
+        (VIEW_ORDER.index(t[0]) if t[0] in VIEW_ORDER else len(VIEW_ORDER), t) for t in tokens
+    )
+    policy = row.get("weights")
+    policy = "" if is_missing(policy) else str(policy)
+    policy_key = (
+        WEIGHT_POLICIES.index(policy) if policy in WEIGHT_POLICIES else len(WEIGHT_POLICIES),
+        policy,
+    )
+    return (
+        kind,
+        len(tokens),
+        view_key,
+        policy_key,
+        str(row.get("method")),
+        missing_first(row.get("gamma")),
+        "" if is_missing(row.get("hp")) else str(row.get("hp")),
+        missing_first(row.get("seed")),
+    )
+
+
+def sort_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """Cells in display order (see `cell_rank`); gamma sorts numerically, not inside the hp slug."""
+    if cells.empty:
+        return cells
+    ranks = [cell_rank(row) for _, row in cells.iterrows()]
+    order = sorted(range(len(cells)), key=ranks.__getitem__)
+    return cells.iloc[order]
+
+
+def section_cells(cells: pd.DataFrame, dataset: str, pair: str) -> pd.DataFrame:
+    """The sorted cells of one (dataset, pair)."""
+    mask = (cells["dataset"] == dataset) & (cells["pair"] == pair)
+    return sort_cells(cells[mask]).reset_index(drop=True)
+
+
+def dataset_order(cells: pd.DataFrame) -> tuple[list[str], dict[str, list[str]]]:
+    """Datasets ordered by group (GROUP_ORDER first, then by name; ungrouped last) then by name,
+    and the datasets of each group, in that order."""
+    groups: dict[str, list[str]] = {}
+    ungrouped = []
+    for dataset, of_dataset in cells.groupby("dataset", sort=True):
+        named = of_dataset["group"].dropna()
+        if named.empty:
+            ungrouped.append(dataset)
+        else:
+            groups.setdefault(str(named.mode().iloc[0]), []).append(dataset)
+    ranked = sorted(
+        groups, key=lambda g: (GROUP_ORDER.index(g) if g in GROUP_ORDER else len(GROUP_ORDER), g)
+    )
+    groups = {g: groups[g] for g in ranked}
+    return [d for g in groups for d in groups[g]] + ungrouped, groups

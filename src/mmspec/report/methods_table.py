@@ -1,0 +1,112 @@
+"""The method table of a (dataset, pair) section: one row per cell, every metric of the cell.
+
+The columns that compare a cell's output with AR's are red on a greedy cell of a lossless rule
+that diverged (an engine bug), and grey on a lossy rule, whose divergence is expected.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from mmspec.report.cells import is_lossy_rule, lossless_bug
+from mmspec.report.formatting import esc, fmt_num, is_missing, label_html
+
+# Columns of the table, in display order.
+TABLE_COLUMNS = [
+    "label",
+    "method",
+    "hp",
+    "views",
+    "weights",
+    "seed",
+    "n_samples",
+    "steps",
+    "new_tokens",
+    "tau",
+    "accepted_mean",
+    "speedup",
+    "speedup_eq1",
+    "latency_ratio",
+    "lossless_rate",
+    "first_divergence_mean",
+    "quality",
+    "retention",
+    "tokens_per_s",
+    "prefill_s",
+    "caption_s",
+    "draft_visual_share",
+]
+TEXT_COLUMNS = {"label", "method", "hp", "views", "weights"}
+INT_COLUMNS = {"seed", "n_samples", "steps", "new_tokens"}
+# The columns that compare the cell's output with AR's.
+DIVERGENCE_COLUMNS = ["lossless_rate", "first_divergence_mean"]
+LOSSY_NOTE = "lossy rule: divergence is expected, see retention"
+
+
+def render(cells: pd.DataFrame) -> str:
+    """One row per cell; the best measured speedup in bold, non-lossless greedy cells in red."""
+    best = cells["speedup"].max(skipna=True)
+    head = "".join(f"<th>{c}</th>" for c in TABLE_COLUMNS)
+    rows, bugs, lossy = [], [], []
+    for _, row in cells.iterrows():
+        divergence = divergence_style(row)
+        classes = []
+        if not is_missing(best) and row["speedup"] == best:
+            classes.append("best")
+        if divergence == "bug":
+            classes.append("bug")
+            bugs.append(cell_name(row))
+        elif divergence == "lossy":
+            lossy.append(cell_name(row))
+        cls = f" class='{' '.join(classes)}'" if classes else ""
+        tds = "".join(table_cell(row, column, divergence) for column in TABLE_COLUMNS)
+        rows.append(f"<tr{cls}>{tds}</tr>")
+    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return f"<div class='scroll'>{table}</div>{bug_note(bugs)}{lossy_note(lossy)}"
+
+
+def divergence_style(row: pd.Series) -> str:
+    """How the divergence columns of a cell are shown: "bug", "lossy" or "" (plain)."""
+    if lossless_bug(row):
+        return "bug"
+    return "lossy" if is_lossy_rule(row) else ""
+
+
+def cell_name(row: pd.Series) -> str:
+    """A cell as the notes under the table name it: label, hp and seed."""
+    return f"{label_html(row['label'])} {esc(row['hp'])} seed {fmt_num(row['seed'], True)}"
+
+
+def bug_note(bugs: list[str]) -> str:
+    """The alert under the table naming its greedy cells that diverged from AR; "" if none."""
+    if not bugs:
+        return ""
+    return (
+        "<p class='alert'>⚠ lossless_rate &lt; 1 on greedy cell(s): "
+        f"{'; '.join(bugs)}. Greedy decoding must match AR token for token — this is a bug.</p>"
+    )
+
+
+def lossy_note(lossy: list[str]) -> str:
+    """The legend of the grey divergence columns of the table's lossy-rule cells; "" if none."""
+    if not lossy:
+        return ""
+    columns = " and ".join(DIVERGENCE_COLUMNS)
+    return f"<p class='note'>{LOSSY_NOTE} ({columns} in grey: {'; '.join(lossy)}).</p>"
+
+
+def table_cell(row: pd.Series, column: str, divergence: str) -> str:
+    """One <td>; the hp cell carries the full hyperparameter JSON as a tooltip, the divergence
+    columns of a lossy-rule cell the lossy note."""
+    value = row[column]
+    if column == "label":
+        return f"<td>{label_html(value)}</td>"
+    if column in TEXT_COLUMNS:
+        title = f" title='{esc(row['hparams'])}'" if column == "hp" else ""
+        return f"<td{title}>{esc(value)}</td>"
+    text = fmt_num(value, integer=column in INT_COLUMNS)
+    if column in DIVERGENCE_COLUMNS and divergence == "bug":
+        return f"<td class='num bug-cell'>{text}</td>"
+    if column in DIVERGENCE_COLUMNS and divergence == "lossy":
+        return f"<td class='num lossy-cell' title='{LOSSY_NOTE}'>{text}</td>"
+    return f"<td class='num'>{text}</td>"

@@ -1,0 +1,249 @@
+"""One self-contained HTML page summarising a sweep, built from results/summary/cells.parquet.
+
+Optionally also from results/summary/blocks.parquet (one row per verification step), for the
+acceptance rate by draft position, the tree methods side by side (mean tree size per step) and the
+plots of the ensemble weights over decoding.
+
+The page opens offline from disk: plotly.js is inlined once in the head, figures are embedded as
+JSON (not images), and there is no external CSS. Every string that comes from the data is
+HTML-escaped, including those that plotly renders (hover text and legend names), because plotly
+interprets a subset of HTML in them.
+
+The page, top to bottom: a header with the table of contents, the metric definitions, one section
+per (dataset, pair) (its method table, speedup vs quality and tau vs gamma), then the sections of
+the modules below, each in its own module: block efficiency by dataset, acceptance by draft
+position, tree methods side by side, ensemble weights over decoding, the cross-dataset summary.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+from plotly.offline import get_plotlyjs
+
+from mmspec.report import (
+    acceptance,
+    block_efficiency,
+    methods_table,
+    pareto,
+    summary,
+    trees,
+    weights,
+)
+from mmspec.report.blocks import load_step_stats, step_stats_by_cell
+from mmspec.report.cells import lossless_bug, section_cells, with_labels
+from mmspec.report.figures import method_colors
+from mmspec.report.formatting import MISSING, esc, heading
+from mmspec.tables import CELLS, read_table
+
+METRIC_DEFINITIONS = [
+    ("step", "one target verification forward."),
+    ("accepted", "draft tokens accepted at a step, not counting the bonus/correction token."),
+    (
+        "steps",
+        "the steps of a cell, summed over its sample-turns (AR: one per token but the first).",
+    ),
+    (
+        "new_tokens",
+        "tokens the steps emitted: every output token but the first (which the prefill emits), "
+        "after a stop token or max_new_tokens cut the last step.",
+    ),
+    (
+        "tau",
+        "new_tokens / steps, pooled over the cell: a token accepted on the last step but cut by a "
+        "stop token or max_new_tokens is not counted (tau_per_sample: the same per sample-turn, "
+        "then averaged).",
+    ),
+    (
+        "accepted_mean",
+        "emitted draft tokens / steps, pooled over the cell (tau without the bonus/correction "
+        "token).",
+    ),
+    (
+        "speedup",
+        "AR decode time per emitted token / method decode time per emitted token, greedy and "
+        "sampling alike, on the same samples, same job, interleaved (prefill excluded, reported "
+        "separately).",
+    ),
+    (
+        "speedup_eq1",
+        "tau / (k * c + 1) with c = T_q / T_p measured in the same job and k the draft forwards "
+        "per step (gamma for a chain; TABED eq. 1) — "
+        "the gap to measured speedup is engine overhead.",
+    ),
+    ("latency_ratio", "c."),
+    (
+        "lossless_rate",
+        "share of sample-turns whose greedy output equals the AR output token for token "
+        "(empty for sampling cells). Below 1 on a greedy cell whose acceptance rule preserves the "
+        "target distribution (<code>lossless_rule</code>) is a bug, in red; on a lossy rule it "
+        "is shown in grey: divergence is expected, see retention.",
+    ),
+    (
+        "first_divergence_mean",
+        "mean over the sample-turns that differ from AR of the first output position where they "
+        "differ (empty when none differ or for sampling cells).",
+    ),
+    ("quality", "the dataset's task metric."),
+    ("retention", "quality / AR quality."),
+    ("tokens_per_s", "emitted tokens / decode time."),
+    (
+        "prefill_s",
+        "mean prompt prefill time per sample-turn, the draft's included (excluded from speedup).",
+    ),
+    (
+        "draft_visual_share",
+        "visual tokens the draft's prefill read / visual tokens the target's read, summed over "
+        "the draft's views (1 for view M; about 1 - drop for SpecVLM's view S; 0 for T).",
+    ),
+    (
+        "caption_s",
+        "mean time the captioner took on a sample-turn's images (0 for methods without the C "
+        "view). Captions are computed once per image in a cached stage, so this per-sample value "
+        "is what captioning would cost without the cache; like prefill_s, it is not part of the "
+        "decode time.",
+    ),
+    (
+        "views",
+        "what the drafter sees, one letter per view: M full visual tokens, T text only, C caption, "
+        "P pooled, U/S/V pruned or compressed visual tokens. Several letters: an ensemble drafter "
+        "whose per-view weights follow the <code>weights</code> policy.",
+    ),
+]
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem 2rem; color: #222; }
+h1 { margin-bottom: 0.2rem; }
+h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2rem; margin-top: 2.5rem; }
+.meta { color: #555; }
+dl.defs { display: grid; grid-template-columns: max-content 1fr; gap: 0.2rem 1rem; }
+dl.defs dt { font-family: monospace; font-weight: bold; }
+dl.defs dd { margin: 0; }
+table { border-collapse: collapse; font-size: 0.85rem; margin: 0.5rem 0; }
+th, td { border: 1px solid #ddd; padding: 0.2rem 0.5rem; }
+th { background: #f3f3f3; position: sticky; top: 0; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+/* hp slugs are long; keep rows one line high and let wide tables scroll instead. */
+td, th { white-space: nowrap; }
+.scroll { overflow-x: auto; }
+tr.best { font-weight: bold; }
+p.caption { max-width: 60rem; }
+tr.bug td { background: #fde8e8; }
+td.bug-cell { color: #b00; font-weight: bold; }
+/* a lossy acceptance rule diverges from AR by design: neutral, not an alert */
+td.lossy-cell { color: #777; font-style: italic; }
+.alert { color: #b00; font-weight: bold; }
+/* auto-fill, not auto-fit: each figure is drawn while the page is still parsing, so its column
+   must already have its final width when later figures of the row do not exist yet. */
+.figs { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr)); gap: 1rem; }
+.figs > * { min-width: 0; }
+.note { color: #666; font-style: italic; }
+"""
+
+
+def write_report(
+    cells_path: str | Path, out_html: str | Path, blocks_path: str | Path | None = None
+) -> None:
+    """Render the cells table at `cells_path` as one self-contained HTML page at `out_html`.
+
+    With `blocks_path` (results/summary/blocks.parquet) the page also shows the acceptance rate by
+    draft position, the tree methods side by side and the ensemble weights over decoding; without
+    it those sections are left out.
+    """
+    cells = read_table(cells_path, CELLS).to_pandas()
+    blocks = step_stats = None
+    if blocks_path is not None:
+        blocks = weights.load_blocks(blocks_path, cells)
+        step_stats = load_step_stats(blocks_path)
+    page = render_page(cells, generated=datetime.now(UTC), blocks=blocks, step_stats=step_stats)
+    out_html = Path(out_html)
+    out_html.parent.mkdir(parents=True, exist_ok=True)
+    # Write then rename, so an interrupted run never leaves a truncated report behind.
+    tmp = out_html.with_name(f".{out_html.name}.{os.getpid()}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, out_html)
+
+
+def render_page(
+    cells: pd.DataFrame,
+    generated: datetime,
+    blocks: pd.DataFrame | None = None,
+    step_stats: pd.DataFrame | None = None,
+) -> str:
+    """The full HTML page for a cells frame (one row per cell, CELLS columns).
+
+    `blocks` (BLOCKS columns, possibly only some of its rows) adds the ensemble-weight plots;
+    `step_stats` (from `load_step_stats`, over all the rows) the acceptance rate by draft position
+    and the tree methods side by side, each shown only when some cell has steps for it.
+    """
+    cells = with_labels(cells)
+    colors = method_colors(cells)
+    stats_by_cell = step_stats_by_cell(cells, step_stats) if step_stats is not None else {}
+    weights_html = weights.render(cells, blocks) if blocks is not None else ""
+    # (anchor, title, html) of each section in page order; "" for a section left out.
+    sections = [
+        *dataset_sections(cells, colors),
+        (block_efficiency.ANCHOR, block_efficiency.TITLE, block_efficiency.render(cells)),
+        (acceptance.ANCHOR, acceptance.TITLE, acceptance.render(cells, stats_by_cell, colors)),
+        (trees.ANCHOR, trees.TITLE, trees.render(cells, stats_by_cell)),
+        (weights.ANCHOR, weights.TITLE, weights_html),
+        (summary.ANCHOR, summary.TITLE, summary.render(cells)),
+    ]
+    toc = [(anchor, title) for anchor, title, html in sections if html]
+    body = "\n".join(
+        [
+            render_header(cells, generated, toc),
+            render_definitions(),
+            *(html for _, _, html in sections),
+        ]
+    )
+    return (
+        "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
+        "<title>mmspec report</title>\n"
+        f"<style>{CSS}</style>\n"
+        # Inlined once here, so every figure below embeds with include_plotlyjs=False.
+        f"<script type='text/javascript'>{get_plotlyjs()}</script>\n"
+        f"</head>\n<body>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def render_header(cells: pd.DataFrame, generated: datetime, toc: list[tuple[str, str]]) -> str:
+    """Title, provenance, the table of contents ((anchor, title) per section) and an alert when
+    any greedy cell is not lossless."""
+    devices = sorted(cells["device"].dropna().unique()) if len(cells) else []
+    n_bugs = int(sum(lossless_bug(row) for _, row in cells.iterrows()))
+    alert = (
+        f"<p class='alert'>⚠ {n_bugs} greedy cell(s) with lossless_rate &lt; 1 "
+        "(highlighted in red below): greedy speculative decoding must reproduce AR exactly.</p>"
+        if n_bugs
+        else ""
+    )
+    links = "".join(f"<li><a href='#{anchor}'>{title}</a></li>" for anchor, title in toc)
+    return (
+        "<h1>mmspec report</h1>\n"
+        f"<p class='meta'>Generated {generated.strftime('%Y-%m-%d %H:%M:%S %Z')} · "
+        f"{len(cells)} cells · devices: {', '.join(esc(d) for d in devices) or MISSING}</p>\n"
+        f"{alert}\n"
+        f"<ul>{links}</ul>"
+    )
+
+
+def render_definitions() -> str:
+    """The metric glossary, so the numbers below are read the same way by everyone."""
+    items = "".join(f"<dt>{term}</dt><dd>{text}</dd>" for term, text in METRIC_DEFINITIONS)
+    return f"<h2>Metric definitions</h2>\n<dl class='defs'>{items}</dl>"
+
+
+def dataset_sections(cells: pd.DataFrame, colors: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(anchor, title, html) of the section of each (dataset, pair), sorted by dataset then pair."""
+    keys = sorted(cells.groupby(["dataset", "pair"]).groups) if len(cells) else []
+    sections = []
+    for i, (dataset, pair) in enumerate(keys):
+        anchor, title = f"sec-{i}", f"{esc(dataset)} · {esc(pair)}"
+        of_section = section_cells(cells, dataset, pair)
+        html = f"{methods_table.render(of_section)}\n{pareto.render(of_section, colors)}"
+        sections.append((anchor, title, f"{heading(anchor, title)}\n{html}"))
+    return sections

@@ -3,18 +3,18 @@ to the accepted path, greedy longest-path acceptance and recursive rejection sam
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-from scipy import stats
 from test_engine import prompts
 
-from mmspec.decoding.acceptance import accept_greedy, accept_sampling
+from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.decoder import Decoder
-from mmspec.decoding.drafters import ModelDrafter
+from mmspec.decoding.drafters import Drafter
+from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.proposal import ROOT, Proposal
-from mmspec.decoding.trees import DynamicTree, SageTree, StaticTree, full_tree
+from mmspec.decoding.trees import ChainPolicy, DynamicTree, SageTree, StaticTree, full_tree
+from mmspec.methods.components import EAGLE_TREE
 
 PROMPT_LEN = 12
 
@@ -79,18 +79,18 @@ def test_greedy_follows_the_matching_child():
     assert path == [1, 5] and nxt == 3
 
 
-class OracleTreeDrafter:
+class OracleTreeDrafter(Drafter):
     """A test drafter that knows the AR output: each tree level holds a wrong sibling first and
     the right token second, and one branch continues three levels deep."""
 
     def __init__(self, ar_tokens: list[int], vocab: int):
+        super().__init__(0.0)
         self.ar, self.vocab, self.emitted = ar_tokens, vocab, 1
-        self.weights = torch.ones(1)
 
-    def start(self, prompts, first_token):
+    def start(self, prompts, first_token, target):
         self.emitted = 1
 
-    def propose(self, depth=3) -> Proposal:
+    def oracle(self, depth) -> Proposal:
         tokens, parents, parent = [], [], ROOT
         for d in range(depth):
             right = self.ar[min(self.emitted + d, len(self.ar) - 1)]
@@ -99,13 +99,19 @@ class OracleTreeDrafter:
             parent = len(tokens) - 1
         return Proposal(tokens, parents)
 
-    def commit(self, proposal, path, next_token, target_logits):
+    def commit(self, proposal, path, next_token, target):
         self.emitted += len(path) + 1
 
 
 class OraclePolicy:
-    def propose(self, drafter, generator):
-        return drafter.propose()
+    def start(self):
+        pass
+
+    def observe(self, accepted):
+        pass
+
+    def propose(self, drafter, sampler, room):
+        return drafter.oracle(min(3, room))
 
 
 def test_greedy_tree_decoding_equals_ar(target_model):
@@ -119,62 +125,7 @@ def test_greedy_tree_decoding_equals_ar(target_model):
     # the right token is always in the tree, so all 3 levels are accepted (the last step may be
     # cut at max_new)
     assert all(s.accepted == 3 for s in sd.steps[:-1])
-    assert all(s.drafted == 6 for s in sd.steps)
-
-
-def _without_replacement(q: torch.Tensor, k: int, g: torch.Generator) -> list[int]:
-    return [int(t) for t in torch.multinomial(q, k, replacement=False, generator=g)]
-
-
-def test_recursive_rejection_sampling_matches_the_target():
-    """Two levels, two children each drawn without replacement from q: the first emitted token
-    follows p_root and, after an accepted child x, the second follows p_x."""
-    g = torch.Generator().manual_seed(0)
-    v = 6
-    p_root = torch.tensor([0.30, 0.25, 0.20, 0.15, 0.07, 0.03])
-    q_root = torch.tensor([0.05, 0.10, 0.15, 0.20, 0.25, 0.25])
-    p_next = torch.softmax(torch.randn(v, v, generator=g) * 2, -1)  # the target after token x
-    q_next = torch.softmax(torch.randn(v, generator=g), -1)
-    n = 20000
-    first = np.zeros(v)
-    second = np.zeros((v, v))
-    for _ in range(n):
-        kids = _without_replacement(q_root, 2, g)
-        tokens, parents, q_rows = list(kids), [ROOT, ROOT], [q_root, q_root]
-        for i in range(len(kids)):
-            for y in _without_replacement(q_next, 2, g):
-                tokens.append(y)
-                parents.append(i)
-                q_rows.append(q_next)
-        tree = Proposal(tokens, parents, torch.stack(q_rows))
-        logits = torch.log(torch.stack([p_root] + [p_next[t] for t in tokens]))
-        path, nxt = accept_sampling(tree, logits, 1.0, g)
-        emitted = [tokens[i] for i in path] + [nxt]
-        first[emitted[0]] += 1
-        if path:
-            second[emitted[0], emitted[1]] += 1
-    assert _chisquare(first, p_root) > 1e-3
-    x = int(second.sum(1).argmax())
-    assert second[x].sum() > 1000
-    assert _chisquare(second[x], p_next[x]) > 1e-3
-
-
-def _matches_target(counts: np.ndarray, target: torch.Tensor) -> float:
-    """Chi-square p-value of token counts against the target's marginal; rare tokens pooled."""
-    expected = target.double().numpy() / float(target.sum()) * counts.sum()
-    keep = expected >= 5  # pool rare tokens so the chi-square approximation holds
-    observed = np.append(counts[keep], counts[~keep].sum())
-    expected = np.append(expected[keep], expected[~keep].sum())
-    if expected[-1] == 0:
-        assert observed[-1] == 0, "a token the target never emits was emitted"
-        observed, expected = observed[:-1], expected[:-1]
-    return _chisquare(observed, torch.tensor(expected))
-
-
-def _chisquare(observed: np.ndarray, p: torch.Tensor) -> float:
-    expected = p.double().numpy()
-    expected = expected / expected.sum() * observed.sum()  # exact totals (scipy checks them)
-    return float(stats.chisquare(observed, expected).pvalue)
+    assert all(s.drafted == 6 for s in sd.steps[:-1])  # the last may be cut by max_new
 
 
 # --- a draft model proposing static trees, alone and as a batched ensemble -----------------------
@@ -191,7 +142,7 @@ def test_static_tree_drafting_is_lossless(processor, target_model, draft_model, 
     policy = StaticTree(TREES[tree])
     for seed in range(2):
         sd, _ = _greedy_tree_run(processor, target_model, draft_model, policy, views, seed)
-        assert all(s.drafted == len(policy) for s in sd.steps)
+        assert all(s.drafted == len(policy) for s in sd.steps[:-3])  # the last: room for less
         assert all(s.accepted <= max(policy.depths) for s in sd.steps)
 
 
@@ -220,9 +171,10 @@ def test_self_drafted_tree_accepts_its_deepest_path(processor, target_model):
 def test_static_tree_rejects_bad_paths():
     with pytest.raises(ValueError, match="prefix"):
         StaticTree([(0,), (0, 0, 0)])
-    with pytest.raises(ValueError, match="0..k-1"):
-        StaticTree([(0,), (2,)])
+    with pytest.raises(ValueError, match="distinct"):
+        StaticTree([(0,), (0,)])
     assert len(StaticTree(full_tree(3, 2))) == 12
+    assert StaticTree([(0,), (2,)]).ranks == [0, 2]  # point-mass verification needs no 0..k-1
 
 
 @pytest.mark.parametrize("views", ["M", "MT"])
@@ -230,20 +182,30 @@ def test_dynamic_tree_drafting_is_lossless(processor, target_model, draft_model,
     policy = DynamicTree(depth=4, top_k=3, total_tokens=10)
     for seed in range(2):
         sd, drafter = _greedy_tree_run(processor, target_model, draft_model, policy, views, seed)
-        assert all(s.drafted == 10 and s.accepted <= 4 for s in sd.steps)
-        assert drafter.forwards == len(sd.steps) * 4  # root + one per deeper level
+        # total_tokens counts the root (EAGLE-2's release); depth + 1 levels
+        assert all(s.drafted <= 9 and s.accepted <= 5 for s in sd.steps)
+        assert all(s.drafted == 9 for s in sd.steps[:-2])
+
+
+def _started_drafter(processor, target_model, draft_model):
+    _, drafts = prompts(processor, target_model, draft_model)
+    drafter = ModelDrafter(Decoder(draft_model), 0.0)
+    drafter.start([drafts["M"]], first_token=5, target=None)
+    return drafter
 
 
 def test_dynamic_tree_keeps_the_best_cumulative_nodes(processor, target_model, draft_model):
-    """The kept tree is prefix-closed and holds the highest-scoring candidates."""
-    target_prompt, drafts = prompts(processor, target_model, draft_model)
-    drafter = ModelDrafter(Decoder(draft_model), 0.0)
-    drafter.start([drafts["M"]], first_token=5)
-    tree = drafter.propose_dynamic(DynamicTree(depth=3, top_k=4, total_tokens=9), None)
+    """depth + 1 levels (the root's top_k, then `depth` rounds), one draft forward each; the kept
+    tree is prefix-closed and holds the total_tokens - 1 best candidates."""
+    drafter = _started_drafter(processor, target_model, draft_model)
+    tree = DynamicTree(depth=3, top_k=4, total_tokens=10).propose(drafter, None, room=100)
+    assert drafter.forwards == 4  # the root, then 3 expansion rounds
     assert len(tree.tokens) == 9
     assert all(p < i for i, p in enumerate(tree.parents))  # topological, prefix-closed
-    depth1 = [i for i, p in enumerate(tree.parents) if p == ROOT]
-    assert 1 <= len(depth1) <= 4
+    assert 1 <= tree.depths().count(1) <= 4 and max(tree.depths()) <= 4
+    # never deeper than the generation may still emit
+    shallow = DynamicTree(depth=3, top_k=4, total_tokens=10).propose(drafter, None, room=2)
+    assert max(shallow.depths()) <= 2
 
 
 @pytest.mark.parametrize("views", ["M", "MT"])
@@ -253,7 +215,8 @@ def test_sage_tree_drafting_is_lossless(processor, target_model, draft_model, vi
         sd, drafter = _greedy_tree_run(processor, target_model, draft_model, policy, views, seed)
         assert all(1 <= s.drafted <= policy.n_max for s in sd.steps)
         assert all(s.depth <= policy.d_max for s in sd.steps)
-        assert 0 <= drafter.tree_state["alpha"] <= 1
+        assert sd.steps[0].drafted == len(EAGLE_TREE)  # SAGE's first step: EAGLE's tree
+        assert 0 <= policy.alpha <= 1
 
 
 def test_sage_shape_and_confidence():
@@ -265,57 +228,32 @@ def test_sage_shape_and_confidence():
     assert sage.confidence(one_hot) == pytest.approx(1.0)
 
 
-class _Recorder:
-    """A stand-in drafter: records the tree shape SAGE asks for."""
+class _PeakedDrafter:
+    """A stand-in drafter: every position's distribution puts 0.15 on each of six tokens."""
 
-    def __init__(self, accepted, q):
-        self.tree_state, self.accepted_lengths, self.root_q, self.asked = {}, accepted, q, None
+    def __init__(self):
+        self.q = torch.full((50,), 0.1 / 44)
+        self.q[:6] = 0.15
 
-    def propose_grown(self, width, threshold, depth, max_nodes, generator):
-        self.asked = (width(1, 1.0), width(2, 0.5), threshold(2), depth, max_nodes)
-        return Proposal([1], [ROOT])
+    def root(self, sampler):
+        return self.q
+
+    def expand(self, tree, nodes):
+        return self.q.expand(len(nodes), -1)
 
 
 def test_sage_history_lowers_and_raises_the_max_depth():
     sage = SageTree(window=3)
-    peaked = torch.tensor([0.97] + [0.01] * 3)
-    low = _Recorder([0, 1, 0], peaked)
-    sage.propose(low, None)
-    assert low.tree_state["d_max"] == 7  # mean 0.33 < 2: Dmax 8 -> 7
-    # alpha 0.5 at the first step: D = round(3 + 0.5 * (7 - 3)) = 5, W = 6
-    assert low.asked == (6, round(6 / 2 * 1.0), pytest.approx(0.1 * 2 / 5), 5, 64)
-    assert low.tree_state["alpha"] > 0.5  # the peaked root shapes the next step
-    high = _Recorder([4, 5, 4], peaked)
-    high.tree_state["d_max"] = 5
-    sage.propose(high, None)
-    assert high.tree_state["d_max"] == 6  # mean 4.33 > 3: raised by one, at most 8
-
-
-SAMPLING_POLICIES = {
-    "static": StaticTree([(0,), (1,), (2,), (0, 0), (1, 0)]),
-    "dynamic": DynamicTree(depth=2, top_k=3, total_tokens=5),
-    "sage": SageTree(d_min=1, d_max=3, w_min=2, w_max=4, n_max=12),
-}
-
-
-@pytest.mark.parametrize("name", sorted(SAMPLING_POLICIES))
-def test_tree_sampling_draws_from_the_target(processor, target_model, draft_model, name):
-    """Chi-square on the first drafted level's emitted token over many seeds (temperature 1)."""
-    from test_engine import _exact_marginals
-
-    target_prompt, drafts = prompts(processor, target_model, draft_model)
-    _, second = _exact_marginals(target_model, target_prompt)
-    target, drafter = Decoder(target_model), ModelDrafter(Decoder(draft_model), 1.0)
-    counts = np.zeros(second.shape[0])
-    n, accepted = 2000, 0
-    for seed in range(n):
-        g = torch.Generator().manual_seed(seed)
-        out = decode_speculative(target, target_prompt, drafter, [drafts["M"]],
-                                 SAMPLING_POLICIES[name], accept_sampling, 2, set(), 1.0, g)
-        counts[out.tokens[1]] += 1
-        accepted += out.steps[0].accepted > 0
-    assert _matches_target(counts, second) > 1e-3
-    assert 0 < accepted < n  # both acceptance and rejection paths were exercised
+    sage.alpha, sage.accepted = 0.5, [0, 1, 0]
+    tree = sage.propose(_PeakedDrafter(), None, room=100)
+    assert sage.working_d_max == 7  # mean 0.33 < 2: Dmax 8 -> 7
+    # alpha 0.5: D = round(3 + 0.5 * (7 - 3)) = 5, W = 6; level 1 keeps all six (0.15 > 0.1 / 5);
+    # level 2 would take 2 children of each, at path probability 0.0225 <= 0.1 * 2 / 5: pruned
+    assert tree.depths().count(1) == 6 and max(tree.depths()) == 1
+    assert sage.alpha == pytest.approx(sage.confidence(_PeakedDrafter().q))
+    sage.accepted, sage.working_d_max = [4, 5, 4], 5
+    sage.propose(_PeakedDrafter(), None, room=100)
+    assert sage.working_d_max == 6  # mean 4.33 > 3: raised by one, at most 8
 
 
 @pytest.mark.parametrize("policy", ["grid", "kld"])
@@ -345,3 +283,45 @@ def test_history_weights_over_trees_are_lossless(processor, target_model, draft_
     assert len(drafter.history) >= len(sd.steps)
     assert len(drafter.history) <= sum(s.accepted + 1 for s in sd.steps)
     assert len({s.weights for s in sd.steps}) > 1  # the weights adapted
+
+
+class FeatureHead(Drafter):
+    """A trained-head drafter in a few lines: its distribution after a node is the target's
+    lm_head applied to the target's last accepted hidden state plus the node's token embedding
+    (nothing trained; what matters is that it reads only the target's features)."""
+
+    def __init__(self, target_model):
+        super().__init__(0.0)
+        self.lm_head, self.embed = target_model.lm_head, target_model.get_input_embeddings()
+
+    def start(self, prompts, first_token, target):
+        self.feature, self.root_token = target.hidden[-1], first_token
+
+    def _after(self, feature, token):
+        with torch.no_grad():
+            return torch.softmax(self.lm_head(feature + self.embed.weight[token]), -1)
+
+    def root(self, sampler):
+        return self._after(self.feature, self.root_token)
+
+    def expand(self, tree, nodes):
+        return torch.stack([self._after(self.feature, tree.tokens[n]) for n in nodes])
+
+    def commit(self, tree, path, next_token, target):
+        assert target.hidden.shape[0] == len(path) + 1  # the root and each accepted node
+        self.feature, self.root_token = target.hidden[-1], next_token
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [ChainPolicy(3), StaticTree(EAGLE_TREE), DynamicTree(3, 3, 8), SageTree(window=3)],
+    ids=["chain", "static", "dynamic", "sage"],
+)
+def test_a_head_on_the_target_features_runs_under_every_tree(processor, target_model, policy):
+    """A new drafter plugs in through the protocol alone: the loop is unchanged, greedy == AR."""
+    stop = {processor.tokenizer.eos_token_id}
+    target_prompt, _ = prompts(processor, target_model, target_model, 2)
+    ar = decode_ar(Decoder(target_model), target_prompt, 40, stop, 0.0, None)
+    sd = decode_speculative(Decoder(target_model), target_prompt, FeatureHead(target_model), [],
+                            policy, accept_greedy, 40, stop, 0.0, None)
+    assert sd.tokens == ar.tokens and len(sd.steps) < len(ar.steps) + 1

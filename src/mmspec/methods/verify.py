@@ -26,6 +26,7 @@ from mmspec.decoding.enumeration import (
     total_variation,
 )
 from mmspec.decoding.loops import Speculation, decode_ar, decode_speculative
+from mmspec.decoding.sampler import seeded
 from mmspec.decoding.views import ImageInput
 from mmspec.methods import registry
 from mmspec.methods.components import is_lossless
@@ -146,7 +147,7 @@ def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdi
     equal = True
     for sample in samples:
         prompt, draft_prompts, score_visual = greedy.speculative_inputs(sample)
-        ar = decode_ar(greedy.target, prompt, GREEDY_TOKENS, set(), 0.0, None)
+        ar = decode_ar(greedy.target, prompt, GREEDY_TOKENS, set(), 0.0, seeded(seed))
         sd = decode_speculative(
             greedy.target,
             prompt,
@@ -157,7 +158,7 @@ def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdi
             GREEDY_TOKENS,
             set(),
             0.0,
-            None,
+            seeded(seed),  # random ensemble weights draw even when decoding greedily
             score_visual,
         )
         equal &= sd.tokens == ar.tokens

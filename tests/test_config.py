@@ -82,6 +82,45 @@ def test_bad_config_names_the_key(path, value, expected):
     assert expected in str(error.value)
 
 
+@pytest.mark.parametrize(
+    "entry, expected",
+    [
+        ({"tree": "none"}, r"methods.sd: tree='none' is not one of \['chain', 'static'"),
+        ({"acceptance": "none"}, r"methods.sd: acceptance='none' is not one of \['greedy'"),
+        ({"drafter": "none"}, r"methods.sd: drafter='none' is not one of \['model'\]"),
+        ({"tree": "static"}, "methods.sd: tree 'static' needs `paths`"),
+        ({"tree": "static", "paths": [[0], [0, 0, 1]]}, r"methods.sd: paths: \[0, 0, 1\] lacks"),
+        ({"tree": "dynamic", "gamma": 3}, "methods.sd: gamma is read only by tree 'chain'"),
+        ({"depth": 3}, "methods.sd: depth is read only by tree 'dynamic'"),
+        ({"temperature": -1.0}, "methods.sd: temperature must be >= 0"),
+        ({"temperature": 0.7}, "methods.sd: acceptance 'greedy' with temperature 0.7"),
+        ({"total_tokens": 1, "tree": "dynamic"}, "methods.sd: total_tokens counts the root"),
+    ],
+)
+def test_components_that_cannot_run_are_rejected_before_any_job(entry, expected):
+    with pytest.raises(mmconfig.ConfigError, match=expected):
+        mmconfig.validate(with_change(["methods", "sd"], entry))
+
+
+def test_static_tree_paths_are_one_value_and_a_list_of_trees_a_grid():
+    one = with_change(["methods", "sd"], {"tree": "static", "paths": [[0], [1], [0, 0]]})
+    assert [c.spec["paths"] for c in mmconfig.cells(mmconfig.validate(one)) if c.method == "sd"] \
+        == [[[0], [1], [0, 0]]]
+    two = with_change(["methods", "sd"], {"tree": "static", "paths": [[[0]], [[0], [0, 0]]]})
+    assert len([c for c in mmconfig.cells(mmconfig.validate(two)) if c.method == "sd"]) == 2
+
+
+def test_sampling_at_temperature_and_a_pair_without_draft():
+    ok = mmconfig.validate(with_change(["methods", "sd"], {"acceptance": "sampling",
+                                                           "temperature": 0.7}))
+    assert {c.spec["temperature"] for c in mmconfig.cells(ok) if c.method == "sd"} == {0.7}
+    cfg = with_change(["pairs", "toy"], {"target": "toy:target"})
+    with pytest.raises(mmconfig.ConfigError, match="pairs.toy.draft: method 'sd' drafts with"):
+        mmconfig.validate(cfg)
+    only_ar = dict(cfg, methods={"ar": {}})
+    assert mmconfig.cells(mmconfig.validate(only_ar))  # AR needs no draft
+
+
 def test_misspelled_top_level_key_is_named():
     cfg = dict(BASE, generaton={"max_new_tokens": 3})
     with pytest.raises(mmconfig.ConfigError, match="generaton"):

@@ -8,14 +8,19 @@ import pytest
 import torch
 
 from mmspec.decoding import views, weights
+from mmspec.decoding.sampler import seeded
 from mmspec.decoding.weights import History, make_policy, weight_grid
 from mmspec.methods import registry
 
 
-def test_registry_names_match_the_engine():
-    assert set(registry.VIEW_NAMES) == set(views.VIEWS)
-    assert registry.IMAGE_VIEWS == views.IMAGE_VIEWS
-    assert tuple(registry.POLICIES) == tuple(weights.POLICIES)
+def test_component_names_match_the_engine():
+    from mmspec.decoding import acceptance
+    from mmspec.methods import components
+
+    assert components.VIEW_NAMES == "".join(views.VIEWS)
+    assert components.TARGET_GUIDED_VIEWS <= components.IMAGE_VIEWS <= set(views.VIEWS)
+    assert tuple(components.WEIGHT_POLICIES) == tuple(weights.POLICIES)
+    assert {n: r.lossless for n, r in acceptance.RULES.items()} == components.ACCEPTANCE
 
 
 def test_grid_holds_every_tenth_vector_summing_to_one():
@@ -71,6 +76,17 @@ def test_softmax_temperature_sharpens():
     assert sharp[0] > soft[0] > 0.5
 
 
+def test_softmax_is_tabed_releases_inverse_error_form():
+    """softmax(log(1 / e) / tau): proportional to 1 / e at tau 1 (TABED's release), to
+    (1 / e)^2 at tau 0.5; not softmax(1 / e), which stays near uniform for large errors."""
+    h = _history(P, Q)
+    e = h.sum("kl") + weights.EPS
+    for tau in (1.0, 0.5):
+        w = make_policy({"weights": "softmax", "softmax_temperature": tau}, 3).choose(h, 2, None)
+        expected = (1 / e) ** (1 / tau)
+        torch.testing.assert_close(w, expected / expected.sum())
+
+
 def test_adaboost_follows_the_formula():
     h = _history(P, Q)  # view 0: 0 errors of 2, view 1: 2 errors of 2
     w = make_policy({"weights": "adaboost", "adaboost_constant": 1.0}, 3).choose(h, 2, None)
@@ -93,7 +109,7 @@ def test_no_history_means_uniform_and_random_is_a_distribution():
         policy = make_policy({"weights": name}, 3)
         w = policy.choose(History(0, weight_grid(3)), 3, None)
         assert torch.allclose(w, torch.full((3,), 1 / 3))
-    g = torch.Generator().manual_seed(0)
+    g = seeded(0)
     draws = [make_policy({"weights": "random"}, 3).choose(History(0), 3, g) for _ in range(50)]
     assert all((w >= 0).all() and abs(float(w.sum()) - 1) < 1e-6 for w in draws)
     assert len({tuple(w.tolist()) for w in draws}) == 50

@@ -13,6 +13,7 @@ import jsonschema
 import yaml
 
 from mmspec.methods import registry
+from mmspec.methods.components import DRAFTERS_WITH_MODEL
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -99,7 +100,9 @@ def validate(config: dict) -> dict:
                 raise ConfigError(f"config key methods.{name}: {e}") from None
     for name, pair in config["pairs"].items():
         for role in ("target", "draft"):
-            ref = pair[role]
+            ref = pair.get(role)
+            if ref is None:
+                continue
             if ref.startswith(TOY_PREFIX) and ref[len(TOY_PREFIX) :] not in config["toy"]["models"]:
                 raise ConfigError(
                     f"config key pairs.{name}.{role}: {ref!r} names no model under toy.models "
@@ -122,6 +125,13 @@ def validate(config: dict) -> dict:
                             f"config key sweep.{i}.{section}: unknown name {n!r}; "
                             f"known: {sorted(config[section])}"
                         )
+    for cell in cells(config):
+        drafter = cell.spec["drafter"]
+        if drafter in DRAFTERS_WITH_MODEL and "draft" not in config["pairs"][cell.pair]:
+            raise ConfigError(
+                f"config key pairs.{cell.pair}.draft: method {cell.method!r} drafts with a draft "
+                f"model (drafter {drafter!r}) but pair {cell.pair!r} names none"
+            )
     if captioner is None:
         uses_c = sorted({c.method for c in cells(config) if "C" in c.spec.get("views", "")})
         if uses_c:
@@ -176,10 +186,25 @@ def _with_defaults(config: dict) -> dict:
 
 
 def _grid(entry: dict) -> list[dict]:
-    """Expand list values of a method entry into the Cartesian product of hyperparameter dicts."""
+    """Expand list values of a method entry into the Cartesian product of hyperparameter dicts.
+
+    `paths` (a static tree) is itself a list of lists: it is a grid only when it is a list of
+    such trees.
+    """
     items = {k: v for k, v in entry.items() if k != "method"}
     keys = sorted(items)
-    values = [v if isinstance(v, list) else [v] for v in (items[k] for k in keys)]
+
+    def grid(key, v):
+        if key == "paths":
+            is_trees = (
+                isinstance(v, list)
+                and bool(v)
+                and all(isinstance(t, list) and all(isinstance(p, list) for p in t) for t in v)
+            )
+            return v if is_trees else [v]
+        return v if isinstance(v, list) else [v]
+
+    values = [grid(k, items[k]) for k in keys]
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
 
 
@@ -263,7 +288,7 @@ def toy_model_names(config: dict) -> list[str]:
     """Toy models that some pair uses (only these get trained)."""
     names = []
     for pair in config["pairs"].values():
-        for ref in (pair["target"], pair["draft"]):
-            if ref.startswith(TOY_PREFIX) and ref[len(TOY_PREFIX) :] not in names:
+        for ref in (pair["target"], pair.get("draft")):
+            if ref and ref.startswith(TOY_PREFIX) and ref[len(TOY_PREFIX) :] not in names:
                 names.append(ref[len(TOY_PREFIX) :])
     return names

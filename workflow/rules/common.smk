@@ -20,6 +20,7 @@ MODELS = {
     mmconfig.model_slug(p[role]): (p[role], p["dtype"])
     for p in CONFIG["pairs"].values()
     for role in ("target", "draft")
+    if role in p
 }
 CAPTIONER = CONFIG.get("captioner")
 # the AR cell each cell is checked against: (dataset, pair, seed, temperature) -> AR cell

@@ -114,7 +114,8 @@ class ModelDrafter(Drafter):
         cached = [offset[d] for d in drafted if d in offset]
         n_pending = len(self.pending)
         self.decoder.keep(self.base, list(range(n_pending)) + [n_pending + o for o in cached])
-        self.pending = [tree.tokens[i] for i, d in zip(path, drafted, strict=True) if d not in offset]
+        never_fed = zip(path, drafted, strict=True)
+        self.pending = [tree.tokens[i] for i, d in never_fed if d not in offset]
         self.pending.append(next_token)
         if self.view_probs:
             rows = []

@@ -56,7 +56,7 @@ def test_end_to_end_writes_cells_and_report(run_dir):
         ("sd", "M", 2),
         ("sd", "T", 2),
         ("tabed_mtcp", "MTCP", 2),
-        ("sage", "S", 5),
+        ("sage", "S", None),  # gamma is a chain's; SAGE grows trees
     }
     captions = pq.read_table(run_dir / "results/captions/toy-captioner/toy_caption.parquet")
     assert captions.num_rows == 3 and all(s > 0 for s in captions.column("caption_s").to_pylist())
@@ -69,7 +69,11 @@ def test_end_to_end_writes_cells_and_report(run_dir):
     for c in cells:
         assert c["lossless_rate"] == 1.0, c  # greedy decoding must be lossless
         assert c["n_samples"] == 3 and c["tau"] >= 1.0
-        assert c["speedup"] > 0 and c["speedup_eq1"] > 0
+        assert c["tau"] == pytest.approx(c["new_tokens"] / c["steps"])  # pooled, emitted only
+        assert c["lossless_rule"] and c["speedup"] > 0 and c["speedup_eq1"] > 0
+    ar = next(c for c in cells if c["method"] == "ar")
+    assert ar["tau"] == 1.0 and ar["tree"] is None
+    assert {c["tree"] for c in cells} == {None, "chain", "sage"}
     html = (run_dir / "reports/index.html").read_text()
     assert "toy_caption" in html and "<html" in html.lower()
 

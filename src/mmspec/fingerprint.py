@@ -44,7 +44,12 @@ STAGE_CODE = {
         "tables.py",
     ],
     "score": ["stages/score.py", "scoring", "tables.py"],
-    "aggregate": ["stages/aggregate.py", "methods/registry.py", "tables.py"],
+    "aggregate": [
+        "stages/aggregate.py",
+        "methods/registry.py",
+        "methods/components.py",
+        "tables.py",
+    ],
     "report": ["stages/report.py", "report", "tables.py"],
 }
 

@@ -27,7 +27,7 @@ CAPTION = (
     "figure: τ against mean tree size, one point per cell (dataset, hp, seed), one trace per "
     "method."
 )
-# The tree policies of DESIGN.md, in the order their rows are listed.
+# The tree policies (methods.components.TREES), in the order their rows are listed.
 TREE_ORDER = ["chain", "static", "dynamic", "sage"]
 # (column, header) of each dataset's group of columns; tau and speedup get the best marks.
 TREE_METRICS = [

@@ -43,9 +43,9 @@ import torch
 from PIL import Image
 from transformers.utils import logging as hf_logging
 
-from mmspec.decoding.acceptance import accept_greedy
+from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.decoder import Decoder
-from mmspec.decoding.drafters import ModelDrafter
+from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.timing import describe_device, pick_device, sync, versions
 from mmspec.decoding.trees import ChainPolicy

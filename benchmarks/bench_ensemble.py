@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from mmspec.decoding.decoder import Decoder
-from mmspec.decoding.drafters import ModelDrafter
+from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.timing import describe_device, pick_device, sync, versions
 from mmspec.decoding.views import ImageInput, ViewContext, make_view
 from mmspec.models import loading, toy_processor
@@ -107,11 +107,12 @@ class Batched:
 
     def __init__(self, model, prompts: list[torch.Tensor]):
         self.drafter = ModelDrafter(Decoder(model), 0.0)
-        self.drafter.start(prompts, first_token=0)
+        self.drafter.start(prompts, first_token=0, target=None)
         self.drafter.weights = torch.full((len(prompts),), 1 / len(prompts))
 
     def step(self, token: int) -> int:
-        return self.drafter._next(self.drafter._extend([token]), None)[0]
+        logits = self.drafter._forward([token])[:, -1]
+        return int(self.drafter._mixture(logits, -1).argmax())
 
 
 def time_steps(runner, steps: int, device) -> list[float]:

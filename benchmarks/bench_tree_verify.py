@@ -31,9 +31,9 @@ from pathlib import Path
 
 import torch
 
-from mmspec.decoding.acceptance import accept_greedy
+from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.decoder import Decoder
-from mmspec.decoding.drafters import ModelDrafter
+from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.loops import decode_speculative
 from mmspec.decoding.proposal import Proposal
 from mmspec.decoding.timing import describe_device, pick_device, sync, versions

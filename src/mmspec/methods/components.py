@@ -27,6 +27,8 @@ TREES = ("chain", "static", "dynamic", "sage")
 # are checked token for token against AR (greedy) and by `mmspec verify-lossless` (sampling);
 # lossy rules report retention and divergence instead.
 ACCEPTANCE = {"greedy": True, "sampling": True}
+# The method hyperparameters each rule reads (passed to it as keyword arguments).
+ACCEPTANCE_KEYS = {"greedy": (), "sampling": ()}
 
 
 def is_lossless(acceptance: str | None) -> bool:

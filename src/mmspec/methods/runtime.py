@@ -56,7 +56,7 @@ class MethodRunner:
             project = projector_of(draft_model) if "P" in spec["views"] else None
             self.draft_ctx = ViewContext(tokenizer, decoder.embed, image_token, project)
             self.policy = make_tree_policy(spec)
-            self.rule = make_rule(spec["acceptance"])
+            self.rule = make_rule(spec)
         elif spec["drafter"] != "none":
             raise ValueError(f"unknown drafter {spec['drafter']!r}")
         self.last_draft_visual = 0

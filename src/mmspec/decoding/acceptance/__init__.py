@@ -5,27 +5,30 @@ predicts the first node; row i + 1 what follows node i), the temperature and a s
 returns the accepted path (node indices, root excluded) and the next token the target emits after
 it (correction or bonus). Each rule declares whether it preserves the target's distribution
 (`methods.components.ACCEPTANCE` lists them; lossless ones are checked against AR and by
-`mmspec verify-lossless`).
+`mmspec verify-lossless`). A rule reads the hyperparameters of its method named in
+`components.ACCEPTANCE_KEYS` (lossy rules will need theirs: lambda, K, delta, a codebook).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.acceptance.sampling import accept_sampling
-from mmspec.methods.components import ACCEPTANCE
+from mmspec.methods.components import ACCEPTANCE, ACCEPTANCE_KEYS
 
 
 @dataclass(frozen=True)
 class AcceptanceRule:
     name: str
-    judge: Callable  # (proposal, logits, temperature, sampler) -> (path, next token)
+    # (proposal, logits, temperature, sampler, **params) -> (path, next token)
+    judge: Callable
     lossless: bool
+    params: dict = field(default_factory=dict)  # the method's hyperparameters the rule reads
 
     def __call__(self, proposal, logits, temperature, sampler):
-        return self.judge(proposal, logits, temperature, sampler)
+        return self.judge(proposal, logits, temperature, sampler, **self.params)
 
 
 RULES = {
@@ -38,7 +41,11 @@ RULES = {
 assert {n: r.lossless for n, r in RULES.items()} == ACCEPTANCE
 
 
-def make_rule(name: str) -> AcceptanceRule:
+def make_rule(spec: dict | str) -> AcceptanceRule:
+    """The acceptance rule of a method spec (or a rule name), with its hyperparameters."""
+    spec = {"acceptance": spec} if isinstance(spec, str) else spec
+    name = spec["acceptance"]
     if name not in RULES:
         raise ValueError(f"unknown acceptance rule {name!r}; known: {sorted(RULES)}")
-    return RULES[name]
+    params = {key: spec[key] for key in ACCEPTANCE_KEYS[name]}
+    return AcceptanceRule(name, RULES[name].judge, RULES[name].lossless, params)

@@ -25,6 +25,17 @@ def test_every_lossless_registry_method_passes(seed):
         assert float(row[1]) <= 1e-9 and row[2] == "==AR" and "ok" in row, row
 
 
+def test_trees_three_levels_deep():
+    """Four tokens (the prefill's and three more): proposals up to three levels deep."""
+    methods = ["sd_tree", "eagle2_tree", "sage"]
+    args = ["mmspec", "verify-lossless", "--seed", "2", "--tokens", "3"]
+    out = subprocess.run(args + [a for m in methods for a in ("--method", m)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = [line.split() for line in out.stdout.splitlines()[2:]]
+    assert [r[0] for r in rows] == methods and all(int(r[3]) == 2 * 8**4 for r in rows)
+
+
 class BestOfTwoDraws(trees.TreePolicy):
     """Draws two tokens from q without replacement and proposes the likelier one, as if it had
     been drawn from q: pruning by the drawn identities, which biases rejection sampling."""

@@ -15,9 +15,8 @@ TARGET_GUIDED_VIEWS = frozenset("S")  # views built from the target's prefill
 # Ensemble weight policies (TABED); see decoding.weights.
 WEIGHT_POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboost")
 
-# Drafters: `model` is a draft model over views (one or a batched ensemble); `none` is plain AR.
-DRAFTERS = ("none", "model")
-# Drafters that need a draft model in the pair (trained heads on the target's features will not).
+# Drafters that need a draft model in the pair (`model`: a draft model over one or more views;
+# trained heads on the target's features will not; AR's drafter is `none`).
 DRAFTERS_WITH_MODEL = frozenset({"model"})
 
 # Tree policies: the shape of each proposal; see decoding.trees.

@@ -44,10 +44,6 @@ class MethodSpec:
         """Whether the method preserves the target's output distribution (AR does)."""
         return is_lossless(self.acceptance)
 
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
     def columns(self) -> dict:
         """The typed columns every generate/score row carries (tables.METHOD_COLUMNS)."""
         return {

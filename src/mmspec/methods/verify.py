@@ -25,7 +25,7 @@ from mmspec.decoding.enumeration import (
     target_distribution,
     total_variation,
 )
-from mmspec.decoding.loops import Speculation, decode_ar, decode_speculative
+from mmspec.decoding.loops import Speculation
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.views import ImageInput
 from mmspec.methods import registry
@@ -146,21 +146,9 @@ def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdi
     greedy = MethodRunner(greedy_spec, target, draft, tokenizer, "<image>")
     equal = True
     for sample in samples:
-        prompt, draft_prompts, score_visual = greedy.speculative_inputs(sample)
-        ar = decode_ar(greedy.target, prompt, GREEDY_TOKENS, set(), 0.0, seeded(seed))
-        sd = decode_speculative(
-            greedy.target,
-            prompt,
-            greedy.drafter,
-            draft_prompts,
-            greedy.policy,
-            greedy.rule,
-            GREEDY_TOKENS,
-            set(),
-            0.0,
-            seeded(seed),  # random ensemble weights draw even when decoding greedily
-            score_visual,
-        )
+        # a seeded sampler: random ensemble weights draw even when decoding greedily
+        ar = greedy.decode_ar(sample, GREEDY_TOKENS, set(), seeded(seed))
+        sd = greedy.decode(sample, GREEDY_TOKENS, set(), seeded(seed))
         equal &= sd.tokens == ar.tokens
     return Verdict(name, worst, equal, support, time.perf_counter() - started, note)
 

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from mmspec.decoding.sampler import TorchSampler, seeded
 from mmspec.decoding.timing import describe_device, pick_device, versions
 from mmspec.decoding.views import ImageInput
+from mmspec.methods.components import DRAFTERS_WITH_MODEL
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import loading, visual
 from mmspec.tables import CAPTIONS, PREPARED, SAMPLES, VISUAL, read_table, write_table
@@ -100,7 +101,7 @@ def run(
     tokenizer = loading.tokenizer_of(processor)
     target_model = loading.load_model(pair["target"], device, pair["dtype"])
     draft_model = None
-    if spec["drafter"] == "model":
+    if spec["drafter"] in DRAFTERS_WITH_MODEL:
         draft_model = loading.load_model(pair["draft"], device, pair["dtype"])
         t_vocab = target_model.get_output_embeddings().out_features
         d_vocab = draft_model.get_output_embeddings().out_features

@@ -85,9 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--method", action="append", help="a registry method (repeatable)")
-    p.add_argument(
-        "--spec", type=_json, default={}, help="hyperparameters for the methods (JSON)"
-    )
+    p.add_argument("--spec", type=_json, default={}, help="hyperparameters for the methods (JSON)")
     p.add_argument(
         "--tokens", type=int, default=2, help="tokens after the prefill's first (default 2)"
     )

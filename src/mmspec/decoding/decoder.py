@@ -1,8 +1,11 @@
 """A causal LM with its own KV cache: the one object the decoding loops talk to.
 
-It wraps the language-model part of any HF model (Llava's `model.model.language_model`, a plain
-causal LM's `model.model`) and its `lm_head`. The vision tower is never called here: images
-enter as precomputed embeddings spliced into the prompt (see `views`).
+It wraps the language-model part of any HF model (`model.model.language_model`, Idefics3's
+`model.model.text_model`, a plain causal LM's `model.model`) and its `lm_head`. The vision tower
+is never called here: images enter as precomputed embeddings in the prompt (see `prompt` and
+`models.prompts`), with the family's own positions (M-RoPE) and image blocks (Gemma3).
+Sliding-window layers keep their whole history in the growing cache; the window is applied by
+the masks built here, so tree verification and compaction work on them as on full layers.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from mmspec.decoding.kv_cache import new_cache
+from mmspec.decoding.prompt import Prompt, as_prompt
 
 
 @dataclass
@@ -42,8 +46,17 @@ class Forward:
 def language_parts(model) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module]:
     """(decoder stack, lm_head, input embedding) of a multimodal or text-only HF model."""
     inner = model.model
-    stack = getattr(inner, "language_model", inner)
+    stack = getattr(inner, "language_model", None) or getattr(inner, "text_model", None) or inner
     return stack, model.lm_head, model.get_input_embeddings()
+
+
+def sliding_window(config) -> tuple[int | None, bool]:
+    """(window, every layer slides) of a language model config; window None: no sliding layer."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        return (window, False) if window and "sliding_attention" in types else (None, False)
+    return (window, True) if window else (None, False)
 
 
 class _Scores:
@@ -109,6 +122,7 @@ class Decoder:
         self.cache: DynamicCache | None = None
         self.length = 0  # cached positions per row, padding included
         self.pad = torch.zeros(1, dtype=torch.long)  # left padding of each row
+        self.shift = torch.zeros(1, dtype=torch.long)  # position of row b = length + shift[b]
 
     @property
     def rows(self) -> int:
@@ -117,11 +131,11 @@ class Decoder:
     @torch.inference_mode()
     def prefill(
         self,
-        prompts: torch.Tensor | list[torch.Tensor],
+        prompts: Prompt | torch.Tensor | list,
         score_visual: torch.Tensor | None = None,
         layers: tuple[int, ...] = (),
     ) -> Forward:
-        """Start a fresh cache from prompt embeddings ([L, H], or one [L_b, H] per row).
+        """Start a fresh cache from prompts (one `Prompt`, or embeddings [L, H], per row).
 
         Returns the last position's logits [B, V] and the hidden states of every position. With
         `score_visual` (a bool mask [L] of one prompt's visual positions) it also scores them by
@@ -129,23 +143,47 @@ class Decoder:
         runs eager attention, whose rounding differs from the kernel AR decodes with, so the
         cache and logits always come from the ordinary forward.
         """
-        prompts = [prompts] if isinstance(prompts, torch.Tensor) else list(prompts)
+        single = isinstance(prompts, (Prompt, torch.Tensor))
+        prompts = [as_prompt(p) for p in ([prompts] if single else prompts)]
+        lengths = [len(p) for p in prompts]
+        width = max(lengths)
+        self.pad = torch.tensor([width - n for n in lengths], dtype=torch.long, device=self.device)
+        embeds = prompts[0].embeds.new_zeros(len(prompts), width, prompts[0].embeds.shape[-1])
+        axes = max(1 if p.positions is None else p.positions.shape[0] for p in prompts)
+        positions = torch.zeros(axes, len(prompts), width, dtype=torch.long, device=self.device)
+        blocks = None
+        if any(p.blocks is not None for p in prompts):
+            blocks = torch.full((len(prompts), width), -1, dtype=torch.long, device=self.device)
+        for b, prompt in enumerate(prompts):
+            start = width - lengths[b]
+            embeds[b, start:] = prompt.embeds
+            own = prompt.positions
+            if own is None:
+                own = torch.arange(lengths[b]).view(1, -1).expand(axes, -1)
+            positions[:, b, start:] = own.to(self.device)
+            if prompt.blocks is not None:
+                blocks[b, start:] = prompt.blocks.to(self.device)
+        # later tokens continue from each row's next position: length + shift
+        self.shift = torch.tensor(
+            [p.next_position() - width for p in prompts], dtype=torch.long, device=self.device
+        )
+        self.length = 0
+        position_ids = positions[0] if axes == 1 else positions
         scores = None
         if score_visual is not None:
             if len(prompts) != 1:
                 raise ValueError("scoring visual tokens needs a one-row prefill")
+            mask = self._masks(1, width, None, None, embeds.dtype, blocks)
             with visual_attention(self.stack, score_visual) as scoring:
-                self.stack(inputs_embeds=prompts[0].unsqueeze(0), use_cache=False)
+                self.stack(
+                    inputs_embeds=embeds,
+                    attention_mask=mask,
+                    position_ids=position_ids,
+                    use_cache=False,
+                )
             scores = scoring.result()
-        lengths = [p.shape[0] for p in prompts]
-        width = max(lengths)
-        self.pad = torch.tensor([width - n for n in lengths], dtype=torch.long, device=self.device)
-        embeds = prompts[0].new_zeros(len(prompts), width, prompts[0].shape[-1])
-        for b, prompt in enumerate(prompts):
-            embeds[b, width - lengths[b] :] = prompt
         self.cache = new_cache(self.stack.config)
-        self.length = 0
-        out = self._run(embeds, layers=layers)
+        out = self._run(embeds, layers=layers, position_ids=position_ids, blocks=blocks)
         out.logits = out.logits[:, -1]
         out.visual_attention = scores
         return out
@@ -171,23 +209,30 @@ class Decoder:
         embeds = self.embed(ids).expand(self.rows, -1, -1)
         return self._run(embeds, attention, past, positions, layers)
 
-    def _run(self, embeds, attention=None, past=None, positions=None, layers=()) -> Forward:
+    def _run(
+        self,
+        embeds,
+        attention=None,
+        past=None,
+        positions=None,
+        layers=(),
+        position_ids=None,
+        blocks=None,
+    ) -> Forward:
         rows, n = embeds.shape[:2]
-        if positions is not None:
-            steps = torch.as_tensor(positions, device=self.device) - self.length
-        elif attention is not None:
-            steps = attention.to(self.device).sum(-1) - 1  # a tree node's depth below the root
-        else:
-            steps = torch.arange(n, device=self.device)
-        positions = (self.length + steps).unsqueeze(0) - self.pad.unsqueeze(1)
-        padded = bool(self.pad.any())
-        mask = None
-        if attention is not None or past is not None or padded:
-            mask = self._mask(rows, n, attention, past, embeds.dtype)
+        if position_ids is None:
+            if positions is not None:
+                steps = torch.as_tensor(positions, device=self.device) - self.length
+            elif attention is not None:
+                steps = attention.to(self.device).sum(-1) - 1  # a tree node's depth below the root
+            else:
+                steps = torch.arange(n, device=self.device)
+            position_ids = (self.length + steps).unsqueeze(0) + self.shift.unsqueeze(1)
+        mask = self._masks(rows, n, attention, past, embeds.dtype, blocks)
         out = self.stack(
             inputs_embeds=embeds,
             attention_mask=mask,
-            position_ids=positions.clamp_min(0),
+            position_ids=position_ids.clamp_min(0),
             past_key_values=self.cache,
             use_cache=True,
             output_hidden_states=bool(layers),
@@ -197,22 +242,50 @@ class Decoder:
         extra = {k: out.hidden_states[k] for k in layers}
         return Forward(self.lm_head(hidden), hidden, extra)
 
-    def _mask(self, rows: int, n: int, attention, past, dtype) -> torch.Tensor:
-        """A 4D additive mask [B, 1, n, cache + n]: padding hidden, new tokens causal or tree."""
+    def _masks(self, rows, n, attention, past, dtype, blocks=None):
+        """The attention mask(s) of a forward of n new tokens, or None when the model's own
+        causal mask is exact (no padding, tree, image block or sliding window)."""
+        window, all_sliding = self.window
+        padded = bool(self.pad.any())
+        if attention is None and past is None and not padded and blocks is None and not window:
+            return None
+        allowed = self._allowed(rows, n, attention, past, blocks)
+        if not window:
+            return _additive(allowed, dtype)
+        # the window is over token positions: cached index (compacted paths) or length + depth
+        depth = attention.to(self.device).sum(-1) - 1 if attention is not None else None
+        new = self.length + (depth if depth is not None else torch.arange(n, device=self.device))
+        keys = torch.cat([torch.arange(self.length, device=self.device), new])
+        sliding = allowed & ((new.view(-1, 1) - keys.view(1, -1)) < window).unsqueeze(0)
+        if all_sliding:
+            return _additive(sliding, dtype)
+        return {
+            "full_attention": _additive(allowed, dtype),
+            "sliding_attention": _additive(sliding, dtype),
+        }
+
+    @property
+    def window(self) -> tuple[int | None, bool]:
+        return sliding_window(self.stack.config)
+
+    def _allowed(self, rows: int, n: int, attention, past, blocks) -> torch.Tensor:
+        """Which keys each new token may attend to, [B, n, cache + n] bool: padding hidden,
+        new tokens causal or tree, image blocks (prefill) bidirectional."""
         total = self.length + n
         new = attention if attention is not None else torch.ones(n, n, device=self.device).tril()
         allowed = torch.ones(rows, n, total, dtype=torch.bool, device=self.device)
         allowed[:, :, self.length :] = new.to(self.device).bool()
         if past is not None:
             allowed[:, :, self.length - past.shape[1] : self.length] = past.to(self.device).bool()
+        if blocks is not None:  # prefill: the cache is empty, the blocks index the new tokens
+            same = (blocks.unsqueeze(2) == blocks.unsqueeze(1)) & (blocks >= 0).unsqueeze(2)
+            allowed |= same
         keys = torch.arange(total, device=self.device)
         allowed &= keys.view(1, 1, -1) >= self.pad.view(-1, 1, 1)
         # a padding position attends to itself only, so no query row is fully masked
         diagonal = torch.arange(n, device=self.device)
         allowed[:, diagonal, self.length + diagonal] = True
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device)
-        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-        return mask.unsqueeze(1)
+        return allowed
 
     def truncate(self, length: int) -> None:
         """Drop cached positions beyond `length` (rejected draft tokens)."""
@@ -237,3 +310,10 @@ class Decoder:
                 layer.keys = layer.keys.index_select(-2, index)
                 layer.values = layer.values.index_select(-2, index)
         self.length = len(index)
+
+
+def _additive(allowed: torch.Tensor, dtype) -> torch.Tensor:
+    """A bool mask [B, n, k] as the additive 4D mask [B, 1, n, k] HF attention takes."""
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask.unsqueeze(1)

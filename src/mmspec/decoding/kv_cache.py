@@ -65,9 +65,12 @@ class GrowingLayer(DynamicLayer):
 
 
 def new_cache(config) -> DynamicCache:
-    """A DynamicCache whose full-attention layers grow in place (sliding ones stay as they are)."""
+    """A DynamicCache of growing layers only.
+
+    Sliding-window layers keep their whole history too (the decoder's masks apply the window):
+    transformers' sliding layers drop old positions, which tree compaction and rollback of
+    rejected tokens cannot undo.
+    """
     cache = DynamicCache(config=config)
-    cache.layers = [
-        GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers
-    ]
+    cache.layers = [GrowingLayer() for _ in cache.layers]
     return cache

@@ -15,6 +15,7 @@ import torch
 
 from mmspec.decoding.decoder import Decoder, Forward
 from mmspec.decoding.probability import pick
+from mmspec.decoding.prompt import Prompt
 from mmspec.decoding.proposal import Proposal
 from mmspec.decoding.timing import sync
 
@@ -56,7 +57,12 @@ def finished(tokens: list[int], stop: set[int], max_new: int) -> bool:
 
 
 def decode_ar(
-    target: Decoder, prompt: torch.Tensor, max_new: int, stop: set[int], temperature: float, sampler
+    target: Decoder,
+    prompt: Prompt | torch.Tensor,
+    max_new: int,
+    stop: set[int],
+    temperature: float,
+    sampler,
 ) -> Generation:
     """Plain autoregressive decoding: one target forward per token."""
     device = target.device
@@ -84,7 +90,7 @@ class Speculation:
         self.last = 0  # the last emitted token (the root of the next proposal)
         self.base = 0  # target cache length before the current verification
 
-    def start(self, prompt: torch.Tensor, draft_prompts, score_visual=None) -> int:
+    def start(self, prompt: Prompt | torch.Tensor, draft_prompts, score_visual=None) -> int:
         """Prefill the target, emit its first token, start the drafter; the first token.
 
         `draft_prompts` holds the drafter's prompt in each of its views, or builds them from
@@ -125,7 +131,7 @@ class Speculation:
 
 def decode_speculative(
     target: Decoder,
-    prompt: torch.Tensor,
+    prompt: Prompt | torch.Tensor,
     drafter,
     draft_prompts,
     policy,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mmspec.decoding.prompt import Prompt
 from mmspec.methods.components import TARGET_GUIDED_VIEWS, VIEW_NAMES  # noqa: F401
 
 CAPTION_PREFIX = "image: "  # TABED appendix I.2
@@ -31,32 +32,76 @@ class ImageInput:
     caption: str | None = None  # (caption view)
     # the attention each of its tokens received in the target's prefill of the current prompt
     attention: torch.Tensor | None = None  # [N] (view S)
+    image: object = None  # the PIL image (the family's processor lays out its placeholders)
 
 
-@dataclass
-class Prompt:
-    """A prompt as one model sees it: embeddings [L, H] and which of them are visual ([L] bool)."""
+class Chat(str):
+    """A rendered chat prompt that keeps its messages, so that text-only views can render it
+    again with each image item replaced by text, whatever image markers the family uses."""
 
-    embeds: torch.Tensor
-    visual: torch.Tensor
+    messages: list | None
 
-    @property
-    def n_visual(self) -> int:
-        return int(self.visual.sum())
+    def __new__(cls, text: str, messages: list | None = None):
+        chat = super().__new__(cls, text)
+        chat.messages = messages
+        return chat
 
 
 @dataclass
 class ViewContext:
-    """What building a view needs from the model that will read it."""
+    """What building a view needs from the model that will read it.
+
+    With a `builder` (`models.prompts.PromptBuilder`: the family's processor and multimodal
+    forward) prompts follow the family's own layout and positions; without one (tests with
+    synthetic features) each image token of the text is expanded to its features' length.
+    """
 
     tokenizer: object
     embed: torch.nn.Module  # the model's input embedding
     image_token: str
     project: object = None  # features [N, D] -> embeds [N, H] (the model's projector)
+    builder: object = None
+
+
+def full_prompt(text: str, images: list[ImageInput], ctx: ViewContext) -> Prompt:
+    """View M of the prompt: every image as all of its cached visual tokens."""
+    if ctx.builder is not None:
+        messages = getattr(text, "messages", None)
+        if messages is not None:  # in the model's own chat template
+            text = ctx.builder.render(messages)
+        return ctx.builder.build(text, [i.image for i in images], [i.embeds for i in images])
+    return embed_with_images(text, [i.embeds for i in images], ctx)
+
+
+def image_spans(prompt: Prompt, sizes: list[int]) -> list[torch.Tensor]:
+    """The positions of each image's visual tokens in a full prompt, in order."""
+    positions = torch.nonzero(prompt.visual).flatten()
+    if len(positions) != sum(sizes):
+        raise ValueError(f"the prompt has {len(positions)} visual tokens, the images {sum(sizes)}")
+    return list(torch.split(positions, sizes))
+
+
+def keep_visual(text: str, images: list[ImageInput], kept: list[torch.Tensor], ctx) -> Prompt:
+    """The full prompt with only the visual tokens `kept[i]` (indices) of each image i."""
+    if ctx.builder is None:
+        return embed_with_images(
+            text, [i.embeds[k] for i, k in zip(images, kept, strict=True)], ctx
+        )
+    prompt = full_prompt(text, images, ctx)
+    mask = ~prompt.visual.clone()
+    spans = image_spans(prompt, [i.embeds.shape[0] for i in images])
+    for span, k in zip(spans, kept, strict=True):
+        mask[span[k.to(span.device)]] = True
+    return prompt.keep(mask)
 
 
 def embed_with_images(text: str, images: list[torch.Tensor], ctx: ViewContext) -> Prompt:
-    """Expand each image token to its embeddings' length, embed, and splice the embeddings in."""
+    """Expand each image token to its embeddings' length, embed, and splice the embeddings in
+    (the path without a family builder, or with no images through one)."""
+    if ctx.builder is not None:
+        if images:
+            raise ValueError("a family builder lays out images itself; use full_prompt")
+        return ctx.builder.build(text, [], [])
     pieces = text.split(ctx.image_token)
     if len(pieces) - 1 != len(images):
         raise ValueError(
@@ -78,6 +123,9 @@ def embed_with_images(text: str, images: list[torch.Tensor], ctx: ViewContext) -
 
 
 def _replace_images(text: str, ctx: ViewContext, replacements: list[str]) -> str:
+    messages = getattr(text, "messages", None)
+    if ctx.builder is not None and messages is not None:
+        return ctx.builder.render(_text_items(messages, replacements))
     pieces = text.split(ctx.image_token)
     if len(pieces) - 1 != len(replacements):
         raise ValueError(
@@ -90,13 +138,30 @@ def _replace_images(text: str, ctx: ViewContext, replacements: list[str]) -> str
     return out
 
 
+def _text_items(messages: list[dict], replacements: list[str]) -> list[dict]:
+    """The messages with their image items, in order, replaced by text items."""
+    images = iter(replacements)
+    out = []
+    for message in messages:
+        content = message["content"]
+        if not isinstance(content, str):
+            content = [
+                {"type": "text", "text": next(images)} if item.get("type") == "image" else item
+                for item in content
+            ]
+        out.append({**message, "content": content})
+    if next(images, None) is not None:
+        raise ValueError("more image replacements than image items in the messages")
+    return out
+
+
 class FullView:
     """M: every image as its full sequence of visual tokens."""
 
     name = "M"
 
     def build(self, text: str, images: list[ImageInput], ctx: ViewContext) -> Prompt:
-        return embed_with_images(text, [i.embeds for i in images], ctx)
+        return full_prompt(text, images, ctx)
 
 
 class TextOnlyView:
@@ -144,7 +209,11 @@ class PooledView:
             raise ValueError("view P needs cached vision features (the visual cache's `features`)")
         with torch.inference_mode():
             pooled = [ctx.project(pool_2x2(image.features)) for image in images]
-        return embed_with_images(text, pooled, ctx)
+        if ctx.builder is None:
+            return embed_with_images(text, pooled, ctx)
+        if ctx.builder.family.multi_axis_positions or ctx.builder.family.bidirectional_images:
+            raise ValueError(f"view P is not defined for {ctx.builder.family.name}")
+        return _splice(full_prompt(text, images, ctx), [i.embeds.shape[0] for i in images], pooled)
 
 
 def uniform_keep(n: int, keep: float) -> torch.Tensor:
@@ -164,8 +233,8 @@ class UniformView:
         self.keep = keep
 
     def build(self, text: str, images: list[ImageInput], ctx: ViewContext) -> Prompt:
-        kept = [i.embeds[uniform_keep(i.embeds.shape[0], self.keep)] for i in images]
-        return embed_with_images(text, kept, ctx)
+        kept = [uniform_keep(i.embeds.shape[0], self.keep) for i in images]
+        return keep_visual(text, images, kept, ctx)
 
 
 def verifier_guided_keep(scores: torch.Tensor, drop: float, mass: float) -> torch.Tensor:
@@ -215,12 +284,22 @@ class SpecVLMView:
         kept = verifier_guided_keep(torch.cat([i.attention for i in images]), self.drop, self.mass)
         chosen = torch.zeros(sum(i.embeds.shape[0] for i in images), dtype=torch.bool)
         chosen[kept] = True
-        parts, start = [], 0
-        for image in images:
-            n = image.embeds.shape[0]
-            parts.append(image.embeds[chosen[start : start + n].to(image.embeds.device)])
-            start += n
-        return embed_with_images(text, parts, ctx)
+        parts = torch.split(chosen, [i.embeds.shape[0] for i in images])
+        return keep_visual(text, images, [torch.nonzero(p).flatten() for p in parts], ctx)
+
+
+def _splice(prompt: Prompt, sizes: list[int], replacements: list[torch.Tensor]) -> Prompt:
+    """A 1D-position prompt with each image's visual tokens replaced by other embeddings."""
+    spans = image_spans(prompt, sizes)
+    pieces, visual, start = [], [], 0
+    for span, new in zip(spans, replacements, strict=True):
+        first, last = int(span[0]), int(span[-1]) + 1
+        pieces += [prompt.embeds[start:first], new.to(prompt.embeds.device, prompt.embeds.dtype)]
+        visual += [prompt.visual[start:first], torch.ones(new.shape[0], dtype=torch.bool)]
+        start = last
+    pieces.append(prompt.embeds[start:])
+    visual.append(prompt.visual[start:])
+    return Prompt(torch.cat(pieces), torch.cat(visual))
 
 
 VIEWS = {

@@ -27,15 +27,40 @@ class Sample:
     draft_images: list[ImageInput]
 
 
+def _builder(model, processor):
+    """The family prompt builder of a multimodal model with a processor, else None."""
+    if processor is None or not hasattr(model.config, "vision_config"):
+        return None
+    from mmspec.models.prompts import PromptBuilder
+
+    return PromptBuilder(model, processor)
+
+
 class MethodRunner:
     """Decodes samples with one method spec over a target (and, if drafted, a draft) model."""
 
-    def __init__(self, spec: dict, target_model, draft_model, tokenizer, image_token: str):
+    def __init__(
+        self,
+        spec: dict,
+        target_model,
+        draft_model,
+        tokenizer,
+        image_token: str,
+        target_processor=None,
+        draft_processor=None,
+    ):
+        """With processors, prompts follow each model family's own layout (`PromptBuilder`);
+        without, image tokens of the text are expanded to the cached features (tests)."""
         self.spec = spec
         self.method = MethodSpec.parse(spec)
         self.temperature = self.method.temperature
         self.target = Decoder(target_model)
-        self.target_ctx = ViewContext(tokenizer, self.target.embed, image_token)
+        self.target_ctx = ViewContext(
+            tokenizer,
+            self.target.embed,
+            image_token,
+            builder=_builder(target_model, target_processor),
+        )
         self.full = FullView()
         self.drafter = None
         self.score_visual = False
@@ -54,7 +79,14 @@ class MethodRunner:
             # views built from the target's prefill (S) need its text-to-visual attention
             self.score_visual = bool(set(spec["views"]) & TARGET_GUIDED_VIEWS)
             project = projector_of(draft_model) if "P" in spec["views"] else None
-            self.draft_ctx = ViewContext(tokenizer, decoder.embed, image_token, project)
+            builder = _builder(draft_model, draft_processor)
+            if "P" in spec["views"] and builder is not None and not builder.family.pooled_view:
+                raise ValueError(
+                    f"view P (2x2 pooling of one crop's patch grid before the projector) is not "
+                    f"defined for {type(draft_model).__name__} (family {builder.family.name}); "
+                    "it is defined for the LLaVA-1.5 layout (llava)"
+                )
+            self.draft_ctx = ViewContext(tokenizer, decoder.embed, image_token, project, builder)
             self.policy = make_tree_policy(spec)
             self.rule = make_rule(spec)
         elif spec["drafter"] != "none":
@@ -80,15 +112,15 @@ class MethodRunner:
         prompts = [v.build(sample.text, images, self.draft_ctx) for v in self.views]
         # visual tokens the draft reads: summed over its views (an ensemble pays for each row)
         self.last_draft_visual = sum(p.n_visual for p in prompts)
-        return [p.embeds for p in prompts]
+        return prompts
 
     def speculative_inputs(self, sample: Sample):
-        """(target prompt embeddings, the draft prompts' builder, the visual positions to score
-        at prefill or None): what a speculative generation of `sample` starts from."""
+        """(target prompt, the draft prompts' builder, the visual positions to score at prefill
+        or None): what a speculative generation of `sample` starts from."""
         prompt = self.target_prompt(sample)
         scored = self.score_visual and prompt.n_visual > 0
         return (
-            prompt.embeds,
+            prompt,
             lambda attention: self.draft_prompts(sample, attention),
             prompt.visual if scored else None,
         )
@@ -116,7 +148,7 @@ class MethodRunner:
     def decode_ar(self, sample: Sample, max_new: int, stop: set[int], sampler) -> Generation:
         """The paired AR baseline on the same target and sample."""
         prompt = self.target_prompt(sample)
-        return decode_ar(self.target, prompt.embeds, max_new, stop, self.temperature, sampler)
+        return decode_ar(self.target, prompt, max_new, stop, self.temperature, sampler)
 
     def draft_forward_stats(self) -> tuple[int, float]:
         if self.drafter is None:

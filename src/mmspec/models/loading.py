@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from mmspec.models import families
+
 TOY_PREFIX = "toy:"
 TOY_DIR = Path("results/models/toy")
 
@@ -30,7 +32,7 @@ def load_model(ref: str, device: torch.device, dtype: str = "float32"):
 
     path = resolve_ref(ref)
     config = AutoConfig.from_pretrained(path)
-    multimodal = hasattr(config, "vision_config")
+    multimodal = families.check_config(config, ref) is not None
     loader = AutoModelForImageTextToText if multimodal else AutoModelForCausalLM
     model = loader.from_pretrained(path, dtype=getattr(torch, dtype))
     return model.to(device).eval()
@@ -38,13 +40,14 @@ def load_model(ref: str, device: torch.device, dtype: str = "float32"):
 
 def load_processor(ref: str):
     """The processor (tokenizer + image processor) of a model, or its tokenizer alone."""
-    from transformers import AutoProcessor, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
+
+    from mmspec.models import processors
 
     path = resolve_ref(ref)
-    try:
-        return AutoProcessor.from_pretrained(path)
-    except (OSError, ValueError, TypeError):
+    if not hasattr(AutoConfig.from_pretrained(path), "vision_config"):
         return AutoTokenizer.from_pretrained(path)
+    return processors.load(path)
 
 
 def tokenizer_of(processor):

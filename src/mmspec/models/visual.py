@@ -1,11 +1,14 @@
-"""Vision features of a Llava-family model: computed once per image, stored, and read back.
+"""Vision features of a multimodal model: computed once per image, stored, and read back.
 
-`embeds` (projector output) replace the image tokens of view M; `features` (the selected
-vision-tower layer, before the projector) are kept for views that transform them (pooling).
+`embeds` are what the family's own `get_image_features` returns for the image (after the
+projector or connector, tiles and newline tokens included: exactly the vectors that replace the
+image's placeholder tokens), flattened to [n, H]; `features` (the selected vision-tower layer,
+before the projector) are kept where a view transforms them (view P, LLaVA-1.5's layout).
 """
 
 from __future__ import annotations
 
+import inspect
 import io
 
 import numpy as np
@@ -33,9 +36,35 @@ def projector_of(model):
     return lambda features: projector(features.to(device, dtype))
 
 
+def _flatten(pooled) -> torch.Tensor:
+    """get_image_features' pooler_output for one image ([n, H], [tiles, n, H] or a list of
+    those) as the [n, H] rows that replace its placeholders, in order."""
+    if isinstance(pooled, (list, tuple)):
+        return torch.cat([_flatten(p) for p in pooled])
+    return pooled.reshape(-1, pooled.shape[-1])
+
+
+@torch.inference_mode()
+def encode_image(model, image_processor, image) -> torch.Tensor:
+    """The embeddings [n, H] of one PIL image by the family's own `get_image_features`."""
+    inputs = image_processor(images=[image], return_tensors="pt")
+    method = model.model.get_image_features
+    accepted = set(inspect.signature(method).parameters)
+    kwargs = {}
+    for key, value in inputs.items():
+        if key in accepted:
+            is_pixels = torch.is_floating_point(value)
+            kwargs[key] = (
+                value.to(model.device, model.dtype) if is_pixels else value.to(model.device)
+            )
+    out = method(**kwargs, return_dict=True)
+    return _flatten(out.pooler_output)
+
+
 @torch.inference_mode()
 def encode_images(model, pixel_values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(features [N, n, Dv], embeds [N, n, H]) for a batch of preprocessed images."""
+    """(features [N, n, Dv], embeds [N, n, H]) for a batch of preprocessed images of the
+    LLaVA-1.5 layout (one crop each): the features view P pools."""
     tower, projector = vision_parts(model)
     if pixel_values.dim() != 4:
         # LLaVA-NeXT / OneVision processors tile each image into crops (anyres): [N, crops, C,
@@ -74,4 +103,4 @@ def load_cache(table: pa.Table, column: str = "embeds") -> dict[str, torch.Tenso
     """image_id -> tensor from a visual-cache table."""
     ids = table.column("image_id").to_pylist()
     blobs = table.column(column).to_pylist()
-    return {i: from_bytes(b) for i, b in zip(ids, blobs, strict=True)}
+    return {i: from_bytes(b) for i, b in zip(ids, blobs, strict=True) if b is not None}

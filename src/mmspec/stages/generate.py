@@ -8,16 +8,18 @@ decoded but not recorded.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 
 import pyarrow as pa
 import torch
+from PIL import Image
 from tqdm import tqdm
 
 from mmspec.decoding.sampler import TorchSampler, seeded
 from mmspec.decoding.timing import describe_device, pick_device, versions
-from mmspec.decoding.views import ImageInput
+from mmspec.decoding.views import Chat, ImageInput
 from mmspec.methods.components import DRAFTERS_WITH_MODEL
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import loading, visual
@@ -61,8 +63,10 @@ class ImageStore:
             self.captions = {r["image_id"]: r["caption"] for r in table}
             self.caption_s = {r["image_id"]: r["caption_s"] for r in table}
 
-    def images(self, ids: list[str]) -> list[ImageInput]:
+    def images(self, ids: list[str], pngs: list[bytes] | None = None) -> list[ImageInput]:
+        """The cached data of images `ids` (and the images themselves, decoded from `pngs`)."""
         n = len(ids)
+        pils = [Image.open(io.BytesIO(png)).convert("RGB") for png in pngs] if pngs else []
         embeds = _lookup(self.embeds, ids, self.visual_path, "embeddings") if self.embeds else []
         feats = _lookup(self.features, ids, self.visual_path, "features") if self.features else []
         captions = (
@@ -73,6 +77,7 @@ class ImageStore:
                 embeds[k] if embeds else None,
                 feats[k] if feats else None,
                 captions[k] if captions else None,
+                image=pils[k] if pils else None,
             )
             for k in range(n)
         ]
@@ -100,9 +105,10 @@ def run(
     processor = loading.load_processor(pair["target"])
     tokenizer = loading.tokenizer_of(processor)
     target_model = loading.load_model(pair["target"], device, pair["dtype"])
-    draft_model = None
+    draft_model = draft_processor = None
     if spec["drafter"] in DRAFTERS_WITH_MODEL:
         draft_model = loading.load_model(pair["draft"], device, pair["dtype"])
+        draft_processor = loading.load_processor(pair["draft"])
         t_vocab = target_model.get_output_embeddings().out_features
         d_vocab = draft_model.get_output_embeddings().out_features
         if t_vocab != d_vocab:
@@ -111,7 +117,9 @@ def run(
                 f"({t_vocab}); speculative decoding needs a shared tokenizer"
             )
     image_token = loading.image_token_of(processor)
-    runner = MethodRunner(spec, target_model, draft_model, tokenizer, image_token)
+    runner = MethodRunner(
+        spec, target_model, draft_model, tokenizer, image_token, processor, draft_processor
+    )
     stop = stop_tokens(target_model, tokenizer)
     target_store = ImageStore(target_visual)
     draft_store = ImageStore(draft_visual, "P" in spec.get("views", ""), captions)
@@ -119,8 +127,10 @@ def run(
     def sample_of(row: dict) -> Sample:
         messages = json.loads(row["messages"])
         text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        ids = row["image_ids"]
-        return Sample(text, target_store.images(ids), draft_store.images(ids))
+        ids, pngs = row["image_ids"], row["images"]
+        return Sample(
+            Chat(text, messages), target_store.images(ids, pngs), draft_store.images(ids, pngs)
+        )
 
     max_new = gen["max_new_tokens"]
     for row in rows[: timing["warmup_samples"]]:

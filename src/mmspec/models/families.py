@@ -1,0 +1,80 @@
+"""The VLM families mmspec runs, and the few facts about each that its code needs.
+
+Everything else that is family-specific (image processing and tiling, the vision tower and
+projector, merging features into the text, positions, image masks) is the family's own
+transformers code, reached through one path: `get_image_features` for the visual cache
+(`models.visual`) and the multimodal forward with `mm_encoder_outputs` for prompts
+(`models.prompts`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Family:
+    """features_as_tensor: the forward takes cached features as one [N, H] tensor (else one per
+    image); multi_axis_positions: M-RoPE position ids [3, L]; bidirectional_images: an image's
+    tokens attend to each other in the prompt; pooled_view: view P (2x2 pooling of one crop's
+    square patch grid before the projector) is defined."""
+
+    name: str
+    features_as_tensor: bool = False
+    multi_axis_positions: bool = False
+    bidirectional_images: bool = False
+    pooled_view: bool = False
+
+
+FAMILIES = {
+    f.name: f
+    for f in [
+        Family("llava", pooled_view=True),
+        Family("llava_next"),
+        Family("llava_onevision"),
+        Family("llava_next_video"),
+        Family("qwen2_vl", multi_axis_positions=True),
+        Family("qwen2_5_vl", multi_axis_positions=True),
+        Family("idefics3"),
+        Family("smolvlm"),
+        Family("gemma3", features_as_tensor=True, bidirectional_images=True),
+        Family("mistral3"),
+    ]
+}
+
+
+def supported() -> str:
+    return ", ".join(FAMILIES)
+
+
+def check_config(config, what: str) -> Family | None:
+    """The family of a multimodal model config (None for a text-only LM), or a clear error."""
+    if not hasattr(config, "vision_config"):
+        return None
+    family = FAMILIES.get(config.model_type)
+    if family is None:
+        classes = ", ".join(getattr(config, "architectures", None) or [config.model_type])
+        raise ValueError(
+            f"{what}: model family {config.model_type!r} ({classes}) is not supported; "
+            f"supported multimodal families: {supported()}"
+        )
+    return family
+
+
+def family_of(model) -> Family:
+    family = check_config(model.config, type(model).__name__)
+    if family is None:
+        raise ValueError(f"{type(model).__name__} is not a multimodal model")
+    return family
+
+
+def visual_token_ids(config) -> list[int]:
+    """The ids of the tokens that image (and video) features replace."""
+    ids = []
+    for key in ("image_token_id", "image_token_index", "video_token_id", "video_token_index"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value not in ids:
+            ids.append(value)
+    if not ids:
+        raise ValueError(f"{config.model_type}: its config names no image token id")
+    return ids

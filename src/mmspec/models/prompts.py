@@ -1,0 +1,111 @@
+"""Chat text and cached image features -> a model's `Prompt`, by the family's own code.
+
+The family's processor lays the prompt out (placeholder expansion, tiles, image markers, its
+position extras such as Qwen's `image_grid_thw` and `mm_token_type_ids`); the family's own
+multimodal forward merges the cached features into the embeddings and computes its positions
+(M-RoPE via `get_rope_index`), given the features as `mm_encoder_outputs` so that no vision
+tower runs. Its language model is not run: a hook takes its inputs (embeddings, position ids)
+and stops the forward there; mmspec's decoder runs the language model with its own cache.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from mmspec.decoding.prompt import Prompt, image_blocks
+from mmspec.models import families
+from mmspec.models.loading import tokenizer_of
+
+
+class _Captured(Exception):
+    """Raised by the hook with the language model's inputs, to stop the forward there."""
+
+    def __init__(self, inputs: dict):
+        super().__init__("captured")
+        self.inputs = inputs
+
+
+def _features_output(features: list[torch.Tensor], as_tensor: bool):
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    pooled = torch.cat(features) if as_tensor else tuple(features)
+    return BaseModelOutputWithPooling(pooler_output=pooled)
+
+
+class PromptBuilder:
+    """Builds prompts for one model from its processor and its cached image features."""
+
+    def __init__(self, model, processor):
+        from mmspec.decoding.decoder import language_parts
+
+        self.model = model
+        self.family = families.family_of(model)
+        self.processor = processor
+        self.tokenizer = tokenizer_of(processor)
+        self.inner = model.model
+        self.stack, _, self.embed = language_parts(model)
+        self.visual_ids = torch.tensor(families.visual_token_ids(model.config), dtype=torch.long)
+        accepted = set(inspect.signature(self.inner.forward).parameters)
+        # processor outputs the forward needs besides the features (positions, masks)
+        self.extras = accepted - {"input_ids", "attention_mask", "pixel_values", "inputs_embeds"}
+
+    def render(self, messages: list[dict]) -> str:
+        return self.processor.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
+
+    @torch.inference_mode()
+    def build(self, text: str, images: list, features: list[torch.Tensor]) -> Prompt:
+        """The prompt of `text` (rendered chat) with `images` (PIL) whose cached features
+        (one [n_i, H] per image, in order) replace their placeholders."""
+        if len(images) != len(features):
+            raise ValueError(f"{len(images)} images but {len(features)} cached feature sets")
+        if images:
+            inputs = self.processor(text=[text], images=images, return_tensors="pt")
+        else:
+            inputs = self.tokenizer([text], return_tensors="pt")
+        ids = inputs["input_ids"].to(self.model.device)
+        visual = torch.isin(ids[0].cpu(), self.visual_ids)
+        n_features = sum(f.shape[0] for f in features)
+        if int(visual.sum()) != n_features:
+            raise ValueError(
+                f"{type(self.model).__name__}: the processor laid out {int(visual.sum())} visual "
+                f"tokens for {len(images)} images but the visual cache holds {n_features} "
+                "(was the cache built by this model?)"
+            )
+        kwargs = {k: v.to(self.model.device) for k, v in inputs.items() if k in self.extras}
+        if features:
+            dtype = self.embed.weight.dtype
+            moved = [f.to(self.model.device, dtype) for f in features]
+            kwargs["mm_encoder_outputs"] = {
+                "image": _features_output(moved, self.family.features_as_tensor)
+            }
+        captured = self._language_inputs(ids, kwargs)
+        embeds = captured["inputs_embeds"][0]
+        positions = captured.get("position_ids")
+        if self.family.multi_axis_positions and positions is not None:
+            positions = positions[-3:, 0].cpu()  # [3, L] (a leading text axis is dropped)
+        else:
+            positions = None
+        blocks = image_blocks(visual) if self.family.bidirectional_images else None
+        return Prompt(embeds, visual, positions, blocks)
+
+    def _language_inputs(self, ids: torch.Tensor, kwargs: dict) -> dict:
+        def hook(module, args, inputs):
+            raise _Captured(inputs)
+
+        handle = self.stack.register_forward_pre_hook(hook, with_kwargs=True)
+        state = getattr(self.inner, "rope_deltas", None)
+        try:
+            if hasattr(self.inner, "rope_deltas"):
+                self.inner.rope_deltas = None  # recomputed from this prompt, not a stale one
+            self.inner(input_ids=ids, use_cache=False, **kwargs)
+        except _Captured as captured:
+            return captured.inputs
+        finally:
+            handle.remove()
+            if hasattr(self.inner, "rope_deltas"):
+                self.inner.rope_deltas = state
+        raise RuntimeError(f"{type(self.inner).__name__} never called its language model")

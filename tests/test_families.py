@@ -15,6 +15,7 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import yaml
 import torch
 from PIL import Image
 
@@ -186,3 +187,72 @@ def test_stages_run_the_family_losslessly(family, family_dirs, tmp_path, monkeyp
                 **inputs, max_new_tokens=len(ours), do_sample=False, eos_token_id=eos
             )
         assert ours == theirs[0, inputs["input_ids"].shape[1] :].tolist()
+
+
+@pytest.mark.parametrize("family", ["llava_onevision", "qwen2_5_vl"])
+def test_toy_video_decodes_losslessly(family, family_dirs, tmp_path, monkeypatch):
+    """Eight frames per sample (the toy video scenario), fed as images in the family's own
+    layout: chain, tree and SpecVLM's pruned draft all reproduce AR."""
+    monkeypatch.chdir(tmp_path)
+    target_dir, _ = family_dirs[family]
+    prepare.run("toy_video", {"source": "toy", "samples": 2}, "prepared.parquet", toy_seed=0)
+    cache_visual.run(str(target_dir), "prepared.parquet", "target.parquet", "float32", 1)
+    pair = {"target": str(target_dir), "draft": str(target_dir), "dtype": "float32"}
+    outputs = []
+    for k, (method, hparams) in enumerate(
+        [("ar", {}), ("sd_chain", {"gamma": 3}), ("sd_tree", {}), ("specvlm", {})]
+    ):
+        params = _cell(method, hparams, pair)
+        params["cell"]["dataset"] = "toy_video"
+        generate.run(params, "prepared.parquet", "target.parquet", "target.parquet", f"{k}.parquet")
+        outputs.append(pq.read_table(f"{k}.parquet").to_pylist())
+    assert all(len(r["output_ids"]) > 1 for r in outputs[0])
+    assert all(r["target_visual_tokens"] > 8 for r in outputs[0])
+    for rows in outputs[1:]:
+        assert [r["output_ids"] for r in rows] == [r["output_ids"] for r in outputs[0]]
+
+
+def test_unknown_family_and_foreign_tokenizer_are_rejected_before_any_job(
+    family_dirs, tmp_path, capsys
+):
+    from mmspec import config as mmconfig
+    from mmspec.cli import main
+
+    target = family_dirs["llava"][0]
+    unknown = tmp_path / "unknown"
+    unknown.mkdir()
+    model_config = json.loads((target / "config.json").read_text())
+    model_config.update(model_type="paligemma", architectures=["PaliGemmaForConditionalGeneration"])
+    (unknown / "config.json").write_text(json.dumps(model_config))
+    base = yaml.safe_load(open("config/config.yaml"))
+
+    def validate(target_ref, draft_ref):
+        cfg = dict(base, pairs={"p": {"target": str(target_ref), "draft": str(draft_ref)}})
+        cfg["sweep"] = [{"datasets": "all", "pairs": ["p"]}]
+        return mmconfig.validate(cfg)
+
+    with pytest.raises(mmconfig.ConfigError, match="PaliGemmaForConditionalGeneration.*supported"):
+        validate(unknown, target)
+    foreign = family_dirs["idefics3"][0]
+    with pytest.raises(
+        mmconfig.ConfigError, match=r"draft's tokenizer \(110 tokens\).*\(71 tokens\)"
+    ):
+        validate(target, foreign)
+    assert validate(target, family_dirs["llava"][1])  # same family, same tokenizer
+    # the stage itself: one line naming the model, no traceback
+    prepare.run("toy_caption", {"source": "toy", "samples": 1}, str(tmp_path / "p.parquet"), 0)
+    code = main(
+        [
+            "cache_visual",
+            "--model",
+            str(unknown),
+            "--prepared",
+            str(tmp_path / "p.parquet"),
+            "--out",
+            str(tmp_path / "v.parquet"),
+        ]
+    )
+    assert code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mmspec cache_visual: error:") and len(err.splitlines()) == 1
+    assert "'paligemma' (PaliGemmaForConditionalGeneration) is not supported" in err

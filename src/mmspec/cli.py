@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -12,6 +13,12 @@ def _json(text: str) -> dict:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise argparse.ArgumentTypeError(f"not valid JSON: {e}") from None
+
+
+def _families() -> list[str]:
+    from mmspec.models.families import FAMILIES
+
+    return list(FAMILIES)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blocks", default=None)
     p.add_argument("--out", required=True)
 
+    p = sub.add_parser(
+        "tiny-model",
+        help="save a tiny random-init model of a VLM family (offline stand-in for rehearsals)",
+    )
+    p.add_argument("family", help="one of: " + ", ".join(_families()))
+    p.add_argument("out", help="the folder to save it in (model, processor, tokenizer)")
+    p.add_argument("--hidden", type=int, default=32)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+
     p = sub.add_parser("cells", help="validate a config and list its cells")
     p.add_argument("config")
 
@@ -105,12 +122,23 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(1)  # tiny models: threads only add overhead
             return 0 if verify.run(args.seed, args.method, args.spec, args.tokens) else 1
         run(args)
-    except (ValueError, KeyError, FileNotFoundError) as error:
-        # Bad input: say what and where, without a traceback burying the message.
-        message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"mmspec {args.stage}: error: {message}", file=sys.stderr)
+    except Exception as error:
+        # one line saying what and where, not a traceback burying the message
+        # (MMSPEC_TRACEBACK=1 re-raises, for debugging mmspec itself)
+        if os.environ.get("MMSPEC_TRACEBACK"):
+            raise
+        print(f"mmspec {args.stage}: error: {one_line(error)}", file=sys.stderr)
         return 1
     return 0
+
+
+def one_line(error: Exception) -> str:
+    """An exception as one line: bad-input errors by their message, others with their type."""
+    message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    message = " ".join(str(message).split())
+    if isinstance(error, (ValueError, KeyError, FileNotFoundError)):
+        return message
+    return f"{type(error).__name__}: {message}"
 
 
 def run(args: argparse.Namespace) -> None:
@@ -162,6 +190,11 @@ def run(args: argparse.Namespace) -> None:
         from mmspec.stages import report
 
         report.run(args.cells, args.out, args.blocks)
+    elif args.stage == "tiny-model":
+        from mmspec.models import tiny
+
+        out = tiny.save(args.family, args.out, args.hidden, args.layers, args.seed)
+        print(f"saved a tiny random {args.family} model -> {out}", file=sys.stderr)
     elif args.stage == "cells":
         from mmspec import config
 

@@ -14,6 +14,7 @@ import yaml
 
 from mmspec.methods import registry
 from mmspec.methods.components import DRAFTERS_WITH_MODEL
+from mmspec.models import families
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -108,6 +109,7 @@ def validate(config: dict) -> dict:
                     f"config key pairs.{name}.{role}: {ref!r} names no model under toy.models "
                     f"(known: {sorted(config['toy']['models'])})"
                 )
+        _check_model_files(name, pair)
     captioner = config.get("captioner")
     if captioner and captioner["model"].startswith(TOY_PREFIX):
         if captioner["model"][len(TOY_PREFIX) :] not in config["toy"]["models"]:
@@ -146,6 +148,30 @@ def validate(config: dict) -> dict:
                 "toy_vqa, toy_diff, toy_multiturn, toy_story)"
             )
     return config
+
+
+def _check_model_files(name: str, pair: dict) -> None:
+    """Models whose files are here (local folders, the HF cache): a supported family, and a
+    draft tokenizer equal to the target's; checked before any job is submitted."""
+    vocabularies = {}
+    for role in ("target", "draft"):
+        ref = pair.get(role)
+        folder = None if ref is None or ref.startswith(TOY_PREFIX) else families.local_files(ref)
+        if folder is None:
+            continue  # trained by the workflow, or downloaded by the job
+        model_config = json.loads((folder / "config.json").read_text())
+        try:
+            families.check_config_dict(model_config, ref)
+        except ValueError as e:
+            raise ConfigError(f"config key pairs.{name}.{role}: {e}") from None
+        vocabularies[role] = families.tokenizer_vocabulary(folder)
+    target, draft = vocabularies.get("target"), vocabularies.get("draft")
+    if target is not None and draft is not None and target != draft:
+        raise ConfigError(
+            f"config key pairs.{name}.draft: the draft's tokenizer ({len(draft)} tokens) differs "
+            f"from the target's ({len(target)} tokens); speculative decoding needs a shared "
+            "tokenizer"
+        )
 
 
 def _with_defaults(config: dict) -> dict:

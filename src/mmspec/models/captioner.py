@@ -20,7 +20,7 @@ class Captioner:
         self.ref, self.prompt, self.max_new = ref, prompt, max_new
         self.device = device
         self.processor = loading.load_processor(ref)
-        self.model = loading.load_model(ref, device, dtype)
+        self.model = loading.load_model(ref, device, dtype, check_family=False)
         if getattr(self.processor, "image_processor", None) is None:
             raise ValueError(f"captioner {ref}: its processor has no image processor")
         if getattr(self.processor, "chat_template", None):

@@ -9,7 +9,10 @@ transformers code, reached through one path: `get_image_features` for the visual
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -49,16 +52,53 @@ def supported() -> str:
 
 def check_config(config, what: str) -> Family | None:
     """The family of a multimodal model config (None for a text-only LM), or a clear error."""
-    if not hasattr(config, "vision_config"):
+    return check_config_dict(config.to_dict() if hasattr(config, "to_dict") else config, what)
+
+
+def check_config_dict(config: dict, what: str) -> Family | None:
+    """As check_config, for a config.json read as a dict (no transformers import)."""
+    if "vision_config" not in config:
         return None
-    family = FAMILIES.get(config.model_type)
+    model_type = config.get("model_type")
+    family = FAMILIES.get(model_type)
     if family is None:
-        classes = ", ".join(getattr(config, "architectures", None) or [config.model_type])
+        classes = ", ".join(config.get("architectures") or [str(model_type)])
         raise ValueError(
-            f"{what}: model family {config.model_type!r} ({classes}) is not supported; "
+            f"{what}: model family {model_type!r} ({classes}) is not supported; "
             f"supported multimodal families: {supported()}"
         )
     return family
+
+
+def local_files(ref: str) -> Path | None:
+    """The folder holding a model's files without downloading: a local directory, or the
+    newest snapshot of a hub id in the Hugging Face cache; None if neither exists."""
+    path = Path(ref)
+    if (path / "config.json").exists():
+        return path
+    if ref.count("/") != 1 or path.exists():
+        return None
+    cache = Path(
+        os.environ.get("HF_HUB_CACHE")
+        or Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
+    )
+    snapshots = cache / ("models--" + ref.replace("/", "--")) / "snapshots"
+    found = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None
+
+
+def tokenizer_vocabulary(folder: Path) -> dict[str, int] | None:
+    """token -> id from a folder's tokenizer.json (None if it has none)."""
+    path = folder / "tokenizer.json"
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    vocab = data.get("model", {}).get("vocab")
+    if isinstance(vocab, list):  # Unigram: [[piece, score], ...]
+        vocab = {piece: i for i, (piece, _) in enumerate(vocab)}
+    vocab = dict(vocab or {})
+    vocab.update({t["content"]: t["id"] for t in data.get("added_tokens", [])})
+    return vocab
 
 
 def family_of(model) -> Family:

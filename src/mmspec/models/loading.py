@@ -6,11 +6,11 @@ Toy models are ordinary `save_pretrained` folders, so every model goes through t
 
 from __future__ import annotations
 
+import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-
-from mmspec.models import families
 
 TOY_PREFIX = "toy:"
 TOY_DIR = Path("results/models/toy")
@@ -26,13 +26,22 @@ def resolve_ref(ref: str) -> str:
     return ref
 
 
-def load_model(ref: str, device: torch.device, dtype: str = "float32"):
-    """A model in eval mode on `device`: multimodal if its config says so, else a causal LM."""
+def load_model(ref: str, device: torch.device, dtype: str = "float32", check_family=True):
+    """A model in eval mode on `device`: multimodal if its config says so, else a causal LM.
+    Multimodal models must be of a supported family (`families`) unless `check_family` is off
+    (the captioner, which only captions)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
+    from mmspec.models import families
+
     path = resolve_ref(ref)
+    folder = families.local_files(path)
+    if check_family and folder is not None:  # before transformers reads the config
+        families.check_config_dict(json.loads((folder / "config.json").read_text()), ref)
     config = AutoConfig.from_pretrained(path)
-    multimodal = families.check_config(config, ref) is not None
+    multimodal = hasattr(config, "vision_config")
+    if multimodal and check_family:
+        families.check_config(config, ref)
     loader = AutoModelForImageTextToText if multimodal else AutoModelForCausalLM
     model = loader.from_pretrained(path, dtype=getattr(torch, dtype))
     return model.to(device).eval()
@@ -48,6 +57,18 @@ def load_processor(ref: str):
     if not hasattr(AutoConfig.from_pretrained(path), "vision_config"):
         return AutoTokenizer.from_pretrained(path)
     return processors.load(path)
+
+
+@contextmanager
+def about(ref: str):
+    """Unexpected errors raised inside (not bad-input errors, which say where they come from)
+    name the model they concern."""
+    try:
+        yield
+    except (ValueError, KeyError, FileNotFoundError):
+        raise
+    except Exception as error:
+        raise RuntimeError(f"{ref}: {type(error).__name__}: {error}") from error
 
 
 def tokenizer_of(processor):

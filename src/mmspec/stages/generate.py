@@ -40,6 +40,16 @@ def stop_tokens(model, tokenizer) -> set[int]:
     return ids
 
 
+def check_shared_vocabulary(what: str, target_tokenizer, draft_tokenizer) -> None:
+    """Speculative decoding compares token ids: the draft must share the target's tokenizer."""
+    t_vocab, d_vocab = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
+    if t_vocab != d_vocab:
+        raise ValueError(
+            f"{what}: the draft's tokenizer ({len(d_vocab)} tokens) differs from the target's "
+            f"({len(t_vocab)} tokens); speculative decoding needs a shared tokenizer"
+        )
+
+
 def _lookup(cache: dict, ids: list[str], path: str, what: str) -> list:
     missing = [i for i in ids if i not in cache]
     if missing:
@@ -102,20 +112,18 @@ def run(
     if not rows:
         raise ValueError(f"{prepared}: no samples to decode")
 
-    processor = loading.load_processor(pair["target"])
+    with loading.about(pair["target"]):
+        processor = loading.load_processor(pair["target"])
+        target_model = loading.load_model(pair["target"], device, pair["dtype"])
     tokenizer = loading.tokenizer_of(processor)
-    target_model = loading.load_model(pair["target"], device, pair["dtype"])
     draft_model = draft_processor = None
     if spec["drafter"] in DRAFTERS_WITH_MODEL:
-        draft_model = loading.load_model(pair["draft"], device, pair["dtype"])
-        draft_processor = loading.load_processor(pair["draft"])
-        t_vocab = target_model.get_output_embeddings().out_features
-        d_vocab = draft_model.get_output_embeddings().out_features
-        if t_vocab != d_vocab:
-            raise ValueError(
-                f"pair {cell['pair']}: draft vocabulary ({d_vocab}) differs from the target's "
-                f"({t_vocab}); speculative decoding needs a shared tokenizer"
-            )
+        with loading.about(pair["draft"]):
+            draft_model = loading.load_model(pair["draft"], device, pair["dtype"])
+            draft_processor = loading.load_processor(pair["draft"])
+        check_shared_vocabulary(
+            f"pair {cell['pair']}", tokenizer, loading.tokenizer_of(draft_processor)
+        )
     image_token = loading.image_token_of(processor)
     runner = MethodRunner(
         spec, target_model, draft_model, tokenizer, image_token, processor, draft_processor

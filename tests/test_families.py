@@ -15,8 +15,8 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import yaml
 import torch
+import yaml
 from PIL import Image
 
 from mmspec.decoding.decoder import Decoder

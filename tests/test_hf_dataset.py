@@ -258,3 +258,69 @@ def test_offline_from_the_environment_in_a_fresh_process(tmp_path):
     # an uncached hub id fails at once, saying that offline mode needs the local cache
     assert "hub ConnectionError" in result.stdout and "HF_HUB_OFFLINE=1" in result.stdout
     assert read_table(out, PREPARED).num_rows == 4
+
+
+def conversation_dataset() -> datasets.Dataset:
+    """Two LLaVA-style multi-turn rows: one marks its two images, one marks none."""
+    return datasets.Dataset.from_dict(
+        {
+            "id": ["a", "b"],
+            "images": [[solid(RED), solid(BLUE)], [solid(GREEN)]],
+            "conversations": [
+                [
+                    {"from": "human", "value": "<image>\nWhat colour?"},
+                    {"from": "gpt", "value": "red"},
+                    {"from": "human", "value": "And this one? <image>"},
+                    {"from": "gpt", "value": "blue"},
+                ],
+                [
+                    {"from": "human", "value": "Describe."},
+                    {"from": "gpt", "value": "green"},
+                    {"from": "human", "value": "Brighter?"},
+                    {"from": "gpt", "value": "no"},
+                ],
+            ],
+        }
+    )
+
+
+CONVERSATION_SPEC = {
+    "source": "hf",
+    "split": "train",
+    "columns": {"id": "id"},
+    "image_columns": ["images"],
+    "conversation": {"column": "conversations"},
+}
+
+
+def test_multi_turn_conversations_give_a_row_per_turn(tmp_path, offline):
+    dataset_id = save(conversation_dataset(), tmp_path, "save_to_disk")
+    out = tmp_path / "conv.parquet"
+    assert prepare_hf("conv", {**CONVERSATION_SPEC, "id": dataset_id}, out) == 4
+    rows = read_table(out, PREPARED).to_pylist()
+    assert [(r["sample_id"], r["turn"], r["reference"]) for r in rows] == [
+        ("conv-a", 0, "red"), ("conv-a", 1, "blue"), ("conv-b", 0, "green"), ("conv-b", 1, "no")
+    ]
+    # turn 1 of row a: turn 0 answered by the dataset, then the question with the second image
+    assert json.loads(rows[1]["messages"]) == [
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What colour?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "red"}]},
+        {"role": "user", "content": [{"type": "text", "text": "And this one?"}, {"type": "image"}]},
+    ]
+    assert [pixels(p).getpixel((0, 0)) for p in rows[1]["images"]] == [RED, BLUE]
+    assert [pixels(p).getpixel((0, 0)) for p in rows[0]["images"]] == [RED]
+    # no marker: the image opens the first question and stays in the history
+    first = json.loads(rows[3]["messages"])[0]
+    assert first["content"][0] == {"type": "image"} and len(rows[3]["images"]) == 1
+
+
+def test_conversation_errors_name_the_row(tmp_path, offline):
+    bad = conversation_dataset().map(
+        lambda row: {"conversations": row["conversations"][:1] + row["conversations"][:1]}
+    )
+    dataset_id = save(bad, tmp_path, "save_to_disk")
+    with pytest.raises(ValueError, match=r"\(id 'a'\), column 'conversations'\[1\]: two user"):
+        prepare_hf("conv", {**CONVERSATION_SPEC, "id": dataset_id}, tmp_path / "x.parquet")
+    with pytest.raises(ValueError, match="`conversation.column` names column 'turns'"):
+        prepare_hf("conv", {**CONVERSATION_SPEC, "id": dataset_id,
+                            "conversation": {"column": "turns"}}, tmp_path / "x.parquet")

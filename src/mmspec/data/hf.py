@@ -24,6 +24,18 @@ path (inside `dir` when given, `suffix` appended), the bytes of a video file, an
 ({'bytes', 'path'}), or the frames themselves as a list of images; files and bytes are decoded
 with PyAV (`pip install av`).
 
+A multi-turn dataset (TABED's multi-turn scenarios, LLaVA-NeXT-Interleave-Bench, any LLaVA-style
+`conversations` column) adds
+
+    conversation: {column: conversations}   # role: from, content: value, user: human,
+                                             # assistant: gpt, image_token: "<image>"
+
+and each dataset row becomes one prepared row per user turn (turn 0, 1, ...): the earlier turns
+with the dataset's own answers, then the turn's question; its answer is the reference. The row's
+images (`image_columns`) go where the user turns mark `image_token`, in order; a conversation
+with no marker gets them all at the start of its first question (the LLaVA convention).
+`columns.question`/`answer` are then not needed (`columns.id` still names the id column).
+
 Nothing here reaches the network by itself: with HF_HUB_OFFLINE=1 a hub id loads from the local
 cache or fails.
 """
@@ -60,6 +72,14 @@ SPEC_KEYS = {
     "group",
     "where",
     "video",
+    "conversation",
+}
+CONVERSATION_DEFAULTS = {
+    "role": "from",
+    "content": "value",
+    "user": "human",
+    "assistant": "gpt",
+    "image_token": "<image>",
 }
 VIDEO_KEYS = {"column", "frames", "dir", "suffix"}
 VIDEO_DEFAULTS = {"frames": 16, "dir": None, "suffix": ""}
@@ -73,6 +93,7 @@ DEFAULTS = {
     "limit": None,
     "where": {},
     "video": None,
+    "conversation": None,
 }
 PROGRESS_MIN_ROWS = 300  # show a progress bar when converting more rows than this
 BATCH_SIZE = 64
@@ -99,7 +120,10 @@ def prepare_hf(name: str, spec: dict, out_path: str | Path) -> int:
     with progress:
         rows = []
         for index, row in enumerate(iter_rows(dataset)):
-            rows.append(convert_row(name, spec, index, row))
+            if spec["conversation"]:
+                rows.extend(convert_conversation(name, spec, index, row))
+            else:
+                rows.append(convert_row(name, spec, index, row))
             progress.update()
     check_unique_ids(spec["id"], rows)
     write_table(pa.Table.from_pylist(rows, schema=PREPARED), out_path, PREPARED)
@@ -121,7 +145,9 @@ def check_spec(spec: dict) -> dict:
     for key in ("config", "split", "prompt"):
         if not (isinstance(spec[key], str) or (key == "config" and spec[key] is None)):
             raise ValueError(f"{spec['id']}: `{key}` must be a string, got {spec[key]!r}")
-    spec["columns"] = _check_column_map(spec["id"], spec.get("columns"))
+    spec["conversation"] = _check_conversation(spec["id"], spec["conversation"])
+    required = () if spec["conversation"] else REQUIRED_COLUMN_FIELDS
+    spec["columns"] = _check_column_map(spec["id"], spec.get("columns"), required)
     spec["image_columns"] = _check_image_columns(spec["id"], spec["image_columns"])
     spec["video"] = _check_video(spec["id"], spec["video"])
     if not isinstance(spec["where"], dict):
@@ -132,8 +158,32 @@ def check_spec(spec: dict) -> dict:
     return spec
 
 
-def _check_column_map(source: str, columns: Any) -> dict[str, str]:
-    """Check `columns`: our field -> dataset column, with `question` and `answer` required."""
+def _check_conversation(source: str, conversation: Any) -> dict | None:
+    """Check `conversation`: {column, role, content, user, assistant, image_token}, or None."""
+    if conversation is None:
+        return None
+    if not isinstance(conversation, dict) or not isinstance(conversation.get("column"), str):
+        raise ValueError(
+            f"{source}: `conversation` must be a mapping with `column` (the turns' column), "
+            f"got {conversation!r}"
+        )
+    unknown = sorted(set(conversation) - set(CONVERSATION_DEFAULTS) - {"column"})
+    if unknown:
+        raise ValueError(
+            f"{source}: unknown key(s) {unknown} in `conversation`; allowed: "
+            f"{sorted([*CONVERSATION_DEFAULTS, 'column'])}"
+        )
+    conversation = {**CONVERSATION_DEFAULTS, **conversation}
+    for key, value in conversation.items():
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{source}: `conversation.{key}` must be a string, got {value!r}")
+    return conversation
+
+
+def _check_column_map(
+    source: str, columns: Any, required: tuple[str, ...] = REQUIRED_COLUMN_FIELDS
+) -> dict[str, str]:
+    """Check `columns`: our field -> dataset column, with the `required` fields present."""
     if not isinstance(columns, dict):
         raise ValueError(f"{source}: `columns` must map question/answer[/id] to dataset columns")
     unknown = sorted(set(columns) - COLUMN_FIELDS)
@@ -141,7 +191,7 @@ def _check_column_map(source: str, columns: Any) -> dict[str, str]:
         raise ValueError(
             f"{source}: unknown key(s) {unknown} in `columns`; allowed: {sorted(COLUMN_FIELDS)}"
         )
-    for field in REQUIRED_COLUMN_FIELDS:
+    for field in required:
         if field not in columns:
             raise ValueError(f"{source}: `columns.{field}` is required")
     for field, column in columns.items():
@@ -238,15 +288,22 @@ def check_columns(available: list[str], spec: dict) -> None:
     named += [("where", column) for column in spec.get("where", {})]
     if spec.get("video"):
         named.append(("video.column", spec["video"]["column"]))
+    if spec.get("conversation"):
+        named.append(("conversation.column", spec["conversation"]["column"]))
+        return _check_named(spec["id"], available, named)  # the prompt template is unused
     named += [
         ("prompt", field)
         for field in prompt_fields(spec["id"], spec["prompt"])
         if field not in spec["columns"]
     ]  # our field names are aliases (see format_prompt)
+    _check_named(spec["id"], available, named)
+
+
+def _check_named(source: str, available: list[str], named: list[tuple[str, str]]) -> None:
     for key, column in named:
         if column not in available:
             raise ValueError(
-                f"{spec['id']}: `{key}` names column {column!r}, which the dataset "
+                f"{source}: `{key}` names column {column!r}, which the dataset "
                 f"lacks; available columns: {sorted(available)}"
             )
 
@@ -295,6 +352,76 @@ def convert_row(name: str, spec: dict, index: int, row: dict) -> dict:
         "image_ids": [hashlib.sha1(png).hexdigest() for png in images],
         "reference": as_text(row[columns["answer"]]),
     }
+
+
+def convert_conversation(name: str, spec: dict, index: int, row: dict) -> list[dict]:
+    """One PREPARED row per user turn of a multi-turn row (see the module docstring)."""
+    conv, columns = spec["conversation"], spec["columns"]
+    row_id = row[columns["id"]] if "id" in columns else index
+    where = f"{spec['id']}: row {index} (id {row_id!r}), column {conv['column']!r}"
+    images = [
+        png for column in spec["image_columns"] for png in row_images(where, column, row[column])
+    ]
+    turns = row[conv["column"]]
+    if not isinstance(turns, list) or not turns:
+        raise ValueError(f"{where}: expected a non-empty list of turns, got {turns!r}")
+    marked = sum(str(t.get(conv["content"], "")).count(conv["image_token"]) for t in turns)
+    if marked not in (0, len(images)):
+        raise ValueError(
+            f"{where}: the turns mark {marked} {conv['image_token']} but the row has "
+            f"{len(images)} images"
+        )
+    history, rows, question, used = [], [], None, 0
+    for k, turn in enumerate(turns):
+        role, text = turn.get(conv["role"]), turn.get(conv["content"])
+        if not isinstance(text, str):
+            raise ValueError(f"{where}[{k}]: `{conv['content']}` must hold the turn's text")
+        if role == conv["user"]:
+            if question is not None:
+                raise ValueError(f"{where}[{k}]: two user turns in a row")
+            lead = len(images) if (not marked and not history) else 0
+            content, used = _interleave(text, conv["image_token"], lead, used)
+            question = {"role": "user", "content": content}
+        elif role == conv["assistant"]:
+            if question is None:
+                raise ValueError(f"{where}[{k}]: an assistant turn answers no user turn")
+            rows.append(
+                {
+                    "sample_id": f"{name}-{row_id}",
+                    "turn": len(rows),
+                    "scenario": name,
+                    "messages": json.dumps([*history, question], ensure_ascii=False),
+                    "images": images[:used],
+                    "image_ids": [hashlib.sha1(png).hexdigest() for png in images[:used]],
+                    "reference": text,
+                }
+            )
+            answer = {"role": "assistant", "content": [{"type": "text", "text": text}]}
+            history += [question, answer]
+            question = None
+        else:
+            raise ValueError(
+                f"{where}[{k}]: role {role!r}; expected {conv['user']!r} or {conv['assistant']!r} "
+                f"in `{conv['role']}`"
+            )
+    if not rows:
+        raise ValueError(f"{where}: no user turn is answered")
+    return rows
+
+
+def _interleave(text: str, marker: str, lead: int, used: int) -> tuple[list[dict], int]:
+    """A user turn's content items: `lead` images first, then text with an image item at each
+    marker; returns them and the number of images used so far."""
+    content = [{"type": "image"} for _ in range(lead)]
+    used += lead
+    pieces = text.split(marker)
+    for j, piece in enumerate(pieces):
+        if j:
+            content.append({"type": "image"})
+            used += 1
+        if piece.strip():
+            content.append({"type": "text", "text": piece.strip()})
+    return content, used
 
 
 def format_prompt(where: str, spec: dict, row: dict) -> str:
@@ -485,12 +612,13 @@ def as_text(value: Any) -> str:
 
 
 def check_unique_ids(source: str, rows: list[dict]) -> None:
-    """Fail when two rows share a sample_id (the id column must identify rows)."""
+    """Fail when two rows share a (sample_id, turn) (the id column must identify rows)."""
     seen = set()
     for row in rows:
-        if row["sample_id"] in seen:
+        key = (row["sample_id"], row["turn"])
+        if key in seen:
             raise ValueError(
                 f"{source}: duplicate sample_id {row['sample_id']!r}; "
                 "`columns.id` must name a column with unique values"
             )
-        seen.add(row["sample_id"])
+        seen.add(key)

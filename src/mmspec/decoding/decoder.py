@@ -118,6 +118,7 @@ class Decoder:
     def __init__(self, model):
         self.model = model
         self.stack, self.lm_head, self.embed = language_parts(model)
+        self.window = sliding_window(self.stack.config)  # (window, every layer slides)
         self.device = next(model.parameters()).device
         self.cache: DynamicCache | None = None
         self.length = 0  # cached positions per row, padding included
@@ -263,10 +264,6 @@ class Decoder:
             "full_attention": _additive(allowed, dtype),
             "sliding_attention": _additive(sliding, dtype),
         }
-
-    @property
-    def window(self) -> tuple[int | None, bool]:
-        return sliding_window(self.stack.config)
 
     def _allowed(self, rows: int, n: int, attention, past, blocks) -> torch.Tensor:
         """Which keys each new token may attend to, [B, n, cache + n] bool: padding hidden,

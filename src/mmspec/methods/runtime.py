@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -10,6 +10,7 @@ from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
+from mmspec.decoding.prompt import Prompt
 from mmspec.decoding.trees import make_tree_policy
 from mmspec.decoding.views import FullView, ImageInput, ViewContext, make_view, parse_views
 from mmspec.decoding.weights import make_policy
@@ -25,6 +26,8 @@ class Sample:
     text: str
     target_images: list[ImageInput]
     draft_images: list[ImageInput]
+    # the target's prompt, built once and shared by the method and its paired AR run
+    target: Prompt | None = field(default=None, repr=False)
 
 
 def _builder(model, processor):
@@ -94,10 +97,11 @@ class MethodRunner:
         self.last_draft_visual = 0
         self.last_target_visual = 0
 
-    def target_prompt(self, sample: Sample):
-        prompt = self.full.build(sample.text, sample.target_images, self.target_ctx)
-        self.last_target_visual = prompt.n_visual
-        return prompt
+    def target_prompt(self, sample: Sample) -> Prompt:
+        if sample.target is None:
+            sample.target = self.full.build(sample.text, sample.target_images, self.target_ctx)
+        self.last_target_visual = sample.target.n_visual
+        return sample.target
 
     def draft_prompts(
         self, sample: Sample, attention: torch.Tensor | None = None

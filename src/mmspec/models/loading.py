@@ -40,7 +40,7 @@ def load_model(ref: str, device: torch.device, dtype: str = "float32", check_fam
         families.check_config_dict(json.loads((folder / "config.json").read_text()), ref)
     config = AutoConfig.from_pretrained(path)
     multimodal = hasattr(config, "vision_config")
-    if multimodal and check_family:
+    if multimodal and check_family and folder is None:  # a hub id: checked once loaded
         families.check_config(config, ref)
     loader = AutoModelForImageTextToText if multimodal else AutoModelForCausalLM
     model = loader.from_pretrained(path, dtype=getattr(torch, dtype))

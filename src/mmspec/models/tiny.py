@@ -13,10 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
 
-from mmspec.data import toyworld
-from mmspec.models import processors
+from mmspec.models import processors, toy_processor
 
 # per family: the specials its processor and chat template use; the image marker the chat
 # template emits for an image item
@@ -59,14 +57,8 @@ def chat_template(marker: str) -> str:
 
 def build_tokenizer(family: str):
     """A word-level tokenizer over the toy vocabulary plus the family's special tokens."""
-    from transformers import PreTrainedTokenizerFast
-
     specials = ["<pad>", "<unk>", "<bos>", "<eos>", "<image>", "<video>", "\n"]
     specials += [s for s in _SPECIALS.get(family, []) if s not in specials]
-    words = sorted(set(toyworld.VOCABULARY) - set(specials))
-    vocab = {token: i for i, token in enumerate(specials + words)}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
     extra = {"image_token": "<image>", "video_token": "<video>"}
     if family == "gemma3":
         extra = {
@@ -78,17 +70,8 @@ def build_tokenizer(family: str):
         extra = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"}
     if family == "mistral3":
         extra = {"image_token": "[IMG]"}
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        bos_token="<bos>",
-        eos_token="<eos>",
-        pad_token="<pad>",
-        unk_token="<unk>",
-        extra_special_tokens=extra,
-    )
-    tokenizer.add_special_tokens({"additional_special_tokens": [s for s in specials[4:]]})
-    tokenizer.chat_template = chat_template(_MARKERS[family])
-    return tokenizer
+    template = chat_template(_MARKERS[family])
+    return toy_processor.word_level_tokenizer(specials, extra, specials[4:], template)
 
 
 def _text(cls_name: str, vocab: int, hidden: int, layers: int, **extra):
@@ -189,13 +172,15 @@ def build(family: str, hidden: int = 32, layers: int = 2, seed: int = 0):
             num_additional_image_tokens=1,
             chat_template=template,
         )
-    elif family == "llava_next":
-        config = tf.LlavaNextConfig(
+    elif family in ("llava_next", "llava_next_video"):
+        video = family == "llava_next_video"
+        config = (tf.LlavaNextVideoConfig if video else tf.LlavaNextConfig)(
             vision_config=_clip(hidden),
             text_config=llama,
             image_token_index=ids("<image>"),
             image_grid_pinpoints=PINPOINTS,
             vision_feature_layer=-1,
+            **({"video_token_index": ids("<video>")} if video else {}),
         )
         image = _pil(
             "LlavaNextImageProcessorPil",
@@ -204,7 +189,7 @@ def build(family: str, hidden: int = 32, layers: int = 2, seed: int = 0):
             image_grid_pinpoints=PINPOINTS,
             **NORM,
         )
-        processor = _processor("LlavaNextProcessor")(
+        processor = _processor("LlavaNextVideoProcessor" if video else "LlavaNextProcessor")(
             image_processor=image,
             tokenizer=tok,
             patch_size=8,
@@ -212,54 +197,29 @@ def build(family: str, hidden: int = 32, layers: int = 2, seed: int = 0):
             num_additional_image_tokens=1,
             chat_template=template,
         )
-    elif family in ("llava_onevision", "llava_next_video"):
-        if family == "llava_onevision":
-            config = tf.LlavaOnevisionConfig(
-                vision_config=_siglip(hidden),
-                text_config=_text("Qwen2Config", vocab, hidden, layers),
-                image_token_index=ids("<image>"),
-                video_token_index=ids("<video>"),
-                image_grid_pinpoints=PINPOINTS,
-                vision_feature_layer=-1,
-                vision_feature_select_strategy="full",
-            )
-            image = _pil(
-                "LlavaOnevisionImageProcessorPil",
-                size={"height": 32, "width": 32},
-                image_grid_pinpoints=PINPOINTS,
-                **NORM,
-            )
-            processor = _processor("LlavaOnevisionProcessor")(
-                image_processor=image,
-                tokenizer=tok,
-                num_image_tokens=16,
-                vision_feature_select_strategy="full",
-                chat_template=template,
-            )
-        else:
-            config = tf.LlavaNextVideoConfig(
-                vision_config=_clip(hidden),
-                text_config=llama,
-                image_token_index=ids("<image>"),
-                video_token_index=ids("<video>"),
-                image_grid_pinpoints=PINPOINTS,
-                vision_feature_layer=-1,
-            )
-            image = _pil(
-                "LlavaNextImageProcessorPil",
-                size={"shortest_edge": 32},
-                crop_size={"height": 32, "width": 32},
-                image_grid_pinpoints=PINPOINTS,
-                **NORM,
-            )
-            processor = _processor("LlavaNextVideoProcessor")(
-                image_processor=image,
-                tokenizer=tok,
-                patch_size=8,
-                vision_feature_select_strategy="default",
-                num_additional_image_tokens=1,
-                chat_template=template,
-            )
+    elif family == "llava_onevision":
+        config = tf.LlavaOnevisionConfig(
+            vision_config=_siglip(hidden),
+            text_config=_text("Qwen2Config", vocab, hidden, layers),
+            image_token_index=ids("<image>"),
+            video_token_index=ids("<video>"),
+            image_grid_pinpoints=PINPOINTS,
+            vision_feature_layer=-1,
+            vision_feature_select_strategy="full",
+        )
+        image = _pil(
+            "LlavaOnevisionImageProcessorPil",
+            size={"height": 32, "width": 32},
+            image_grid_pinpoints=PINPOINTS,
+            **NORM,
+        )
+        processor = _processor("LlavaOnevisionProcessor")(
+            image_processor=image,
+            tokenizer=tok,
+            num_image_tokens=16,
+            vision_feature_select_strategy="full",
+            chat_template=template,
+        )
     elif family in ("qwen2_vl", "qwen2_5_vl"):
         text = dict(
             vocab_size=vocab,

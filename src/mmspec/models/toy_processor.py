@@ -29,10 +29,13 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_tokenizer() -> PreTrainedTokenizerFast:
-    """A word-level tokenizer over the toy vocabulary; `<image>` and `\\n` are special tokens."""
-    words = [w for w in toyworld.VOCABULARY if w not in SPECIALS]
-    vocab = {token: i for i, token in enumerate(SPECIALS + sorted(set(words)))}
+def word_level_tokenizer(
+    specials: list[str], extra: dict, added: list[str], template: str
+) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer: `specials` (pad, unk, bos, eos first) then the toy vocabulary;
+    `extra` names the processor's special tokens, `added` are split out as special tokens."""
+    words = sorted(set(toyworld.VOCABULARY) - set(specials))
+    vocab = {token: i for i, token in enumerate(specials + words)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     # splits \w+|[^\w\s]+, so "image: a red circle" (the caption view) gives "image" ":" ...
     core.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -42,11 +45,16 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         eos_token="<eos>",
         pad_token="<pad>",
         unk_token="<unk>",
-        extra_special_tokens={"image_token": "<image>"},
+        extra_special_tokens=extra,
     )
-    tokenizer.add_special_tokens({"additional_special_tokens": ["\n"]})
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.add_special_tokens({"additional_special_tokens": added})
+    tokenizer.chat_template = template
     return tokenizer
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """A word-level tokenizer over the toy vocabulary; `<image>` and `\\n` are special tokens."""
+    return word_level_tokenizer(SPECIALS, {"image_token": "<image>"}, ["\n"], CHAT_TEMPLATE)
 
 
 def build_processor() -> LlavaProcessor:

@@ -19,11 +19,12 @@ import torch
 import yaml
 from PIL import Image
 
+from mmspec.data import media
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.loops import decode_ar
 from mmspec.decoding.sampler import seeded
 from mmspec.methods.registry import resolve
-from mmspec.models import loading, tiny, visual
+from mmspec.models import families, loading, tiny, video_processing, visual
 from mmspec.models.prompts import PromptBuilder
 from mmspec.stages import cache_visual, generate, prepare
 
@@ -189,10 +190,55 @@ def test_stages_run_the_family_losslessly(family, family_dirs, tmp_path, monkeyp
         assert ours == theirs[0, inputs["input_ids"].shape[1] :].tolist()
 
 
-@pytest.mark.parametrize("family", ["llava_onevision", "qwen2_5_vl"])
+VIDEO_FAMILIES = [f for f in FAMILIES if families.FAMILIES[f].video]
+# video tokens of 8 frames of 32x32 in each tiny family's own video path: OneVision pools each
+# frame's 4x4 patches to 2x2 and adds one newline token; NeXT-Video's resampler pools 4x4 to 2x2;
+# Qwen merges temporal pairs of frames (4) and 2x2 patches of the 4x4 grid (4 each)
+VIDEO_TOKENS = {"llava_onevision": 8 * 4 + 1, "llava_next_video": 8 * 4, "qwen2_vl": 4 * 4}
+VIDEO_TOKENS["qwen2_5_vl"] = VIDEO_TOKENS["qwen2_vl"]
+
+
+def _frames(seed: int, n: int = 8) -> list[Image.Image]:
+    rng = np.random.default_rng(seed)
+    return [Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)) for _ in range(n)]
+
+
+def test_every_family_with_a_video_path_is_tested():
+    assert set(VIDEO_FAMILIES) == set(VIDEO_TOKENS)
+    assert set(VIDEO_FAMILIES) <= set(video_processing.DEFAULTS)
+
+
+@pytest.mark.parametrize("family", VIDEO_FAMILIES)
+def test_video_prompt_matches_the_models_own_video_path(family, family_dirs):
+    """An image and a video in one prompt: the cached video features (the family's pooling,
+    resampler or temporal patches) give the logits of the model's forward on the same pixels,
+    and AR equals its own generate()."""
+    model, processor = _load(family_dirs[family][0])
+    image, frames = _images(2)[0], _frames(3)
+    messages = [{"role": "user", "content": [{"type": "image"}, media.video_item(len(frames))]}]
+    messages[0]["content"].append({"type": "text", "text": "describe the motion ."})
+    builder = PromptBuilder(model, processor)
+    text = builder.render(messages)
+    inputs = processor(text=[text], images=[image], videos=[frames], return_tensors="pt")
+    with torch.no_grad():
+        reference = model(**inputs).logits[0, -1]
+    video = visual.encode_video(model, processor.video_processor, frames)
+    assert video.shape[0] == VIDEO_TOKENS[family]
+    cached = [visual.encode_image(model, processor.image_processor, image), video]
+    prompt = builder.build(text, [image, frames], cached)
+    decoder = Decoder(model)
+    assert (decoder.prefill(prompt).logits[0] - reference).abs().max() <= 1e-4
+    ours = decode_ar(decoder, prompt, 9, set(), 0.0, seeded(0)).tokens
+    with torch.no_grad():
+        theirs = model.generate(**inputs, max_new_tokens=len(ours), do_sample=False)
+    assert ours == theirs[0, inputs["input_ids"].shape[1] :].tolist()
+
+
+@pytest.mark.parametrize("family", [*VIDEO_FAMILIES, "gemma3"])
 def test_toy_video_decodes_losslessly(family, family_dirs, tmp_path, monkeypatch):
-    """Eight frames per sample (the toy video scenario), fed as images in the family's own
-    layout: chain, tree and SpecVLM's pruned draft all reproduce AR."""
+    """The toy video scenario (eight frames per sample): a family with a video path reads each
+    as one video (its own pooling), the others as eight images; chain, tree and SpecVLM's pruned
+    draft all reproduce AR."""
     monkeypatch.chdir(tmp_path)
     target_dir, _ = family_dirs[family]
     prepare.run("toy_video", {"source": "toy", "samples": 2}, "prepared.parquet", toy_seed=0)
@@ -207,7 +253,9 @@ def test_toy_video_decodes_losslessly(family, family_dirs, tmp_path, monkeypatch
         generate.run(params, "prepared.parquet", "target.parquet", "target.parquet", f"{k}.parquet")
         outputs.append(pq.read_table(f"{k}.parquet").to_pylist())
     assert all(len(r["output_ids"]) > 1 for r in outputs[0])
-    assert all(r["target_visual_tokens"] > 8 for r in outputs[0])
+    # gemma3 reads the frames as 8 images of 4 tokens each
+    expected = VIDEO_TOKENS.get(family, 8 * 4)
+    assert all(r["target_visual_tokens"] == expected for r in outputs[0])
     for rows in outputs[1:]:
         assert [r["output_ids"] for r in rows] == [r["output_ids"] for r in outputs[0]]
 

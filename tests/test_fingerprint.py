@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 from mmspec.fingerprint import PACKAGE, STAGE_CODE, fingerprint
 
@@ -22,3 +23,45 @@ def test_every_listed_source_exists():
     for stage, entries in STAGE_CODE.items():
         for entry in entries:
             assert (PACKAGE / entry).exists(), (stage, entry)
+
+
+def _imported_files(path: Path) -> set[Path]:
+    """The package files `path` imports (at any depth in it), as mmspec modules or packages."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mmspec"):
+            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.startswith("mmspec")]
+        for name in names:
+            relative = Path(*name.split(".")[1:])
+            for candidate in (
+                PACKAGE / relative.with_suffix(".py"),
+                PACKAGE / relative / "__init__.py",
+            ):
+                if candidate.exists():
+                    found.add(candidate)
+    return found
+
+
+def test_each_stage_fingerprints_all_the_code_it_imports():
+    """A stage's fingerprint covers every package module its code reaches through imports, so
+    that editing any of them reruns the stage."""
+    for stage, entries in STAGE_CODE.items():
+        covered = set()
+        for entry in entries:
+            target = PACKAGE / entry
+            covered |= set(target.rglob("*.py")) if target.is_dir() else {target}
+        todo, seen = [PACKAGE / "stages" / f"{stage}.py"], set()
+        while todo:
+            path = todo.pop()
+            if path in seen:
+                continue
+            seen.add(path)
+            todo += _imported_files(path)
+        ignored = {p for p in seen if p.name == "__init__.py" and not p.read_text().strip()}
+        missing = sorted(str(p.relative_to(PACKAGE)) for p in seen - covered - ignored)
+        assert not missing, (stage, missing)

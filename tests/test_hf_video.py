@@ -16,6 +16,7 @@ import PIL.Image
 import pytest
 
 from mmspec import config as mmconfig
+from mmspec.data import media
 from mmspec.data.hf import prepare_hf, sample_indices
 from mmspec.tables import PREPARED, read_table
 
@@ -63,12 +64,13 @@ def prepare(dataset_id, tmp_path, **spec):
     return rows
 
 
-def check_images(row: dict, colours: list) -> None:
-    """The row holds exactly these images, in order, each with one placeholder."""
+def check_images(row: dict, colours: list, images: int = 0) -> None:
+    """The row holds exactly these pictures, in order: `images` from the image columns, each
+    with an image item, then the video's frames under one video item."""
     assert [colour_of(png) for png in row["images"]] == colours
     assert row["image_ids"] == [hashlib.sha1(png).hexdigest() for png in row["images"]]
     content = json.loads(row["messages"])[0]["content"]
-    assert content[:-1] == [{"type": "image"}] * len(colours)
+    assert content[:-1] == [{"type": "image"}] * images + [media.video_item(len(colours) - images)]
     assert content[-1]["type"] == "text"
 
 
@@ -90,7 +92,7 @@ def test_frame_lists_are_sampled_uniformly(tmp_path, offline, kind):
     # np.linspace over the frame indices, first and last included; short clips keep every frame
     picked = [[0, 3, 6, 9], [0, 1, 2], [0, 5, 10, 15]]
     for row, indices in zip(rows, picked, strict=True):
-        check_images(row, [POSTER] + [colour(i) for i in indices])
+        check_images(row, [POSTER] + [colour(i) for i in indices], images=1)
         assert json.loads(row["messages"])[0]["content"][-1]["text"] == "Describe the clip."
 
 

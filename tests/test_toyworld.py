@@ -7,17 +7,30 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 
+from mmspec.data import media
 from mmspec.data import toyworld as tw
 from mmspec.tables import PREPARED
 
 N = 60  # samples per dataset: enough to hit every branch, fast
-N_IMAGES = {"toy_caption": 1, "toy_vqa": 1, "toy_diff": 2, "toy_multiturn": 1, "toy_story": 5,
-            "toy_video": tw.VIDEO_FRAMES}
+N_IMAGES = {
+    "toy_caption": 1,
+    "toy_vqa": 1,
+    "toy_diff": 2,
+    "toy_multiturn": 1,
+    "toy_story": 5,
+    "toy_video": tw.VIDEO_FRAMES,
+}
 N_IMAGES_MULTITURN_NEW = 2  # a toy_multiturn turn 1 of kind "image" brings a second one
 MIXES = {"red blue": "purple", "red yellow": "orange", "blue yellow": "green"}
 SIDES = {"triangle": "three", "square": "four"}
-N_TURNS = {"toy_caption": 1, "toy_vqa": 1, "toy_diff": 1, "toy_multiturn": 2, "toy_story": 1,
-           "toy_video": 1}
+N_TURNS = {
+    "toy_caption": 1,
+    "toy_vqa": 1,
+    "toy_diff": 1,
+    "toy_multiturn": 2,
+    "toy_story": 1,
+    "toy_video": 1,
+}
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +64,10 @@ def test_rows_fit_the_prepared_schema(datasets):
             assert row["scenario"] == name and row["sample_id"].startswith(f"{name}-")
             messages = json.loads(row["messages"])
             assert [m["role"] for m in messages] == ["user", "assistant"] * row["turn"] + ["user"]
-            n_images = sum(c["type"] == "image" for m in messages for c in m["content"])
+            n_images = len(media.items(messages, row["image_ids"], False, row["sample_id"]))
             assert n_images == len(row["images"]) == len(row["image_ids"])
+            videos = [c for m in messages for c in m["content"] if c["type"] == "video"]
+            assert len(videos) == (name == "toy_video")  # its frames are one video
             if name == "toy_multiturn" and row["turn"] == 1:
                 assert n_images in (N_IMAGES[name], N_IMAGES_MULTITURN_NEW)
             else:
@@ -275,7 +290,7 @@ def test_chat_template_tokenizes_to_the_vocabulary(processor, datasets):
     tokenizer = processor.tokenizer
     for rows in datasets.values():
         for row in rows[:6]:
-            messages = json.loads(row["messages"])
+            messages = media.frames_as_images(json.loads(row["messages"]))  # LLaVA-1.5 style
             text = tokenizer.apply_chat_template(
                 messages, tokenize=False, add_generation_prompt=True
             )

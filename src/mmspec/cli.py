@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 
 def _json(text: str) -> dict:
@@ -86,6 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+
+    p = sub.add_parser(
+        "stand-in-datasets",
+        help="save small local stand-ins of a config's HF datasets (offline, for rehearsals); "
+        "prints the --config argument that points the config at them",
+    )
+    p.add_argument("config", help="a config file, e.g. config/presets/sage.yaml")
+    p.add_argument("out", help="the folder to save them in (one subfolder per dataset)")
+    p.add_argument("--rows", type=int, default=4)
 
     p = sub.add_parser("cells", help="validate a config and list its cells")
     p.add_argument("config")
@@ -195,6 +205,12 @@ def run(args: argparse.Namespace) -> None:
 
         out = tiny.save(args.family, args.out, args.hidden, args.layers, args.seed)
         print(f"saved a tiny random {args.family} model -> {out}", file=sys.stderr)
+    elif args.stage == "stand-in-datasets":
+        from mmspec import config
+        from mmspec.data import stand_in
+
+        override = stand_in.write_all(config.load(args.config), Path(args.out), args.rows)
+        print(stand_in.as_cli(override))
     elif args.stage == "cells":
         from mmspec import config
 

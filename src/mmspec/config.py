@@ -110,6 +110,8 @@ def validate(config: dict) -> dict:
                     f"(known: {sorted(config['toy']['models'])})"
                 )
         _check_model_files(name, pair)
+        if "target_device_map" in pair:
+            _check_device_map(f"pairs.{name}.target_device_map", pair["target_device_map"])
     captioner = config.get("captioner")
     if captioner and captioner["model"].startswith(TOY_PREFIX):
         if captioner["model"][len(TOY_PREFIX) :] not in config["toy"]["models"]:
@@ -148,6 +150,29 @@ def validate(config: dict) -> dict:
                 "toy_vqa, toy_diff, toy_multiturn, toy_story)"
             )
     return config
+
+
+DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+def _check_device_map(key: str, value) -> None:
+    """A device_map as accelerate takes it: a placement strategy, or module name -> device.
+    ("disk" offload is left out: it needs an offload folder and is too slow to time.)"""
+    expected = (
+        f"expected one of {', '.join(DEVICE_MAP_STRATEGIES)}, or a mapping of module name to "
+        'device (a GPU index, "cuda:N" or "cpu")'
+    )
+    if isinstance(value, str):
+        if value not in DEVICE_MAP_STRATEGIES:
+            raise ConfigError(f"config key {key}: {value!r} is no placement strategy; {expected}")
+        return
+    if not value:
+        raise ConfigError(f"config key {key}: an empty mapping; {expected}")
+    for module, device in value.items():
+        index = isinstance(device, int) and not isinstance(device, bool) and device >= 0
+        if not (index or (isinstance(device, str) and _DEVICE_RE.match(device))):
+            raise ConfigError(f"config key {key}.{module}: device {device!r}; {expected}")
 
 
 def _check_model_files(name: str, pair: dict) -> None:

@@ -11,19 +11,36 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 
+# Loading a model and its processor and encoding its images and videos (the stages with models).
+MODEL_CODE = [
+    "models/loading.py",
+    "models/families.py",
+    "models/footprint.py",
+    "models/processors.py",
+    "models/video_processing.py",
+    "models/visual.py",
+    "data/media.py",
+]
 # The modules (files or folders, relative to the package) whose code each stage executes.
 STAGE_CODE = {
-    "prepare": ["stages/prepare.py", "data", "tables.py"],
+    "prepare": [
+        "stages/prepare.py",
+        "data/toyworld.py",
+        "data/hf.py",
+        "data/media.py",
+        "tables.py",
+    ],
     "toy_model": [
         "stages/toy_model.py",
         "models/toy_training.py",
         "models/toy_processor.py",
         "data/toyworld.py",
+        "data/media.py",
     ],
     "cache_visual": [
         "stages/cache_visual.py",
-        "models/loading.py",
-        "models/visual.py",
+        *MODEL_CODE,
+        "methods/components.py",
         "decoding/timing.py",
         "tables.py",
     ],
@@ -31,7 +48,8 @@ STAGE_CODE = {
         "stages/caption.py",
         "stages/cache_visual.py",
         "models/captioner.py",
-        "models/loading.py",
+        *MODEL_CODE,
+        "methods/components.py",
         "decoding/timing.py",
         "tables.py",
     ],
@@ -39,11 +57,11 @@ STAGE_CODE = {
         "stages/generate.py",
         "decoding",
         "methods",
-        "models/loading.py",
-        "models/visual.py",
+        *MODEL_CODE,
+        "models/prompts.py",
         "tables.py",
     ],
-    "score": ["stages/score.py", "scoring", "tables.py"],
+    "score": ["stages/score.py", "scoring", "data/toyworld.py", "data/media.py", "tables.py"],
     "aggregate": [
         "stages/aggregate.py",
         "methods/registry.py",

@@ -12,8 +12,10 @@ import pyarrow.parquet as pq
 # `messages` is the conversation up to and including this turn's user message, as JSON in the
 # Hugging Face chat format: [{"role": "user", "content": [{"type": "image"}, {"type": "text",
 # "text": "..."}]}, {"role": "assistant", "content": [...]}, ...]. Earlier assistant turns hold the
-# reference answers, so every row is self-contained. `images` holds the PNG bytes of every image of
-# `messages`, in order of appearance; `image_ids` their content hashes (keys of the visual cache).
+# reference answers, so every row is self-contained. `images` holds the PNG bytes of every picture
+# of `messages`, in order of appearance; `image_ids` their content hashes (keys of the visual
+# cache). A video is an item {"type": "video", "frames": n} taking the next n pictures, its
+# sampled frames (`data.media`).
 PREPARED = pa.schema(
     [
         ("sample_id", pa.string()),
@@ -26,7 +28,8 @@ PREPARED = pa.schema(
     ]
 )
 
-# results/visual/<model>/<dataset>.parquet: one row per distinct image.
+# results/visual/<model>/<dataset>.parquet: one row per distinct image and, for a family that
+# reads videos as videos, per distinct video (`image_id` = `data.media.video_id` of its frames).
 # `embeds`: projector output [n_tokens, hidden] (what replaces the image tokens);
 # `features`: vision-tower output before the projector [n_tokens, vision_hidden] (pooled views).
 # Both are .npy bytes (dtype and shape included).

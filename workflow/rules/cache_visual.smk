@@ -9,6 +9,9 @@ rule cache_visual:
     conda:
         "../../envs/mmspec.yaml"
     threads: 1
+    resources:
+        mem_mb=lambda w: model_memory(w).host_mb,
+        gpu_mem_mb=lambda w: model_memory(w).gpu_mb,
     params:
         ref=lambda w: MODELS[w.model][0],
         dtype=lambda w: MODELS[w.model][1],

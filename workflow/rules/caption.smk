@@ -9,6 +9,9 @@ rule caption:
     conda:
         "../../envs/mmspec.yaml"
     threads: 1
+    resources:
+        mem_mb=lambda w: captioner_memory(w).host_mb,
+        gpu_mem_mb=lambda w: captioner_memory(w).gpu_mb,
     params:
         spec=lambda w: json.dumps(CAPTIONER, sort_keys=True),
         code=fingerprint("caption"),

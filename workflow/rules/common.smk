@@ -4,7 +4,8 @@ import shlex
 
 from mmspec import config as mmconfig
 from mmspec.fingerprint import fingerprint
-from mmspec.methods.components import IMAGE_VIEWS  # views that read the draft's visual cache
+from mmspec.methods.components import IMAGE_VIEWS  # views that read the draft's cache
+from mmspec.models import footprint
 
 # Validation runs at parse time, so a bad config stops the run before any job starts.
 try:
@@ -23,6 +24,7 @@ MODELS = {
     if role in p
 }
 CAPTIONER = CONFIG.get("captioner")
+TOY_MODELS = CONFIG["toy"]["models"]
 # the AR cell each cell is checked against: (dataset, pair, seed, temperature) -> AR cell
 AR_CELLS = {
     (c.dataset, c.pair, c.seed, c.spec["temperature"]): c
@@ -136,3 +138,19 @@ def score_files():
 
 def dataset_groups():
     return json.dumps({name: ds["group"] for name, ds in CONFIG["datasets"].items()})
+
+
+# Memory requests (resources mem_mb, gpu_mem_mb) from the sizes of the models a job loads; a
+# profile's set-resources for the rule overrides them.
+def generate_memory(w):
+    cell = cell_of(w)
+    pair = CONFIG["pairs"][cell.pair]
+    return footprint.job_memory(footprint.generate_models(pair, cell.spec), TOY_MODELS)
+
+
+def model_memory(w):
+    return footprint.job_memory([MODELS[w.model]], TOY_MODELS)
+
+
+def captioner_memory(w):
+    return footprint.job_memory([(CAPTIONER["model"], CAPTIONER["dtype"])], TOY_MODELS)

@@ -8,6 +8,9 @@ rule generate:
     conda:
         "../../envs/mmspec.yaml"
     threads: CONFIG["timing"]["threads"]
+    resources:
+        mem_mb=lambda w: generate_memory(w).host_mb,
+        gpu_mem_mb=lambda w: generate_memory(w).gpu_mb,
     params:
         cell=generate_params,
         optional=optional_inputs,

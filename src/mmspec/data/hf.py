@@ -19,7 +19,8 @@ A video benchmark adds
     video: {column: video_name, frames: 16, dir: videos/Test_Videos, suffix: .mp4}
 
 and each row's video becomes `frames` images sampled uniformly over it (after the images of
-`image_columns`), which the rest of the pipeline treats as any other images. The column may hold a
+`image_columns`) and one video item of the message (`data.media`): a family with a video path of
+its own reads them as one video, any other as that many images. The column may hold a
 path (inside `dir` when given, `suffix` appended), the bytes of a video file, an HF Video value
 ({'bytes', 'path'}), or the frames themselves as a list of images; files and bytes are decoded
 with PyAV (`pip install av`).
@@ -56,6 +57,7 @@ import PIL.Image
 import pyarrow as pa
 from tqdm import tqdm
 
+from mmspec.data import media
 from mmspec.tables import PREPARED, write_table
 
 # the keys of a `source: hf` entry in config/schema.yaml; `metric` is for scoring, unused here
@@ -338,10 +340,12 @@ def convert_row(name: str, spec: dict, index: int, row: dict) -> dict:
     images = [
         png for column in spec["image_columns"] for png in row_images(where, column, row[column])
     ]
+    content = [{"type": "image"} for _ in images]
     if spec.get("video"):
         column = spec["video"]["column"]
-        images += video_frames(f"{where}, column {column!r}", spec["video"], row[column])
-    content = [{"type": "image"} for _ in images]
+        frames = video_frames(f"{where}, column {column!r}", spec["video"], row[column])
+        images += frames
+        content.append(media.video_item(len(frames)))
     content.append({"type": "text", "text": format_prompt(where, spec, row)})
     return {
         "sample_id": f"{name}-{row_id}",

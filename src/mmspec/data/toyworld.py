@@ -47,6 +47,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from mmspec.data import media
+
 COLOURS = ["red", "green", "blue", "yellow", "purple", "orange"]
 SHAPES = ["circle", "square", "triangle"]
 POSITIONS = ["top left", "top right", "bottom left", "bottom right"]  # canonical order
@@ -107,6 +109,7 @@ class Turn(NamedTuple):
     scenes: list  # the images of this turn's user message, as scenes
     question: str
     answer: str
+    video: bool = False  # the scenes are the frames of one video
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,7 +418,7 @@ def make_toy_video(rng: np.random.Generator, n_frames: int = VIDEO_FRAMES) -> li
         for f in range(n_frames)
     ]
     answer = " ".join(motion(c, s, path) for (c, s), path in zip(objs, paths, strict=True))
-    return [Turn(scenes, VIDEO_PROMPT, answer)]
+    return [Turn(scenes, VIDEO_PROMPT, answer, video=True)]
 
 
 DATASETS: dict[str, Callable[[np.random.Generator], list[Turn]]] = {
@@ -433,7 +436,11 @@ DATASETS: dict[str, Callable[[np.random.Generator], list[Turn]]] = {
 
 
 def _user(turn: Turn) -> dict:
-    content = [{"type": "image"} for _ in turn.scenes] + [{"type": "text", "text": turn.question}]
+    if turn.video:
+        visual = [media.video_item(len(turn.scenes))]
+    else:
+        visual = [{"type": "image"} for _ in turn.scenes]
+    content = visual + [{"type": "text", "text": turn.question}]
     return {"role": "user", "content": content}
 
 

@@ -119,7 +119,9 @@ class Decoder:
         self.model = model
         self.stack, self.lm_head, self.embed = language_parts(model)
         self.window = sliding_window(self.stack.config)  # (window, every layer slides)
-        self.device = next(model.parameters()).device
+        # inputs start at the embeddings; a model split by a device_map (accelerate hooks move
+        # each layer's inputs) returns its logits here too, next to the draft's
+        self.device = self.embed.weight.device
         self.cache: DynamicCache | None = None
         self.length = 0  # cached positions per row, padding included
         self.pad = torch.zeros(1, dtype=torch.long)  # left padding of each row
@@ -240,8 +242,9 @@ class Decoder:
         )
         hidden = out.last_hidden_state
         self.length += n
-        extra = {k: out.hidden_states[k] for k in layers}
-        return Forward(self.lm_head(hidden), hidden, extra)
+        extra = {k: out.hidden_states[k].to(self.device) for k in layers}
+        logits = self.lm_head(hidden).to(self.device)  # a no-op unless the model is split
+        return Forward(logits, hidden.to(self.device), extra)
 
     def _masks(self, rows, n, attention, past, dtype, blocks=None):
         """The attention mask(s) of a forward of n new tokens, or None when the model's own
@@ -301,11 +304,12 @@ class Decoder:
             list(range(base)) + [base + o for o in offsets], device=self.device, dtype=torch.long
         )
         for layer in self.cache.layers:
+            at = index.to(layer.keys.device)  # each layer's cache lives on its layer's device
             if hasattr(layer, "compact"):
-                layer.compact(index)
+                layer.compact(at)
             else:
-                layer.keys = layer.keys.index_select(-2, index)
-                layer.values = layer.values.index_select(-2, index)
+                layer.keys = layer.keys.index_select(-2, at)
+                layer.values = layer.values.index_select(-2, at)
         self.length = len(index)
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mmspec.data import media
 from mmspec.decoding.prompt import Prompt
 from mmspec.methods.components import TARGET_GUIDED_VIEWS, VIEW_NAMES  # noqa: F401
 
@@ -25,14 +26,25 @@ CAPTION_PREFIX = "image: "  # TABED appendix I.2
 
 @dataclass
 class ImageInput:
-    """One image as cached for one model: projector output, features before it, a caption."""
+    """One image (or one video, for a family that reads videos as videos) as cached for one
+    model: projector output, features before it, a caption (one per frame of a video)."""
 
     embeds: torch.Tensor  # [N, H]
     features: torch.Tensor | None = None  # [N, D] (pooled views)
-    caption: str | None = None  # (caption view)
+    caption: str | list[str] | None = None  # (caption view)
     # the attention each of its tokens received in the target's prefill of the current prompt
     attention: torch.Tensor | None = None  # [N] (view S)
     image: object = None  # the PIL image (the family's processor lays out its placeholders)
+    frames: list | None = None  # a video's frames (PIL), instead of `image`
+
+    @property
+    def pixels(self):
+        """What the family's processor takes: the image, or the video's frames."""
+        return self.frames if self.frames is not None else self.image
+
+    def as_text(self, text: str) -> str:
+        """`text` in place of the image, once per frame of a video."""
+        return text * (len(self.frames) if self.frames is not None else 1)
 
 
 class Chat(str):
@@ -69,7 +81,7 @@ def full_prompt(text: str, images: list[ImageInput], ctx: ViewContext) -> Prompt
         messages = getattr(text, "messages", None)
         if messages is not None:  # in the model's own chat template
             text = ctx.builder.render(messages)
-        return ctx.builder.build(text, [i.image for i in images], [i.embeds for i in images])
+        return ctx.builder.build(text, [i.pixels for i in images], [i.embeds for i in images])
     return embed_with_images(text, [i.embeds for i in images], ctx)
 
 
@@ -123,8 +135,11 @@ def embed_with_images(text: str, images: list[torch.Tensor], ctx: ViewContext) -
 
 
 def _replace_images(text: str, ctx: ViewContext, replacements: list[str]) -> str:
+    """The prompt text with each image (or video) replaced by its replacement text."""
     messages = getattr(text, "messages", None)
     if ctx.builder is not None and messages is not None:
+        if ctx.builder.family.video is None:  # the builder's images are a video's frames
+            messages = media.frames_as_images(messages)
         return ctx.builder.render(_text_items(messages, replacements))
     pieces = text.split(ctx.image_token)
     if len(pieces) - 1 != len(replacements):
@@ -139,14 +154,16 @@ def _replace_images(text: str, ctx: ViewContext, replacements: list[str]) -> str
 
 
 def _text_items(messages: list[dict], replacements: list[str]) -> list[dict]:
-    """The messages with their image items, in order, replaced by text items."""
+    """The messages with their image and video items, in order, replaced by text items."""
     images = iter(replacements)
     out = []
     for message in messages:
         content = message["content"]
         if not isinstance(content, str):
             content = [
-                {"type": "text", "text": next(images)} if item.get("type") == "image" else item
+                {"type": "text", "text": next(images)}
+                if item.get("type") in (media.IMAGE, media.VIDEO)
+                else item
                 for item in content
             ]
         out.append({**message, "content": content})
@@ -170,7 +187,9 @@ class TextOnlyView:
     name = "T"
 
     def build(self, text: str, images: list[ImageInput], ctx: ViewContext) -> Prompt:
-        return embed_with_images(_replace_images(text, ctx, ["\n"] * len(images)), [], ctx)
+        return embed_with_images(
+            _replace_images(text, ctx, [i.as_text("\n") for i in images]), [], ctx
+        )
 
 
 class CaptionView:
@@ -182,7 +201,12 @@ class CaptionView:
         missing = [k for k, image in enumerate(images) if image.caption is None]
         if missing:
             raise ValueError(f"view C needs captions; images {missing} of the prompt have none")
-        captions = [CAPTION_PREFIX + image.caption for image in images]
+        captions = [
+            "".join(CAPTION_PREFIX + c for c in i.caption)
+            if isinstance(i.caption, list)
+            else CAPTION_PREFIX + i.caption
+            for i in images
+        ]
         return embed_with_images(_replace_images(text, ctx, captions), [], ctx)
 
 

@@ -20,13 +20,17 @@ class Family:
     """features_as_tensor: the forward takes cached features as one [N, H] tensor (else one per
     image); multi_axis_positions: M-RoPE position ids [3, L]; bidirectional_images: an image's
     tokens attend to each other in the prompt; pooled_view: view P (2x2 pooling of one crop's
-    square patch grid before the projector) is defined."""
+    square patch grid before the projector) is defined; video: how the forward takes cached
+    video features, for families with a video path of their own (`get_video_features`), else
+    None (frames are read as images): "one_batch" one [1, N, H] tensor for all videos,
+    "per_video" one [n, H] per video."""
 
     name: str
     features_as_tensor: bool = False
     multi_axis_positions: bool = False
     bidirectional_images: bool = False
     pooled_view: bool = False
+    video: str | None = None
 
 
 FAMILIES = {
@@ -34,10 +38,10 @@ FAMILIES = {
     for f in [
         Family("llava", pooled_view=True),
         Family("llava_next"),
-        Family("llava_onevision"),
-        Family("llava_next_video"),
-        Family("qwen2_vl", multi_axis_positions=True),
-        Family("qwen2_5_vl", multi_axis_positions=True),
+        Family("llava_onevision", video="one_batch"),
+        Family("llava_next_video", video="one_batch"),
+        Family("qwen2_vl", multi_axis_positions=True, video="per_video"),
+        Family("qwen2_5_vl", multi_axis_positions=True, video="per_video"),
         Family("idefics3"),
         Family("smolvlm"),
         Family("gemma3", features_as_tensor=True, bidirectional_images=True),

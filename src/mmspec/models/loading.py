@@ -7,6 +7,7 @@ Toy models are ordinary `save_pretrained` folders, so every model goes through t
 from __future__ import annotations
 
 import json
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,10 +27,20 @@ def resolve_ref(ref: str) -> str:
     return ref
 
 
-def load_model(ref: str, device: torch.device, dtype: str = "float32", check_family=True):
+def load_model(
+    ref: str,
+    device: torch.device,
+    dtype: str = "float32",
+    check_family=True,
+    device_map: str | dict | None = None,
+):
     """A model in eval mode on `device`: multimodal if its config says so, else a causal LM.
     Multimodal models must be of a supported family (`families`) unless `check_family` is off
-    (the captioner, which only captions)."""
+    (the captioner, which only captions).
+
+    With a `device_map` ("auto", "balanced", ... or module name -> device) accelerate places
+    the weights as they load, over several GPUs (`device` is then unused); its hooks move each
+    module's inputs to that module's device, and `input_device` tells where inputs start."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     from mmspec.models import families
@@ -43,8 +54,36 @@ def load_model(ref: str, device: torch.device, dtype: str = "float32", check_fam
     if multimodal and check_family and folder is None:  # a hub id: checked once loaded
         families.check_config(config, ref)
     loader = AutoModelForImageTextToText if multimodal else AutoModelForCausalLM
+    if device_map is not None:
+        model = loader.from_pretrained(path, dtype=getattr(torch, dtype), device_map=device_map)
+        return model.eval()
     model = loader.from_pretrained(path, dtype=getattr(torch, dtype))
     return model.to(device).eval()
+
+
+def input_device(model) -> torch.device:
+    """Where a model's inputs go: its input embeddings' device (the first GPU of a model split
+    by a device_map, whose vision tower sits there too); a draft shares it with its target."""
+    return model.get_input_embeddings().weight.device
+
+
+def fitting_device_map(ref: str, dtype: str, device: torch.device) -> str | None:
+    """None when model `ref` fits on `device`, else "auto" (split over the GPUs, the rest on
+    the CPU): for stages that load one model on whatever GPUs the job has (cache_visual)."""
+    from mmspec.models import footprint
+
+    if device.type != "cuda":
+        return None
+    size = footprint.footprint(ref, dtype).bytes
+    free, _ = torch.cuda.mem_get_info(device)
+    if size is None or size * footprint.WEIGHT_FACTOR <= free:
+        return None
+    print(
+        f"{ref}: {size / 2**30:.1f} GiB of weights do not fit the {free / 2**30:.1f} GiB free "
+        f"on {device}: device_map='auto'",
+        file=sys.stderr,
+    )
+    return "auto"
 
 
 def load_processor(ref: str):

@@ -3,10 +3,11 @@
 transformers' processors of LLaVA-OneVision, LLaVA-NeXT-Video, Qwen2/2.5-VL and SmolVLM carry a
 video processor, and Pixtral's (Mistral3) imports a torchvision image processor, so with no
 torchvision (the CPU install: the registry's torchvision does not load with the pinned CPU torch)
-`AutoProcessor` fails before any image is seen. mmspec feeds videos as frames (images) and needs
-only the image path, so in that case it assembles the family's own processor class around the
-PIL image processor transformers ships for every family, with no video processor. The prompt
-layout (placeholder expansion, tiling, image markers) is the family's own code either way; with
+`AutoProcessor` fails before any image is seen. In that case mmspec assembles the family's own
+processor class around the PIL image processor transformers ships for every family and, for the
+families whose videos mmspec reads as videos, the PIL video processor of `video_processing` (for
+the others no video processor: their videos are read as frames). The prompt layout (placeholder
+expansion, tiling, image and video markers) is the family's own code either way; with
 torchvision installed (GPU installs) `AutoProcessor` is used unchanged.
 """
 
@@ -17,6 +18,9 @@ import importlib.util
 import sys
 import types
 from functools import cache
+
+from mmspec.models import families, video_processing
+from mmspec.models.video_processing import VideoProcessor as Video
 
 
 def has_torchvision() -> bool:
@@ -54,11 +58,12 @@ def _processor_module(class_name: str):
 
 
 @cache
-def image_only(class_name: str) -> type:
-    """The family's processor class, taking no video processor (images only).
+def without_torchvision(class_name: str) -> type:
+    """The family's processor class, taking mmspec's PIL video processor or none.
 
     The class keeps the family's `__init__` (its signature drives saving and loading); the video
-    processor is None and never loaded.
+    processor is never saved (a model folder keeps its own video processor config, which
+    `video_processing` reads).
     """
     _pixtral_helper_shim()
     base = getattr(_processor_module(class_name), class_name)
@@ -66,8 +71,8 @@ def image_only(class_name: str) -> type:
     if not any("video" in a for a in attributes):
         return base
 
-    class ImageOnly(base):
-        hide_video = False  # set while saving: there is no video processor to save
+    class WithoutTorchvision(base):
+        hide_video = False  # set while saving: the folder's own video config stays as it is
 
         @classmethod
         def get_attributes(cls):
@@ -77,7 +82,9 @@ def image_only(class_name: str) -> type:
             return self._without_video(super().save_pretrained, *args, **kwargs)
 
         def to_dict(self):
-            return self._without_video(super().to_dict)
+            out = self._without_video(super().to_dict)
+            out.pop("video_processor", None)  # an `__init__` argument, but not saved here
+            return out
 
         def _without_video(self, method, *args, **kwargs):
             type(self).hide_video = True
@@ -88,13 +95,13 @@ def image_only(class_name: str) -> type:
 
         def apply_chat_template(self, conversation, chat_template=None, **kwargs):
             # some families (SmolVLM) override this only to default video sampling from their
-            # video processor; mmspec's conversations hold images only
+            # torchvision video processor; mmspec's videos come as sampled frames
             from transformers.processing_utils import ProcessorMixin
 
             return ProcessorMixin.apply_chat_template(self, conversation, chat_template, **kwargs)
 
         def check_argument_for_proper_class(self, argument_name, argument):
-            if argument is None and "video" in argument_name:
+            if "video" in argument_name and (argument is None or isinstance(argument, Video)):
                 return None
             return super().check_argument_for_proper_class(argument_name, argument)
 
@@ -104,18 +111,25 @@ def image_only(class_name: str) -> type:
 
             kwargs.pop("subfolder", None)
             args = []
+            folder = families.local_files(str(path))
             for attribute in attributes:
                 if "video" in attribute:
-                    args.append(None)
+                    args.append(video_processing.load(family_of_path(path), folder))
                 elif "tokenizer" in attribute:
                     args.append(cls._load_tokenizer_from_pretrained(attribute, path, **kwargs))
                 else:
                     args.append(AutoImageProcessor.from_pretrained(path, **kwargs))
             return args
 
-    ImageOnly.__name__ = ImageOnly.__qualname__ = class_name
-    ImageOnly.__module__ = base.__module__
-    return ImageOnly
+    WithoutTorchvision.__name__ = WithoutTorchvision.__qualname__ = class_name
+    WithoutTorchvision.__module__ = base.__module__
+    return WithoutTorchvision
+
+
+def family_of_path(path) -> str:
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(path).model_type
 
 
 def processor_class_of(path: str) -> str:
@@ -131,7 +145,7 @@ def processor_class_of(path: str) -> str:
 
 
 def load(path: str):
-    """The model's processor: `AutoProcessor`, or the image-only assembly without torchvision."""
+    """The model's processor: `AutoProcessor`, or its assembly without torchvision."""
     from transformers import AutoProcessor
 
     try:
@@ -140,7 +154,7 @@ def load(path: str):
         if has_torchvision():
             raise
         try:
-            cls = image_only(processor_class_of(path))
+            cls = without_torchvision(processor_class_of(path))
         except ValueError:
             raise error from None
         return cls.from_pretrained(path)

@@ -1,4 +1,4 @@
-"""Chat text and cached image features -> a model's `Prompt`, by the family's own code.
+"""Chat text and cached image and video features -> a model's `Prompt`, by the family's code.
 
 The family's processor lays the prompt out (placeholder expansion, tiles, image markers, its
 position extras such as Qwen's `image_grid_thw` and `mm_token_type_ids`); the family's own
@@ -14,6 +14,7 @@ import inspect
 
 import torch
 
+from mmspec.data import media
 from mmspec.decoding.prompt import Prompt, image_blocks
 from mmspec.models import families
 from mmspec.models.loading import tokenizer_of
@@ -34,6 +35,14 @@ def _features_output(features: list[torch.Tensor], as_tensor: bool):
     return BaseModelOutputWithPooling(pooler_output=pooled)
 
 
+def _video_output(features: list[torch.Tensor], form: str):
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    if form == "one_batch":
+        return BaseModelOutputWithPooling(pooler_output=torch.cat(features)[None])
+    return BaseModelOutputWithPooling(pooler_output=tuple(features))
+
+
 class PromptBuilder:
     """Builds prompts for one model from its processor and its cached image features."""
 
@@ -49,21 +58,36 @@ class PromptBuilder:
         self.visual_ids = torch.tensor(families.visual_token_ids(model.config), dtype=torch.long)
         accepted = set(inspect.signature(self.inner.forward).parameters)
         # processor outputs the forward needs besides the features (positions, masks)
-        self.extras = accepted - {"input_ids", "attention_mask", "pixel_values", "inputs_embeds"}
+        self.extras = accepted - {
+            "input_ids",
+            "attention_mask",
+            "pixel_values",
+            "pixel_values_videos",
+            "inputs_embeds",
+        }
 
     def render(self, messages: list[dict]) -> str:
+        if self.family.video is None:  # this family reads a video as its frames
+            messages = media.frames_as_images(messages)
         return self.processor.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False
         )
 
     @torch.inference_mode()
-    def build(self, text: str, images: list, features: list[torch.Tensor]) -> Prompt:
-        """The prompt of `text` (rendered chat) with `images` (PIL) whose cached features
-        (one [n_i, H] per image, in order) replace their placeholders."""
-        if len(images) != len(features):
-            raise ValueError(f"{len(images)} images but {len(features)} cached feature sets")
-        if images:
-            inputs = self.processor(text=[text], images=images, return_tensors="pt")
+    def build(self, text: str, visuals: list, features: list[torch.Tensor]) -> Prompt:
+        """The prompt of `text` (rendered chat) with `visuals` (in order, a PIL image or a
+        video as a list of PIL frames) whose cached features (one [n_i, H] each) replace their
+        placeholders."""
+        if len(visuals) != len(features):
+            raise ValueError(f"{len(visuals)} images or videos but {len(features)} cached")
+        is_video = [isinstance(v, list) for v in visuals]
+        media_inputs = {
+            "images": [v for v, video in zip(visuals, is_video, strict=True) if not video],
+            "videos": [v for v, video in zip(visuals, is_video, strict=True) if video],
+        }
+        media_inputs = {k: v for k, v in media_inputs.items() if v}
+        if media_inputs:
+            inputs = self.processor(text=[text], **media_inputs, return_tensors="pt")
         else:
             inputs = self.tokenizer([text], return_tensors="pt")
         ids = inputs["input_ids"].to(self.model.device)
@@ -72,16 +96,21 @@ class PromptBuilder:
         if int(visual.sum()) != n_features:
             raise ValueError(
                 f"{type(self.model).__name__}: the processor laid out {int(visual.sum())} visual "
-                f"tokens for {len(images)} images but the visual cache holds {n_features} "
-                "(was the cache built by this model?)"
+                f"tokens for {len(visuals)} images or videos but the visual cache holds "
+                f"{n_features} (was the cache built by this model?)"
             )
         kwargs = {k: v.to(self.model.device) for k, v in inputs.items() if k in self.extras}
-        if features:
-            dtype = self.embed.weight.dtype
-            moved = [f.to(self.model.device, dtype) for f in features]
-            kwargs["mm_encoder_outputs"] = {
-                "image": _features_output(moved, self.family.features_as_tensor)
-            }
+        dtype = self.embed.weight.dtype
+        moved = [f.to(self.model.device, dtype) for f in features]
+        images = [f for f, video in zip(moved, is_video, strict=True) if not video]
+        videos = [f for f, video in zip(moved, is_video, strict=True) if video]
+        outputs = {}
+        if images:
+            outputs["image"] = _features_output(images, self.family.features_as_tensor)
+        if videos:
+            outputs["video"] = _video_output(videos, self.family.video)
+        if outputs:
+            kwargs["mm_encoder_outputs"] = outputs
         captured = self._language_inputs(ids, kwargs)
         embeds = captured["inputs_embeds"][0]
         positions = captured.get("position_ids")

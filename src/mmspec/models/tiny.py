@@ -10,11 +10,12 @@ no torchvision.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 
-from mmspec.models import processors, toy_processor
+from mmspec.models import processors, toy_processor, video_processing
 
 # per family: the specials its processor and chat template use; the image marker the chat
 # template emits for an image item
@@ -30,6 +31,13 @@ _MARKERS = {
     "gemma3": "<start_of_image>",
     "mistral3": "[IMG]",
 }
+# the video marker of the families with a video path of their own
+_VIDEO_MARKERS = {
+    "llava_onevision": "<video>",
+    "llava_next_video": "<video>",
+    "qwen2_vl": "<|vision_start|><|video_pad|><|vision_end|>",
+    "qwen2_5_vl": "<|vision_start|><|video_pad|><|vision_end|>",
+}
 _SPECIALS = {
     "qwen2_vl": ["<|vision_start|>", "<|image_pad|>", "<|vision_end|>", "<|video_pad|>"],
     "idefics3": ["<image>", "<fake_token_around_image>", "<global-img>", "<end_of_utterance>"]
@@ -42,13 +50,16 @@ _SPECIALS["smolvlm"] = _SPECIALS["idefics3"]
 FAMILIES = tuple(_MARKERS)
 
 
-def chat_template(marker: str) -> str:
+def chat_template(marker: str, video_marker: str | None = None) -> str:
     """A minimal chat template: "<bos> user : <marker> text assistant : ..." per turn."""
+    video = (
+        f"{{% elif item['type'] == 'video' %}}{{{{ ' {video_marker}' }}}}" if video_marker else ""
+    )
     return (
         "{{ '<bos>' }}{% for message in messages %}{{ ' ' + message['role'] + ' :' }}"
         "{% if message['content'] is string %}{{ ' ' + message['content'] }}{% else %}"
         "{% for item in message['content'] %}{% if item['type'] == 'image' %}"
-        f"{{{{ ' {marker}' }}}}"
+        f"{{{{ ' {marker}' }}}}{video}"
         "{% else %}{{ ' ' + item['text'] }}{% endif %}{% endfor %}{% endif %}"
         "{% if message['role'] == 'assistant' %}{{ ' <eos>' }}{% endif %}{% endfor %}"
         "{% if add_generation_prompt %}{{ ' assistant :' }}{% endif %}"
@@ -70,7 +81,7 @@ def build_tokenizer(family: str):
         extra = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"}
     if family == "mistral3":
         extra = {"image_token": "[IMG]"}
-    template = chat_template(_MARKERS[family])
+    template = chat_template(_MARKERS[family], _VIDEO_MARKERS.get(family))
     return toy_processor.word_level_tokenizer(specials, extra, specials[4:], template)
 
 
@@ -127,7 +138,7 @@ def _processor(name: str) -> type:
 
     if processors.has_torchvision():
         return getattr(transformers, name)
-    return processors.image_only(name)
+    return processors.without_torchvision(name)
 
 
 def _pil(name: str, **kwargs):
@@ -137,6 +148,39 @@ def _pil(name: str, **kwargs):
 
 
 NORM = {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}
+# family -> (its transformers video processor class, the tiny model's settings)
+VIDEO = {
+    "llava_onevision": ("LlavaOnevisionVideoProcessor", {"size": {"height": 32, "width": 32}}),
+    "llava_next_video": (
+        "LlavaNextVideoVideoProcessor",
+        {"size": {"shortest_edge": 32}, "crop_size": {"height": 32, "width": 32}},
+    ),
+    "qwen2_vl": (
+        "Qwen2VLVideoProcessor",
+        {
+            "size": {"shortest_edge": 16 * 16, "longest_edge": 64 * 64},
+            "patch_size": 8,
+            "merge_size": 2,
+            "temporal_patch_size": 2,
+        },
+    ),
+}
+VIDEO["qwen2_5_vl"] = VIDEO["qwen2_vl"]
+
+
+def _video(family: str) -> dict:
+    """The processor's video processor argument: the family's own class with torchvision,
+    mmspec's PIL one without (no video processor for families whose videos are frames)."""
+    import transformers
+
+    if family not in VIDEO:
+        return {"video_processor": None} if family == "smolvlm" else {}
+    name, settings = VIDEO[family]
+    if processors.has_torchvision():
+        return {"video_processor": getattr(transformers, name)(**settings, **NORM)}
+    return {"video_processor": video_processing.VideoProcessor(family, **settings, **NORM)}
+
+
 PINPOINTS = [[32, 32], [32, 64], [64, 32], [64, 64]]
 
 
@@ -150,8 +194,8 @@ def build(family: str, hidden: int = 32, layers: int = 2, seed: int = 0):
     tok = build_tokenizer(family)
     vocab = len(tok)
     ids = tok.convert_tokens_to_ids
-    template = chat_template(_MARKERS[family])
-    videos = {"video_processor": None} if family == "smolvlm" else {}
+    template = chat_template(_MARKERS[family], _VIDEO_MARKERS.get(family))
+    videos = _video(family)
     llama = _text("LlamaConfig", vocab, hidden, layers)
     if family == "llava":
         config = tf.LlavaConfig(
@@ -196,6 +240,7 @@ def build(family: str, hidden: int = 32, layers: int = 2, seed: int = 0):
             vision_feature_select_strategy="default",
             num_additional_image_tokens=1,
             chat_template=template,
+            **videos,
         )
     elif family == "llava_onevision":
         config = tf.LlavaOnevisionConfig(
@@ -219,6 +264,7 @@ def build(family: str, hidden: int = 32, layers: int = 2, seed: int = 0):
             num_image_tokens=16,
             vision_feature_select_strategy="full",
             chat_template=template,
+            **videos,
         )
     elif family in ("qwen2_vl", "qwen2_5_vl"):
         text = dict(
@@ -276,7 +322,7 @@ def build(family: str, hidden: int = 32, layers: int = 2, seed: int = 0):
         proc_cls = _processor(
             "Qwen2_5_VLProcessor" if family == "qwen2_5_vl" else "Qwen2VLProcessor"
         )
-        processor = proc_cls(image_processor=image, tokenizer=tok, chat_template=template)
+        processor = proc_cls(image_processor=image, tokenizer=tok, chat_template=template, **videos)
     elif family in ("idefics3", "smolvlm"):
         vision_cls = tf.Idefics3VisionConfig if family == "idefics3" else tf.SmolVLMVisionConfig
         vision = vision_cls(
@@ -375,4 +421,9 @@ def save(family: str, out: str | Path, hidden: int = 32, layers: int = 2, seed: 
     out = Path(out)
     model.save_pretrained(out)
     processor.save_pretrained(out)
+    if family in VIDEO and not processors.has_torchvision():
+        # what the family's own video processor saves, so that installs with torchvision load it
+        name, settings = VIDEO[family]
+        config = {"video_processor_type": name, **settings, **NORM}
+        (out / video_processing.CONFIG_NAME).write_text(json.dumps(config, indent=2))
     return out

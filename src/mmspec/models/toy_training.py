@@ -12,7 +12,7 @@ import torch
 from tqdm import tqdm
 from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 
-from mmspec.data import toyworld
+from mmspec.data import media, toyworld
 from mmspec.models import toy_processor
 
 IGNORE = -100
@@ -57,8 +57,9 @@ def build_model(spec: dict, tokenizer, seed: int) -> LlavaForConditionalGenerati
 
 
 def encode_example(messages: list, tokenizer, text_only: bool) -> tuple[list, list]:
-    """Token ids and labels of a conversation; every assistant answer and its <eos> is learned."""
-    full = tokenizer.apply_chat_template(messages, tokenize=False)
+    """Token ids and labels of a conversation; every assistant answer and its <eos> is learned.
+    Toy models are LLaVA-1.5 style: a video is read as its frames."""
+    full = tokenizer.apply_chat_template(media.frames_as_images(messages), tokenize=False)
     expand = "\n" if text_only else "<image>" * toy_processor.IMAGE_TOKENS
     ids = tokenizer(full.replace("<image>", expand), add_special_tokens=False).input_ids
     assistant, colon, eos = tokenizer.convert_tokens_to_ids(["assistant", ":", "<eos>"])

@@ -1,9 +1,10 @@
-"""Vision features of a multimodal model: computed once per image, stored, and read back.
+"""Vision features of a multimodal model: computed once per image or video, stored, read back.
 
-`embeds` are what the family's own `get_image_features` returns for the image (after the
-projector or connector, tiles and newline tokens included: exactly the vectors that replace the
-image's placeholder tokens), flattened to [n, H]; `features` (the selected vision-tower layer,
-before the projector) are kept where a view transforms them (view P, LLaVA-1.5's layout).
+`embeds` are what the family's own `get_image_features` (`get_video_features` for a video)
+returns (after the projector or connector, tiles, pooling and newline tokens included: exactly
+the vectors that replace the placeholder tokens), flattened to [n, H]; `features` (the selected
+vision-tower layer, before the projector) are kept where a view transforms them (view P,
+LLaVA-1.5's layout).
 """
 
 from __future__ import annotations
@@ -48,7 +49,20 @@ def _flatten(pooled) -> torch.Tensor:
 def encode_image(model, image_processor, image) -> torch.Tensor:
     """The embeddings [n, H] of one PIL image by the family's own `get_image_features`."""
     inputs = image_processor(images=[image], return_tensors="pt")
-    method = model.model.get_image_features
+    return _flatten(_call(model.model.get_image_features, inputs, model).pooler_output)
+
+
+@torch.inference_mode()
+def encode_video(model, video_processor, frames: list) -> torch.Tensor:
+    """The embeddings [n, H] of one video (its frames, PIL) by the family's own
+    `get_video_features` (LLaVA-OneVision's pooling and newline, LLaVA-NeXT-Video's
+    resampler, Qwen2-VL's temporal patches)."""
+    inputs = video_processor([frames], return_tensors="pt")
+    return _flatten(_call(model.model.get_video_features, inputs, model).pooler_output)
+
+
+def _call(method, inputs, model):
+    """`method` with the processor outputs it accepts, pixels in the model's dtype."""
     accepted = set(inspect.signature(method).parameters)
     kwargs = {}
     for key, value in inputs.items():
@@ -57,8 +71,7 @@ def encode_image(model, image_processor, image) -> torch.Tensor:
             kwargs[key] = (
                 value.to(model.device, model.dtype) if is_pixels else value.to(model.device)
             )
-    out = method(**kwargs, return_dict=True)
-    return _flatten(out.pooler_output)
+    return method(**kwargs, return_dict=True)
 
 
 @torch.inference_mode()

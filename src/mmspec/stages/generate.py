@@ -17,12 +17,13 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
+from mmspec.data import media
 from mmspec.decoding.sampler import TorchSampler, seeded
 from mmspec.decoding.timing import describe_device, pick_device, versions
 from mmspec.decoding.views import Chat, ImageInput
 from mmspec.methods.components import DRAFTERS_WITH_MODEL
 from mmspec.methods.runtime import MethodRunner, Sample
-from mmspec.models import loading, visual
+from mmspec.models import families, loading, visual
 from mmspec.tables import CAPTIONS, PREPARED, SAMPLES, VISUAL, read_table, write_table
 
 
@@ -50,10 +51,19 @@ def check_shared_vocabulary(what: str, target_tokenizer, draft_tokenizer) -> Non
         )
 
 
+def reads_videos(model) -> bool:
+    """Whether a model reads a video item as a video (its family's own video path)."""
+    if not hasattr(model.config, "vision_config"):
+        return False
+    return families.family_of(model).video is not None
+
+
 def _lookup(cache: dict, ids: list[str], path: str, what: str) -> list:
     missing = [i for i in ids if i not in cache]
     if missing:
-        raise KeyError(f"{path}: no cached {what} for images {missing[:3]} (rerun its stage)")
+        raise KeyError(
+            f"{path}: no cached {what} for images or videos {missing[:3]} (rerun its stage)"
+        )
     return [cache[i] for i in ids]
 
 
@@ -73,24 +83,29 @@ class ImageStore:
             self.captions = {r["image_id"]: r["caption"] for r in table}
             self.caption_s = {r["image_id"]: r["caption_s"] for r in table}
 
-    def images(self, ids: list[str], pngs: list[bytes] | None = None) -> list[ImageInput]:
-        """The cached data of images `ids` (and the images themselves, decoded from `pngs`)."""
-        n = len(ids)
-        pils = [Image.open(io.BytesIO(png)).convert("RGB") for png in pngs] if pngs else []
-        embeds = _lookup(self.embeds, ids, self.visual_path, "embeddings") if self.embeds else []
-        feats = _lookup(self.features, ids, self.visual_path, "features") if self.features else []
-        captions = (
-            _lookup(self.captions, ids, self.captions_path, "captions") if self.captions else []
-        )
-        return [
-            ImageInput(
-                embeds[k] if embeds else None,
-                feats[k] if feats else None,
-                captions[k] if captions else None,
-                image=pils[k] if pils else None,
+    def inputs(self, items: list[media.Item], pngs: dict[str, bytes]) -> list[ImageInput]:
+        """The cached data of a sample's images and videos (`items`), with the pictures
+        themselves decoded from `pngs` (picture id -> PNG)."""
+        keys = [item.key for item in items]
+        embeds = _lookup(self.embeds, keys, self.visual_path, "embeddings") if self.embeds else []
+        feats = _lookup(self.features, keys, self.visual_path, "features") if self.features else []
+        out = []
+        for k, item in enumerate(items):
+            pils = [Image.open(io.BytesIO(pngs[i])).convert("RGB") for i in item.ids]
+            captions = None
+            if self.captions:
+                captions = _lookup(self.captions, list(item.ids), self.captions_path, "captions")
+            video = item.kind == media.VIDEO
+            out.append(
+                ImageInput(
+                    embeds[k] if embeds else None,
+                    feats[k] if feats else None,
+                    (captions if video else captions[0]) if captions else None,
+                    image=None if video else pils[0],
+                    frames=pils if video else None,
+                )
             )
-            for k in range(n)
-        ]
+        return out
 
     def captioning_s(self, ids: list[str]) -> float:
         return sum(self.caption_s.get(i, 0.0) for i in ids)
@@ -114,12 +129,16 @@ def run(
 
     with loading.about(pair["target"]):
         processor = loading.load_processor(pair["target"])
-        target_model = loading.load_model(pair["target"], device, pair["dtype"])
+        target_model = loading.load_model(
+            pair["target"], device, pair["dtype"], device_map=pair.get("target_device_map")
+        )
     tokenizer = loading.tokenizer_of(processor)
     draft_model = draft_processor = None
     if spec["drafter"] in DRAFTERS_WITH_MODEL:
         with loading.about(pair["draft"]):
-            draft_model = loading.load_model(pair["draft"], device, pair["dtype"])
+            draft_model = loading.load_model(
+                pair["draft"], loading.input_device(target_model), pair["dtype"]
+            )
             draft_processor = loading.load_processor(pair["draft"])
         check_shared_vocabulary(
             f"pair {cell['pair']}", tokenizer, loading.tokenizer_of(draft_processor)
@@ -132,12 +151,21 @@ def run(
     target_store = ImageStore(target_visual)
     draft_store = ImageStore(draft_visual, "P" in spec.get("views", ""), captions)
 
+    target_videos = reads_videos(target_model)
+    draft_videos = draft_model is not None and reads_videos(draft_model)
+
     def sample_of(row: dict) -> Sample:
         messages = json.loads(row["messages"])
-        text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        ids, pngs = row["image_ids"], row["images"]
+        shown = messages if target_videos else media.frames_as_images(messages)
+        text = processor.apply_chat_template(shown, add_generation_prompt=True, tokenize=False)
+        ids, pngs = row["image_ids"], dict(zip(row["image_ids"], row["images"], strict=True))
+        where = f"{prepared}: sample {row['sample_id']} turn {row['turn']}"
         return Sample(
-            Chat(text, messages), target_store.images(ids, pngs), draft_store.images(ids, pngs)
+            Chat(text, messages),
+            target_store.inputs(media.items(messages, ids, target_videos, where), pngs),
+            draft_store.inputs(media.items(messages, ids, draft_videos, where), pngs)
+            if draft_model is not None
+            else [],
         )
 
     max_new = gen["max_new_tokens"]

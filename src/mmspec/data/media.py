@@ -1,0 +1,90 @@
+"""The visual items of a prepared sample: images and videos, in prompt order.
+
+A prepared row keeps every picture it shows in `images` / `image_ids` (a video as its sampled
+frames, in order) and marks in its chat messages where each goes: `{"type": "image"}` takes one
+picture, `{"type": "video", "frames": n}` the next n. A model family with a video path of its own
+(LLaVA-OneVision's pooling, LLaVA-NeXT-Video's resampler, Qwen2-VL's temporal patches) reads a
+video item as one video; every other family reads its frames as images (`frames_as_images`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+VIDEO = "video"
+IMAGE = "image"
+
+
+def video_item(frames: int) -> dict:
+    return {"type": VIDEO, "frames": frames}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One visual item: an image (one picture id) or a video (its frames' ids)."""
+
+    kind: str  # IMAGE or VIDEO
+    ids: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        """The visual cache's key: the image's id, or a video's id derived from its frames."""
+        return self.ids[0] if self.kind == IMAGE else video_id(self.ids)
+
+
+def video_id(frame_ids) -> str:
+    return "video-" + hashlib.sha1("/".join(frame_ids).encode()).hexdigest()
+
+
+def _visual_items(messages: list[dict]):
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            yield from (item for item in content if item.get("type") in (IMAGE, VIDEO))
+
+
+def frames_as_images(messages: list[dict]) -> list[dict]:
+    """The messages with each video item replaced by one image item per frame."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list) and any(i.get("type") == VIDEO for i in content):
+            expanded = []
+            for item in content:
+                if item.get("type") == VIDEO:
+                    expanded += [{"type": IMAGE} for _ in range(item["frames"])]
+                else:
+                    expanded.append(item)
+            message = {**message, "content": expanded}
+        out.append(message)
+    return out
+
+
+def has_video(messages: list[dict]) -> bool:
+    return any(item["type"] == VIDEO for item in _visual_items(messages))
+
+
+def items(messages: list[dict], image_ids: list[str], videos: bool, where: str) -> list[Item]:
+    """The visual items of a sample in prompt order: videos as videos when the model reads them
+    (`videos`), else as their frames; `where` names the sample in errors."""
+    counts = []
+    for item in _visual_items(messages):
+        n = 1 if item["type"] == IMAGE else item.get("frames")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{where}: a video item needs a positive `frames` count, got {item}")
+        counts.append((item["type"], n))
+    if sum(n for _, n in counts) != len(image_ids):
+        raise ValueError(
+            f"{where}: the messages place {sum(n for _, n in counts)} pictures but the row has "
+            f"{len(image_ids)} images"
+        )
+    out, used = [], 0
+    for kind, n in counts:
+        ids = tuple(image_ids[used : used + n])
+        used += n
+        if kind == VIDEO and videos:
+            out.append(Item(VIDEO, ids))
+        else:
+            out += [Item(IMAGE, (i,)) for i in ids]
+    return out

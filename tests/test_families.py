@@ -260,6 +260,34 @@ def test_toy_video_decodes_losslessly(family, family_dirs, tmp_path, monkeypatch
         assert [r["output_ids"] for r in rows] == [r["output_ids"] for r in outputs[0]]
 
 
+def test_a_text_only_draft_drafts_for_a_target_that_reads_videos(
+    family_dirs, tmp_path, monkeypatch
+):
+    """View T of a text-only LM (sharing the target's tokenizer) over a prompt whose video the
+    target reads as one video: the draft reads the chat with a newline per frame, and SD == AR."""
+    import transformers
+
+    monkeypatch.chdir(tmp_path)
+    target_dir, _ = family_dirs["llava_onevision"]
+    target, processor = _load(target_dir)
+    text_config = type(target.config.text_config)(
+        **{**target.config.text_config.to_dict(), "num_hidden_layers": 1, "layer_types": None}
+    )
+    transformers.AutoModelForCausalLM.from_config(text_config).save_pretrained("text_draft")
+    processor.tokenizer.save_pretrained("text_draft")
+    prepare.run("toy_video", {"source": "toy", "samples": 2}, "prepared.parquet", toy_seed=0)
+    cache_visual.run(str(target_dir), "prepared.parquet", "target.parquet", "float32", 1)
+    pair = {"target": str(target_dir), "draft": "text_draft", "dtype": "float32"}
+    outputs = []
+    for k, method in enumerate(["ar", "t"]):
+        params = _cell(method, {}, pair)
+        params["cell"]["dataset"] = "toy_video"
+        generate.run(params, "prepared.parquet", "target.parquet", None, f"{k}.parquet")
+        outputs.append(pq.read_table(f"{k}.parquet").to_pylist())
+    assert [r["output_ids"] for r in outputs[1]] == [r["output_ids"] for r in outputs[0]]
+    assert all(r["draft_visual_tokens"] == 0 for r in outputs[1])
+
+
 def test_unknown_family_and_foreign_tokenizer_are_rejected_before_any_job(
     family_dirs, tmp_path, capsys
 ):

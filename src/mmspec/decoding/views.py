@@ -73,6 +73,9 @@ class ViewContext:
     image_token: str
     project: object = None  # features [N, D] -> embeds [N, H] (the model's projector)
     builder: object = None
+    # a model with no builder (a text-only draft): the target's chat renderer, for prompts
+    # whose video placeholders are not image tokens
+    render: object = None
 
 
 def full_prompt(text: str, images: list[ImageInput], ctx: ViewContext) -> Prompt:
@@ -141,6 +144,10 @@ def _replace_images(text: str, ctx: ViewContext, replacements: list[str]) -> str
         if ctx.builder.family.video is None:  # the builder's images are a video's frames
             messages = media.frames_as_images(messages)
         return ctx.builder.render(_text_items(messages, replacements))
+    if ctx.render is not None and messages is not None and media.has_video(messages):
+        # a text-only model reads a video as its frames; the target's text may mark it with a
+        # video token, so render the chat again rather than splitting it at image tokens
+        return ctx.render(_text_items(media.frames_as_images(messages), replacements))
     pieces = text.split(ctx.image_token)
     if len(pieces) - 1 != len(replacements):
         raise ValueError(

@@ -89,7 +89,11 @@ class MethodRunner:
                     f"defined for {type(draft_model).__name__} (family {builder.family.name}); "
                     "it is defined for the LLaVA-1.5 layout (llava)"
                 )
-            self.draft_ctx = ViewContext(tokenizer, decoder.embed, image_token, project, builder)
+            target_builder = self.target_ctx.builder
+            render = target_builder.render if builder is None and target_builder else None
+            self.draft_ctx = ViewContext(
+                tokenizer, decoder.embed, image_token, project, builder, render
+            )
             self.policy = make_tree_policy(spec)
             self.rule = make_rule(spec)
         elif spec["drafter"] != "none":

@@ -13,6 +13,7 @@ from plotly.offline import get_plotlyjs
 
 import mmspec.report.acceptance as report_acceptance
 import mmspec.report.blocks as report_blocks
+import mmspec.report.methods_table as methods_table
 import mmspec.report.weights as report_weights
 from mmspec.report.block_efficiency import tau_by_dataset
 from mmspec.report.cells import with_labels
@@ -336,6 +337,17 @@ def test_method_table_columns(report):
     assert "computed once per image in a cached stage" in report
 
 
+def test_method_table_sortable_and_filterable(report):
+    body = sections(report)[f"chartqa · {PAIR}"]
+    box = body[: body.index("</table>")]
+    assert box.startswith("\n<div class='cells-table'><input type='search' class='filter'")
+    assert "<table class='cells'>" in box
+    # the script that sorts and filters is inlined once, in the head, and writes no HTML
+    head = report[: report.index("</head>")]
+    assert head.count("div.cells-table") == 1 and report.count("div.cells-table") == 1
+    assert "innerHTML" not in methods_table.SORT_FILTER_JS
+
+
 def test_no_weights_section_without_blocks(report):
     assert "Block efficiency by dataset" in report
     assert "Ensemble weights over decoding" not in report and "id='weights'" not in report
@@ -565,7 +577,7 @@ def test_hostile_label_dataset_and_sample_escaped(tmp_path):
     assert list(rows) == [escaped + " · M", escaped + "<sup>MT</sup>"]
     weights = sections(page)["Ensemble weights over decoding"]
     assert f"sample {escaped} · turn 0" in weights
-    assert "d1&#x27;&quot;&gt;&lt;img src=x onerror=alert(2)&gt;" in weights
+    assert "d1&#x27;&#34;&gt;&lt;img src=x onerror=alert(2)&gt;" in weights
 
 
 # ---- acceptance by draft position and tree methods side by side ------------------------------

@@ -24,8 +24,14 @@ def is_missing(value: object) -> bool:
 
 
 def esc(value: object) -> str:
-    """HTML-escaped text of a data value; missing values become a dash."""
-    return MISSING if is_missing(value) else html.escape(str(value))
+    """HTML-escaped text of a data value; missing values become a dash.
+
+    A double quote becomes `&#34;`, not `&quot;`: plotly decodes numeric references in the text
+    it draws, but of the named ones only a few (not `quot`), so it would show "&quot;" verbatim.
+    """
+    if is_missing(value):
+        return MISSING
+    return html.escape(str(value)).replace("&quot;", "&#34;")
 
 
 def label_html(text: object) -> str:

@@ -1,7 +1,10 @@
 """The method table of a (dataset, pair) section: one row per cell, every metric of the cell.
 
 The columns that compare a cell's output with AR's are red on a greedy cell of a lossless rule
-that diverged (an engine bug), and grey on a lossy rule, whose divergence is expected.
+that diverged (an engine bug), and grey on a lossy rule, whose divergence is expected. In the
+browser the table sorts by a column when its header is clicked and filters its rows by the text
+typed above it (`SORT_FILTER_JS`, inlined once in the page head; it reads cell text only, never
+writes HTML).
 """
 
 from __future__ import annotations
@@ -42,6 +45,47 @@ INT_COLUMNS = {"seed", "n_samples", "steps", "new_tokens"}
 DIVERGENCE_COLUMNS = ["lossless_rate", "first_divergence_mean"]
 LOSSY_NOTE = "lossy rule: divergence is expected, see retention"
 
+# Sorting and filtering of every `table.cells`: a click on a header sorts by that column, a second
+# click reverses; numbers sort as numbers, a missing value ("–") last either way. The filter keeps
+# the rows whose text contains what is typed (case-insensitive).
+SORT_FILTER_JS = """
+document.addEventListener("DOMContentLoaded", function () {
+  document.querySelectorAll("div.cells-table").forEach(function (box) {
+    var table = box.querySelector("table.cells"), body = table.tBodies[0];
+    var filter = box.querySelector("input.filter");
+    var heads = Array.prototype.slice.call(table.tHead.rows[0].cells);
+    function key(row, i) {
+      var td = row.cells[i], text = td.textContent.trim();
+      if (!td.classList.contains("num")) return text;
+      var x = parseFloat(text);
+      return isNaN(x) ? null : x;
+    }
+    heads.forEach(function (th, i) {
+      th.title = "click to sort";
+      th.addEventListener("click", function () {
+        var up = th.getAttribute("aria-sort") !== "ascending";
+        heads.forEach(function (h) { h.removeAttribute("aria-sort"); });
+        th.setAttribute("aria-sort", up ? "ascending" : "descending");
+        var rows = Array.prototype.slice.call(body.rows);
+        rows.sort(function (a, b) {
+          var x = key(a, i), y = key(b, i);
+          if (x === null || y === null) return (x === null) - (y === null);
+          var c = typeof x === "number" ? x - y : x.localeCompare(y, undefined, {numeric: true});
+          return up ? c : -c;
+        });
+        rows.forEach(function (row) { body.appendChild(row); });
+      });
+    });
+    filter.addEventListener("input", function () {
+      var q = filter.value.trim().toLowerCase();
+      Array.prototype.forEach.call(body.rows, function (row) {
+        row.hidden = q !== "" && row.textContent.toLowerCase().indexOf(q) < 0;
+      });
+    });
+  });
+});
+"""
+
 
 def render(cells: pd.DataFrame) -> str:
     """One row per cell; the best measured speedup in bold, non-lossless greedy cells in red."""
@@ -61,8 +105,15 @@ def render(cells: pd.DataFrame) -> str:
         cls = f" class='{' '.join(classes)}'" if classes else ""
         tds = "".join(table_cell(row, column, divergence) for column in TABLE_COLUMNS)
         rows.append(f"<tr{cls}>{tds}</tr>")
-    table = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    return f"<div class='scroll'>{table}</div>{bug_note(bugs)}{lossy_note(lossy)}"
+    table = (
+        f"<table class='cells'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+    box = (
+        "<div class='cells-table'><input type='search' class='filter' "
+        "placeholder='filter rows' aria-label='filter the rows of this table'>"
+        f"<div class='scroll'>{table}</div></div>"
+    )
+    return f"{box}{bug_note(bugs)}{lossy_note(lossy)}"
 
 
 def divergence_style(row: pd.Series) -> str:

@@ -4,10 +4,10 @@ Optionally also from results/summary/blocks.parquet (one row per verification st
 acceptance rate by draft position, the tree methods side by side (mean tree size per step) and the
 plots of the ensemble weights over decoding.
 
-The page opens offline from disk: plotly.js is inlined once in the head, figures are embedded as
-JSON (not images), and there is no external CSS. Every string that comes from the data is
-HTML-escaped, including those that plotly renders (hover text and legend names), because plotly
-interprets a subset of HTML in them.
+The page opens offline from disk: plotly.js is inlined once in the head (with the few lines that
+sort and filter the method tables), figures are embedded as JSON (not images), and there is no
+external CSS. Every string that comes from the data is HTML-escaped, including those that plotly
+renders (hover text and legend names), because plotly interprets a subset of HTML in them.
 
 The page, top to bottom: a header with the table of contents, the metric definitions, one section
 per (dataset, pair) (its method table, speedup vs quality and tau vs gamma), then the sections of
@@ -141,6 +141,10 @@ td.lossy-cell { color: #777; font-style: italic; }
 .figs { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr)); gap: 1rem; }
 .figs > * { min-width: 0; }
 .note { color: #666; font-style: italic; }
+input.filter { margin: 0.5rem 0 0; font-size: 0.85rem; width: 16rem; }
+table.cells th { cursor: pointer; user-select: none; }
+table.cells th[aria-sort=ascending]::after { content: " ▲"; }
+table.cells th[aria-sort=descending]::after { content: " ▼"; }
 """
 
 
@@ -206,6 +210,7 @@ def render_page(
         f"<style>{CSS}</style>\n"
         # Inlined once here, so every figure below embeds with include_plotlyjs=False.
         f"<script type='text/javascript'>{get_plotlyjs()}</script>\n"
+        f"<script type='text/javascript'>{methods_table.SORT_FILTER_JS}</script>\n"
         f"</head>\n<body>\n{body}\n</body>\n</html>\n"
     )
 

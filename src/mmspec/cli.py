@@ -59,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-visual", default=None)
     p.add_argument("--captions", default=None, help="the caption cache (views with C)")
     p.add_argument("--out", required=True)
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=int(os.environ.get("MMSPEC_CHECKPOINT_EVERY", "0")) or None,
+        help="samples per checkpoint; a killed job resumes after the last one "
+        "(default $MMSPEC_CHECKPOINT_EVERY, else generate.CHUNK = 8)",
+    )
 
     p = sub.add_parser("score", help="lossless check and quality of one cell")
     p.add_argument("--samples", required=True)
@@ -186,6 +193,7 @@ def run(args: argparse.Namespace) -> None:
             args.draft_visual,
             args.out,
             args.captions,
+            args.checkpoint_every,
         )
     elif args.stage == "score":
         from mmspec.stages import score

@@ -55,6 +55,7 @@ STAGE_CODE = {
     ],
     "generate": [
         "stages/generate.py",
+        "stages/checkpoints.py",
         "decoding",
         "methods",
         *MODEL_CODE,

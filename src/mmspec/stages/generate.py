@@ -24,7 +24,10 @@ from mmspec.decoding.views import Chat, ImageInput
 from mmspec.methods.components import DRAFTERS_WITH_MODEL
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import families, loading, visual
+from mmspec.stages.checkpoints import Checkpoints, job_key
 from mmspec.tables import CAPTIONS, PREPARED, SAMPLES, VISUAL, read_table, write_table
+
+CHUNK = 8  # samples per checkpoint: a killed job loses at most this many
 
 
 def sample_sampler(seed: int, sample_id: str, turn: int, stream: str) -> TorchSampler:
@@ -118,7 +121,10 @@ def run(
     draft_visual: str | None,
     out: str,
     captions: str | None = None,
+    chunk: int | None = None,
 ):
+    """Decode every sample-turn of one cell into `out`; finished samples are checkpointed every
+    `chunk` samples, and a rerun of the same job resumes after the last checkpoint."""
     cell, pair = params["cell"], params["pair"]
     spec, gen, timing = cell["spec"], params["generation"], params["timing"]
     torch.set_num_threads(timing["threads"])
@@ -175,8 +181,16 @@ def run(
         runner.decode_ar(sample, max_new, stop, sample_sampler(cell["seed"], "warmup", 0, "ar"))
     runner.reset_stats()
 
-    records, ar_decode_s, ar_forwards = [], 0.0, 0
-    for i, row in enumerate(tqdm(rows, desc=f"generate {cell['method']} {cell['hp']}")):
+    chunk = chunk or CHUNK
+    checkpoints = Checkpoints(out, job_key(params, prepared, target_visual, draft_visual, captions))
+    records, counters = checkpoints.load()
+    chunk_start = len(records)
+    chunk_ar = {"ar_decode_s": 0.0, "ar_forwards": 0}
+    progress = tqdm(
+        total=len(rows), initial=len(records), desc=f"generate {cell['method']} {cell['hp']}"
+    )
+    for i in range(len(records), len(rows)):
+        row = rows[i]
         sample = sample_of(row)
         key = (cell["seed"], row["sample_id"], row["turn"])
         runs = {
@@ -190,12 +204,24 @@ def run(
         order = ["ar", "method"] if i % 2 == 0 else ["method", "ar"]
         done = {name: runs[name]() for name in order}
         ar, result = done["ar"], done["method"]
-        ar_decode_s += ar.decode_s
-        ar_forwards += len(ar.steps)
+        chunk_ar["ar_decode_s"] += ar.decode_s
+        chunk_ar["ar_forwards"] += len(ar.steps)
         records.append(_record(row, result, ar, runner))
         records[-1]["caption_s"] = draft_store.captioning_s(row["image_ids"])
+        progress.update()
+        if len(records) - chunk_start == chunk or len(records) == len(rows):
+            forwards, forward_s = runner.draft_forward_stats()
+            counters.append({**chunk_ar, "draft_forwards": forwards, "draft_forward_s": forward_s})
+            checkpoints.save(chunk_start, records[chunk_start:], counters[-1])
+            runner.reset_stats()
+            chunk_start, chunk_ar = len(records), {"ar_decode_s": 0.0, "ar_forwards": 0}
+    progress.close()
 
-    forwards, forward_s = runner.draft_forward_stats()
+    def total(name):
+        return sum(c[name] for c in counters)
+
+    ar_decode_s, ar_forwards = total("ar_decode_s"), total("ar_forwards")
+    forwards, forward_s = total("draft_forwards"), total("draft_forward_s")
     n_steps = sum(len(r["step_accepted"]) for r in records) if runner.drafter else 0
     t_q = forward_s / forwards if forwards else math.nan
     t_p = ar_decode_s / ar_forwards if ar_forwards else math.nan
@@ -213,6 +239,7 @@ def run(
         record["output_text"] = tokenizer.decode(record["output_ids"], skip_special_tokens=True)
         record.update(job)
     write_table(pa.Table.from_pylist(records, schema=SAMPLES), out, SAMPLES)
+    checkpoints.clear()
 
 
 def _record(row: dict, result, ar, runner: MethodRunner) -> dict:

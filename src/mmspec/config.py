@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import itertools
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +53,147 @@ def load_schema() -> dict:
         return yaml.safe_load(f)
 
 
+# --config KEY=VALUE: Snakemake reads a mapping or list VALUE with YAML's BaseLoader, which leaves
+# every nested scalar a string ("generation={max_new_tokens: 16}" gives "16"). A string is read as
+# the number, boolean or null the schema expects there only when it renders exactly that value.
+_INTEGER_RE = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")  # no leading zeros: YAML 1.1 reads 010 as 8
+_NUMBER_RE = re.compile(r"[-+]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_BOOLEANS = {
+    spelling: value
+    for word, value in (("true", True), ("false", False))
+    for spelling in (word, word.title(), word.upper())
+}
+_NULLS = ("null", "Null", "NULL", "~", "")
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
+
+
+def _scalar(text: str, kind: str):
+    """(True, value) when `text` renders a value of JSON type `kind`, else (False, None)."""
+    if kind == "null" and text in _NULLS:
+        return True, None
+    if kind == "boolean" and text in _BOOLEANS:
+        return True, _BOOLEANS[text]
+    if kind in ("integer", "number") and _INTEGER_RE.fullmatch(text):
+        return True, int(text)
+    if kind == "number" and _NUMBER_RE.fullmatch(text):
+        return True, float(text)
+    return False, None
+
+
+def _expected_types(schema: dict) -> list[str]:
+    """The JSON types a schema allows at its own level (from `type`, or from const/enum values)."""
+    kinds = schema.get("type")
+    if kinds is not None:
+        return [kinds] if isinstance(kinds, str) else list(kinds)
+    literals = [schema["const"]] if "const" in schema else list(schema.get("enum", []))
+    return [_JSON_TYPES.get(type(v), "object") for v in literals]
+
+
+def _resolve_ref(ref: str, root: dict) -> dict:
+    """The subschema a local `$ref` ("#/$defs/x") points to; {} (no coercion) for others."""
+    if not ref.startswith("#"):
+        return {}
+    node = root
+    for part in ref[1:].split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        node = node[int(part)] if isinstance(node, list) else node.get(part, {})
+    return node if isinstance(node, dict) else {}
+
+
+def _coerce(value, schema, root: dict, validator):
+    if not isinstance(schema, dict):
+        return value  # boolean schemas say nothing about types
+    if "$ref" in schema:
+        value = _coerce(value, _resolve_ref(schema["$ref"], root), root, validator)
+    for sub in schema.get("allOf", []):
+        value = _coerce(value, sub, root, validator)
+    for keyword in ("oneOf", "anyOf"):
+        if keyword in schema:
+            value = _coerce_branches(value, keyword, schema[keyword], root, validator)
+    if isinstance(value, str):
+        kinds = _expected_types(schema)
+        if "string" in kinds:
+            return value  # a genuine string (model id, path, dtype): left alone
+        for kind in ("null", "boolean", "integer", "number"):
+            if kind in kinds:
+                ok, parsed = _scalar(value, kind)
+                if ok:
+                    return parsed
+        return value
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        patterns = schema.get("patternProperties", {})
+        additional = schema.get("additionalProperties")
+        out = {}
+        for key, item in value.items():
+            subs = [properties[key]] if key in properties else []
+            subs += [sub for pattern, sub in patterns.items() if re.search(pattern, str(key))]
+            if not subs and isinstance(additional, dict):
+                subs = [additional]  # JSON Schema: only keys no other keyword claims
+            for sub in subs:
+                item = _coerce(item, sub, root, validator)
+            out[key] = item
+        return out
+    if isinstance(value, list):
+        prefix = schema.get("prefixItems", [])
+        items = schema.get("items")
+        if isinstance(items, list):  # drafts before 2020-12: a list of schemas is prefixItems
+            prefix, items = items, schema.get("additionalItems")
+        return [
+            _coerce(item, prefix[i] if i < len(prefix) else items, root, validator)
+            for i, item in enumerate(value)
+        ]
+    return value
+
+
+def _coerce_branches(value, keyword: str, branches: list, root: dict, validator):
+    """`value` coerced for the first branch it then satisfies; unchanged if it already satisfies
+    the oneOf/anyOf; otherwise coerced for the branch left with the fewest errors (so the error
+    reported is the one that remains, not a string the branch would have read as a number)."""
+    if not any(True for _ in validator.descend(value, {keyword: branches})):
+        return value
+    best, fewest = value, None
+    for branch in branches:
+        candidate = _coerce(value, branch, root, validator)
+        errors = sum(1 for _ in validator.descend(candidate, branch))
+        if errors == 0:
+            return candidate
+        if fewest is None or errors < fewest:
+            best, fewest = candidate, errors
+    return best
+
+
+def coerce(value, schema: dict | None = None):
+    """`value` with each string that `schema` (default: the config's, with method
+    hyperparameter types) expects as an integer, number, boolean or null at its path converted
+    when it exactly renders one ("16", "0.5", "true", "null", "~"); other values are unchanged.
+
+    Makes `--config` overrides validate: Snakemake leaves the scalars of a mapping or list
+    value strings. Returns a new structure; `value` is not modified.
+    """
+    schema = _coercion_schema() if schema is None else schema
+    return _coerce(value, schema, schema, jsonschema.Draft202012Validator(schema))
+
+
+@functools.cache
+def _coercion_schema() -> dict:
+    """The config schema plus the types it leaves to later checks: method hyperparameters (from
+    the registry; a list is a grid) and the devices of a device map (a GPU index)."""
+    schema = copy.deepcopy(load_schema())
+    hyperparameters = {}
+    for key, kinds in registry.TYPES.items():
+        if kinds is not str:  # int, or (int, float)
+            one = {"type": "integer"} if kinds is int else {"type": "number"}
+            hyperparameters[key] = {"anyOf": [one, {"type": "array", "items": one}]}
+    tree = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
+    hyperparameters["paths"] = {"anyOf": [tree, {"type": "array", "items": tree}]}
+    entry = schema["properties"]["methods"]["additionalProperties"]
+    entry["properties"] = {**hyperparameters, **entry.get("properties", {})}
+    pair = schema["properties"]["pairs"]["additionalProperties"]["properties"]
+    pair["target_device_map"]["additionalProperties"] = {"type": "integer"}
+    return schema
+
+
 def _key_path(error: jsonschema.ValidationError) -> str:
     parts = [str(p) for p in error.absolute_path]
     return ".".join(parts) if parts else "<top level>"
@@ -65,8 +209,13 @@ def _describe(error: jsonschema.ValidationError) -> str:
         hint = f"; allowed keys: {allowed}" if allowed else ""
         return f"config key {keys}: unknown key{hint}"
     if error.validator == "oneOf" and error.context:
-        # Report the alternative that got furthest: the one whose errors are deepest.
-        deepest = max(error.context, key=lambda e: (len(e.absolute_path), -len(e.message)))
+        # Report the alternative that got furthest: the one with the fewest errors (a toy
+        # dataset with one bad key, not the hf form it also fails), then its deepest error.
+        branches: dict = {}
+        for e in error.context:
+            branches.setdefault(e.relative_schema_path[0], []).append(e)
+        closest = min(branches.values(), key=len)
+        deepest = max(closest, key=lambda e: (len(e.absolute_path), -len(e.message)))
         return _describe(deepest)
     return f"config key {_key_path(error)}: {error.message}"
 
@@ -74,8 +223,10 @@ def _describe(error: jsonschema.ValidationError) -> str:
 def validate(config: dict) -> dict:
     """Validate `config` (schema, then names and method hyperparameters); return it with defaults.
 
-    Raises ConfigError naming the first offending key path.
+    Strings that stand for the numbers, booleans or nulls the schema expects (`--config`
+    overrides) are converted first. Raises ConfigError naming the first offending key path.
     """
+    config = coerce(config)
     validator = jsonschema.Draft202012Validator(load_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
@@ -104,6 +255,8 @@ def validate(config: dict) -> dict:
             ref = pair.get(role)
             if ref is None:
                 continue
+            _check_local_model(f"pairs.{name}.{role}", ref, f"pair {name!r}, role {role}")
+            pair[role] = normalize_model_ref(ref)
             if ref.startswith(TOY_PREFIX) and ref[len(TOY_PREFIX) :] not in config["toy"]["models"]:
                 raise ConfigError(
                     f"config key pairs.{name}.{role}: {ref!r} names no model under toy.models "
@@ -113,6 +266,9 @@ def validate(config: dict) -> dict:
         if "target_device_map" in pair:
             _check_device_map(f"pairs.{name}.target_device_map", pair["target_device_map"])
     captioner = config.get("captioner")
+    if captioner:
+        _check_local_model("captioner.model", captioner["model"], "the captioner")
+        captioner["model"] = normalize_model_ref(captioner["model"])
     if captioner and captioner["model"].startswith(TOY_PREFIX):
         if captioner["model"][len(TOY_PREFIX) :] not in config["toy"]["models"]:
             raise ConfigError(
@@ -173,6 +329,45 @@ def _check_device_map(key: str, value) -> None:
         index = isinstance(device, int) and not isinstance(device, bool) and device >= 0
         if not (index or (isinstance(device, str) and _DEVICE_RE.match(device))):
             raise ConfigError(f"config key {key}.{module}: device {device!r}; {expected}")
+
+
+# A Hugging Face hub id: owner/name of letters, digits, '_', '.', '-', neither part starting or
+# ending with '.' or '-' (the hub also forbids '--' and '..' inside, checked apart).
+_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?"
+HUB_ID_RE = re.compile(rf"{_HUB_PART}/{_HUB_PART}")
+LOCAL_PREFIXES = ("./", "../", "/", "~")
+
+
+def is_hub_id(ref: str) -> bool:
+    """Whether `ref` could name a hub repository (owner/name), not only a local path."""
+    return bool(HUB_ID_RE.fullmatch(ref)) and "--" not in ref and ".." not in ref
+
+
+def normalize_model_ref(ref: str) -> str:
+    """A model reference in one spelling: local paths normalised ("./models/tgt" and
+    "models/tgt/" -> "models/tgt", "~" expanded); hub ids and toy models unchanged."""
+    if ref.startswith(TOY_PREFIX):
+        return ref
+    return os.path.normpath(os.path.expanduser(ref))  # an owner/name id is a fixed point
+
+
+def _check_local_model(key: str, ref: str, what: str) -> None:
+    """A reference that can only be a local path must be a directory here: found at parse time,
+    not when the job that loads it fails. Hub ids need not be cached (the job downloads them)."""
+    if ref.startswith(TOY_PREFIX):
+        return
+    if not ref:
+        raise ConfigError(f"config key {key}: {what}: an empty model reference")
+    path = Path(os.path.expanduser(ref))
+    if path.is_dir():
+        return
+    if path.exists():
+        raise ConfigError(f"config key {key}: {what}: {ref!r} is a file, not a model directory")
+    if ref.startswith(LOCAL_PREFIXES) or not is_hub_id(ref):
+        raise ConfigError(
+            f"config key {key}: {what}: local model path {ref!r} does not exist (relative to "
+            f"{os.getcwd()}), and it is no hub id of the form owner/name"
+        )
 
 
 def _check_model_files(name: str, pair: dict) -> None:
@@ -284,10 +479,13 @@ def hp_slug(hparams: dict) -> str:
 
 
 def model_slug(ref: str) -> str:
-    """The folder name of a model reference: toy:target -> toy-target, org/name -> org--name."""
+    """The folder name of a model reference: toy:target -> toy-target, org/name -> org--name-<hash>;
+    spellings of one local path share it ("./models/tgt" as "models/tgt")."""
     if ref.startswith(TOY_PREFIX):
         return "toy-" + ref[len(TOY_PREFIX) :]
-    return slug(ref)
+    # The rules' `model` wildcard starts with a letter or digit: "../m" must not give "..--m-...".
+    # The hash in the slug of such a path keeps it apart from a model named "m".
+    return slug(normalize_model_ref(ref)).lstrip("._-") or "empty"
 
 
 def cells(config: dict) -> list[Cell]:

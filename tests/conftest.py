@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random-initialised toy models (no training, no download)."""
+"""Shared fixtures: tiny random-initialised toy models (no training, no download), and one
+end-to-end workflow run of the tiny config shared by the tests that read its outputs."""
 
 from __future__ import annotations
 
@@ -7,6 +8,22 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A workdir where the workflow ran the tiny config (tests/configs/tiny.yaml) end to end."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    workdir = tmp_path_factory.mktemp("tiny")
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(root / "Snakefile"), "--cores", "2"]
+    cmd += ["--directory", str(workdir), "--configfile", str(root / "tests/configs/tiny.yaml")]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return workdir
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 The page is built by the report stage (`mmspec report --cells --blocks --out`, the command of the
 workflow's `report` rule) from cells and blocks tables that give every section of the page
-something to show, with HTML in a dataset name. (The end-to-end run's own report comes from a
-module fixture of test_workflow.py; running that workflow again here would add a minute.)
+something to show, with HTML in a dataset name; the end-to-end run's own report (the session
+fixture `tiny_run`, shared with test_workflow.py) is checked as well.
 
 In the browser: no JavaScript error or console error, no request but the page itself (file:// or
 data:; any other request is recorded and aborted), every plot drew a mark for each of its traces,
@@ -223,6 +223,18 @@ def test_no_errors_no_requests_every_plot_drawn(opened, report_html):
         "TABED",
     ):
         assert any(kind in title for title in titles), (kind, titles)
+
+
+def test_the_end_to_end_runs_report_renders_cleanly(browser, tiny_run):
+    """The report the workflow wrote in the tiny end-to-end run: no errors, no requests, every
+    plot drawn."""
+    report = tiny_run / "reports" / "index.html"
+    opened = Opened(browser, report)
+    try:
+        assert opened.problems(n_figures(report)) == []
+        assert opened.requests == [report.as_uri()]
+    finally:
+        opened.page.close()
 
 
 def test_dataset_text_escaped(opened):

@@ -41,11 +41,8 @@ def write_config(path: Path, change) -> Path:
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("tiny")
-    out = snakemake(workdir, TINY)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return workdir
+def run_dir(tiny_run):
+    return tiny_run  # conftest: the tiny config run end to end, once per session
 
 
 def test_end_to_end_writes_cells_and_report(run_dir):

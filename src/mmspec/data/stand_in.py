@@ -77,8 +77,7 @@ def write(name: str, spec: dict, out: Path, rows: int = 4, seed: int = 0) -> Pat
 
 def write_all(config: dict, out: Path, rows: int = 4) -> dict:
     """Stand-ins of every HF dataset of a validated config, under `out`; returns the `--config`
-    override that points the datasets at them (only `id`: Snakemake reads `--config` values as
-    strings, so a number such as `limit` would no longer validate)."""
+    override that points the datasets at them (their `id`)."""
     override = {}
     for name, spec in config["datasets"].items():
         if spec["source"] != "hf":

@@ -110,3 +110,28 @@ def test_misspelled_key_fails_before_any_job(tmp_path):
     assert out.returncode != 0
     assert "generaton" in out.stderr and "unknown key" in out.stderr
     assert not (workdir / "results").exists()
+
+
+def test_a_failing_jobs_cause_is_on_the_console(tmp_path):
+    """The workflow profile shows a failed job's log, so its one-line error reaches the user
+    without opening logs/."""
+    missing = tmp_path / "no_such_dataset"
+    config = write_config(
+        tmp_path / "c.yaml",
+        lambda c: c.update(
+            datasets={
+                "broken": {
+                    "source": "hf",
+                    "id": str(missing),
+                    "split": "test",
+                    "columns": {"question": "q", "answer": "a"},
+                }
+            }
+        ),
+    )
+    out = snakemake(tmp_path / "w", config, "--until", "prepare")
+    assert out.returncode != 0
+    assert (
+        f"mmspec prepare: error: Couldn't find any data file at {missing}"
+        in out.stdout + out.stderr
+    )

@@ -74,7 +74,11 @@ METRIC_DEFINITIONS = [
         "per step (gamma for a chain; TABED eq. 1) — "
         "the gap to measured speedup is engine overhead.",
     ),
-    ("latency_ratio", "c."),
+    (
+        "latency_ratio",
+        "c = T_q / T_p: the mean time of one draft forward over the mean time of one AR target "
+        "forward, both measured in the cell's own job (the c of speedup_eq1).",
+    ),
     (
         "lossless_rate",
         "share of sample-turns whose greedy output equals the AR output token for token "

@@ -212,7 +212,14 @@ def resolve(method_name: str, hparams: dict, temperature: float = 0.0) -> dict:
             raise ValueError(
                 f"method {method_name!r} has no hyperparameter {key!r}; allowed: {allowed}"
             )
-        if key in CHOICES and value not in CHOICES[key]:
+        if key == "drafter" and value != spec.get("drafter"):
+            raise ValueError(
+                f"drafter={value!r} is not one of {list(CHOICES[key])} for method "
+                f"{method_name!r}: the drafter is fixed by the method (ar: 'none', every "
+                "drafting method: 'model'); to decode autoregressively use `method: ar`, which "
+                "has no views or gamma"
+            )
+        if key in CHOICES and value not in CHOICES[key] and key != "drafter":
             raise ValueError(f"{key}={value!r} is not one of {list(CHOICES[key])}")
         if key in TYPES and (isinstance(value, bool) or not isinstance(value, TYPES[key])):
             raise ValueError(f"{key}={value!r} should be of type {TYPES[key]}")

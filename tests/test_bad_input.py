@@ -1,0 +1,75 @@
+"""Values that pass a naive check and then fail or run wrongly (issue 12, item 8): each is
+rejected before any job, naming the key, or read the way the workflow reads it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from mmspec import config as mmconfig
+
+BASE = {
+    "datasets": {"toy_caption": {"source": "toy", "samples": 4}},
+    "pairs": {"toy": {"target": "toy:target", "draft": "toy:draft"}},
+    "toy": {
+        "models": {
+            "target": {"hidden": 32, "layers": 1, "steps": 1},
+            "draft": {"hidden": 16, "layers": 1, "steps": 1},
+        }
+    },
+    "methods": {"ar": {}, "sd": {"views": "M", "gamma": 5}},
+}
+
+
+def changed(**sections) -> dict:
+    cfg = copy.deepcopy(BASE)
+    cfg.update(copy.deepcopy(sections))
+    return cfg
+
+
+# 1. a negative per-method temperature
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"temperature": -1},
+        {"temperature": -0.5, "acceptance": "sampling"},
+        {"temperature": [0.0, -1.0]},  # one point of a grid
+        {"temperature": "-1"},  # a --config override's string
+    ],
+)
+def test_negative_method_temperature_is_rejected_naming_key_and_range(entry):
+    cfg = changed(methods={"ar": {}, "sd": entry})
+    with pytest.raises(mmconfig.ConfigError) as error:
+        mmconfig.validate(cfg)
+    message = str(error.value)
+    assert "methods.sd" in message and "temperature must be >= 0" in message
+    assert "add `ar" not in message
+
+
+def test_negative_generation_temperature_is_rejected():
+    with pytest.raises(mmconfig.ConfigError, match=r"generation.temperature: -1 is less than"):
+        mmconfig.validate(changed(generation={"temperature": -1}))
+
+
+# 2. `drafter: none` on a drafting method (it would decode as AR under views M, gamma 5)
+
+
+@pytest.mark.parametrize("value", ["none", None])
+def test_drafter_none_on_a_drafting_method_is_rejected(value):
+    cfg = changed(methods={"ar": {}, "sd": {"views": "M", "gamma": 5, "drafter": value}})
+    with pytest.raises(mmconfig.ConfigError) as error:
+        mmconfig.validate(cfg)
+    message = str(error.value)
+    assert "methods.sd" in message and "drafter=" in message
+    assert "method: ar" in message  # says how to run AR instead
+
+
+def test_drafter_equal_to_the_methods_own_is_accepted_and_others_rejected():
+    ok = mmconfig.validate(changed(methods={"ar": {"drafter": "none"}, "sd": {"drafter": "model"}}))
+    drafters = {c.method: c.spec["drafter"] for c in mmconfig.cells(ok)}
+    assert drafters == {"ar": "none", "sd": "model"}
+    with pytest.raises(mmconfig.ConfigError, match="methods.ar: drafter='model'"):
+        mmconfig.validate(changed(methods={"ar": {"drafter": "model"}}))

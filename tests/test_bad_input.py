@@ -73,3 +73,28 @@ def test_drafter_equal_to_the_methods_own_is_accepted_and_others_rejected():
     assert drafters == {"ar": "none", "sd": "model"}
     with pytest.raises(mmconfig.ConfigError, match="methods.ar: drafter='model'"):
         mmconfig.validate(changed(methods={"ar": {"drafter": "model"}}))
+
+
+# 3. an unknown toy scenario (a toy dataset's name is its scenario)
+
+
+def test_unknown_toy_scenario_is_rejected_with_the_known_names():
+    cfg = changed(datasets={"toy_foo": {"source": "toy", "samples": 4}})
+    with pytest.raises(mmconfig.ConfigError) as error:
+        mmconfig.validate(cfg)
+    message = str(error.value)
+    assert "datasets.toy_foo" in message and "unknown toy scenario 'toy_foo'" in message
+    assert "toy_caption" in message and "toy_video" in message  # the known names
+
+
+def test_a_toy_dataset_without_the_toy_prefix_is_rejected_too():
+    with pytest.raises(mmconfig.ConfigError, match="datasets.caption: unknown toy scenario"):
+        mmconfig.validate(changed(datasets={"caption": {"source": "toy"}}))
+
+
+def test_unknown_scenario_of_a_toy_model_is_rejected():
+    cfg = changed()
+    cfg["toy"]["models"]["draft"]["text_scenarios"] = ["toy_diff", "toy_dif"]
+    with pytest.raises(mmconfig.ConfigError, match=r"toy.models.draft.text_scenarios: unknown "
+                       r"toy scenario 'toy_dif'; known: \['toy_caption'"):
+        mmconfig.validate(cfg)

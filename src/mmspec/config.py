@@ -299,13 +299,30 @@ def validate(config: dict) -> dict:
                 f"config key captioner: methods {uses_c} draft from captions (view C) but the "
                 "config names no captioner"
             )
-    for name, ds in config["datasets"].items():
-        if ds["source"] == "toy" and not name.startswith("toy_"):
-            raise ConfigError(
-                f"config key datasets.{name}: a toy dataset's name is its scenario (toy_caption, "
-                "toy_vqa, toy_diff, toy_multiturn, toy_story)"
-            )
+    _check_toy_scenarios(config)
     return config
+
+
+def _check_toy_scenarios(config: dict) -> None:
+    """A toy dataset's name is its scenario, and toy models train on scenarios: unknown names
+    are found here, not when the prepare or training job fails."""
+    from mmspec.data.toyworld import DATASETS
+
+    known = sorted(DATASETS)
+    for name, ds in config["datasets"].items():
+        if ds["source"] == "toy" and name not in DATASETS:
+            raise ConfigError(
+                f"config key datasets.{name}: unknown toy scenario {name!r} (a toy dataset's "
+                f"name is its scenario); known: {known}"
+            )
+    for model, spec in config["toy"]["models"].items():
+        for key in ("scenarios", "text_scenarios"):
+            for scenario in spec.get(key, []):
+                if scenario not in DATASETS:
+                    raise ConfigError(
+                        f"config key toy.models.{model}.{key}: unknown toy scenario "
+                        f"{scenario!r}; known: {known}"
+                    )
 
 
 DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")

@@ -4,10 +4,15 @@ rejected before any job, naming the key, or read the way the workflow reads it."
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from mmspec import config as mmconfig
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BASE = {
     "datasets": {"toy_caption": {"source": "toy", "samples": 4}},
@@ -98,3 +103,47 @@ def test_unknown_scenario_of_a_toy_model_is_rejected():
     with pytest.raises(mmconfig.ConfigError, match=r"toy.models.draft.text_scenarios: unknown "
                        r"toy scenario 'toy_dif'; known: \['toy_caption'"):
         mmconfig.validate(cfg)
+
+
+# 4. an empty sweep, and an empty methods override
+
+
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("sweep", [], "config key sweep: empty"),
+        ("methods", {}, "config key methods: empty"),
+        ("seeds", [], "config key seeds: empty"),
+    ],
+)
+def test_empty_sweep_methods_or_seeds_are_rejected(key, value, expected):
+    with pytest.raises(mmconfig.ConfigError, match=expected) as error:
+        mmconfig.validate(changed(**{key: value}))
+    assert "no cells" in str(error.value)
+
+
+def test_an_empty_methods_override_is_rejected_not_ignored():
+    with pytest.raises(mmconfig.ConfigError, match="config key methods: an empty mapping given"):
+        mmconfig.validate(changed(), overrides={"methods": {}})
+    mmconfig.validate(changed(), overrides={"methods": {"sd": {}}})  # a no-op entry is fine
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--config", "methods={}"], "config key methods: an empty mapping given"),
+        (["--config", "sweep=[]"], "config key sweep: empty"),
+        (["--configfile", "PARTIAL"], "config key methods: an empty mapping given"),
+    ],
+)
+def test_snakemake_rejects_empty_overrides(tmp_path, args, expected):
+    (tmp_path / "config").mkdir()  # the default sweep, which the overrides merge into
+    (tmp_path / "config" / "config.yaml").write_text((ROOT / "config" / "config.yaml").read_text())
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("methods: {}\n")
+    args = [str(partial) if a == "PARTIAL" else a for a in args]
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--dry-run",
+           "--cores", "1", "--directory", str(tmp_path), *args]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode != 0
+    assert expected in out.stdout + out.stderr

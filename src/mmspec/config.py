@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,6 +195,17 @@ def _coercion_schema() -> dict:
     return schema
 
 
+_EMPTY_HINTS = {
+    "sweep": "a sweep with no rules has no cells; leave `sweep` out to run every method on "
+    "every dataset and pair",
+    "methods": "a sweep with no methods has no cells; to run fewer methods, name them under a "
+    "sweep rule's `methods`",
+    "datasets": "a sweep with no datasets has no cells",
+    "pairs": "a sweep with no model pairs has no cells",
+    "seeds": "a sweep with no seeds has no cells; leave `seeds` out for [0]",
+}
+
+
 def _key_path(error: jsonschema.ValidationError) -> str:
     parts = [str(p) for p in error.absolute_path]
     return ".".join(parts) if parts else "<top level>"
@@ -208,6 +220,10 @@ def _describe(error: jsonschema.ValidationError) -> str:
         keys = ", ".join(f"{where}.{k}" if where != "<top level>" else k for k in extra)
         hint = f"; allowed keys: {allowed}" if allowed else ""
         return f"config key {keys}: unknown key{hint}"
+    if error.validator in ("minItems", "minProperties") and not error.instance:
+        where = _key_path(error)
+        hint = _EMPTY_HINTS.get(where, "give at least one entry or leave the key out")
+        return f"config key {where}: empty ({json.dumps(error.instance)}); {hint}"
     if error.validator == "oneOf" and error.context:
         # Report the alternative that got furthest: the one with the fewest errors (a toy
         # dataset with one bad key, not the hf form it also fails), then its deepest error.
@@ -220,12 +236,43 @@ def _describe(error: jsonschema.ValidationError) -> str:
     return f"config key {_key_path(error)}: {error.message}"
 
 
-def validate(config: dict) -> dict:
+def check_overrides(overrides: dict | None) -> None:
+    """Overrides merge into the config's mappings, so an empty mapping of a section
+    (`--config 'methods={}'`, or `methods: {}` in a partial --configfile) would merge nothing and
+    be silently ignored: an error, naming the key."""
+    for key in EMPTY_OVERRIDE_SECTIONS:
+        if isinstance(overrides, dict) and overrides.get(key) == {}:
+            raise ConfigError(
+                f"config key {key}: an empty mapping given as an override merges nothing into "
+                f"the config's {key} (it would be ignored); {_EMPTY_HINTS[key]}"
+            )
+
+
+EMPTY_OVERRIDE_SECTIONS = ("methods", "datasets", "pairs")
+
+
+def _snakemake_overrides() -> dict | None:
+    """The --config / --configfile overrides of the Snakemake run whose Snakefile called us
+    (the `workflow` global of its rule files), or None outside Snakemake."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        workflow = frame.f_globals.get("workflow")
+        settings = getattr(workflow, "config_settings", None)
+        if settings is not None:
+            return getattr(settings, "overwrite_config", None)
+        frame = frame.f_back
+    return None
+
+
+def validate(config: dict, overrides: dict | None = None) -> dict:
     """Validate `config` (schema, then names and method hyperparameters); return it with defaults.
 
     Strings that stand for the numbers, booleans or nulls the schema expects (`--config`
-    overrides) are converted first. Raises ConfigError naming the first offending key path.
+    overrides) are converted first. `overrides` (default: the running Snakemake workflow's
+    --config / --configfile values, if any) are what was merged into `config`: an empty
+    section among them is an error. Raises ConfigError naming the first offending key path.
     """
+    check_overrides(_snakemake_overrides() if overrides is None else overrides)
     config = coerce(config)
     validator = jsonschema.Draft202012Validator(load_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))

@@ -147,3 +147,81 @@ def test_snakemake_rejects_empty_overrides(tmp_path, args, expected):
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert out.returncode != 0
     assert expected in out.stdout + out.stderr
+
+
+# 5. `mmspec cells` reads a partial override file as Snakemake does
+
+
+def cells_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "mmspec.cli", "cells", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+
+
+def test_cells_merges_a_partial_file_over_the_default_sweep(tmp_path):
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("generation: {max_new_tokens: 16}\nseeds: [0, 1]\n")
+    out = cells_cli(str(partial))
+    assert out.returncode == 0, out.stderr
+    default = mmconfig.cells(mmconfig.load(ROOT / "config" / "config.yaml"))
+    listed = out.stdout.split()
+    assert len(listed) == 2 * len(default)  # the default sweep's cells, at both seeds
+    assert {c.path for c in default} <= set(listed)
+    merged = mmconfig.load_as_snakemake(partial, ROOT / "config" / "config.yaml")
+    assert merged["generation"] == {"max_new_tokens": 16, "temperature": 0.0}
+    assert merged["methods"] == mmconfig.load(ROOT / "config" / "config.yaml")["methods"]
+
+
+def test_cells_reads_a_file_with_datasets_as_a_whole_sweep(tmp_path):
+    whole = tmp_path / "whole.yaml"
+    whole.write_text(
+        "datasets: {toy_vqa: {source: toy, samples: 2}}\n"
+        "pairs: {toy: {target: 'toy:target'}}\n"
+        "toy: {models: {target: {hidden: 8, layers: 1, steps: 1}}}\n"
+        "methods: {ar: {}}\n"
+    )
+    out = cells_cli(str(whole))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["dataset=toy_vqa/pair=toy/method=ar/hp=default/seed=0"]
+
+
+def test_cells_help_says_how_a_partial_file_is_read():
+    out = subprocess.run([sys.executable, "-m", "mmspec.cli", "cells", "--help"],
+                         capture_output=True, text=True)
+    assert "merged over" in " ".join(out.stdout.split())
+
+
+def test_cells_partial_file_without_a_default_sweep_says_so(tmp_path):
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("generation: {max_new_tokens: 16}\n")
+    out = cells_cli(str(partial), cwd=tmp_path)
+    assert out.returncode == 1
+    assert "declares no `datasets`" in out.stderr and "config/config.yaml" in out.stderr
+
+
+def test_cells_partial_file_with_empty_methods_is_rejected(tmp_path):
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("methods: {}\n")
+    out = cells_cli(str(partial))
+    assert out.returncode == 1
+    assert "config key methods: an empty mapping given" in out.stderr
+
+
+# 6. malformed YAML names the file and line
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("datasets:\n  toy_caption: {source: toy\npairs: {}\n")
+    with pytest.raises(mmconfig.ConfigError, match=rf"{bad}:3:\d+: malformed YAML"):
+        mmconfig.load(bad)
+    out = cells_cli(str(bad))
+    assert out.returncode == 1
+    assert out.stderr.startswith(f"mmspec cells: error: {bad}:3:")
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_yaml_file_that_is_no_mapping_is_named(tmp_path):
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(mmconfig.ConfigError, match=rf"{bad}: the file holds a list"):
+        mmconfig.load(bad)

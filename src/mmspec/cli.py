@@ -104,8 +104,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="the folder to save them in (one subfolder per dataset)")
     p.add_argument("--rows", type=int, default=4)
 
-    p = sub.add_parser("cells", help="validate a config and list its cells")
-    p.add_argument("config")
+    p = sub.add_parser(
+        "cells",
+        help="validate a config and list its cells",
+        description="Validate a config file and list its cells, reading the file as "
+        "`snakemake --configfile CONFIG` does: a file that declares `datasets` is a whole sweep; "
+        "any other file (e.g. only `generation: {max_new_tokens: 16}`) is merged over the "
+        "default sweep, config/config.yaml of the working directory (--default).",
+    )
+    p.add_argument("config", help="a whole sweep, or a partial override of the default sweep")
+    p.add_argument(
+        "--default",
+        default="config/config.yaml",
+        help="the sweep a file without `datasets` overrides (default: config/config.yaml)",
+    )
 
     p = sub.add_parser(
         "verify-lossless",
@@ -222,7 +234,7 @@ def run(args: argparse.Namespace) -> None:
     elif args.stage == "cells":
         from mmspec import config
 
-        cfg = config.load(args.config)
+        cfg = config.load_as_snakemake(args.config, args.default)
         for cell in config.cells(cfg):
             print(cell.path)
 

@@ -590,11 +590,65 @@ def _pick(names, section: dict) -> list[str]:
     return list(section) if names == "all" else list(names)
 
 
+def read_yaml(path: str | Path):
+    """A YAML file's data; malformed YAML raises ConfigError naming the file and line."""
+    try:
+        with open(path) as f:
+            return yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e)
+        context = getattr(e, "context", None)
+        detail = f"{problem} ({context})" if context else problem
+        raise ConfigError(f"{where}: malformed YAML: {' '.join(str(detail).split())}") from None
+
+
+def _read_mapping(path: str | Path) -> dict:
+    data = read_yaml(path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{path}: the file holds a {type(data).__name__}, not a mapping of config keys"
+        )
+    return data
+
+
 def load(path: str | Path) -> dict:
     """Read and validate a config file."""
-    with open(path) as f:
-        config = yaml.safe_load(f) or {}
-    return validate(config)
+    return validate(_read_mapping(path), overrides={})
+
+
+DEFAULT_CONFIG = "config/config.yaml"
+
+
+def merge(base: dict, overrides: dict) -> dict:
+    """`overrides` merged into a copy of `base` as Snakemake merges --config / --configfile:
+    mappings recursively, any other value replacing the base's."""
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def load_as_snakemake(path: str | Path, default: str | Path = DEFAULT_CONFIG) -> dict:
+    """Read and validate a config file as `snakemake --configfile PATH` reads it: a file that
+    declares `datasets` is a whole sweep; any other file overrides the default sweep's keys
+    (`default`, the Snakefile's config/config.yaml of the working directory)."""
+    data = _read_mapping(path)
+    if "datasets" in data:
+        return validate(data, overrides={})
+    if not Path(default).is_file():
+        raise ConfigError(
+            f"{path} declares no `datasets`, so it overrides the default sweep {default}, which "
+            f"does not exist (relative to {os.getcwd()}): run from the workflow's directory or "
+            "name the default sweep"
+        )
+    return validate(merge(_read_mapping(default), data), overrides=data)
 
 
 def toy_model_names(config: dict) -> list[str]:

@@ -225,3 +225,37 @@ def test_a_yaml_file_that_is_no_mapping_is_named(tmp_path):
     bad.write_text("- a\n- b\n")
     with pytest.raises(mmconfig.ConfigError, match=rf"{bad}: the file holds a list"):
         mmconfig.load(bad)
+
+
+# 7. a corrupt intermediate Parquet file
+
+
+@pytest.mark.parametrize("keep", [0, 7, 0.5])
+def test_corrupt_parquet_names_the_file_and_how_to_rebuild_it(tmp_path, keep):
+    import pyarrow as pa
+
+    from mmspec import tables
+
+    path = tmp_path / "results" / "prepared" / "toy caption.parquet"
+    rows = {name: [] for name in tables.PREPARED.names}
+    tables.write_table(pa.Table.from_pydict(rows, schema=tables.PREPARED), path, tables.PREPARED)
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep) if isinstance(keep, float) else keep])
+    with pytest.raises(tables.CorruptTableError) as error:
+        tables.read_table(path, tables.PREPARED)
+    message = str(error.value)
+    assert "\n" not in message and "corrupt or truncated Parquet" in message
+    assert f"rm '{path}' then the same snakemake command" in message
+
+
+def test_corrupt_parquet_is_one_line_from_a_stage(tmp_path):
+    bad = tmp_path / "x.parquet"
+    bad.write_bytes(b"PAR1 not really")
+    cmd = [sys.executable, "-m", "mmspec.cli", "score", "--samples", str(bad), "--ar-samples",
+           str(bad), "--prepared", str(bad), "--metric", "toy", "--out", str(tmp_path / "o")]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        line for line in out.stderr.strip().splitlines() if line.startswith("mmspec score: error:")
+    ]
+    assert f"rm {bad} then the same snakemake command line" in out.stderr

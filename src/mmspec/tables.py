@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import pyarrow as pa
@@ -233,12 +234,25 @@ def write_table(table: pa.Table, path: str | Path, schema: pa.Schema) -> None:
     os.replace(tmp, path)
 
 
+class CorruptTableError(ValueError):
+    """A stage's Parquet input that cannot be read (truncated or corrupt)."""
+
+
 def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
     """Read a stage's Parquet output, failing clearly if it does not hold the contract's columns."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file (has the stage that writes it run?)")
-    table = pq.read_table(path)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        # A truncated or corrupt output (a full disk, a copy cut short): Snakemake sees the file
+        # and would plan nothing for it, so say how to make it rebuild the file.
+        cause = " ".join(str(e).split())
+        raise CorruptTableError(
+            f"{path}: corrupt or truncated Parquet file ({cause}); delete it and rerun: "
+            f"rm {shlex.quote(str(path))} then the same snakemake command line"
+        ) from None
     missing = [name for name in schema.names if name not in table.column_names]
     if missing:
         raise ValueError(f"{path}: missing columns {missing}; expected the contract {schema.names}")

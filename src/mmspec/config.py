@@ -9,7 +9,6 @@ import itertools
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -251,28 +250,15 @@ def check_overrides(overrides: dict | None) -> None:
 EMPTY_OVERRIDE_SECTIONS = ("methods", "datasets", "pairs")
 
 
-def _snakemake_overrides() -> dict | None:
-    """The --config / --configfile overrides of the Snakemake run whose Snakefile called us
-    (the `workflow` global of its rule files), or None outside Snakemake."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        workflow = frame.f_globals.get("workflow")
-        settings = getattr(workflow, "config_settings", None)
-        if settings is not None:
-            return getattr(settings, "overwrite_config", None)
-        frame = frame.f_back
-    return None
-
-
 def validate(config: dict, overrides: dict | None = None) -> dict:
     """Validate `config` (schema, then names and method hyperparameters); return it with defaults.
 
     Strings that stand for the numbers, booleans or nulls the schema expects (`--config`
-    overrides) are converted first. `overrides` (default: the running Snakemake workflow's
-    --config / --configfile values, if any) are what was merged into `config`: an empty
-    section among them is an error. Raises ConfigError naming the first offending key path.
+    overrides) are converted first. `overrides` are what was merged into `config` (Snakemake's
+    --config / --configfile values; the workflow passes them): an empty section among them is
+    an error. Raises ConfigError naming the first offending key path.
     """
-    check_overrides(_snakemake_overrides() if overrides is None else overrides)
+    check_overrides(overrides)
     config = coerce(config)
     validator = jsonschema.Draft202012Validator(load_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))

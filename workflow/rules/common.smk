@@ -9,7 +9,9 @@ from mmspec.models import footprint
 
 # Validation runs at parse time, so a bad config stops the run before any job starts.
 try:
-    CONFIG = mmconfig.validate(config)
+    CONFIG = mmconfig.validate(
+        config, overrides=workflow.config_settings.overwrite_config
+    )
 except mmconfig.ConfigError as error:
     raise WorkflowError(f"invalid configuration: {error}")
 

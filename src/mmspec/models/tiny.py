@@ -105,31 +105,27 @@ def _text(cls_name: str, vocab: int, hidden: int, layers: int, **extra):
     )
 
 
-def _clip(hidden: int, image: int = 32, patch: int = 8):
-    from transformers import CLIPVisionConfig
+def _vision(cls_name: str, hidden: int, image: int = 32, patch: int = 8, **extra):
+    """A one-layer vision tower config (CLIP, SigLIP) of width `hidden`."""
+    import transformers
 
-    return CLIPVisionConfig(
+    return getattr(transformers, cls_name)(
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=1,
         num_attention_heads=2,
         image_size=image,
         patch_size=patch,
-        projection_dim=hidden,
+        **extra,
     )
 
 
-def _siglip(hidden: int, image: int = 32, patch: int = 8):
-    from transformers import SiglipVisionConfig
+def _clip(hidden: int):
+    return _vision("CLIPVisionConfig", hidden, projection_dim=hidden)
 
-    return SiglipVisionConfig(
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        image_size=image,
-        patch_size=patch,
-    )
+
+def _siglip(hidden: int):
+    return _vision("SiglipVisionConfig", hidden)
 
 
 def _processor(name: str) -> type:
@@ -324,14 +320,8 @@ def build(family: str, hidden: int = 32, layers: int = 2, seed: int = 0):
         )
         processor = proc_cls(image_processor=image, tokenizer=tok, chat_template=template, **videos)
     elif family in ("idefics3", "smolvlm"):
-        vision_cls = tf.Idefics3VisionConfig if family == "idefics3" else tf.SmolVLMVisionConfig
-        vision = vision_cls(
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=32,
-            patch_size=8,
+        vision = _vision(
+            "Idefics3VisionConfig" if family == "idefics3" else "SmolVLMVisionConfig", hidden
         )
         cls = tf.Idefics3Config if family == "idefics3" else tf.SmolVLMConfig
         config = cls(
@@ -375,15 +365,7 @@ def build(family: str, hidden: int = 32, layers: int = 2, seed: int = 0):
             image_processor=image, tokenizer=tok, image_seq_length=4, chat_template=template
         )
     elif family == "mistral3":
-        vision = tf.PixtralVisionConfig(
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            head_dim=hidden // 2,
-            image_size=64,
-            patch_size=8,
-        )
+        vision = _vision("PixtralVisionConfig", hidden, image=64, head_dim=hidden // 2)
         config = tf.Mistral3Config(
             vision_config=vision,
             text_config=_text("MistralConfig", vocab, hidden, layers, sliding_window=None),

@@ -29,11 +29,11 @@ def distinct_images(prepared: pa.Table) -> dict[str, bytes]:
 
 
 def distinct_items(
-    prepared: pa.Table, path: str, videos: bool
+    prepared: pa.Table, path: str, videos: bool, pngs: dict[str, bytes]
 ) -> tuple[dict[str, bytes], dict[str, tuple[str, ...]]]:
     """(image id -> PNG, video id -> its frames' image ids) of a dataset's image and video items
-    in order of first appearance; with `videos` off every video is read as its frames."""
-    pngs = distinct_images(prepared)
+    in order of first appearance (`pngs`: its distinct pictures); with `videos` off every video
+    is read as its frames."""
     if not videos:
         return pngs, {}
     images, clips = {}, {}
@@ -86,7 +86,8 @@ def _encode(model_ref, prepared, prepared_path, dtype, device, batch_size) -> li
     if image_processor is None:
         raise ValueError(f"{model_ref}: has no image processor, cannot encode images")
     family = families.family_of(model)
-    images, videos = distinct_items(prepared, prepared_path, family.video is not None)
+    pictures = distinct_images(prepared)
+    images, videos = distinct_items(prepared, prepared_path, family.video is not None, pictures)
     items = list(images.items())
     for i in tqdm(range(0, len(items), batch_size), desc=f"cache_visual {model_ref}"):
         chunk = items[i : i + batch_size]
@@ -103,7 +104,6 @@ def _encode(model_ref, prepared, prepared_path, dtype, device, batch_size) -> li
         video_processor = getattr(processor, "video_processor", None)
         if video_processor is None:
             raise ValueError(f"{model_ref}: its processor has no video processor")
-        pictures = distinct_images(prepared)
         for key, ids in tqdm(videos.items(), desc=f"cache_visual {model_ref} videos"):
             frames = [_pil(pictures[i]) for i in ids]
             rows.append(_row(key, visual.encode_video(model, video_processor, frames), None))

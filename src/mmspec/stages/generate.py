@@ -157,13 +157,17 @@ def run(
     target_store = ImageStore(target_visual)
     draft_store = ImageStore(draft_visual, "P" in spec.get("views", ""), captions)
 
+    builder = runner.target_ctx.builder
     target_videos = reads_videos(target_model)
     draft_videos = draft_model is not None and reads_videos(draft_model)
 
     def sample_of(row: dict) -> Sample:
         messages = json.loads(row["messages"])
-        shown = messages if target_videos else media.frames_as_images(messages)
-        text = processor.apply_chat_template(shown, add_generation_prompt=True, tokenize=False)
+        if builder is not None:  # the family's chat, videos as it reads them
+            text = builder.render(messages)
+        else:
+            shown = media.frames_as_images(messages)
+            text = processor.apply_chat_template(shown, add_generation_prompt=True, tokenize=False)
         ids, pngs = row["image_ids"], dict(zip(row["image_ids"], row["images"], strict=True))
         where = f"{prepared}: sample {row['sample_id']} turn {row['turn']}"
         return Sample(

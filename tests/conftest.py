@@ -60,7 +60,7 @@ def _model(processor, hidden, layers, seed, logit_scale=1.0):
 
     from mmspec.models import toy_training
 
-    spec = {"hidden": hidden, "layers": layers, "heads": 2}
+    spec = {"hidden": hidden, "layers": layers, "heads": 2, "vision_hidden": 64}
     model = toy_training.build_model(spec, processor.tokenizer, seed).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(logit_scale)  # peakier distributions make tests sharper

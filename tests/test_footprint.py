@@ -130,7 +130,11 @@ def test_job_memory_adds_the_models_and_falls_back_when_one_is_unknown(tmp_path,
 
 
 @pytest.mark.parametrize(
-    "spec", [{"hidden": 256, "layers": 4, "heads": 4}, {"hidden": 64, "layers": 1, "heads": 2}]
+    "spec",
+    [
+        {"hidden": 256, "layers": 4, "heads": 4, "vision_hidden": 128},
+        {"hidden": 64, "layers": 1, "heads": 2, "vision_hidden": 64},
+    ],
 )
 def test_toy_models_not_trained_yet_are_sized_from_their_config(spec, tmp_path, monkeypatch):
     from mmspec.models import toy_processor, toy_training

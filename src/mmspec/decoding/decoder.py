@@ -17,6 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from mmspec.decoding.kv_cache import new_cache
+from mmspec.decoding.lean_stack import LeanStack, supports
 from mmspec.decoding.prompt import Prompt, as_prompt
 
 
@@ -115,9 +116,11 @@ class Decoder:
     stay aligned and `keep`/`truncate` act on all of them alike.
     """
 
-    def __init__(self, model):
+    def __init__(self, model, lean: bool = True):
         self.model = model
         self.stack, self.lm_head, self.embed = language_parts(model)
+        # transformers' forward for what the lean one does not cover (or `lean=False`)
+        self.lean = LeanStack(self.stack) if lean and supports(model, self.stack) else None
         self.window = sliding_window(self.stack.config)  # (window, every layer slides)
         # inputs start at the embeddings; a model split by a device_map (accelerate hooks move
         # each layer's inputs) returns its logits here too, next to the draft's
@@ -186,7 +189,9 @@ class Decoder:
                 )
             scores = scoring.result()
         self.cache = new_cache(self.stack.config)
-        out = self._run(embeds, layers=layers, position_ids=position_ids, blocks=blocks)
+        out = self._run(
+            embeds, layers=layers, position_ids=position_ids, blocks=blocks, last_only=True
+        )
         out.logits = out.logits[:, -1]
         out.visual_attention = scores
         return out
@@ -221,7 +226,9 @@ class Decoder:
         layers=(),
         position_ids=None,
         blocks=None,
+        last_only=False,
     ) -> Forward:
+        """One forward of n new positions per row; `last_only`: logits of the last one only."""
         rows, n = embeds.shape[:2]
         if position_ids is None:
             if positions is not None:
@@ -232,18 +239,25 @@ class Decoder:
                 steps = torch.arange(n, device=self.device)
             position_ids = (self.length + steps).unsqueeze(0) + self.shift.unsqueeze(1)
         mask = self._masks(rows, n, attention, past, embeds.dtype, blocks)
-        out = self.stack(
-            inputs_embeds=embeds,
-            attention_mask=mask,
-            position_ids=position_ids.clamp_min(0),
-            past_key_values=self.cache,
-            use_cache=True,
-            output_hidden_states=bool(layers),
-        )
-        hidden = out.last_hidden_state
+        if self.lean is not None:
+            if mask is None and n > 1:  # causal over the new tokens, behind the whole cache
+                mask = _additive(self._allowed(rows, n, None, None, None), embeds.dtype)
+            hidden, extra = self.lean(embeds, mask, position_ids.clamp_min(0), self.cache, layers)
+        else:
+            out = self.stack(
+                inputs_embeds=embeds,
+                attention_mask=mask,
+                position_ids=position_ids.clamp_min(0),
+                past_key_values=self.cache,
+                use_cache=True,
+                output_hidden_states=bool(layers),
+            )
+            hidden = out.last_hidden_state
+            extra = {k: out.hidden_states[k] for k in layers}
         self.length += n
-        extra = {k: out.hidden_states[k].to(self.device) for k in layers}
-        logits = self.lm_head(hidden).to(self.device)  # a no-op unless the model is split
+        extra = {k: v.to(self.device) for k, v in extra.items()}
+        # a no-op move unless the model is split over devices
+        logits = self.lm_head(hidden[:, -1:] if last_only else hidden).to(self.device)
         return Forward(logits, hidden.to(self.device), extra)
 
     def _masks(self, rows, n, attention, past, dtype, blocks=None):

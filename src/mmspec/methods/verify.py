@@ -75,7 +75,8 @@ def build_models(seed: int, tokenizer):
 
     models = []
     for hidden, layers, scale, offset in [(32, 2, 6.0, 0), (16, 1, 4.0, 1)]:
-        model = build_model({"hidden": hidden, "layers": layers, "heads": 2}, tokenizer, seed)
+        spec = {"hidden": hidden, "layers": layers, "heads": 2, "vision_hidden": 64}
+        model = build_model(spec, tokenizer, seed)
         model = model.double().eval()
         with torch.no_grad():
             generator = torch.Generator().manual_seed(seed * 2 + offset)

@@ -202,7 +202,7 @@ def _round_up(mb: float) -> int:
 def toy_config(spec: dict) -> dict:
     """The config.json of a toy model of `spec` (a `toy.models` entry), as far as its size
     goes: mirrors models.toy_training.build_model (a ~70-word vocabulary)."""
-    width = 128 if spec["hidden"] >= 128 else 64
+    width = spec["vision_hidden"]
     text = {
         "vocab_size": 128,
         "hidden_size": spec["hidden"],

@@ -21,7 +21,7 @@ IGNORE = -100
 def build_model(spec: dict, tokenizer, seed: int) -> LlavaForConditionalGeneration:
     """A randomly initialised Llava (tiny CLIP vision tower + Llama decoder) of `spec`'s size."""
     torch.manual_seed(seed)
-    vision_hidden = 128 if spec["hidden"] >= 128 else 64
+    vision_hidden = spec["vision_hidden"]
     vision = CLIPVisionConfig(
         hidden_size=vision_hidden,
         intermediate_size=2 * vision_hidden,

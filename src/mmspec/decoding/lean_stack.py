@@ -1,0 +1,139 @@
+"""A lean forward of Llama decoder stacks: the same weights and arithmetic as transformers'
+`LlamaModel.forward`, in a third of the Python operations.
+
+At the toy models' size (and for any model on a GPU at batch 1) a decoding step costs its
+operations' dispatch, not their arithmetic: transformers' forward adds output-capture hooks,
+mask construction, config lookups and three projections where one would do. Here each layer runs
+one fused q/k/v projection (the three weights become views of one tensor, so no memory is added
+and the model's own forward still works), rotary embedding of q and k together, SDPA over the
+decoder's growing cache, and one fused gate/up projection. Models this does not cover (other
+architectures, biases, models split over devices) keep transformers' forward.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+STACKS = ("LlamaModel",)  # decoder stacks whose forward this reproduces
+
+
+def supports(model, stack) -> bool:
+    """Whether `stack` (the language model of `model`) can run the lean forward."""
+    config = stack.config
+    return (
+        type(stack).__name__ in STACKS
+        and getattr(config, "hidden_act", None) == "silu"
+        and not getattr(config, "attention_bias", False)
+        and not getattr(config, "mlp_bias", False)
+        and getattr(config, "pretraining_tp", 1) in (None, 1)
+        and not getattr(model, "hf_device_map", None)  # accelerate hooks move inputs per layer
+    )
+
+
+def _fuse(owner: torch.nn.Module, modules: list[torch.nn.Linear]) -> torch.Tensor:
+    """One weight [sum of outputs, in] whose row blocks are the modules' weights (made views of
+    it, so the model's own forward reads the same memory); kept on `owner` for later stacks."""
+    fused = getattr(owner, "_lean_fused", None)
+    if fused is not None and all(
+        m.weight.data_ptr() == fused[start:].data_ptr()
+        for m, start in zip(modules, _starts(modules), strict=True)
+    ):
+        return fused
+    fused = torch.cat([m.weight.detach() for m in modules])
+    for m, start in zip(modules, _starts(modules), strict=True):
+        m.weight = torch.nn.Parameter(fused[start : start + m.weight.shape[0]], requires_grad=False)
+    owner._lean_fused = fused
+    return fused
+
+
+def _starts(modules) -> list[int]:
+    starts, at = [], 0
+    for m in modules:
+        starts.append(at)
+        at += m.weight.shape[0]
+    return starts
+
+
+class LeanStack:
+    """The forward of one Llama stack over a `DynamicCache` of `GrowingLayer`s."""
+
+    def __init__(self, stack):
+        config = stack.config
+        self.stack = stack
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
+        self.scale = self.head_dim**-0.5
+        self.layers = []
+        for layer in stack.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            self.layers.append(
+                (
+                    layer.input_layernorm,
+                    _fuse(attn, [attn.q_proj, attn.k_proj, attn.v_proj]),
+                    attn.o_proj.weight,
+                    layer.post_attention_layernorm,
+                    _fuse(mlp, [mlp.gate_proj, mlp.up_proj]),
+                    mlp.down_proj.weight,
+                )
+            )
+
+    @staticmethod
+    def _norm(x: torch.Tensor, norm) -> torch.Tensor:
+        # LlamaRMSNorm's arithmetic, step for step (float32 statistics, weight after the cast)
+        dtype = x.dtype
+        x32 = x.to(torch.float32)
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+        return norm.weight * x32.to(dtype)
+
+    def _attend(self, query, keys, values, mask) -> torch.Tensor:
+        """SDPA as transformers' sdpa_attention_forward calls it, grouped-query cases included
+        (one query: heads packed per key/value head; with a mask: keys repeated)."""
+        groups = self.heads // self.kv_heads
+        if groups == 1 or mask is None:
+            return F.scaled_dot_product_attention(
+                query, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=groups > 1
+            )
+        rows, _, n, dim = query.shape
+        if n == 1:
+            packed = query.reshape(rows, self.kv_heads, groups, dim)
+            out = F.scaled_dot_product_attention(
+                packed, keys, values, attn_mask=mask, scale=self.scale
+            )
+            return out.reshape(rows, self.heads, 1, dim)
+        keys = keys.repeat_interleave(groups, dim=1)
+        values = values.repeat_interleave(groups, dim=1)
+        return F.scaled_dot_product_attention(
+            query, keys, values, attn_mask=mask, scale=self.scale
+        )
+
+    def __call__(self, embeds, mask, position_ids, cache, layers=()) -> tuple:
+        """(final-normed hidden [B, n, H], {k: hidden_states[k]} as transformers numbers them:
+        0 the inputs, i the output of layer i, the last one normed)."""
+        rows, n, _ = embeds.shape
+        cos, sin = self.stack.rotary_emb(embeds, position_ids)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        half = self.head_dim // 2
+        q_kv = self.heads + self.kv_heads
+        last = len(self.layers)
+        wanted = {k % (last + 1): k for k in layers}  # index -> the key the caller used
+        states = {wanted[0]: embeds} if 0 in wanted else {}
+        x = embeds
+        for i, (norm1, qkv_w, o_w, norm2, gate_up_w, down_w) in enumerate(self.layers):
+            h = self._norm(x, norm1)
+            qkv = F.linear(h, qkv_w).view(rows, n, -1, self.head_dim).transpose(1, 2)
+            qk, v = qkv[:, :q_kv], qkv[:, q_kv:]
+            rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)
+            qk = qk * cos + rotated * sin
+            keys, values = cache.layers[i].update(qk[:, self.heads :], v)
+            attn = self._attend(qk[:, : self.heads], keys, values, mask)
+            x = x + F.linear(attn.transpose(1, 2).reshape(rows, n, -1), o_w)
+            gate, up = F.linear(self._norm(x, norm2), gate_up_w).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, down_w)
+            if i + 1 in wanted and i + 1 < last:
+                states[wanted[i + 1]] = x
+        x = self._norm(x, self.stack.norm)
+        if last in wanted:
+            states[wanted[last]] = x
+        return x, states

@@ -9,8 +9,8 @@ import torch
 from mmspec.models import toy_processor, toy_training
 from mmspec.stages import cache_visual, generate, prepare
 
-TINY = {"hidden": 32, "layers": 1, "heads": 2, "vision_hidden": 64, "steps": 2, "batch_size": 2, "lr": 1e-3,
-        "scenarios": ["toy_diff"]}
+TINY = {"hidden": 32, "layers": 1, "heads": 2, "vision_hidden": 64, "steps": 2, "batch_size": 2,
+        "lr": 1e-3, "scenarios": ["toy_diff"]}
 
 
 @pytest.fixture()

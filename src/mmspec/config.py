@@ -458,6 +458,7 @@ def _with_defaults(config: dict) -> dict:
     toy.setdefault("models", {})
     for model in toy["models"].values():
         model.setdefault("heads", 4)
+        model.setdefault("vision_hidden", 64)
         model.setdefault("batch_size", 32)
         model.setdefault("lr", 0.001)
         model.setdefault("image_dropout", 0.0)

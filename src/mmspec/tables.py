@@ -179,6 +179,10 @@ CELLS = pa.schema(
         # AR decode time per emitted token / method decode time per emitted token, summed over
         # the same sample-turns (greedy and sampling alike)
         ("speedup", pa.float64()),
+        # the speedup's 95% bootstrap interval over the cell's sample-turns: speedups whose
+        # intervals overlap are within timing noise of each other (AR's own contains 1)
+        ("speedup_low", pa.float64()),
+        ("speedup_high", pa.float64()),
         ("speedup_eq1", pa.float64()),  # tau / (k * c + 1), k = draft forwards per step
         ("draft_forwards_per_step", pa.float64()),
         ("latency_ratio", pa.float64()),  # c = T_q / T_p

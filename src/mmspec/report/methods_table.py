@@ -28,6 +28,8 @@ TABLE_COLUMNS = [
     "tau",
     "accepted_mean",
     "speedup",
+    "speedup_low",
+    "speedup_high",
     "speedup_eq1",
     "latency_ratio",
     "lossless_rate",
@@ -44,6 +46,7 @@ INT_COLUMNS = {"seed", "n_samples", "steps", "new_tokens"}
 # The columns that compare the cell's output with AR's.
 DIVERGENCE_COLUMNS = ["lossless_rate", "first_divergence_mean"]
 LOSSY_NOTE = "lossy rule: divergence is expected, see retention"
+NOISE_NOTE = "within timing noise of AR: the speedup's 95% interval contains 1"
 
 # Sorting and filtering of every `table.cells`: a click on a header sorts by that column, a second
 # click reverses; numbers sort as numbers, a missing value ("–") last either way. The filter keeps
@@ -91,7 +94,7 @@ def render(cells: pd.DataFrame) -> str:
     """One row per cell; the best measured speedup in bold, non-lossless greedy cells in red."""
     best = cells["speedup"].max(skipna=True)
     head = "".join(f"<th>{c}</th>" for c in TABLE_COLUMNS)
-    rows, bugs, lossy = [], [], []
+    rows, bugs, lossy, noise = [], [], [], []
     for _, row in cells.iterrows():
         divergence = divergence_style(row)
         classes = []
@@ -102,6 +105,8 @@ def render(cells: pd.DataFrame) -> str:
             bugs.append(cell_name(row))
         elif divergence == "lossy":
             lossy.append(cell_name(row))
+        if within_noise(row) and row.get("tree") is not None:  # a method, not AR itself
+            noise.append(cell_name(row))
         cls = f" class='{' '.join(classes)}'" if classes else ""
         tds = "".join(table_cell(row, column, divergence) for column in TABLE_COLUMNS)
         rows.append(f"<tr{cls}>{tds}</tr>")
@@ -113,7 +118,24 @@ def render(cells: pd.DataFrame) -> str:
         "placeholder='filter rows' aria-label='filter the rows of this table'>"
         f"<div class='scroll'>{table}</div></div>"
     )
-    return f"{box}{bug_note(bugs)}{lossy_note(lossy)}"
+    return f"{box}{bug_note(bugs)}{lossy_note(lossy)}{noise_note(noise)}"
+
+
+def within_noise(row: pd.Series) -> bool:
+    """Whether the cell's speedup interval contains 1 (no measurable difference from AR)."""
+    low, high = row.get("speedup_low"), row.get("speedup_high")
+    return not is_missing(low) and not is_missing(high) and low <= 1.0 <= high
+
+
+def noise_note(cells: list[str]) -> str:
+    """The legend of the grey speedups: methods not measurably faster or slower than AR."""
+    if not cells:
+        return ""
+    return (
+        f"<p class='note'>Speedup {NOISE_NOTE}, so not measurably different from AR (in grey): "
+        f"{'; '.join(cells)}. Two methods differ beyond noise where their intervals are disjoint."
+        "</p>"
+    )
 
 
 def divergence_style(row: pd.Series) -> str:
@@ -160,4 +182,6 @@ def table_cell(row: pd.Series, column: str, divergence: str) -> str:
         return f"<td class='num bug-cell'>{text}</td>"
     if column in DIVERGENCE_COLUMNS and divergence == "lossy":
         return f"<td class='num lossy-cell' title='{LOSSY_NOTE}'>{text}</td>"
+    if column == "speedup" and within_noise(row):
+        return f"<td class='num noise-cell' title='{NOISE_NOTE}'>{text}</td>"
     return f"<td class='num'>{text}</td>"

@@ -69,6 +69,13 @@ METRIC_DEFINITIONS = [
         "separately).",
     ),
     (
+        "speedup_low, speedup_high",
+        "the speedup's 95% percentile bootstrap interval, resampling the cell's "
+        "sample-turns (each with its own AR timing). A speedup in grey has an interval that "
+        "contains 1: it is within timing noise of AR. Two cells differ beyond noise where their "
+        "intervals are disjoint.",
+    ),
+    (
         "speedup_eq1",
         "tau / (k * c + 1) with c = T_q / T_p measured in the same job and k the draft forwards "
         "per step (gamma for a chain; TABED eq. 1) — "
@@ -139,6 +146,7 @@ tr.bug td { background: #fde8e8; }
 td.bug-cell { color: #b00; font-weight: bold; }
 /* a lossy acceptance rule diverges from AR by design: neutral, not an alert */
 td.lossy-cell { color: #777; font-style: italic; }
+td.noise-cell { color: #777; }
 .alert { color: #b00; font-weight: bold; }
 /* auto-fill, not auto-fit: each figure is drawn while the page is still parsing, so its column
    must already have its final width when later figures of the row do not exist yet. */

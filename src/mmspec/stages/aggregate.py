@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from mmspec.methods.registry import label
@@ -54,6 +55,21 @@ ORDER BY dataset, pair, method, hp, seed
 """
 
 
+# Per cell, the per-sample-turn timings the speedup pools (for its bootstrap interval).
+TIMINGS_SQL = """
+SELECT dataset, pair, method, hp, seed,
+  list(ar_decode_s ORDER BY sample_id, turn) AS ar_s,
+  list(ar_n_tokens - 1 ORDER BY sample_id, turn) AS ar_tokens,
+  list(decode_s ORDER BY sample_id, turn) AS s,
+  list(new_tokens ORDER BY sample_id, turn) AS tokens
+FROM read_parquet($files, union_by_name = true)
+GROUP BY dataset, pair, method, hp, seed
+"""
+
+RESAMPLES = 2000  # bootstrap resamples of a cell's sample-turns
+CONFIDENCE = 0.95
+
+
 # One row per drafting step; `position` counts the tokens emitted before it (the first token
 # comes from the prefill). AR cells have no drafting steps and are left out.
 BLOCKS_SQL = """
@@ -95,6 +111,9 @@ def run(score_files: list[str], out: str, blocks_out: str, groups: dict | None =
     # TABED eq. 1: tau / (k * c + 1) with k the draft forwards per step (gamma for a chain; the
     # drafted levels for a tree); AR has no draft, so its estimate is its tau (1).
     table = table.append_column("speedup_eq1", _eq1(table))
+    low, high = _speedup_intervals(con, files, table)
+    table = table.append_column("speedup_low", low)
+    table = table.append_column("speedup_high", high)
     table = table.append_column("label", _labels(table))
     groups = groups or {}
     group = [groups.get(d, "benchmark") for d in table.column("dataset").to_pylist()]
@@ -110,6 +129,35 @@ def _labels(table) -> pa.Array:
     entries = table.column("method").to_pylist()
     methods = table.column("registry_method").to_pylist()
     return pa.array([label(e, m) for e, m in zip(entries, methods, strict=True)], pa.string())
+
+
+def speedup_interval(ar_s, ar_tokens, s, tokens, seed: int = 0) -> tuple[float, float]:
+    """The percentile bootstrap interval (CONFIDENCE) of the pooled speedup
+    (sum ar_s / sum ar_tokens) / (sum s / sum tokens), resampling sample-turns, each with its
+    own AR timing (both were timed back to back, in alternating order)."""
+    columns = [np.asarray(c, dtype=float) for c in (ar_s, ar_tokens, s, tokens)]
+    n = len(columns[0])
+    picks = np.random.default_rng(seed).integers(0, n, size=(RESAMPLES, n))
+    a, at, m, mt = (c[picks].sum(axis=1) for c in columns)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = (a / at) / (m / mt)
+    ratios = ratios[np.isfinite(ratios)]
+    if len(ratios) == 0:
+        return math.nan, math.nan
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def _speedup_intervals(con, files: dict, table) -> tuple[pa.Array, pa.Array]:
+    keys = ["dataset", "pair", "method", "hp", "seed"]
+    found = {}
+    for row in con.execute(TIMINGS_SQL, files).to_arrow_table().to_pylist():
+        cell = tuple(row[k] for k in keys)
+        found[cell] = speedup_interval(row["ar_s"], row["ar_tokens"], row["s"], row["tokens"])
+    cells = zip(*(table.column(k).to_pylist() for k in keys), strict=True)
+    low, high = zip(*(found[cell] for cell in cells), strict=True) if table.num_rows else ((), ())
+    return pa.array(low, pa.float64()), pa.array(high, pa.float64())
 
 
 def _eq1(table):

@@ -31,25 +31,47 @@ def with_change(path: list, value):
     return cfg
 
 
-def test_default_config_is_valid_and_expands():
-    cfg = mmconfig.load("config/config.yaml")
-    cells = mmconfig.cells(cfg)
-    assert len({c.path for c in cells}) == len(cells)
-    datasets = {c.dataset for c in cells if c.pair == "toy"}
-    assert datasets == {"toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story"}
-    sd = {(c.spec["views"], c.spec["gamma"]) for c in cells if c.method == "sd" and c.pair == "toy"}
+TREES = {"ar", "sd_chain", "sd_tree", "specvlm", "sage", "sage_tree", "eagle2_tree"}
+
+
+def _by(cells, pair):
+    """{dataset: set of methods} of a pair's cells."""
+    found = {}
+    for c in cells:
+        if c.pair == pair:
+            found.setdefault(c.dataset, set()).add(c.method)
+    return found
+
+
+def test_default_config_is_a_tour_of_every_paper():
+    cells = mmconfig.cells(mmconfig.load("config/config.yaml"))
+    assert len({c.path for c in cells}) == len(cells) <= 30
+    # TABED: M vs T on captions and on five-image stories, with the adaptive ensemble
+    tabed = {"ar", "m", "t", "mt", "tabed_mt"}
+    assert _by(cells, "toy") == {"toy_caption": tabed, "toy_story": tabed}
+    # SAGE / SpecVLM / EAGLE-2: every tree method on a caption and the video
+    assert _by(cells, "toy_vdraft") == {"toy_caption": TREES, "toy_video": TREES}
+    assert {c.spec["weights"] for c in cells if c.method == "tabed_mt"} == {"grid"}
+
+
+def test_toy_presets_hold_each_papers_full_toy_study():
+    tabed = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_tabed.yaml"))
+    rows = {"ar", "m", "t", "c", "p", "mt", "mtcp", "random_mt", "tabed_mt", "tabed_mtcp",
+            "tabed_adaboost", "tabed_tree"}
+    by_dataset = _by(tabed, "toy")
+    for dataset in ["toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story"]:
+        assert rows <= by_dataset[dataset], dataset
+    sd = {(c.spec["views"], c.spec["gamma"]) for c in tabed if c.method == "sd"}
     assert sd == {("M", g) for g in (1, 3, 7)}
-    tabed = ["m", "t", "c", "p", "mt", "mtcp", "random_mt", "tabed_mt", "tabed_mtcp",
-             "tabed_adaboost"]
-    for dataset in datasets:  # TABED's rows, its width-2 tree included, on TABED's scenarios
-        got = {c.method for c in cells if c.pair == "toy" and c.dataset == dataset}
-        assert set(tabed) | {"ar", "tabed_tree"} <= got
-    trees = {"ar", "sd_chain", "sd_tree", "specvlm", "sage", "sage_tree", "eagle2_tree"}
-    for dataset in datasets | {"toy_video"}:  # every tree method on every toy dataset
-        got = {c.method for c in cells if c.pair == "toy_vdraft" and c.dataset == dataset}
-        assert trees <= got, dataset
-    assert {c.spec["weights"] for c in cells if c.method.startswith("tabed")} == {
+    assert _by(tabed, "toy_weak") == {"toy_caption": {"ar", "sd_weak"}}
+    assert {c.spec["weights"] for c in tabed if c.method.startswith("tabed")} == {
         "grid", "softmax", "adaboost"}
+    trees = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_specvlm_sage.yaml"))
+    found = _by(trees, "toy_vdraft")
+    assert set(found) == {"toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story",
+                          "toy_video"}
+    assert all(methods == TREES for methods in found.values())
+    assert {c.pair for c in trees} == {"toy_vdraft"}
 
 
 def test_grid_expands_to_cartesian_product():

@@ -104,9 +104,7 @@ class LeanStack:
             return out.reshape(rows, self.heads, 1, dim)
         keys = keys.repeat_interleave(groups, dim=1)
         values = values.repeat_interleave(groups, dim=1)
-        return F.scaled_dot_product_attention(
-            query, keys, values, attn_mask=mask, scale=self.scale
-        )
+        return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=self.scale)
 
     def __call__(self, embeds, mask, position_ids, cache, layers=()) -> tuple:
         """(final-normed hidden [B, n, H], {k: hidden_states[k]} as transformers numbers them:

@@ -778,3 +778,18 @@ def test_step_stats_streamed_in_batches(tmp_path, monkeypatch):
     )
     assert int(whole["steps"].sum()) == len(tree_blocks(cell_rows))
     assert int(whole["drafted_sum"].sum()) == sum(r["drafted"] for r in tree_blocks(cell_rows))
+
+
+def test_speedups_within_noise_of_ar_are_marked(tmp_path):
+    page = page_of(
+        tmp_path,
+        [
+            ar_cell(speedup=1.02, speedup_low=0.97, speedup_high=1.06),
+            cell(hp="fast", speedup=1.6, speedup_low=1.5, speedup_high=1.7),
+            cell(hp="noisy", speedup=1.05, speedup_low=0.96, speedup_high=1.14),
+        ],
+    )
+    assert "<th>speedup_low</th>" in page and "<th>speedup_high</th>" in page
+    assert page.count("noise-cell") == 2 + 1  # AR's and noisy's cells, and the stylesheet
+    note = page[page.index("AR (in grey)") :].split("</p>")[0]
+    assert "noisy" in note and "fast" not in note and "ar default" not in note

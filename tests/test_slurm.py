@@ -102,8 +102,8 @@ def _run_snakemake(cmd, env, log_path: Path) -> tuple[int, str, float]:
 
 
 def _sacct_jobs(run_id: str, env) -> list[dict[str, str]]:
-    keys = ["jobid", "comment", "state", "reqtres", "exitcode"]
-    fields = "JobIDRaw,Comment,State,ReqTRES,ExitCode"
+    keys = ["jobid", "comment", "state", "reqtres", "exitcode", "timelimit"]
+    fields = "JobIDRaw,Comment,State,ReqTRES,ExitCode,TimelimitRaw"
     cmd = ["sacct", "-X", "-P", "-n", "-S", "now-1days", "-E", "now"]
     cmd += ["--name", run_id, "-o", fields]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
@@ -138,32 +138,42 @@ def test_workflow_through_slurm(slurm_cluster, tmp_path):
     run_id = m.group(1)
 
     # every rule Snakemake ran as a cluster job ("rule X:", not "localrule X:") was submitted
-    # through sbatch: slurmdbd knows a job of this run for it, and all of them COMPLETED
+    # through sbatch: slurmdbd knows a job of this run for it, and all of them COMPLETED. The
+    # profile packs the generate jobs into group jobs ("cells", up to 8 cells each), one after
+    # another on one GPU
     cluster_rules = set(re.findall(r"^rule (\w+):$", output, flags=re.M))
     n_submitted = len(re.findall(r"has been submitted with SLURM jobid", output))
+    n_cells = int(re.search(r"^generate\s+(\d+)", output, flags=re.M).group(1))
     jobs = _sacct_jobs(run_id, env)
-    # the plugin sets --comment rule_<rule> or rule_<rule>_wildcards_<values>
+    # the plugin sets --comment rule_<rule or group> or rule_<rule>_wildcards_<values>
     job_rule = {j["jobid"]: re.sub(r"^rule_|_wildcards_.*$", "", j["comment"]) for j in jobs}
     assert GPU_RULES <= cluster_rules, f"GPU rules not run as cluster jobs: {cluster_rules}\n{diag}"
-    assert set(job_rule.values()) == cluster_rules, (
-        f"rules of the sacct jobs {sorted(job_rule.values())} != {sorted(cluster_rules)}\n{diag}"
+    submitted_as = (cluster_rules - {"generate"}) | {"cells"}
+    assert set(job_rule.values()) == submitted_as, (
+        f"rules of the sacct jobs {sorted(job_rule.values())} != {sorted(submitted_as)}\n{diag}"
     )
+    groups = [j for j in jobs if job_rule[j["jobid"]] == "cells"]
+    assert 1 < n_cells and len(groups) == -(-n_cells // 8), f"{n_cells} cells in {groups}\n{diag}"
+    # in series: a group asks for its cells' runtimes summed (60 minutes each in the profile)
+    assert sum(int(j["timelimit"]) for j in groups) == 60 * n_cells, f"{groups}\n{diag}"
     assert len(jobs) == n_submitted, f"{len(jobs)} jobs in sacct, {n_submitted} submitted\n{diag}"
     bad = [j for j in jobs if j["state"] != "COMPLETED"]
     assert not bad, f"jobs not COMPLETED: {bad}\n{diag}"
 
-    # GPU rules asked Slurm for one GPU (`gpu: 1` in the profile -> sbatch --gpus=1); others none
+    # GPU rules asked Slurm for one GPU (`gpu: 1` in the profile -> sbatch --gpus=1), a group of
+    # cells too (its cells run in series); the others none
     for j in jobs:
         rule = job_rule[j["jobid"]]
-        if rule in GPU_RULES:
-            assert "gres/gpu=1" in j["reqtres"], f"{rule} job without a GPU request: {j}"
+        if rule in GPU_RULES | {"cells"}:
+            assert "gres/gpu=1" in j["reqtres"], f"{rule} job without one GPU: {j}"
         else:
             assert "gres/gpu" not in j["reqtres"], f"CPU rule {rule} asked for a GPU: {j}"
 
     # the Slurm logs (one per job) in a folder per rule
     slurm_logs = workdir / ".snakemake" / "slurm_logs"
     log_rules = {p.name.removeprefix("rule_") for p in slurm_logs.glob("rule_*")}
-    assert log_rules == cluster_rules, f"slurm_logs folders {log_rules}\n{diag}"
+    log_rules |= {p.name.removeprefix("group_") for p in slurm_logs.glob("group_*")}
+    assert log_rules == submitted_as, f"slurm_logs folders {log_rules}\n{diag}"
 
     # outputs complete
     cells = workdir / "results" / "summary" / "cells.parquet"

@@ -120,6 +120,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser(
+        "plan",
+        help="cells, packed Slurm jobs and device hours of a sweep, before running it",
+        description="Read a config as `mmspec cells` does and print its cells (done and to run "
+        "under --results), the Slurm jobs the slurm profile packs the cells to run into, and per "
+        "pair an estimate of the device hours they need from the pair's earlier cells.",
+    )
+    p.add_argument("config", help="a whole sweep, or a partial override of the default sweep")
+    p.add_argument("--default", default="config/config.yaml", help="as for `mmspec cells`")
+    p.add_argument("--results", default="results", help="the workflow's results folder")
+    p.add_argument("--profile", default="slurm/config.yaml", help="the Slurm profile")
+
+    p = sub.add_parser(
         "verify-lossless",
         help="prove methods lossless on tiny random models by exact enumeration",
         description="For every registry method with a lossless acceptance rule (or those named), "
@@ -237,6 +249,11 @@ def run(args: argparse.Namespace) -> None:
         cfg = config.load_as_snakemake(args.config, args.default)
         for cell in config.cells(cfg):
             print(cell.path)
+    elif args.stage == "plan":
+        from mmspec import config, plan
+
+        cfg = config.load_as_snakemake(args.config, args.default)
+        print(plan.render(plan.plan(cfg, args.results), plan.group_size(args.profile)))
 
 
 if __name__ == "__main__":

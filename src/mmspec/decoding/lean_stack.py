@@ -65,6 +65,7 @@ class LeanStack:
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.scale = self.head_dim**-0.5
+        self.rope_table = None  # (cos, sin) [max positions, head_dim], made on first use
         self.layers = []
         for layer in stack.layers:
             attn, mlp = layer.self_attn, layer.mlp
@@ -81,11 +82,28 @@ class LeanStack:
 
     @staticmethod
     def _norm(x: torch.Tensor, norm) -> torch.Tensor:
+        if x.dtype == torch.float32:  # one fused kernel, the same arithmetic in float32
+            return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
         # LlamaRMSNorm's arithmetic, step for step (float32 statistics, weight after the cast)
-        dtype = x.dtype
         x32 = x.to(torch.float32)
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-        return norm.weight * x32.to(dtype)
+        return norm.weight * x32.to(x.dtype)
+
+    def _rotary(self, embeds, position_ids) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [B, n, head_dim] of the positions: rows of a table computed once, with
+        the rotary module's arithmetic (default RoPE); other RoPE types call the module."""
+        rotary = self.stack.rotary_emb
+        if rotary.rope_type != "default":
+            return rotary(embeds, position_ids)
+        if self.rope_table is None or self.rope_table[0].device != embeds.device:
+            positions = torch.arange(
+                self.stack.config.max_position_embeddings, device=embeds.device
+            )
+            cos, sin = rotary(embeds, positions.unsqueeze(0))
+            self.rope_table = (cos[0], sin[0])
+        if self.rope_table[0].dtype != embeds.dtype:
+            self.rope_table = tuple(t.to(embeds.dtype) for t in self.rope_table)
+        return self.rope_table[0][position_ids], self.rope_table[1][position_ids]
 
     def _attend(self, query, keys, values, mask) -> torch.Tensor:
         """SDPA as transformers' sdpa_attention_forward calls it, grouped-query cases included
@@ -110,7 +128,7 @@ class LeanStack:
         """(final-normed hidden [B, n, H], {k: hidden_states[k]} as transformers numbers them:
         0 the inputs, i the output of layer i, the last one normed)."""
         rows, n, _ = embeds.shape
-        cos, sin = self.stack.rotary_emb(embeds, position_ids)
+        cos, sin = self._rotary(embeds, position_ids)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         half = self.head_dim // 2
         q_kv = self.heads + self.kv_heads

@@ -105,7 +105,7 @@ def render(cells: pd.DataFrame) -> str:
             bugs.append(cell_name(row))
         elif divergence == "lossy":
             lossy.append(cell_name(row))
-        if within_noise(row) and row.get("tree") is not None:  # a method, not AR itself
+        if within_noise(row) and not is_missing(row.get("tree")):  # a method, not AR itself
             noise.append(cell_name(row))
         cls = f" class='{' '.join(classes)}'" if classes else ""
         tds = "".join(table_cell(row, column, divergence) for column in TABLE_COLUMNS)

@@ -1,0 +1,133 @@
+"""`mmspec plan`: what a sweep will run before it runs: its cells, the Slurm jobs they pack into,
+and the device hours they need, estimated from earlier runs of the same pairs.
+
+The estimate is per pair: the seconds per decoded sample-turn of the pair's finished cells
+(prefill and decoding of the method and of its paired AR run, as the cells' own timings
+record them; model loading and warm-up not included) times the sample-turns each planned cell
+decodes. A pair without finished cells has no estimate, and the plan says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+
+from mmspec import config as mmconfig
+
+PROFILE = "slurm/config.yaml"
+GROUP = "cells"  # the generate jobs' group in the slurm profile
+TIMED = ["prefill_s", "decode_s", "ar_prefill_s", "ar_decode_s"]
+
+
+@dataclass
+class PairPlan:
+    cells: int = 0
+    done: int = 0
+    sample_turns: int | None = 0  # of the cells to run; None where a dataset's size is unknown
+    seconds_per_turn: float | None = None  # from earlier cells of the pair
+    earlier_cells: int = 0
+    devices: set[str] = field(default_factory=set)
+
+    @property
+    def hours(self) -> float | None:
+        if self.seconds_per_turn is None or self.sample_turns is None:
+            return None
+        return self.seconds_per_turn * self.sample_turns / 3600
+
+
+def group_size(profile: str | Path = PROFILE) -> int | None:
+    """The slurm profile's `group-components` of the generate jobs' group (None: not packed)."""
+    path = Path(profile)
+    if not path.is_file():
+        return None
+    entries = (yaml.safe_load(path.read_text()) or {}).get("group-components") or []
+    for entry in [entries] if isinstance(entries, str) else entries:
+        name, _, size = str(entry).partition("=")
+        if name.strip() == GROUP:
+            return int(size)
+    return None
+
+
+def _sample_turns(cfg: dict, dataset: str, results: Path) -> int | None:
+    """Sample-turns a cell of `dataset` decodes: the prepared table's rows when it exists, a toy
+    dataset's rows as prepare would write them, else unknown (an HF dataset not prepared yet)."""
+    prepared = results / "prepared" / f"{dataset}.parquet"
+    if prepared.is_file():
+        return pq.read_metadata(prepared).num_rows
+    spec = cfg["datasets"][dataset]
+    if spec["source"] == "toy":
+        from mmspec.data import toyworld
+
+        seed = spec.get("seed", cfg["toy"]["seed"])
+        return len(toyworld.generate_dataset(dataset, spec["samples"], seed))
+    return None
+
+
+def _earlier(results: Path, pair: str) -> tuple[float | None, int, set[str]]:
+    """(seconds per sample-turn, cells, devices) of the finished cells of `pair`."""
+    seconds, turns, cells, devices = 0.0, 0, 0, set()
+    for path in results.glob(f"generate/dataset=*/pair={pair}/*/*/*/samples.parquet"):
+        table = pq.read_table(path, columns=[*TIMED, "device"])
+        seconds += sum(sum(x for x in table.column(c).to_pylist() if x) for c in TIMED)
+        turns += table.num_rows
+        cells += 1
+        devices.update(d for d in table.column("device").to_pylist() if d)
+    return (seconds / turns if turns else None), cells, devices
+
+
+def plan(cfg: dict, results: str | Path = "results") -> dict[str, PairPlan]:
+    """Per pair, the cells of `cfg`, those already done, and the time of the rest."""
+    results = Path(results)
+    pairs: dict[str, PairPlan] = {}
+    sizes: dict[str, int | None] = {}
+    for cell in mmconfig.cells(cfg):
+        entry = pairs.setdefault(cell.pair, PairPlan())
+        entry.cells += 1
+        if (results / "generate" / cell.path / "samples.parquet").is_file():
+            entry.done += 1
+            continue
+        if cell.dataset not in sizes:
+            sizes[cell.dataset] = _sample_turns(cfg, cell.dataset, results)
+        size = sizes[cell.dataset]
+        known = size is not None and entry.sample_turns is not None
+        entry.sample_turns = entry.sample_turns + size if known else None
+    for name, entry in pairs.items():
+        entry.seconds_per_turn, entry.earlier_cells, entry.devices = _earlier(results, name)
+    return pairs
+
+
+def render(pairs: dict[str, PairPlan], packed: int | None) -> str:
+    """The plan as the lines `mmspec plan` prints."""
+    total = sum(p.cells for p in pairs.values())
+    to_run = sum(p.cells - p.done for p in pairs.values())
+    if packed:
+        jobs = f"{math.ceil(to_run / packed)} Slurm jobs of up to {packed} cells ({PROFILE})"
+    else:
+        jobs = f"{to_run} Slurm jobs (no `{GROUP}` group in {PROFILE})"
+    lines = [f"cells: {total} ({total - to_run} done, {to_run} to run) -> {jobs}"]
+    known = 0.0
+    for name, p in sorted(pairs.items()):
+        line = f"  pair {name}: {p.cells} cells, {p.cells - p.done} to run"
+        if p.cells == p.done:
+            pass
+        elif p.seconds_per_turn is None:
+            line += "; no earlier run of this pair, no estimate"
+        elif p.hours is None:
+            line += "; a dataset's size is unknown until it is prepared, no estimate"
+        else:
+            known += p.hours
+            device = ", ".join(sorted(p.devices)) or "unknown device"
+            line += (
+                f"; about {p.hours:.2f} device-hours on {device} ({p.seconds_per_turn:.3f} s "
+                f"per sample-turn over {p.earlier_cells} earlier cells)"
+            )
+        lines.append(line)
+    lines.append(
+        f"estimated: {known:.2f} device-hours for the pairs with an estimate (decoding only: "
+        "model loading and warm-up add per cell)"
+    )
+    return "\n".join(lines)

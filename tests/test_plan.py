@@ -1,0 +1,60 @@
+"""`mmspec plan`: cells done and to run, packed Slurm jobs, hours from the pairs' earlier cells."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from mmspec import config as mmconfig
+from mmspec import plan
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "configs" / "tiny.yaml"
+
+
+def test_slurm_profile_packs_generate_jobs(tmp_path):
+    assert plan.group_size(ROOT / "slurm" / "config.yaml") == 8
+    (tmp_path / "profile.yaml").write_text("jobs: 10\n")
+    assert plan.group_size(tmp_path / "profile.yaml") is None
+
+
+def test_plan_counts_done_cells_and_estimates_from_earlier_ones(tiny_run):
+    results = tiny_run / "results"
+    cfg = mmconfig.load(TINY)
+    cells = mmconfig.cells(cfg)
+    done = plan.plan(cfg, results)
+    assert sum(p.cells for p in done.values()) == len(cells)
+    assert all(p.done == p.cells for p in done.values())
+
+    # a second seed: every cell again, timed like the first seed's cells
+    more = plan.plan(mmconfig.merge(cfg, {"seeds": [0, 1]}), results)
+    toy = more["toy"]
+    assert (toy.cells, toy.done) == (2 * len(cells), len(cells))
+    files = list(results.glob("generate/dataset=*/pair=toy/*/*/*/samples.parquet"))
+    tables = [pq.read_table(f).to_pandas() for f in files]
+    seconds = sum(float(t[plan.TIMED].sum().sum()) for t in tables)
+    turns = sum(len(t) for t in tables)
+    assert toy.earlier_cells == len(files) == len(cells)
+    assert math.isclose(toy.seconds_per_turn, seconds / turns)
+    assert toy.sample_turns == turns  # the same datasets again
+    assert math.isclose(toy.hours, seconds / 3600)
+
+    text = plan.render(more, 8)
+    first = f"cells: {2 * len(cells)} ({len(cells)} done, {len(cells)} to run)"
+    assert text.startswith(first)
+    assert f"-> {math.ceil(len(cells) / 8)} Slurm jobs of up to 8 cells" in text
+    assert "device-hours on cpu" in text
+
+
+def test_plan_command_without_earlier_runs(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "mmspec.cli", "plan", str(TINY), "--results", str(tmp_path)],
+        capture_output=True, text=True, cwd=ROOT, check=True,
+    ).stdout
+    n = len(mmconfig.cells(mmconfig.load(TINY)))
+    assert out.startswith(f"cells: {n} (0 done, {n} to run)")
+    assert "no earlier run of this pair, no estimate" in out

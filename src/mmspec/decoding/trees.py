@@ -34,8 +34,9 @@ class TreePolicy:
         raise NotImplementedError
 
 
-def _top(q: torch.Tensor, k: int) -> tuple[list[int], list[float]]:
-    """The k most likely tokens of q (fewer if q has fewer) and their log-probabilities."""
+def _top(q: torch.Tensor, k: int) -> tuple[list, list]:
+    """The k most likely tokens of q [V] (or of each row of q [n, V]; fewer if V < k) and their
+    log-probabilities, as lists (one batched top-k and one copy per level, not per node)."""
     top = q.topk(min(k, q.shape[-1]))
     return top.indices.tolist(), top.values.clamp_min(1e-30).log().tolist()
 
@@ -135,10 +136,10 @@ class DynamicTree(TreePolicy):
         for _ in range(min(self.depth, room - 1)):
             frontier = sorted(level, key=lambda c: (-score[c], c))[: self.top_k]
             level = []
-            for c, q in zip(frontier, drafter.expand(grown, frontier), strict=True):
-                tokens, logq = _top(q, self.top_k)
-                level += [grown.add(t, c) for t in tokens]
-                score += [score[c] + lq for lq in logq]
+            tokens, logq = _top(drafter.expand(grown, frontier), self.top_k)
+            for c, children, child_logq in zip(frontier, tokens, logq, strict=True):
+                level += [grown.add(t, c) for t in children]
+                score += [score[c] + lq for lq in child_logq]
         keep: set[int] = set()
         for c in sorted(range(len(grown.tokens)), key=lambda c: (-score[c], c)):
             if len(keep) == self.total_tokens - 1:
@@ -219,16 +220,19 @@ class SageTree(TreePolicy):
     def _grow(self, drafter, root_q, depth: int, width: float, room: int) -> Proposal:
         tree, prob = Proposal(), []
 
-        def add_children(parent: int, q: torch.Tensor, level: int) -> list[int]:
+        def children(parent: int, level: int) -> int:
+            """How many children a node of `level` may take (before the threshold)."""
             parent_prob = 1.0 if parent == ROOT else prob[parent]
             if level == 1:
                 k = max(1, round(width))
             else:
                 k = max(1, round(width / level * (0.5 + parent_prob)))
-            k = min(k, self.n_max - len(tree.tokens))
+            return min(k, self.n_max - len(tree.tokens))
+
+        def add_children(parent: int, tokens: list, logq: list, k: int, level: int) -> list[int]:
+            parent_prob = 1.0 if parent == ROOT else prob[parent]
             added = []
-            tokens, logq = _top(q, k) if k > 0 else ([], [])
-            for rank, (t, lq) in enumerate(zip(tokens, logq, strict=True)):
+            for rank, (t, lq) in enumerate(zip(tokens[:k], logq[:k], strict=True)):
                 path_prob = parent_prob * math.exp(lq)
                 if path_prob <= 0.1 * level / depth and not (level == 1 and rank == 0):
                     break  # children come best first: the rest are below the threshold too
@@ -236,13 +240,18 @@ class SageTree(TreePolicy):
                 prob.append(path_prob)
             return added
 
-        level = add_children(ROOT, root_q, 1)
+        k = children(ROOT, 1)
+        level = add_children(ROOT, *_top(root_q, k), k, 1) if k > 0 else []
         for lvl in range(2, min(depth, room) + 1):
             if not level or len(tree.tokens) >= self.n_max:
                 break
+            ks = [children(c, lvl) for c in level]  # from the parents' probabilities alone
+            tokens, logq = _top(drafter.expand(tree, level), max(ks))
             nxt = []
-            for c, q in zip(level, drafter.expand(tree, level), strict=True):
-                nxt += add_children(c, q, lvl)
+            for c, k, child_tokens, child_logq in zip(level, ks, tokens, logq, strict=True):
+                k = min(k, self.n_max - len(tree.tokens))  # the budget shrinks as nodes join
+                if k > 0:
+                    nxt += add_children(c, child_tokens, child_logq, k, lvl)
             level = nxt
         return tree
 

@@ -63,26 +63,26 @@ class ModelDrafter(Drafter):
         self.forwards += 1
         return logits
 
-    def _mixture(self, logits: torch.Tensor, after: int) -> torch.Tensor:
-        """The weighted mixture [V] of the views' distributions [m, V] at the position after
-        drafted node `after` (ROOT: the first one)."""
+    def _mixture(self, logits: torch.Tensor, after: list[int]) -> torch.Tensor:
+        """The weighted mixtures [n, V] of the views' distributions (logits [m, n, V]) at the
+        positions after drafted nodes `after` (ROOT: the first one), all in one batch."""
         probs = distribution(logits, self.mix_temperature)
         if self.policy.needs_history:
-            self.view_probs[after] = probs
+            self.view_probs.update((node, probs[:, j]) for j, node in enumerate(after))
         if self.views == 1:
             return probs[0]
         weights = self.weights.to(probs.device, probs.dtype)
         # renormalised in the mixture's precision: rejection sampling needs q to sum to one
-        return (weights / weights.sum()) @ probs
+        return torch.einsum("m,mnv->nv", weights / weights.sum(), probs)
 
     def root(self, sampler) -> torch.Tensor:
         """Pick the block's weights, feed the pending tokens; the first position's mixture."""
         self.weights = self.policy.choose(self.history, self.views, sampler).float()
         self.view_probs, self.fed = {}, []
         self.base = self.decoder.length
-        logits = self._forward(self.pending)[:, -1]
+        logits = self._forward(self.pending)[:, -1:]
         self.first = self.decoder.length
-        return self._mixture(logits, ROOT)
+        return self._mixture(logits, [ROOT])[0]
 
     def expand(self, tree, nodes: list[int]) -> torch.Tensor:
         """Feed `nodes` of `tree` in one batched forward; the mixture after each [n, V]."""
@@ -101,7 +101,7 @@ class ModelDrafter(Drafter):
                 positions=[self.first + d for d in depths],
             )
         self.fed.extend(nodes)
-        return torch.stack([self._mixture(logits[:, j], n) for j, n in enumerate(nodes)])
+        return self._mixture(logits, nodes)
 
     def commit(self, tree, path: list[int], next_token: int, target) -> None:
         """Keep the accepted path in the cache, queue what it lacks, and update the history.

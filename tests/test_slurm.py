@@ -141,18 +141,19 @@ def test_workflow_through_slurm(slurm_cluster, tmp_path):
     # through sbatch: slurmdbd knows a job of this run for it, and all of them COMPLETED. The
     # profile packs the generate jobs into group jobs ("cells", up to 8 cells each), one after
     # another on one GPU
-    cluster_rules = set(re.findall(r"^rule (\w+):$", output, flags=re.M))
+    cluster_rules = set(re.findall(r"^\s*rule (\w+):$", output, flags=re.M))  # (in groups too)
     n_submitted = len(re.findall(r"has been submitted with SLURM jobid", output))
     n_cells = int(re.search(r"^generate\s+(\d+)", output, flags=re.M).group(1))
     jobs = _sacct_jobs(run_id, env)
     # the plugin sets --comment rule_<rule or group> or rule_<rule>_wildcards_<values>
     job_rule = {j["jobid"]: re.sub(r"^rule_|_wildcards_.*$", "", j["comment"]) for j in jobs}
     assert GPU_RULES <= cluster_rules, f"GPU rules not run as cluster jobs: {cluster_rules}\n{diag}"
-    submitted_as = (cluster_rules - {"generate"}) | {"cells"}
+    # a group job is named after its group and rules: cells_generate
+    submitted_as = (cluster_rules - {"generate"}) | {"cells_generate"}
     assert set(job_rule.values()) == submitted_as, (
         f"rules of the sacct jobs {sorted(job_rule.values())} != {sorted(submitted_as)}\n{diag}"
     )
-    groups = [j for j in jobs if job_rule[j["jobid"]] == "cells"]
+    groups = [j for j in jobs if job_rule[j["jobid"]] == "cells_generate"]
     assert 1 < n_cells and len(groups) == -(-n_cells // 8), f"{n_cells} cells in {groups}\n{diag}"
     # in series: a group asks for its cells' runtimes summed (60 minutes each in the profile)
     assert sum(int(j["timelimit"]) for j in groups) == 60 * n_cells, f"{groups}\n{diag}"
@@ -164,7 +165,7 @@ def test_workflow_through_slurm(slurm_cluster, tmp_path):
     # cells too (its cells run in series); the others none
     for j in jobs:
         rule = job_rule[j["jobid"]]
-        if rule in GPU_RULES | {"cells"}:
+        if rule in GPU_RULES | {"cells_generate"}:
             assert "gres/gpu=1" in j["reqtres"], f"{rule} job without one GPU: {j}"
         else:
             assert "gres/gpu" not in j["reqtres"], f"CPU rule {rule} asked for a GPU: {j}"

@@ -31,7 +31,7 @@ def config(cells: int) -> dict:
     }
 
 
-def dry_run(cells: int) -> tuple[float, float]:
+def dry_run(cells: int, profile: str | None = None) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "sweep.yaml"
         path.write_text(yaml.safe_dump(config(cells)))
@@ -50,6 +50,8 @@ def dry_run(cells: int) -> tuple[float, float]:
             "--configfile",
             str(path),
         ]
+        if profile:  # e.g. slurm: its job groups are part of the plan
+            cmd += ["--profile", str(ROOT / profile)]
         start = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True)
         seconds = time.perf_counter() - start
@@ -60,9 +62,10 @@ def dry_run(cells: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cells", type=int, nargs="+", default=[5000, 10000])
+    parser.add_argument("--profile", help="a profile folder of the repository, e.g. slurm")
     args = parser.parse_args()
     for cells in args.cells:
-        seconds, peak_mb = dry_run(cells)
+        seconds, peak_mb = dry_run(cells, args.profile)
         print(f"{cells:>7} cells: dry run {seconds:6.1f} s, peak memory so far {peak_mb:6.0f} MB")
 
 

@@ -128,6 +128,7 @@ class Decoder:
         self.cache: DynamicCache | None = None
         self.length = 0  # cached positions per row, padding included
         self.pad = torch.zeros(1, dtype=torch.long)  # left padding of each row
+        self.padded = False
         self.shift = torch.zeros(1, dtype=torch.long)  # position of row b = length + shift[b]
 
     @property
@@ -154,6 +155,7 @@ class Decoder:
         lengths = [len(p) for p in prompts]
         width = max(lengths)
         self.pad = torch.tensor([width - n for n in lengths], dtype=torch.long, device=self.device)
+        self.padded = width != min(lengths)  # a Python flag: no device sync per forward
         embeds = prompts[0].embeds.new_zeros(len(prompts), width, prompts[0].embeds.shape[-1])
         axes = max(1 if p.positions is None else p.positions.shape[0] for p in prompts)
         positions = torch.zeros(axes, len(prompts), width, dtype=torch.long, device=self.device)
@@ -264,8 +266,7 @@ class Decoder:
         """The attention mask(s) of a forward of n new tokens, or None when the model's own
         causal mask is exact (no padding, tree, image block or sliding window)."""
         window, all_sliding = self.window
-        padded = bool(self.pad.any())
-        if attention is None and past is None and not padded and blocks is None and not window:
+        if attention is None and past is None and not self.padded and blocks is None and not window:
             return None
         allowed = self._allowed(rows, n, attention, past, blocks)
         if not window:

@@ -91,8 +91,16 @@ class ModelDrafter(Drafter):
         if len(nodes) == 1 and ancestors[0][::-1] == self.fed:
             logits = self._forward(tokens)  # the next link of a chain: plain causal
         else:
-            seen = [set(a) for a in ancestors]
-            past = torch.tensor([[f in s for f in self.fed] for s in seen], dtype=torch.bool)
+            # node j sees the fed nodes among its ancestors (a few per node, not every fed one)
+            offset = {f: i for i, f in enumerate(self.fed)}
+            rows, cols = [], []
+            for j, chain in enumerate(ancestors):
+                for a in chain:
+                    if a in offset:
+                        rows.append(j)
+                        cols.append(offset[a])
+            past = torch.zeros(len(nodes), len(self.fed), dtype=torch.bool)
+            past[rows, cols] = True
             depths = [len(a) for a in ancestors]  # depth - 1
             logits = self._forward(
                 tokens,

@@ -112,22 +112,24 @@ def render(pairs: dict[str, PairPlan], packed: int | None) -> str:
     known = 0.0
     for name, p in sorted(pairs.items()):
         line = f"  pair {name}: {p.cells} cells, {p.cells - p.done} to run"
-        if p.cells == p.done:
-            pass
-        elif p.seconds_per_turn is None:
-            line += "; no earlier run of this pair, no estimate"
-        elif p.hours is None:
-            line += "; a dataset's size is unknown until it is prepared, no estimate"
-        else:
-            known += p.hours
-            device = ", ".join(sorted(p.devices)) or "unknown device"
-            line += (
-                f"; about {p.hours:.2f} device-hours on {device} ({p.seconds_per_turn:.3f} s "
-                f"per sample-turn over {p.earlier_cells} earlier cells)"
-            )
+        if p.cells > p.done:
+            line += "; " + _estimate(p)
+            known += p.hours or 0.0
         lines.append(line)
     lines.append(
         f"estimated: {known:.2f} device-hours for the pairs with an estimate (decoding only: "
         "model loading and warm-up add per cell)"
     )
     return "\n".join(lines)
+
+
+def _estimate(p: PairPlan) -> str:
+    if p.seconds_per_turn is None:
+        return "no earlier run of this pair, no estimate"
+    if p.hours is None:
+        return "a dataset's size is unknown until it is prepared, no estimate"
+    device = ", ".join(sorted(p.devices)) or "unknown device"
+    return (
+        f"about {p.hours:.2f} device-hours on {device} ({p.seconds_per_turn:.3f} s per "
+        f"sample-turn over {p.earlier_cells} earlier cells)"
+    )

@@ -35,24 +35,16 @@ def _fuse(owner: torch.nn.Module, modules: list[torch.nn.Linear]) -> torch.Tenso
     """One weight [sum of outputs, in] whose row blocks are the modules' weights (made views of
     it, so the model's own forward reads the same memory); kept on `owner` for later stacks."""
     fused = getattr(owner, "_lean_fused", None)
-    if fused is not None and all(
-        m.weight.data_ptr() == fused[start:].data_ptr()
-        for m, start in zip(modules, _starts(modules), strict=True)
-    ):
+    if fused is not None and modules[0].weight.data_ptr() == fused.data_ptr():
         return fused
     fused = torch.cat([m.weight.detach() for m in modules])
-    for m, start in zip(modules, _starts(modules), strict=True):
-        m.weight = torch.nn.Parameter(fused[start : start + m.weight.shape[0]], requires_grad=False)
+    start = 0
+    for m in modules:
+        rows = m.weight.shape[0]
+        m.weight = torch.nn.Parameter(fused[start : start + rows], requires_grad=False)
+        start += rows
     owner._lean_fused = fused
     return fused
-
-
-def _starts(modules) -> list[int]:
-    starts, at = [], 0
-    for m in modules:
-        starts.append(at)
-        at += m.weight.shape[0]
-    return starts
 
 
 class LeanStack:

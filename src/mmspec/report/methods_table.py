@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mmspec.report.cells import is_lossy_rule, lossless_bug
+from mmspec.report.cells import is_ar_row, is_lossy_rule, lossless_bug
 from mmspec.report.formatting import esc, fmt_num, is_missing, label_html
 
 # Columns of the table, in display order.
@@ -105,7 +105,7 @@ def render(cells: pd.DataFrame) -> str:
             bugs.append(cell_name(row))
         elif divergence == "lossy":
             lossy.append(cell_name(row))
-        if within_noise(row) and not is_missing(row.get("tree")):  # a method, not AR itself
+        if within_noise(row) and not is_ar_row(row):
             noise.append(cell_name(row))
         cls = f" class='{' '.join(classes)}'" if classes else ""
         tds = "".join(table_cell(row, column, divergence) for column in TABLE_COLUMNS)

@@ -48,23 +48,17 @@ SELECT
   avg(draft_visual_tokens) AS draft_visual_tokens,
   sum(draft_visual_tokens) / nullif(sum(target_visual_tokens), 0) AS draft_visual_share,
   avg(caption_s) AS caption_s,
-  any_value(device) AS device
+  any_value(device) AS device,
+  -- the per-sample-turn timings the speedup pools, for its bootstrap interval (not written)
+  list(ar_decode_s ORDER BY sample_id, turn) AS timing_ar_s,
+  list(ar_n_tokens - 1 ORDER BY sample_id, turn) AS timing_ar_tokens,
+  list(decode_s ORDER BY sample_id, turn) AS timing_s,
+  list(new_tokens ORDER BY sample_id, turn) AS timing_tokens
 FROM s
 GROUP BY dataset, pair, method, hp, seed
 ORDER BY dataset, pair, method, hp, seed
 """
 
-
-# Per cell, the per-sample-turn timings the speedup pools (for its bootstrap interval).
-TIMINGS_SQL = """
-SELECT dataset, pair, method, hp, seed,
-  list(ar_decode_s ORDER BY sample_id, turn) AS ar_s,
-  list(ar_n_tokens - 1 ORDER BY sample_id, turn) AS ar_tokens,
-  list(decode_s ORDER BY sample_id, turn) AS s,
-  list(new_tokens ORDER BY sample_id, turn) AS tokens
-FROM read_parquet($files, union_by_name = true)
-GROUP BY dataset, pair, method, hp, seed
-"""
 
 RESAMPLES = 2000  # bootstrap resamples of a cell's sample-turns
 CONFIDENCE = 0.95
@@ -111,7 +105,7 @@ def run(score_files: list[str], out: str, blocks_out: str, groups: dict | None =
     # TABED eq. 1: tau / (k * c + 1) with k the draft forwards per step (gamma for a chain; the
     # drafted levels for a tree); AR has no draft, so its estimate is its tau (1).
     table = table.append_column("speedup_eq1", _eq1(table))
-    low, high = _speedup_intervals(con, files, table)
+    low, high = _speedup_intervals(table)
     table = table.append_column("speedup_low", low)
     table = table.append_column("speedup_high", high)
     table = table.append_column("label", _labels(table))
@@ -149,14 +143,11 @@ def speedup_interval(ar_s, ar_tokens, s, tokens, seed: int = 0) -> tuple[float, 
     return float(low), float(high)
 
 
-def _speedup_intervals(con, files: dict, table) -> tuple[pa.Array, pa.Array]:
-    keys = ["dataset", "pair", "method", "hp", "seed"]
-    found = {}
-    for row in con.execute(TIMINGS_SQL, files).to_arrow_table().to_pylist():
-        cell = tuple(row[k] for k in keys)
-        found[cell] = speedup_interval(row["ar_s"], row["ar_tokens"], row["s"], row["tokens"])
-    cells = zip(*(table.column(k).to_pylist() for k in keys), strict=True)
-    low, high = zip(*(found[cell] for cell in cells), strict=True) if table.num_rows else ((), ())
+def _speedup_intervals(table) -> tuple[pa.Array, pa.Array]:
+    names = ["timing_ar_s", "timing_ar_tokens", "timing_s", "timing_tokens"]
+    timings = [table.column(name).to_pylist() for name in names]
+    intervals = [speedup_interval(*cell) for cell in zip(*timings, strict=True)]
+    low, high = zip(*intervals, strict=True) if intervals else ((), ())
     return pa.array(low, pa.float64()), pa.array(high, pa.float64())
 
 

@@ -14,16 +14,30 @@ import pytest  # noqa: E402
 def tiny_run(tmp_path_factory):
     """A workdir where the workflow ran the tiny config (tests/configs/tiny.yaml) end to end."""
     import subprocess
-    import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    from workflow_cli import ROOT, snakemake_cmd
+
     workdir = tmp_path_factory.mktemp("tiny")
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(root / "Snakefile"), "--cores", "2"]
-    cmd += ["--directory", str(workdir), "--configfile", str(root / "tests/configs/tiny.yaml")]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=root)
+    cmd = snakemake_cmd(workdir, ROOT / "tests" / "configs" / "tiny.yaml")
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return workdir
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory):
+    """family -> (target, draft) folders of tiny random models (the draft: one layer), saved once
+    for every test that loads real families from disk (tests never write into them)."""
+    from mmspec.models import tiny
+
+    root = tmp_path_factory.mktemp("families")
+    return {
+        family: (
+            tiny.save(family, root / family, seed=0),
+            tiny.save(family, root / f"{family}_draft", layers=1, seed=1),
+        )
+        for family in ("llava", "qwen2_5_vl")
+    }
 
 
 @pytest.fixture

@@ -6,23 +6,21 @@ import copy
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from workflow_cli import snakemake_cmd
 
 from mmspec import config as mmconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--dry-run",
-             "--printshellcmds", "--cores", "2"]
 MODEL_WILDCARD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # workflow/rules/common.smk
 
 
 def dry_run(workdir: Path, configfile: Path, *overrides: str) -> subprocess.CompletedProcess:
-    cmd = SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(configfile)]
+    cmd = snakemake_cmd(workdir, configfile, "--dry-run", "--printshellcmds")
     if overrides:
         cmd += ["--config", *overrides]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)

@@ -20,7 +20,7 @@ import transformers
 from mmspec import config as mmconfig
 from mmspec.decoding.decoder import language_parts
 from mmspec.methods.registry import resolve
-from mmspec.models import footprint, loading, tiny
+from mmspec.models import footprint, loading
 from mmspec.stages import cache_visual, generate, prepare
 
 FAMILIES = ["llava", "qwen2_5_vl"]
@@ -74,18 +74,6 @@ def test_a_pair_without_device_map_keeps_its_params():
     config = _config("auto")
     del config["pairs"]["p"]["target_device_map"]
     assert "target_device_map" not in mmconfig.validate(config)["pairs"]["p"]
-
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("device_map")
-    return {
-        family: (
-            tiny.save(family, root / family, seed=0),
-            tiny.save(family, root / f"{family}_draft", layers=1, seed=1),
-        )
-        for family in FAMILIES
-    }
 
 
 def _hooked(model):

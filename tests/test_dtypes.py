@@ -23,7 +23,7 @@ from mmspec.decoding import loops
 from mmspec.decoding.decoder import Decoder
 from mmspec.methods.registry import resolve
 from mmspec.methods.runtime import MethodRunner
-from mmspec.models import loading, tiny, visual
+from mmspec.models import loading, visual
 from mmspec.stages import cache_visual, generate, prepare
 from mmspec.tables import VISUAL, read_table
 
@@ -47,18 +47,6 @@ def ulp(value: float, dtype: torch.dtype) -> float:
     """The spacing of `dtype`'s numbers at |value|."""
     magnitude = max(abs(value), torch.finfo(dtype).tiny)
     return torch.finfo(dtype).eps * 2.0 ** math.floor(math.log2(magnitude))
-
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dtypes")
-    return {
-        family: (
-            tiny.save(family, root / family, seed=0),
-            tiny.save(family, root / f"{family}_draft", layers=1, seed=1),
-        )
-        for family in FAMILIES
-    }
 
 
 def _params(method: str, hparams: dict, pair: dict) -> dict:

@@ -8,12 +8,12 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from workflow_cli import snakemake_cmd
 
 from mmspec.config import model_slug
 from mmspec.models import footprint, tiny
@@ -158,21 +158,7 @@ def _planned(config: dict, workdir: Path, *args: str) -> dict[str, list[tuple[di
     """rule -> (wildcards, resources) of each job a dry run plans."""
     path = workdir / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(ROOT / "Snakefile"),
-        "--dry-run",
-        "--cores",
-        "4",
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(path),
-        *args,
-    ]
+    cmd = snakemake_cmd(workdir, path, "--dry-run", *args, cores=4)
     env = {**os.environ, "HF_HUB_CACHE": str(workdir / "hub"), "HF_HUB_OFFLINE": "1"}
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from workflow_cli import job_counts, snakemake_cmd
 
 from mmspec import config as mmconfig
 
@@ -47,12 +46,7 @@ def test_tabed_preset_resolves_into_the_papers_grid():
 
 
 def test_tabed_preset_dry_run_plans_every_cell(tmp_path):
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--dry-run",
-           "--cores", "4", "--directory", str(tmp_path), "--configfile", str(TABED)]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 0, out.stderr[-3000:]
-    table = (out.stdout + out.stderr).split("Job stats:")[1]
-    jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+    jobs = _dry_run_jobs(TABED, tmp_path)
     n_cells = len(mmconfig.cells(mmconfig.load(TABED)))
     assert jobs["generate"] == jobs["score"] == n_cells
     assert jobs["prepare"] == len(DATASETS)
@@ -72,12 +66,10 @@ SAGE_TREE = {"sage_d_min": 3, "sage_d_max": 8, "sage_w_min": 2, "sage_w_max": 10
 
 def _dry_run_jobs(preset, tmp_path):
     """Snakemake's planned job counts per rule for a dry run of `preset` in `tmp_path`."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--dry-run",
-           "--cores", "4", "--directory", str(tmp_path), "--configfile", str(preset)]
+    cmd = snakemake_cmd(tmp_path, preset, "--dry-run", cores=4)
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    table = (out.stdout + out.stderr).split("Job stats:")[1]
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+    return job_counts(out.stdout + out.stderr)
 
 
 def _visual_caches(cfg, cells):

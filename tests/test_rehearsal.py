@@ -5,14 +5,13 @@ prepare -> cache_visual -> generate -> score -> report through the real workflow
 from __future__ import annotations
 
 import json
-import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from workflow_cli import job_counts, snakemake_cmd
 
 from mmspec import config as mmconfig
 from mmspec.data import stand_in
@@ -59,22 +58,7 @@ def _overrides(preset: str, root: Path, models: dict) -> list[str]:
 
 
 def _snakemake(workdir: Path, preset: str, overrides: list[str], *extra: str):
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(ROOT / "Snakefile"),
-        "--cores",
-        "2",
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(PRESETS / f"{preset}.yaml"),
-        "--config",
-        *overrides,
-        *extra,
-    ]
+    cmd = snakemake_cmd(workdir, PRESETS / f"{preset}.yaml", "--config", *overrides, *extra)
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
 
 
@@ -83,8 +67,7 @@ def test_every_preset_resolves_on_stand_ins(preset, stand_ins, tmp_path):
     root, models = stand_ins
     out = _snakemake(tmp_path, preset, _overrides(preset, root, models), "--dry-run")
     assert out.returncode == 0, out.stderr[-3000:]
-    table = (out.stdout + out.stderr).split("Job stats:")[1]
-    jobs = {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+    jobs = job_counts(out.stdout + out.stderr)
     cells = mmconfig.cells(mmconfig.load(PRESETS / f"{preset}.yaml"))
     assert jobs["generate"] == len(cells)
 

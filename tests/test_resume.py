@@ -8,13 +8,13 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from workflow_cli import snakemake_cmd
 
 from mmspec.methods.runtime import MethodRunner
 from mmspec.models import tiny
@@ -148,22 +148,8 @@ def test_sigkill_mid_generate_then_rerun_gives_the_uninterrupted_results(tmp_pat
     env = {**os.environ, "MMSPEC_CHECKPOINT_EVERY": "2"}
 
     def snakemake(workdir, *extra):
-        cmd = [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(ROOT / "Snakefile"),
-            "--cores",
-            "1",
-            "--directory",
-            str(workdir),
-            "--configfile",
-            str(config),
-            *extra,
-        ]
         return subprocess.Popen(
-            cmd,
+            snakemake_cmd(workdir, config, *extra, cores=1),
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from workflow_cli import job_counts, snakemake_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"
-SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 
 
 def snakemake(workdir: Path, config: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = SNAKEMAKE + ["--cores", "2", "--directory", str(workdir), "--configfile", str(config)]
-    return subprocess.run(cmd + list(args), capture_output=True, text=True, cwd=ROOT)
+    cmd = snakemake_cmd(workdir, config, *args)
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
 
 
 def planned_jobs(workdir: Path, config: Path) -> dict[str, int]:
@@ -28,9 +26,7 @@ def planned_jobs(workdir: Path, config: Path) -> dict[str, int]:
     text = out.stdout + out.stderr
     if "Nothing to be done" in text:
         return {}
-    table = text.split("Job stats:")[1]
-    rows = re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)
-    return {m[1]: int(m[2]) for m in rows if m[1] != "total"}
+    return job_counts(text)
 
 
 def write_config(path: Path, change) -> Path:

@@ -242,8 +242,6 @@ class Decoder:
             position_ids = (self.length + steps).unsqueeze(0) + self.shift.unsqueeze(1)
         mask = self._masks(rows, n, attention, past, embeds.dtype, blocks)
         if self.lean is not None:
-            if mask is None and n > 1:  # causal over the new tokens, behind the whole cache
-                mask = _additive(self._allowed(rows, n, None, None, None), embeds.dtype)
             hidden, extra = self.lean(embeds, mask, position_ids.clamp_min(0), self.cache, layers)
         else:
             out = self.stack(
@@ -263,10 +261,12 @@ class Decoder:
         return Forward(logits, hidden.to(self.device), extra)
 
     def _masks(self, rows, n, attention, past, dtype, blocks=None):
-        """The attention mask(s) of a forward of n new tokens, or None when the model's own
-        causal mask is exact (no padding, tree, image block or sliding window)."""
+        """The attention mask(s) of a forward of n new tokens, or None when none is needed: one
+        token, or transformers' own causal mask is exact (no padding, tree, image block or
+        sliding window; the lean forward builds none)."""
         window, all_sliding = self.window
-        if attention is None and past is None and not self.padded and blocks is None and not window:
+        plain = attention is None and past is None and not self.padded and blocks is None
+        if plain and not window and (n == 1 or self.lean is None):
             return None
         allowed = self._allowed(rows, n, attention, past, blocks)
         if not window:

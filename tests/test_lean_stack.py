@@ -59,7 +59,15 @@ def test_lean_forward_equals_transformers_on_every_call_kind(kv_heads):
     _same(reference.extend([13]), lean.extend([13]))
     one = torch.randn(9, 64, generator=g)  # one row, no padding: transformers' causal kernel
     _same(reference.prefill(one), lean.prefill(one))
+    assert lean._consecutive()  # plain tokens now take the short path: table slice, causal block
     _same(reference.extend([3, 4]), lean.extend([3, 4]))
+    _same(reference.extend([5]), lean.extend([5]))
+    _same(reference.extend([6, 7, 8]), lean.extend([6, 7, 8]))
+    same_length = [torch.randn(7, 64, generator=g), torch.randn(7, 64, generator=g)]
+    _same(reference.prefill(same_length), lean.prefill(same_length))  # two rows, no padding
+    assert lean._consecutive()
+    _same(reference.extend([1]), lean.extend([1]))
+    _same(reference.extend([2, 3]), lean.extend([2, 3]))
 
 
 def test_model_forward_unchanged_by_fused_weights():

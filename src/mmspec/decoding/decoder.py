@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from transformers import DynamicCache
 
 from mmspec.decoding.kv_cache import new_cache
@@ -130,6 +131,13 @@ class Decoder:
         self.pad = torch.zeros(1, dtype=torch.long)  # left padding of each row
         self.padded = False
         self.shift = torch.zeros(1, dtype=torch.long)  # position of row b = length + shift[b]
+        self.common_shift: int | None = 0  # the rows' shift when they share one (Python int)
+        self.split = bool(getattr(model, "hf_device_map", None))
+        # plain modules are called in their functional form, minus the module-call overhead per
+        # step (not when split: accelerate's hooks, which move the inputs, live in the call)
+        self.plain_embed = type(self.embed) is torch.nn.Embedding and not self.split
+        self.plain_head = type(self.lm_head) is torch.nn.Linear and not self.split
+        self.causal_blocks: dict = {}  # (n, dtype) -> additive causal mask [n, n]
 
     @property
     def rows(self) -> int:
@@ -172,9 +180,9 @@ class Decoder:
             if prompt.blocks is not None:
                 blocks[b, start:] = prompt.blocks.to(self.device)
         # later tokens continue from each row's next position: length + shift
-        self.shift = torch.tensor(
-            [p.next_position() - width for p in prompts], dtype=torch.long, device=self.device
-        )
+        shifts = [p.next_position() - width for p in prompts]
+        self.shift = torch.tensor(shifts, dtype=torch.long, device=self.device)
+        self.common_shift = shifts[0] if len(set(shifts)) == 1 else None
         self.length = 0
         position_ids = positions[0] if axes == 1 else positions
         scores = None
@@ -216,8 +224,46 @@ class Decoder:
         tokens' positions (unpadded). `layers` asks for hidden states of more layers.
         """
         ids = torch.as_tensor(tokens, dtype=torch.long, device=self.device).view(1, -1)
-        embeds = self.embed(ids).expand(self.rows, -1, -1)
+        if self.plain_embed:
+            embeds = F.embedding(ids, self.embed.weight)
+        else:
+            embeds = self.embed(ids)
+        embeds = embeds.expand(self.rows, -1, -1)
+        if attention is None and past is None and positions is None and self._consecutive():
+            return self._run_consecutive(embeds, layers)
         return self._run(embeds, attention, past, positions, layers)
+
+    def _consecutive(self) -> bool:
+        """Whether plain causal tokens can take the lean forward's short path: every row at
+        the same position, no padding or sliding window to mask."""
+        return (
+            self.lean is not None
+            and self.common_shift is not None
+            and not self.padded
+            and not self.window[0]
+        )
+
+    def _run_consecutive(self, embeds, layers) -> Forward:
+        """`_run` for n causal tokens at consecutive positions, the same in every row: the
+        positions are a slice of the rotary table and the mask a cached causal block."""
+        n = embeds.shape[1]
+        mask = None
+        if n > 1:  # the cache in full, then the new tokens causally
+            key = (n, embeds.dtype)
+            if key not in self.causal_blocks:
+                new = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
+                self.causal_blocks[key] = _additive(new.unsqueeze(0), embeds.dtype)[0, 0]
+            mask = embeds.new_zeros(1, 1, n, self.length + n)
+            mask[0, 0, :, self.length :] = self.causal_blocks[key]
+        start = max(self.length + self.common_shift, 0)
+        hidden, extra = self.lean(embeds, mask, None, self.cache, layers, start=start)
+        self.length += n
+        return Forward(self._head(hidden), hidden, extra)
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.plain_head:
+            return F.linear(hidden, self.lm_head.weight, self.lm_head.bias)
+        return self.lm_head(hidden)
 
     def _run(
         self,
@@ -255,10 +301,11 @@ class Decoder:
             hidden = out.last_hidden_state
             extra = {k: out.hidden_states[k] for k in layers}
         self.length += n
-        extra = {k: v.to(self.device) for k, v in extra.items()}
-        # a no-op move unless the model is split over devices
-        logits = self.lm_head(hidden[:, -1:] if last_only else hidden).to(self.device)
-        return Forward(logits, hidden.to(self.device), extra)
+        logits = self._head(hidden[:, -1:] if last_only else hidden)
+        if self.split:  # a model split over devices returns its outputs next to the draft's
+            extra = {k: v.to(self.device) for k, v in extra.items()}
+            logits, hidden = logits.to(self.device), hidden.to(self.device)
+        return Forward(logits, hidden, extra)
 
     def _masks(self, rows, n, attention, past, dtype, blocks=None):
         """The attention mask(s) of a forward of n new tokens, or None when none is needed: one

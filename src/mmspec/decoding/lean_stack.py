@@ -47,6 +47,11 @@ def _fuse(owner: torch.nn.Module, modules: list[torch.nn.Linear]) -> torch.Tenso
     return fused
 
 
+def _norm_parts(norm) -> tuple:
+    """(weight, its shape, epsilon) of an RMSNorm, looked up once rather than per step."""
+    return norm.weight, tuple(norm.weight.shape), norm.variance_epsilon
+
+
 class LeanStack:
     """The forward of one Llama stack over a `DynamicCache` of `GrowingLayer`s."""
 
@@ -58,35 +63,42 @@ class LeanStack:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.heads
         self.scale = self.head_dim**-0.5
         self.rope_table = None  # (cos, sin) [max positions, head_dim], made on first use
+        self.final_norm = _norm_parts(stack.norm)
         self.layers = []
         for layer in stack.layers:
             attn, mlp = layer.self_attn, layer.mlp
             self.layers.append(
                 (
-                    layer.input_layernorm,
+                    _norm_parts(layer.input_layernorm),
                     _fuse(attn, [attn.q_proj, attn.k_proj, attn.v_proj]),
                     attn.o_proj.weight,
-                    layer.post_attention_layernorm,
+                    _norm_parts(layer.post_attention_layernorm),
                     _fuse(mlp, [mlp.gate_proj, mlp.up_proj]),
                     mlp.down_proj.weight,
                 )
             )
 
     @staticmethod
-    def _norm(x: torch.Tensor, norm) -> torch.Tensor:
+    def _norm(x: torch.Tensor, norm: tuple) -> torch.Tensor:
+        weight, shape, eps = norm
         if x.dtype == torch.float32:  # one fused kernel, the same arithmetic in float32
-            return F.rms_norm(x, norm.weight.shape, norm.weight, norm.variance_epsilon)
+            return F.rms_norm(x, shape, weight, eps)
         # LlamaRMSNorm's arithmetic, step for step (float32 statistics, weight after the cast)
         x32 = x.to(torch.float32)
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-        return norm.weight * x32.to(x.dtype)
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * x32.to(x.dtype)
 
-    def _rotary(self, embeds, position_ids) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin [B, n, head_dim] of the positions: rows of a table computed once, with
-        the rotary module's arithmetic (default RoPE); other RoPE types call the module."""
+    def _rotary(self, embeds, position_ids, start=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [B or 1, 1, n, head_dim] of the positions (`position_ids` [B, n], or the
+        n consecutive ones from `start`): rows of a table computed once, with the rotary
+        module's arithmetic (default RoPE); other RoPE types call the module."""
+        n = embeds.shape[1]
         rotary = self.stack.rotary_emb
         if rotary.rope_type != "default":
-            return rotary(embeds, position_ids)
+            if position_ids is None:
+                position_ids = torch.arange(start, start + n, device=embeds.device).view(1, -1)
+            cos, sin = rotary(embeds, position_ids)
+            return cos.unsqueeze(1), sin.unsqueeze(1)
         if self.rope_table is None or self.rope_table[0].device != embeds.device:
             positions = torch.arange(
                 self.stack.config.max_position_embeddings, device=embeds.device
@@ -95,7 +107,11 @@ class LeanStack:
             self.rope_table = (cos[0], sin[0])
         if self.rope_table[0].dtype != embeds.dtype:
             self.rope_table = tuple(t.to(embeds.dtype) for t in self.rope_table)
-        return self.rope_table[0][position_ids], self.rope_table[1][position_ids]
+        cos, sin = self.rope_table
+        if start is not None:  # a slice: no gather
+            rows = slice(start, start + n)
+            return cos[rows].view(1, 1, n, -1), sin[rows].view(1, 1, n, -1)
+        return cos[position_ids].unsqueeze(1), sin[position_ids].unsqueeze(1)
 
     def _attend(self, query, keys, values, mask) -> torch.Tensor:
         """SDPA as transformers' sdpa_attention_forward calls it, grouped-query cases included
@@ -116,12 +132,12 @@ class LeanStack:
         values = values.repeat_interleave(groups, dim=1)
         return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=self.scale)
 
-    def __call__(self, embeds, mask, position_ids, cache, layers=()) -> tuple:
+    def __call__(self, embeds, mask, position_ids, cache, layers=(), start=None) -> tuple:
         """(final-normed hidden [B, n, H], {k: hidden_states[k]} as transformers numbers them:
-        0 the inputs, i the output of layer i, the last one normed)."""
+        0 the inputs, i the output of layer i, the last one normed). Positions: `position_ids`
+        [B, n], or None and the n consecutive positions from `start` in every row."""
         rows, n, _ = embeds.shape
-        cos, sin = self._rotary(embeds, position_ids)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        cos, sin = self._rotary(embeds, position_ids, start)
         half = self.head_dim // 2
         q_kv = self.heads + self.kv_heads
         last = len(self.layers)
@@ -141,7 +157,7 @@ class LeanStack:
             x = x + F.linear(F.silu(gate) * up, down_w)
             if i + 1 in wanted and i + 1 < last:
                 states[wanted[i + 1]] = x
-        x = self._norm(x, self.stack.norm)
+        x = self._norm(x, self.final_norm)
         if last in wanted:
             states[wanted[last]] = x
         return x, states

@@ -249,12 +249,8 @@ class Decoder:
         n = embeds.shape[1]
         mask = None
         if n > 1:  # the cache in full, then the new tokens causally
-            key = (n, embeds.dtype)
-            if key not in self.causal_blocks:
-                new = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
-                self.causal_blocks[key] = _additive(new.unsqueeze(0), embeds.dtype)[0, 0]
             mask = embeds.new_zeros(1, 1, n, self.length + n)
-            mask[0, 0, :, self.length :] = self.causal_blocks[key]
+            mask[0, 0, :, self.length :] = self._causal_block(n, embeds.dtype)
         start = max(self.length + self.common_shift, 0)
         hidden, extra = self.lean(embeds, mask, None, self.cache, layers, start=start)
         self.length += n
@@ -315,6 +311,8 @@ class Decoder:
         plain = attention is None and past is None and not self.padded and blocks is None
         if plain and not window and (n == 1 or self.lean is None):
             return None
+        if not window and not self.padded and blocks is None:
+            return self._unpadded_mask(rows, n, attention, past, dtype)
         allowed = self._allowed(rows, n, attention, past, blocks)
         if not window:
             return _additive(allowed, dtype)
@@ -329,6 +327,28 @@ class Decoder:
             "full_attention": _additive(allowed, dtype),
             "sliding_attention": _additive(sliding, dtype),
         }
+
+    def _unpadded_mask(self, rows: int, n: int, attention, past, dtype) -> torch.Tensor:
+        """`_additive(_allowed(...))` for rows without padding, written straight into the few
+        columns it restricts (the new tokens', `past`'s) instead of built over the whole cache."""
+        low = torch.finfo(dtype).min
+        mask = torch.zeros(1, 1, n, self.length + n, dtype=dtype, device=self.device)
+        if attention is None:
+            mask[0, 0, :, self.length :] = self._causal_block(n, dtype)
+        else:
+            mask[0, 0, :, self.length :].masked_fill_(~attention.to(self.device).bool(), low)
+        if past is not None:
+            seen = mask[0, 0, :, self.length - past.shape[1] : self.length]
+            seen.masked_fill_(~past.to(self.device).bool(), low)
+        return mask.expand(rows, -1, -1, -1)
+
+    def _causal_block(self, n: int, dtype) -> torch.Tensor:
+        """The additive causal mask [n, n] of n new tokens among themselves (cached)."""
+        key = (n, dtype)
+        if key not in self.causal_blocks:
+            new = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
+            self.causal_blocks[key] = _additive(new.unsqueeze(0), dtype)[0, 0]
+        return self.causal_blocks[key]
 
     def _allowed(self, rows: int, n: int, attention, past, blocks) -> torch.Tensor:
         """Which keys each new token may attend to, [B, n, cache + n] bool: padding hidden,

@@ -86,3 +86,24 @@ def test_model_forward_unchanged_by_fused_weights():
 def test_unsupported_stacks_keep_transformers_forward():
     assert Decoder(_llama(attention_bias=True)).lean is None
     assert Decoder(_llama(hidden_act="gelu")).lean is None
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_sparse_masks_equal_the_full_construction(padded):
+    """The masks written column by column equal `_additive(_allowed(...))` over the whole cache."""
+    from mmspec.decoding.decoder import _additive
+
+    decoder = Decoder(_llama())
+    g = torch.Generator().manual_seed(2)
+    rows = [torch.randn(11, 64, generator=g), torch.randn(11 - 4 * padded, 64, generator=g)]
+    decoder.prefill(rows)
+    decoder.extend([4, 5])
+    assert decoder.padded == padded
+    tree = torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]]).bool()
+    past = torch.tensor([[True, False], [False, True], [True, True]])
+    for n, attention, past_ in [(1, None, None), (3, None, None), (3, tree, past), (3, tree, None)]:
+        for dtype in (torch.float32, torch.bfloat16):
+            full = _additive(decoder._allowed(2, n, attention, past_, None), dtype)
+            sparse = decoder._sparse_mask(2, n, attention, past_, dtype)
+            assert sparse.shape == full.shape and sparse.dtype == dtype
+            assert torch.equal(sparse, full), (n, attention is not None, past_ is not None)

@@ -164,6 +164,8 @@ class Decoder:
         width = max(lengths)
         self.pad = torch.tensor([width - n for n in lengths], dtype=torch.long, device=self.device)
         self.padded = width != min(lengths)  # a Python flag: no device sync per forward
+        # [B, width] True at each row's left padding, which later tokens never see
+        self.pad_keys = torch.arange(width, device=self.device).view(1, -1) < self.pad.view(-1, 1)
         embeds = prompts[0].embeds.new_zeros(len(prompts), width, prompts[0].embeds.shape[-1])
         axes = max(1 if p.positions is None else p.positions.shape[0] for p in prompts)
         positions = torch.zeros(axes, len(prompts), width, dtype=torch.long, device=self.device)
@@ -311,8 +313,8 @@ class Decoder:
         plain = attention is None and past is None and not self.padded and blocks is None
         if plain and not window and (n == 1 or self.lean is None):
             return None
-        if not window and not self.padded and blocks is None:
-            return self._unpadded_mask(rows, n, attention, past, dtype)
+        if not window and blocks is None and (not self.padded or self.length):
+            return self._sparse_mask(rows, n, attention, past, dtype)
         allowed = self._allowed(rows, n, attention, past, blocks)
         if not window:
             return _additive(allowed, dtype)
@@ -328,17 +330,23 @@ class Decoder:
             "sliding_attention": _additive(sliding, dtype),
         }
 
-    def _unpadded_mask(self, rows: int, n: int, attention, past, dtype) -> torch.Tensor:
-        """`_additive(_allowed(...))` for rows without padding, written straight into the few
-        columns it restricts (the new tokens', `past`'s) instead of built over the whole cache."""
+    def _sparse_mask(self, rows: int, n: int, attention, past, dtype) -> torch.Tensor:
+        """`_additive(_allowed(...))` written straight into the few columns it restricts (the
+        prompt's left padding, `past`'s, the new tokens') instead of built over the whole cache;
+        for rows without padding or after the prefill (no query is then a padding position)."""
         low = torch.finfo(dtype).min
-        mask = torch.zeros(1, 1, n, self.length + n, dtype=dtype, device=self.device)
-        if attention is None:
-            mask[0, 0, :, self.length :] = self._causal_block(n, dtype)
+        if self.padded:
+            mask = torch.zeros(rows, 1, n, self.length + n, dtype=dtype, device=self.device)
+            width = self.pad_keys.shape[-1]
+            mask[:, 0, :, :width].masked_fill_(self.pad_keys.unsqueeze(1), low)
         else:
-            mask[0, 0, :, self.length :].masked_fill_(~attention.to(self.device).bool(), low)
+            mask = torch.zeros(1, 1, n, self.length + n, dtype=dtype, device=self.device)
+        if attention is None:
+            mask[:, 0, :, self.length :] = self._causal_block(n, dtype)
+        else:
+            mask[:, 0, :, self.length :].masked_fill_(~attention.to(self.device).bool(), low)
         if past is not None:
-            seen = mask[0, 0, :, self.length - past.shape[1] : self.length]
+            seen = mask[:, 0, :, self.length - past.shape[1] : self.length]
             seen.masked_fill_(~past.to(self.device).bool(), low)
         return mask.expand(rows, -1, -1, -1)
 

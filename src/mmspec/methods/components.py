@@ -25,9 +25,24 @@ TREES = ("chain", "static", "dynamic", "sage")
 # Acceptance rules, and whether each preserves the target's output distribution. Lossless rules
 # are checked token for token against AR (greedy) and by `mmspec verify-lossless` (sampling);
 # lossy rules report retention and divergence instead.
-ACCEPTANCE = {"greedy": True, "sampling": True}
+ACCEPTANCE = {"greedy": True, "sampling": True, "lantern": False}
+# LANTERN (decoding.acceptance.lantern): defaults from its release (generate_images.py: k 1000
+# of LlamaGen's 16384 codes, delta 0.1; l2 proximity and TVD as the paper's main setting,
+# Section 4.1). k counts a token's neighbours besides itself; a toy codebook scales it down.
+PROXIMITIES = ("l2", "cosine", "random")  # latent neighbours: Euclidean, cosine, random control
+DIVERGENCES = ("tvd", "jsd")  # the bound delta is on TVD, or on JSD in bits
+LANTERN_DEFAULTS = {
+    "lantern_k": 1000,
+    "lantern_delta": 0.1,
+    "proximity": "l2",
+    "divergence": "tvd",
+}
 # The method hyperparameters each rule reads (passed to it as keyword arguments).
-ACCEPTANCE_KEYS = {"greedy": (), "sampling": ()}
+ACCEPTANCE_KEYS = {"greedy": (), "sampling": (), "lantern": tuple(LANTERN_DEFAULTS)}
+# The hyperparameters a rule adds to a method's (with their defaults) when a method uses it.
+ACCEPTANCE_DEFAULTS = {"lantern": LANTERN_DEFAULTS}
+# Rules that read the target's VQ codebook (its latent neighbours); their targets must have one.
+CODEBOOK_RULES = frozenset({"lantern"})
 
 
 def is_lossless(acceptance: str | None) -> bool:

@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 
 from mmspec.methods.components import (
     ACCEPTANCE,
+    ACCEPTANCE_DEFAULTS,
+    DIVERGENCES,
     DRAFTING,
     EAGLE_TREE,
+    PROXIMITIES,
     SAGE_DEFAULTS,
     TREE_KEYS,
     TREES,
@@ -180,6 +183,8 @@ CHOICES = {
     "tree": TREES,
     "acceptance": tuple(ACCEPTANCE),
     "weights": WEIGHT_POLICIES,
+    "proximity": PROXIMITIES,
+    "divergence": DIVERGENCES,
 }
 TYPES = {
     **{k: (int, float) if isinstance(v, float) else int for k, v in SAGE_DEFAULTS.items()},
@@ -195,6 +200,8 @@ TYPES = {
     "mass": (int, float),
     "softmax_temperature": (int, float),
     "adaboost_constant": (int, float),
+    "lantern_k": int,
+    "lantern_delta": (int, float),
 }
 # Keys every method accepts on top of its defaults.
 COMMON_KEYS = {"temperature"}
@@ -206,8 +213,19 @@ def resolve(method_name: str, hparams: dict, temperature: float = 0.0) -> dict:
     if method_name not in METHODS:
         raise ValueError(f"unknown method {method_name!r}; known: {sorted(METHODS)}")
     spec = dict(METHODS[method_name].defaults)
+    # the chosen acceptance rule's own hyperparameters join the method's
+    for key, value in ACCEPTANCE_DEFAULTS.get(
+        hparams.get("acceptance", spec.get("acceptance")), {}
+    ).items():
+        spec.setdefault(key, value)
     for key, value in hparams.items():
         if key not in spec and key not in COMMON_KEYS:
+            rules = [r for r, keys in ACCEPTANCE_DEFAULTS.items() if key in keys]
+            if rules:
+                raise ValueError(
+                    f"{key} is read only by acceptance {rules[0]!r}, but method "
+                    f"{method_name!r} verifies with {spec.get('acceptance')!r}"
+                )
             allowed = sorted(set(spec) | COMMON_KEYS)
             raise ValueError(
                 f"method {method_name!r} has no hyperparameter {key!r}; allowed: {allowed}"
@@ -238,6 +256,15 @@ def _check_ranges(spec: dict) -> None:
     for key in positive:
         if spec.get(key) is not None and spec[key] < 1:
             raise ValueError(f"{key} must be >= 1, got {spec[key]}")
+    if spec.get("lantern_k") is not None and spec["lantern_k"] < 0:
+        raise ValueError(
+            f"lantern_k must be >= 0 (0: no neighbours, lossless), got {spec['lantern_k']}"
+        )
+    if spec.get("lantern_delta") is not None and not 0 <= spec["lantern_delta"] <= 1:
+        raise ValueError(
+            f"lantern_delta bounds a divergence (TVD, or JSD in bits) and must be in [0, 1], "
+            f"got {spec['lantern_delta']}"
+        )
     if spec.get("total_tokens") is not None and spec["total_tokens"] < 2:
         raise ValueError(
             f"total_tokens counts the root too (EAGLE-2's release) and must be >= 2, "

@@ -6,7 +6,7 @@ returns the accepted path (node indices, root excluded) and the next token the t
 it (correction or bonus). Each rule declares whether it preserves the target's distribution
 (`methods.components.ACCEPTANCE` lists them; lossless ones are checked against AR and by
 `mmspec verify-lossless`). A rule reads the hyperparameters of its method named in
-`components.ACCEPTANCE_KEYS` (lossy rules will need theirs: lambda, K, delta, a codebook).
+`components.ACCEPTANCE_KEYS`; LANTERN also reads the target's codebook (`make_rule`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mmspec.decoding.acceptance.greedy import accept_greedy
+from mmspec.decoding.acceptance.lantern import Neighbours, accept_lantern
 from mmspec.decoding.acceptance.sampling import accept_sampling
-from mmspec.methods.components import ACCEPTANCE, ACCEPTANCE_KEYS
+from mmspec.methods.components import ACCEPTANCE, ACCEPTANCE_KEYS, CODEBOOK_RULES
 
 
 @dataclass(frozen=True)
@@ -36,16 +37,28 @@ RULES = {
     for rule in [
         AcceptanceRule("greedy", accept_greedy, lossless=True),
         AcceptanceRule("sampling", accept_sampling, lossless=True),
+        AcceptanceRule("lantern", accept_lantern, lossless=False),
     ]
 }
 assert {n: r.lossless for n, r in RULES.items()} == ACCEPTANCE
 
 
-def make_rule(spec: dict | str) -> AcceptanceRule:
-    """The acceptance rule of a method spec (or a rule name), with its hyperparameters."""
+def make_rule(spec: dict | str, codebook=None) -> AcceptanceRule:
+    """The acceptance rule of a method spec (or a rule name), with its hyperparameters.
+
+    `codebook`: (code vectors [codes, dim], vocabulary id of code 0) of the target's VQ
+    tokenizer, for rules that relax over latent neighbours (LANTERN builds its table from it)."""
     spec = {"acceptance": spec} if isinstance(spec, str) else spec
     name = spec["acceptance"]
     if name not in RULES:
         raise ValueError(f"unknown acceptance rule {name!r}; known: {sorted(RULES)}")
     params = {key: spec[key] for key in ACCEPTANCE_KEYS[name]}
+    if name in CODEBOOK_RULES:
+        if codebook is None:
+            raise ValueError(
+                f"acceptance {name!r} relaxes over the target's VQ codebook, and this target has "
+                "none (an image-generating target with a VQ tokenizer is needed)"
+            )
+        vectors, offset = codebook
+        params["neighbours"] = Neighbours(vectors, offset, params["lantern_k"], params["proximity"])
     return AcceptanceRule(name, RULES[name].judge, RULES[name].lossless, params)

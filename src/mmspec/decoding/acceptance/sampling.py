@@ -50,12 +50,21 @@ def _accept_drawn_chain(proposal: Proposal, p_rows: torch.Tensor, sampler):
     return list(range(k)), sampler.categorical(_residual(p_rows[k], q[k]))
 
 
-def _accept_point_masses(proposal: Proposal, p_rows: torch.Tensor, sampler):
+def _accept_point_masses(proposal: Proposal, p_rows: torch.Tensor, sampler, relax=None):
+    """`relax(p, token)`, for a lossy rule: (acceptance probability, residual after a rejection)
+    in place of p(token) and p with token zeroed."""
     children, path, node = proposal.children(), [], ROOT
     while True:
         p, accepted = p_rows[node + 1], None
         for child in children.get(node, []):
             token = proposal.tokens[child]
+            if relax is not None:
+                chance, residual = relax(p, token)
+                if sampler.accept(chance):
+                    accepted = child
+                    break
+                p = residual
+                continue
             if sampler.accept(float(p[token])):
                 accepted = child
                 break

@@ -1,0 +1,209 @@
+"""LANTERN's relaxed acceptance (lossy): a drafted image token also counts the target's mass on
+its nearest neighbours in the VQ codebook's latent space, within a divergence bound delta.
+
+Notation here: p is the target's distribution, q the draft's (the paper swaps the letters).
+For a drafted token x:
+- B_k(x): x and the k codes nearest to it, nearest first (`Neighbours`; `proximity` l2, cosine
+  or random). k counts the neighbours besides x, as LANTERN's release does (its table drops the
+  diagonal; the paper's B_k counts x among its k).
+- A_{k,delta}(x): x and the longest prefix of its neighbours whose merge into x keeps the
+  divergence between the distorted target p' and p within delta (`divergence` tvd, or jsd in
+  bits). p' moves the mass of A onto x: p'(x) = p(A), p'(a) = 0 for the rest of A, p elsewhere.
+  Its TVD from p is the moved mass, so the prefix grows while that stays <= delta (the release's
+  comparison).
+
+The rules (paper Section 3.3 and Appendix B):
+- greedy: accept x when it is the argmax of p' (the correction is p's argmax);
+- a chain drawn from q: accept x with probability min(1, p(A) / q(x)); at the first rejection
+  emit a token from norm(max(0, p' - q)), the paper's residual. (The release subtracts instead a
+  q zeroed on x's k + 1 nearest codes from the undistorted p.) A fully accepted chain ends with
+  a bonus token from the next p;
+- deterministic candidates (every tree, greedy drafts): each child is a point mass, accepted with
+  probability p(A); after a rejection p <- p with A zeroed, renormalised (the residual
+  norm(max(0, p' - point mass)) of the same rule).
+
+How the output relates to the target's: at delta = 0 or k = 0, A = {x} and every rule is the
+lossless one it extends, draw for draw (tests check it, and `mmspec verify-lossless` by exact
+enumeration). For delta > 0 the emitted token's distribution differs from p by at most delta in
+total variation at each relaxed position; quality is then measured (FID, CLIP score), not
+guaranteed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mmspec.decoding.acceptance.sampling import _accept_point_masses, _residual
+from mmspec.decoding.probability import distribution
+from mmspec.decoding.proposal import ROOT, Proposal
+from mmspec.methods.components import PROXIMITIES
+
+CHUNK = 1024  # codebook rows per distance block: memory O(CHUNK x codes), not codes^2
+
+
+class Neighbours:
+    """The k nearest other codes of every code of a VQ codebook [codes, dim], nearest first, as
+    vocabulary ids: code c is token `offset + c` of the language model's vocabulary."""
+
+    def __init__(self, codebook: torch.Tensor, offset: int, k: int, proximity: str, seed: int = 0):
+        codes = codebook.shape[0]
+        if proximity not in PROXIMITIES:
+            raise ValueError(f"unknown proximity {proximity!r}; known: {list(PROXIMITIES)}")
+        if not 0 <= k < codes:
+            raise ValueError(
+                f"lantern_k must be in [0, {codes - 1}] (the codebook's other codes), got {k}"
+            )
+        self.offset, self.codes, self.k = offset, codes, k
+        self.table = nearest_codes(codebook.float(), k, proximity, seed) + offset  # [codes, k]
+
+    def of(self, token: int) -> torch.Tensor | None:
+        """The neighbours of `token` (vocabulary ids, nearest first); None for a non-image token."""
+        code = token - self.offset
+        return self.table[code] if 0 <= code < self.codes else None
+
+
+def nearest_codes(codebook: torch.Tensor, k: int, proximity: str, seed: int = 0) -> torch.Tensor:
+    """[codes, k] indices of each code's k nearest other codes (l2: Euclidean distance; cosine:
+    similarity; random: a seeded random order, the paper's control), nearest first."""
+    codes = codebook.shape[0]
+    out = torch.empty(codes, k, dtype=torch.long)
+    if k == 0:
+        return out
+    if proximity == "random":
+        g = torch.Generator().manual_seed(seed)
+        for c in range(codes):
+            others = torch.randperm(codes - 1, generator=g)[:k]
+            out[c] = others + (others >= c).long()  # skip c itself
+        return out
+    unit = torch.nn.functional.normalize(codebook, dim=-1) if proximity == "cosine" else None
+    for start in range(0, codes, CHUNK):
+        rows = slice(start, min(start + CHUNK, codes))
+        if unit is None:
+            far = torch.cdist(codebook[rows], codebook)
+        else:
+            far = -(unit[rows] @ unit.T)  # most similar first
+        far[torch.arange(far.shape[0]), torch.arange(rows.start, rows.stop)] = math.inf
+        out[rows] = far.topk(k, dim=-1, largest=False).indices  # ties: lower index first
+    return out
+
+
+def relaxed_set(p: torch.Tensor, token: int, neighbours: Neighbours, delta: float, divergence):
+    """A_{k,delta}(token) under the target distribution p [V]: (its ids, p(A))."""
+    near = neighbours.of(token)
+    own = p[token]
+    if near is None or len(near) == 0 or delta <= 0:
+        return torch.tensor([token]), own
+    mass = p[near].cumsum(0)  # moved mass with each prefix
+    if divergence == "tvd":
+        cost = mass
+    else:  # JSD(p', p) in bits: x gains the moved mass, each merged neighbour loses its own
+        cost = _jsd_term(own + mass, own) + 0.5 * mass
+    n = int((cost <= delta).int().cumprod(0).sum())  # the longest prefix within the bound
+    kept = torch.cat([torch.tensor([token]), near[:n].cpu()])
+    return kept, own + (mass[n - 1] if n else 0.0)
+
+
+def _jsd_term(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """One entry's contribution to JSD in bits, 0.5 [a log2(2a/(a+b)) + b log2(2b/(a+b))]."""
+    m = (a + b) / 2
+    left = torch.where(a > 0, a * torch.log2(a / m), torch.zeros_like(a))
+    right = torch.where(b > 0, b * torch.log2(b / m), torch.zeros_like(b))
+    return 0.5 * (left + right)
+
+
+def distorted(p: torch.Tensor, kept: torch.Tensor, mass) -> torch.Tensor:
+    """p' of a relaxed set `kept` (its first id the drafted token) carrying mass p(A)."""
+    out = p.clone()
+    out[kept.to(p.device)] = 0
+    out[int(kept[0])] = mass
+    return out
+
+
+def accept_lantern(
+    proposal: Proposal,
+    logits: torch.Tensor,
+    temperature,
+    sampler,
+    *,
+    lantern_k: int,
+    lantern_delta: float,
+    proximity: str,
+    divergence: str,
+    neighbours: Neighbours,
+):
+    """The accepted path and next token under LANTERN (see the module docstring).
+
+    `lantern_k` and `proximity` are those `neighbours` was built with (the runner builds the table
+    from the method's values); the rule reads only the table and delta."""
+    relax = _Relax(neighbours, lantern_delta, divergence)
+    if temperature == 0:
+        return _greedy(proposal, logits, relax)
+    p_rows = distribution(logits, temperature)
+    if proposal.q is not None:
+        return _drawn_chain(proposal, p_rows, sampler, relax)
+    return _accept_point_masses(proposal, p_rows, sampler, relax.point_mass)
+
+
+class _Relax:
+    def __init__(self, neighbours: Neighbours, delta: float, divergence: str):
+        self.neighbours, self.delta, self.divergence = neighbours, delta, divergence
+
+    def __call__(self, p: torch.Tensor, token: int):
+        return relaxed_set(p, token, self.neighbours, self.delta, self.divergence)
+
+    def point_mass(self, p: torch.Tensor, token: int):
+        """(acceptance probability, residual after a rejection) of a point-mass candidate: p(A)
+        and p with A zeroed, renormalised (p itself when A had no mass to remove)."""
+        kept, mass = self(p, token)
+        kept = kept.to(p.device)
+        if not bool((p[kept] > 0).any()):
+            return float(mass), p
+        rest = p.clone()
+        rest[kept] = 0
+        return float(mass), rest / rest.sum()
+
+
+def _greedy(proposal: Proposal, logits: torch.Tensor, relax: _Relax):
+    """Follow a child that is the argmax of its distorted target; then emit the target's argmax.
+    A child whose relaxed set is itself alone is compared with the logits' argmax, as the greedy
+    rule does (so delta 0 is that rule)."""
+    target = logits.argmax(dim=-1)
+    p_rows = torch.softmax(logits.float(), dim=-1)
+    children, path, node = proposal.children(), [], ROOT
+    while True:
+        want, p = int(target[node + 1]), p_rows[node + 1]
+        match = None
+        for child in children.get(node, []):
+            token = proposal.tokens[child]
+            kept, mass = relax(p, token)
+            if len(kept) == 1:
+                hit = token == want
+            else:
+                hit = int(distorted(p, kept, mass).argmax()) == token
+            if hit:
+                match = child
+                break
+        if match is None:
+            return path, want
+        path.append(match)
+        node = match
+
+
+def _drawn_chain(proposal: Proposal, p_rows: torch.Tensor, sampler, relax: _Relax):
+    """A chain drawn from q: min(1, p(A_i) / q_i(x_i)) as one vector and one comparison, as the
+    lossless rule flips its coins, then the residual of the distorted target at the first
+    rejection."""
+    if not proposal.is_chain:
+        raise ValueError("draws from q are verified only on chains; trees are point masses")
+    n = len(proposal.tokens)
+    q = proposal.q.to(p_rows.dtype)
+    sets = [relax(p_rows[i], token) for i, token in enumerate(proposal.tokens)]
+    mass = torch.stack([torch.as_tensor(m, dtype=p_rows.dtype) for _, m in sets]).to(p_rows.device)
+    tokens = proposal.tokens_tensor(p_rows.device)
+    k = sampler.first_rejection((mass / q[torch.arange(n), tokens]).clamp(max=1.0))
+    if k == n:
+        return list(range(n)), sampler.categorical(p_rows[n])
+    kept, m = sets[k]
+    return list(range(k)), sampler.categorical(_residual(distorted(p_rows[k], kept, m), q[k]))

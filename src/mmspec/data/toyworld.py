@@ -151,6 +151,24 @@ def render(scene: Scene) -> np.ndarray:
     return img
 
 
+MASKS = _shape_masks()
+SHADE = 24.0  # std of an object's colour shift per channel (0-255), in image generation
+GRAIN = 20.0  # std of per-pixel noise, in image generation
+
+
+def render_textured(scene: Scene, rng: np.random.Generator) -> np.ndarray:
+    """The scene as an image generator draws it: each shape in its colour shifted by a random
+    shade, every pixel with grain. One caption then has many images, so a generator's next-code
+    distributions spread over similar codes, as a real visual AR model's do."""
+    img = np.zeros((SIZE, SIZE, 3), dtype=np.float32)
+    for obj in scene:
+        r, c = CORNERS[obj.pos]
+        shade = np.asarray(RGB[obj.colour], dtype=np.float32) + rng.normal(0, SHADE, 3)
+        img[r : r + QUAD, c : c + QUAD][MASKS[obj.shape]] = shade
+    img += rng.normal(0, GRAIN, img.shape).astype(np.float32)
+    return np.clip(img, 0, 255).round().astype(np.uint8)
+
+
 def _png_chunk(tag: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
@@ -485,6 +503,15 @@ def generate_dataset(name: str, n_samples: int, seed: int) -> list[dict]:
                 }
             )
     return rows
+
+
+def imagegen_examples(n: int, seed: int, stream: int = 1) -> Iterator[tuple[str, np.ndarray]]:
+    """`n` (caption, textured image) pairs for training an image generator (`stream` 1) or
+    drawing reference images (other streams)."""
+    rng = _rng("toy_imagegen", seed, stream)
+    for _ in range(n):
+        scene = random_scene(rng)
+        yield caption(scene), render_textured(scene, rng)
 
 
 def training_examples(

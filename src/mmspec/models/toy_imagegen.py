@@ -1,0 +1,196 @@
+"""The toy world's image generator: a Llama over VQ code grids, conditioned on a caption and
+trained with condition dropout for classifier-free guidance (as LlamaGen and Janus are).
+
+A sequence is `<bos> caption <boi> c_1 ... c_L`: the caption's words, then the image's L codes
+(row-major over the grid of `vq.PatchVQ`), each code a token `<c{i}>` of one vocabulary with the
+words. With probability `cfg_dropout` the caption is left out (`<bos> <boi> c_1 ...`): the
+unconditional rows that guidance subtracts. The loss is on the codes only.
+
+The folder is an ordinary `save_pretrained` Llama plus its tokenizer, the VQ codebook
+(`vq.PatchVQ.save`) and `imagegen.json` (code ids, grid length), so it loads through the same
+path as any causal LM and its codebook through `codebook_of`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from mmspec.data import toyworld
+from mmspec.models import toy_processor
+from mmspec.models.vq import PatchVQ
+
+IGNORE = -100
+SPECIALS = ["<pad>", "<unk>", "<bos>", "<eos>", "<boi>"]
+META = "imagegen.json"
+
+
+def code_token(code: int) -> str:
+    return f"<c{code}>"
+
+
+@dataclass(frozen=True)
+class ImageGenMeta:
+    """Where the image codes sit in the vocabulary, and the grid a generation fills."""
+
+    code_offset: int  # vocabulary id of code 0; codes are consecutive
+    codes: int
+    grid: int  # codes per image (its length in tokens)
+    bos: int
+    boi: int  # begin-of-image: the last prompt token
+
+    def save(self, folder: Path) -> None:
+        (folder / META).write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, folder: str | Path) -> ImageGenMeta:
+        path = Path(folder) / META
+        if not path.exists():
+            raise FileNotFoundError(f"{folder}: no {META}; not an image-generation model")
+        return cls(**json.loads(path.read_text()))
+
+    def prompt(self, tokenizer, caption: str | None) -> list[int]:
+        """The prompt ids: conditional (a caption) or unconditional (None)."""
+        words = tokenizer.encode(caption, add_special_tokens=False) if caption else []
+        return [self.bos, *words, self.boi]
+
+
+def build_tokenizer(codes: int):
+    """The toy vocabulary's words plus `<boi>` and one token per code."""
+    return toy_processor.word_level_tokenizer(
+        SPECIALS, {}, [code_token(c) for c in range(codes)], template=""
+    )
+
+
+def meta_of(tokenizer, codes: int, grid: int) -> ImageGenMeta:
+    ids = tokenizer.convert_tokens_to_ids([code_token(c) for c in range(codes)])
+    if ids != list(range(ids[0], ids[0] + codes)):
+        raise ValueError("the code tokens are not consecutive in the vocabulary")
+    return ImageGenMeta(
+        ids[0], codes, grid, tokenizer.bos_token_id, tokenizer.convert_tokens_to_ids("<boi>")
+    )
+
+
+def build_model(spec: dict, vocab: int, tokenizer, seed: int) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=spec["hidden"],
+        intermediate_size=2 * spec["hidden"],
+        num_hidden_layers=spec["layers"],
+        num_attention_heads=spec["heads"],
+        num_key_value_heads=spec["heads"],
+        max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(config)
+
+
+def encode_examples(examples, vq: PatchVQ, tokenizer, meta: ImageGenMeta, dropout: float, seed):
+    """(input ids, labels) per (caption, image): the caption dropped with probability `dropout`,
+    labels on the codes only."""
+    rng = np.random.default_rng(seed)
+    captions, images = zip(*examples, strict=True)
+    grids = vq.encode(np.stack(images)) + meta.code_offset
+    out = []
+    for caption, grid in zip(captions, grids.tolist(), strict=True):
+        prompt = meta.prompt(tokenizer, None if rng.random() < dropout else caption)
+        out.append((prompt + grid, [IGNORE] * len(prompt) + grid))
+    return out
+
+
+def _collate(rows, pad: int) -> dict:
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, (x, y) in enumerate(rows):
+        ids[b, : len(x)], labels[b, : len(y)], mask[b, : len(x)] = (
+            torch.tensor(x),
+            torch.tensor(y),
+            1,
+        )
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+
+
+def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
+    """Fit the VQ codebook on textured toy images, train the generator, save the folder."""
+    torch.set_num_threads(threads)
+    start = time.perf_counter()
+    vq_images = [img for _, img in toyworld.imagegen_examples(spec["vq_images"], seed, stream=2)]
+    vq = PatchVQ.fit(np.stack(vq_images), spec["codes"], spec["patch"], seed=seed)
+    tokenizer = build_tokenizer(spec["codes"])
+    grid = (toyworld.SIZE // spec["patch"]) ** 2
+    meta = meta_of(tokenizer, spec["codes"], grid)
+    model = build_model(spec, len(tokenizer), tokenizer, seed)
+    n = spec["steps"] * spec["batch_size"]
+    rows = encode_examples(
+        list(toyworld.imagegen_examples(n, seed)), vq, tokenizer, meta, spec["cfg_dropout"], seed
+    )
+    optimiser = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=0.0)
+    warmup = max(1, spec["steps"] // 20)
+
+    def rate(step: int) -> float:  # linear warm-up, cosine decay
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, spec["steps"] - warmup)))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, rate)
+    model.train()
+    losses = []
+    for step in tqdm(range(spec["steps"]), desc="toy image generator", mininterval=10):
+        batch = _collate(rows[step * spec["batch_size"] : (step + 1) * spec["batch_size"]], 0)
+        loss = model(**batch).loss
+        optimiser.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimiser.step()
+        scheduler.step()
+        losses.append(loss.item())
+    model.eval()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    vq.save(out)
+    meta.save(out)
+    record = {
+        "spec": spec,
+        "seed": seed,
+        "seconds": time.perf_counter() - start,
+        "first_loss": float(np.mean(losses[:10])),
+        "last_loss": float(np.mean(losses[-10:])),
+    }
+    (out / "training.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+def codebook_of(folder: str | Path) -> tuple[torch.Tensor, int]:
+    """(code vectors [codes, dim], vocabulary id of code 0): what LANTERN's neighbours read."""
+    meta = ImageGenMeta.load(folder)
+    return PatchVQ.load(folder).codebook, meta.code_offset
+
+
+@torch.inference_mode()
+def confidence(model, rows) -> tuple[float, float]:
+    """Mean top-1 and top-10 probability the model gives its next code, teacher-forced over
+    `rows` (from `encode_examples`): how flat its distributions are (LANTERN's Figure 2c)."""
+    top1, top10 = [], []
+    for ids, labels in rows:
+        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1]
+        probs = torch.softmax(logits.float(), -1)[torch.tensor(labels[1:]) != IGNORE]
+        best = probs.topk(10, dim=-1).values
+        top1.append(best[:, 0])
+        top10.append(best.sum(-1))
+    return float(torch.cat(top1).mean()), float(torch.cat(top10).mean())

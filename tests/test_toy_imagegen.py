@@ -1,0 +1,74 @@
+"""The toy image world: textured renders, the caption-conditioned code-grid generator (trained
+with condition dropout), its folder loading as any causal LM, and its codebook for LANTERN."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mmspec.data import toyworld
+from mmspec.decoding.acceptance import make_rule
+from mmspec.methods.registry import resolve
+from mmspec.models import loading, toy_imagegen
+from mmspec.models.vq import PatchVQ
+
+TINY = dict(
+    hidden=32, layers=1, heads=2, steps=40, batch_size=8, lr=3e-3, codes=32, patch=4,
+    cfg_dropout=0.25, vq_images=60,
+)  # fmt: skip
+
+
+def test_textured_renders_vary_per_draw_around_the_scene():
+    scene = (toyworld.Obj("red", "circle", "top left"),)
+    rng = np.random.default_rng(0)
+    a, b = toyworld.render_textured(scene, rng), toyworld.render_textured(scene, rng)
+    assert a.shape == (32, 32, 3) and a.dtype == np.uint8 and not np.array_equal(a, b)
+    inside = a[:16, :16][toyworld.MASKS["circle"]].astype(float).mean(0)
+    assert np.abs(inside - np.array(toyworld.RGB["red"])).max() < 4 * toyworld.SHADE
+    assert a[16:, 16:].astype(float).mean() < 2 * toyworld.GRAIN  # an empty corner stays dark
+
+
+@pytest.fixture(scope="module")
+def generator(tmp_path_factory):
+    out = tmp_path_factory.mktemp("imagegen")
+    record = toy_imagegen.train(TINY, out, seed=0)
+    return out, record
+
+
+def test_generator_folder_loads_as_a_causal_lm_with_its_codebook(generator):
+    folder, record = generator
+    assert record["last_loss"] < record["first_loss"]
+    model = loading.load_model(str(folder), torch.device("cpu"), "float32")
+    tokenizer = loading.load_processor(str(folder))
+    meta = toy_imagegen.ImageGenMeta.load(folder)
+    assert (meta.codes, meta.grid) == (32, 64)
+    assert model.config.vocab_size == len(tokenizer) == meta.code_offset + meta.codes
+    assert tokenizer.convert_ids_to_tokens(meta.code_offset + 5) == "<c5>"
+    prompt = meta.prompt(tokenizer, "a red circle at the top left .")
+    assert prompt[0] == meta.bos and prompt[-1] == meta.boi and tokenizer.unk_token_id not in prompt
+    assert meta.prompt(tokenizer, None) == [meta.bos, meta.boi]  # the unconditional row
+    vectors, offset = toy_imagegen.codebook_of(folder)
+    assert vectors.shape == (32, 48) and offset == meta.code_offset
+    spec = resolve("sd_chain", {"acceptance": "lantern", "lantern_k": 4})
+    rule = make_rule(spec, codebook=(vectors, offset))
+    assert rule.params["neighbours"].of(offset + 3).shape == (4,)
+    with pytest.raises(ValueError, match="lantern_k must be in"):
+        make_rule({**spec, "lantern_k": 40}, codebook=(vectors, offset))
+
+
+def test_condition_dropout_and_confidence(generator):
+    folder, _ = generator
+    tokenizer = loading.load_processor(str(folder))
+    meta = toy_imagegen.ImageGenMeta.load(folder)
+    vq = PatchVQ.load(folder)
+    examples = list(toyworld.imagegen_examples(400, seed=1))
+    rows = toy_imagegen.encode_examples(examples, vq, tokenizer, meta, 0.25, seed=0)
+    unconditional = sum(ids[:2] == [meta.bos, meta.boi] for ids, _ in rows) / len(rows)
+    assert 0.18 < unconditional < 0.32
+    ids, labels = rows[0]
+    assert len(ids) == len(labels) and labels.count(-100) == ids.index(meta.boi) + 1
+    assert all(meta.code_offset <= t < meta.code_offset + 32 for t in labels if t != -100)
+    model = loading.load_model(str(folder), torch.device("cpu"), "float32")
+    top1, top10 = toy_imagegen.confidence(model, rows[:5])
+    assert 0 < top1 <= top10 <= 1

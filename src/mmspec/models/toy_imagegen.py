@@ -14,21 +14,19 @@ path as any causal LM and its codebook through `codebook_of`.
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from mmspec.data import toyworld
-from mmspec.models import toy_processor
+from mmspec.models import toy_processor, toy_training
 from mmspec.models.vq import PatchVQ
 
-IGNORE = -100
+IGNORE = toy_training.IGNORE
 SPECIALS = ["<pad>", "<unk>", "<bos>", "<eos>", "<boi>"]
 META = "imagegen.json"
 
@@ -79,22 +77,9 @@ def meta_of(tokenizer, codes: int, grid: int) -> ImageGenMeta:
     )
 
 
-def build_model(spec: dict, vocab: int, tokenizer, seed: int) -> LlamaForCausalLM:
+def build_model(spec: dict, tokenizer, seed: int) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=spec["hidden"],
-        intermediate_size=2 * spec["hidden"],
-        num_hidden_layers=spec["layers"],
-        num_attention_heads=spec["heads"],
-        num_key_value_heads=spec["heads"],
-        max_position_embeddings=256,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
-    )
-    return LlamaForCausalLM(config)
+    return LlamaForCausalLM(toy_training.llama_config(spec, tokenizer, max_positions=256))
 
 
 def encode_examples(examples, vq: PatchVQ, tokenizer, meta: ImageGenMeta, dropout: float, seed):
@@ -133,31 +118,18 @@ def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     tokenizer = build_tokenizer(spec["codes"])
     grid = (toyworld.SIZE // spec["patch"]) ** 2
     meta = meta_of(tokenizer, spec["codes"], grid)
-    model = build_model(spec, len(tokenizer), tokenizer, seed)
+    model = build_model(spec, tokenizer, seed)
     n = spec["steps"] * spec["batch_size"]
     rows = encode_examples(
         list(toyworld.imagegen_examples(n, seed)), vq, tokenizer, meta, spec["cfg_dropout"], seed
     )
-    optimiser = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=0.0)
-    warmup = max(1, spec["steps"] // 20)
-
-    def rate(step: int) -> float:  # linear warm-up, cosine decay
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, spec["steps"] - warmup)))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, rate)
-    model.train()
-    losses = []
-    for step in tqdm(range(spec["steps"]), desc="toy image generator", mininterval=10):
-        batch = _collate(rows[step * spec["batch_size"] : (step + 1) * spec["batch_size"]], 0)
-        loss = model(**batch).loss
-        optimiser.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimiser.step()
-        scheduler.step()
-        losses.append(loss.item())
+    size = spec["batch_size"]
+    losses = toy_training.fit(
+        model,
+        lambda step: _collate(rows[step * size : (step + 1) * size], tokenizer.pad_token_id),
+        spec,
+        f"train {Path(out_dir).name}",
+    )
     model.eval()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,23 @@ from mmspec.models import toy_processor
 IGNORE = -100
 
 
+def llama_config(spec: dict, tokenizer, max_positions: int = 512) -> LlamaConfig:
+    """The Llama decoder of a toy model: `spec`'s size over `tokenizer`'s vocabulary."""
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=spec["hidden"],
+        intermediate_size=2 * spec["hidden"],
+        num_hidden_layers=spec["layers"],
+        num_attention_heads=spec["heads"],
+        num_key_value_heads=spec["heads"],
+        max_position_embeddings=max_positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=False,
+    )
+
+
 def build_model(spec: dict, tokenizer, seed: int) -> LlavaForConditionalGeneration:
     """A randomly initialised Llava (tiny CLIP vision tower + Llama decoder) of `spec`'s size."""
     torch.manual_seed(seed)
@@ -31,19 +48,7 @@ def build_model(spec: dict, tokenizer, seed: int) -> LlavaForConditionalGenerati
         patch_size=toy_processor.PATCH_SIZE,
         num_channels=3,
     )
-    text = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=spec["hidden"],
-        intermediate_size=2 * spec["hidden"],
-        num_hidden_layers=spec["layers"],
-        num_attention_heads=spec["heads"],
-        num_key_value_heads=spec["heads"],
-        max_position_embeddings=512,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
-    )
+    text = llama_config(spec, tokenizer)
     config = LlavaConfig(
         vision_config=vision,
         text_config=text,
@@ -132,14 +137,10 @@ def collate(batch: list[dict], pad_id: int) -> dict:
     return out
 
 
-def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
-    """Train one toy model as `spec` says and save it (with its processor) to `out_dir`."""
-    torch.set_num_threads(threads)
-    processor = toy_processor.build_processor()
-    tokenizer = processor.tokenizer
-    model = build_model(spec, tokenizer, seed)
+def fit(model, batch_at, spec: dict, desc: str) -> list[float]:
+    """AdamW over `spec["steps"]` batches (`batch_at(step)`: the model's keyword inputs, labels
+    included) with linear warm-up and cosine decay of `spec["lr"]`; the losses."""
     steps = spec["steps"]
-    batches = make_batches(spec, tokenizer, seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=0.01)
     warmup = max(1, steps // 20)
 
@@ -150,11 +151,11 @@ def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
     model.train()
-    losses, start = [], time.perf_counter()
-    bar = tqdm(range(steps), desc=f"train {Path(out_dir).name}", mininterval=5)
+    losses = []
+    bar = tqdm(range(steps), desc=desc, mininterval=5)
     for step in bar:
         # fp32 on purpose: CPUs without native bf16 run autocast many times slower.
-        loss = model(**collate(batches[step], tokenizer.pad_token_id)).loss
+        loss = model(**batch_at(step)).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -163,6 +164,23 @@ def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
         losses.append(loss.item())
         if step % 25 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-25:]):.3f}", refresh=False)
+    return losses
+
+
+def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
+    """Train one toy model as `spec` says and save it (with its processor) to `out_dir`."""
+    torch.set_num_threads(threads)
+    processor = toy_processor.build_processor()
+    tokenizer = processor.tokenizer
+    model = build_model(spec, tokenizer, seed)
+    batches = make_batches(spec, tokenizer, seed)
+    start = time.perf_counter()
+    losses = fit(
+        model,
+        lambda step: collate(batches[step], tokenizer.pad_token_id),
+        spec,
+        f"train {Path(out_dir).name}",
+    )
     model.eval()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,24 @@ def model_dirs(tmp_path_factory):
     }
 
 
+TINY_IMAGEGEN = dict(
+    hidden=32, layers=1, heads=2, steps=60, batch_size=8, lr=3e-3, codes=32, patch=4,
+    cfg_dropout=0.25, vq_images=60,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def imagegen_dirs(tmp_path_factory):
+    """(target, draft) folders of tiny toy image generators (trained a few seconds each, the
+    draft with another seed and half the steps), saved once for every test that reads them."""
+    from mmspec.models import toy_imagegen
+
+    root = tmp_path_factory.mktemp("imagegen")
+    toy_imagegen.train(TINY_IMAGEGEN, root / "target", seed=0)
+    toy_imagegen.train({**TINY_IMAGEGEN, "steps": 30}, root / "draft", seed=1)
+    return root / "target", root / "draft"
+
+
 @pytest.fixture
 def offline(monkeypatch, tmp_path):
     """Offline mode, a private datasets cache, and any socket connection fails the test."""

@@ -3,6 +3,8 @@ with condition dropout), its folder loading as any causal LM, and its codebook f
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -12,11 +14,6 @@ from mmspec.decoding.acceptance import make_rule
 from mmspec.methods.registry import resolve
 from mmspec.models import loading, toy_imagegen
 from mmspec.models.vq import PatchVQ
-
-TINY = dict(
-    hidden=32, layers=1, heads=2, steps=40, batch_size=8, lr=3e-3, codes=32, patch=4,
-    cfg_dropout=0.25, vq_images=60,
-)  # fmt: skip
 
 
 def test_textured_renders_vary_per_draw_around_the_scene():
@@ -29,11 +26,10 @@ def test_textured_renders_vary_per_draw_around_the_scene():
     assert a[16:, 16:].astype(float).mean() < 2 * toyworld.GRAIN  # an empty corner stays dark
 
 
-@pytest.fixture(scope="module")
-def generator(tmp_path_factory):
-    out = tmp_path_factory.mktemp("imagegen")
-    record = toy_imagegen.train(TINY, out, seed=0)
-    return out, record
+@pytest.fixture
+def generator(imagegen_dirs):
+    folder = imagegen_dirs[0]
+    return folder, json.loads((folder / "training.json").read_text())
 
 
 def test_generator_folder_loads_as_a_causal_lm_with_its_codebook(generator):

@@ -57,9 +57,9 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     return word_level_tokenizer(SPECIALS, {"image_token": "<image>"}, ["\n"], CHAT_TEMPLATE)
 
 
-def build_processor() -> LlavaProcessor:
-    """A LlavaProcessor for 32x32 images: 16 image tokens per image (CLS dropped)."""
-    image_processor = CLIPImageProcessorPil(
+def image_processor() -> CLIPImageProcessorPil:
+    """32x32 images as they are, scaled to [-1, 1] (the toy models' image processor)."""
+    return CLIPImageProcessorPil(
         do_resize=False,
         do_center_crop=False,
         do_rescale=True,
@@ -71,8 +71,12 @@ def build_processor() -> LlavaProcessor:
         size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
         crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
     )
+
+
+def build_processor() -> LlavaProcessor:
+    """A LlavaProcessor for 32x32 images: 16 image tokens per image (CLS dropped)."""
     return LlavaProcessor(
-        image_processor=image_processor,
+        image_processor=image_processor(),
         tokenizer=build_tokenizer(),
         patch_size=PATCH_SIZE,
         vision_feature_select_strategy="default",

@@ -1,0 +1,92 @@
+"""Image metrics from torchmetrics: FID (`FrechetInceptionDistance` over a feature network) and
+CLIP score (`CLIPScore` over an HF `CLIPModel`), for generated images against references and
+their captions.
+
+Both networks load from an HF folder or id through `from_pretrained`: the toy world's are
+trained by the workflow (models.toy_image_nets); a real run names its own. torchmetrics' default
+Inception needs torch-fidelity, which breaks torch here, so FID always takes a feature module.
+Images are uint8 [N, H, W, 3] arrays throughout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torchmetrics.image.fid import FrechetInceptionDistance
+from torchmetrics.multimodal.clip_score import CLIPScore
+from transformers import AutoModelForImageClassification, CLIPModel, CLIPProcessor
+
+
+class PooledFeatures(torch.nn.Module):
+    """An image classifier's pooled features (ViT: the final-normed CLS token) as FID's
+    feature extractor: uint8 images [N, 3, H, W] in, [N, num_features] out."""
+
+    def __init__(self, classifier, prepare):
+        super().__init__()
+        self.classifier, self.prepare = classifier.eval(), prepare
+        self.num_features = classifier.config.hidden_size
+
+    @torch.inference_mode()
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        inner = getattr(self.classifier, self.classifier.base_model_prefix)
+        hidden = inner(pixel_values=self.prepare(images)).last_hidden_state
+        return hidden[:, 0].double()
+
+
+def feature_network(ref: str) -> PooledFeatures:
+    """FID's feature extractor from an image-classifier folder or id."""
+    from mmspec.models.toy_image_nets import pixels
+
+    return PooledFeatures(AutoModelForImageClassification.from_pretrained(ref), pixels)
+
+
+def _channels_first(images: np.ndarray) -> torch.Tensor:
+    images = np.asarray(images)
+    if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:
+        raise ValueError(f"expected uint8 images [N, H, W, 3], got {images.dtype} {images.shape}")
+    return torch.as_tensor(images).permute(0, 3, 1, 2).contiguous()
+
+
+def fid(references: np.ndarray, generated: np.ndarray, features: torch.nn.Module) -> float:
+    """FID between reference and generated images in `features`' space."""
+    if min(len(references), len(generated)) < 2:
+        raise ValueError("FID needs at least two reference and two generated images")
+    metric = FrechetInceptionDistance(feature=features, normalize=False)
+    metric.update(_channels_first(references), real=True)
+    metric.update(_channels_first(generated), real=False)
+    return float(metric.compute())
+
+
+class _TensorFeatures(torch.nn.Module):
+    """A CLIPModel whose get_*_features return tensors (transformers 5 returns output objects,
+    whose projected embedding CLIPScore expects)."""
+
+    def __init__(self, model: CLIPModel):
+        super().__init__()
+        self.model, self.config = model.eval(), model.config
+
+    def get_image_features(self, pixel_values):
+        out = self.model.get_image_features(pixel_values=pixel_values)
+        return out if isinstance(out, torch.Tensor) else out.pooler_output
+
+    def get_text_features(self, input_ids, attention_mask):
+        out = self.model.get_text_features(input_ids=input_ids, attention_mask=attention_mask)
+        return out if isinstance(out, torch.Tensor) else out.pooler_output
+
+
+def clip_scorer(ref: str) -> CLIPScore:
+    """torchmetrics' CLIPScore over the CLIP at `ref` (a folder or id)."""
+    model = _TensorFeatures(CLIPModel.from_pretrained(ref))
+    processor = CLIPProcessor.from_pretrained(ref)
+    return CLIPScore(model_name_or_path=lambda: (model, processor))
+
+
+@torch.inference_mode()
+def clip_score(images: np.ndarray, captions: list[str], scorer: CLIPScore) -> list[float]:
+    """Per-image CLIP score: 100 x the cosine of image and caption embeddings, clamped at 0."""
+    pixels = _channels_first(images)
+    scores = []
+    for image, caption in zip(pixels, captions, strict=True):
+        scorer.reset()
+        scores.append(float(scorer(image, caption)))
+    return scores

@@ -11,7 +11,6 @@ Real runs name Inception weights and a CLIP id instead (scoring.image_metrics).
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -84,7 +83,7 @@ def train_features(spec: dict, out_dir: str | Path, seed: int, threads: int = 1)
     start = time.perf_counter()
     losses = toy_training.fit(model, batch_at, spec, f"train {Path(out_dir).name}")
     model.eval()
-    return _save(model, None, out_dir, spec, seed, losses, start)
+    return toy_training.save_trained(out_dir, [model], spec, seed, start, losses)
 
 
 def _quadrant_loss(labels, logits, *args, **kwargs) -> torch.Tensor:
@@ -148,7 +147,7 @@ def train_clip(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> 
     start = time.perf_counter()
     losses = toy_training.fit(model, batch_at, spec, f"train {Path(out_dir).name}")
     model.eval()
-    return _save(model, processor, out_dir, spec, seed, losses, start)
+    return toy_training.save_trained(out_dir, [model, processor], spec, seed, start, losses)
 
 
 def clip_processor() -> CLIPProcessor:
@@ -169,20 +168,3 @@ def _bos_eos(tokenizer):
     return TemplateProcessing(
         single="<bos> $A <eos>", special_tokens=[("<bos>", bos), ("<eos>", eos)]
     )
-
-
-def _save(model, processor, out_dir, spec, seed, losses, start) -> dict:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    if processor is not None:
-        processor.save_pretrained(out)
-    record = {
-        "spec": spec,
-        "seed": seed,
-        "seconds": time.perf_counter() - start,
-        "first_loss": float(np.mean(losses[:10])),
-        "last_loss": float(np.mean(losses[-10:])),
-    }
-    (out / "training.json").write_text(json.dumps(record, indent=1))
-    return record

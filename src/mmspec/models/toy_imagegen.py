@@ -131,21 +131,8 @@ def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
         f"train {Path(out_dir).name}",
     )
     model.eval()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    vq.save(out)
-    meta.save(out)
-    record = {
-        "spec": spec,
-        "seed": seed,
-        "seconds": time.perf_counter() - start,
-        "first_loss": float(np.mean(losses[:10])),
-        "last_loss": float(np.mean(losses[-10:])),
-    }
-    (out / "training.json").write_text(json.dumps(record, indent=1))
-    return record
+    parts = [model, tokenizer, vq.save, meta.save]
+    return toy_training.save_trained(out_dir, parts, spec, seed, start, losses)
 
 
 def codebook_of(folder: str | Path) -> tuple[torch.Tensor, int]:

@@ -167,6 +167,24 @@ def fit(model, batch_at, spec: dict, desc: str) -> list[float]:
     return losses
 
 
+def save_trained(out_dir, parts, spec: dict, seed: int, start: float, losses) -> dict:
+    """Save `parts` (anything with save_pretrained, else a callable taking the folder) to
+    `out_dir` with training.json (recipe, seed, seconds since `start`, losses); the record."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for part in parts:
+        part.save_pretrained(out) if hasattr(part, "save_pretrained") else part(out)
+    record = {
+        "spec": spec,
+        "seed": seed,
+        "seconds": time.perf_counter() - start,
+        "first_loss": float(np.mean(losses[:10])),
+        "last_loss": float(np.mean(losses[-10:])),
+    }
+    (out / "training.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
 def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     """Train one toy model as `spec` says and save it (with its processor) to `out_dir`."""
     torch.set_num_threads(threads)

@@ -34,7 +34,7 @@ def generator(imagegen_dirs):
 
 def test_generator_folder_loads_as_a_causal_lm_with_its_codebook(generator):
     folder, record = generator
-    assert record["last_loss"] < record["first_loss"]
+    assert record["final_loss"] < record["first_loss"]
     model = loading.load_model(str(folder), torch.device("cpu"), "float32")
     tokenizer = loading.load_processor(str(folder))
     meta = toy_imagegen.ImageGenMeta.load(folder)

@@ -308,6 +308,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                 f"config key captioner.model: {captioner['model']!r} names no model under "
                 f"toy.models (known: {sorted(config['toy']['models'])})"
             )
+    _check_toy_kinds(config)
     for i, rule in enumerate(config["sweep"]):
         for section in ("datasets", "pairs", "methods"):
             names = rule.get(section, "all")
@@ -324,6 +325,12 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
             raise ConfigError(
                 f"config key pairs.{cell.pair}.draft: method {cell.method!r} drafts with a draft "
                 f"model (drafter {drafter!r}) but pair {cell.pair!r} names none"
+            )
+        if toy_kind(config, config["pairs"][cell.pair]["target"]) == "image_generator":
+            raise ConfigError(
+                f"config key sweep: pair {cell.pair!r} generates images, and image-generation "
+                "cells do not run in the sweep yet (benchmarks/bench_lantern.py runs SD and "
+                "LANTERN on trained image generators)"
             )
     if captioner is None:
         uses_c = sorted({c.method for c in cells(config) if "C" in c.spec.get("views", "")})
@@ -458,11 +465,13 @@ def _with_defaults(config: dict) -> dict:
     toy.setdefault("models", {})
     for model in toy["models"].values():
         model.setdefault("heads", 4)
-        model.setdefault("vision_hidden", 64)
         model.setdefault("batch_size", 32)
         model.setdefault("lr", 0.001)
-        model.setdefault("image_dropout", 0.0)
-        model.setdefault("scenarios", ["toy_caption"])
+        kind = model.get(
+            "kind", "captioner"
+        )  # not set on captioners: their specs stay as they were
+        for key, value in TOY_KIND_DEFAULTS[kind].items():
+            model.setdefault(key, value)
     captioner = config.get("captioner")
     if captioner is not None:
         captioner.setdefault("prompt", "<CAPTION>")
@@ -636,6 +645,71 @@ def load_as_snakemake(path: str | Path, default: str | Path = DEFAULT_CONFIG) ->
             "name the default sweep"
         )
     return validate(merge(_read_mapping(default), data), overrides=data)
+
+
+# Keys (with defaults) that only one kind of toy recipe reads; the rest are common to all.
+TOY_KIND_DEFAULTS = {
+    "captioner": {"vision_hidden": 64, "image_dropout": 0.0, "scenarios": ["toy_caption"]},
+    "image_generator": {"codes": 256, "patch": 4, "cfg_dropout": 0.1, "vq_images": 400},
+    "fid_features": {"patch": 4},
+    "clip": {},
+}
+TOY_KIND_ONLY = {"grounding_steps", "text_scenarios"} | {
+    key for defaults in TOY_KIND_DEFAULTS.values() for key in defaults
+}
+# The codebook of an image generator is fitted from these: a pair's two must agree on them.
+CODEBOOK_KEYS = ("codes", "patch", "vq_images")
+
+
+def toy_kind(config: dict, ref: str) -> str | None:
+    """The kind of the toy model a reference names (None: not a toy model)."""
+    if not ref.startswith(TOY_PREFIX):
+        return None
+    return config["toy"]["models"][ref[len(TOY_PREFIX) :]].get("kind", "captioner")
+
+
+def _check_toy_kinds(config: dict) -> None:
+    """Each recipe sets only its kind's keys; pairs and the captioner name captioners, or two
+    image generators sharing a codebook."""
+    readers = {key for key in TOY_KIND_DEFAULTS["captioner"]} | {
+        "grounding_steps",
+        "text_scenarios",
+    }
+    for name, spec in config["toy"]["models"].items():
+        kind = spec.get("kind", "captioner")
+        own = readers if kind == "captioner" else set(TOY_KIND_DEFAULTS[kind])
+        stray = sorted((set(spec) & TOY_KIND_ONLY) - own)
+        if stray:
+            raise ConfigError(
+                f"config key toy.models.{name}.{stray[0]}: not read by a {kind!r} recipe"
+            )
+    for name, pair in config["pairs"].items():
+        kinds = {role: toy_kind(config, pair[role]) for role in ("target", "draft") if role in pair}
+        for role, kind in kinds.items():
+            if kind in ("fid_features", "clip"):
+                raise ConfigError(
+                    f"config key pairs.{name}.{role}: {pair[role]!r} is a {kind!r} network "
+                    "(for image metrics), not a model that generates"
+                )
+        generators = [r for r, k in kinds.items() if k == "image_generator"]
+        if generators and len(generators) != len(kinds):
+            raise ConfigError(
+                f"config key pairs.{name}: an image generator pairs only with another (target "
+                f"and draft share a vocabulary of image codes), got {kinds}"
+            )
+        if len(generators) == 2:
+            specs = [config["toy"]["models"][pair[r][len(TOY_PREFIX) :]] for r in generators]
+            for key in CODEBOOK_KEYS:
+                if specs[0][key] != specs[1][key]:
+                    raise ConfigError(
+                        f"config key pairs.{name}: target and draft must share a VQ codebook, "
+                        f"but their {key} differ ({specs[0][key]} and {specs[1][key]})"
+                    )
+    captioner = config.get("captioner")
+    if captioner and toy_kind(config, captioner["model"]) not in (None, "captioner"):
+        raise ConfigError(
+            f"config key captioner.model: {captioner['model']!r} is not a captioning model"
+        )
 
 
 def toy_model_names(config: dict) -> list[str]:

@@ -179,7 +179,7 @@ def save_trained(out_dir, parts, spec: dict, seed: int, start: float, losses) ->
         "seed": seed,
         "seconds": time.perf_counter() - start,
         "first_loss": float(np.mean(losses[:10])),
-        "last_loss": float(np.mean(losses[-10:])),
+        "final_loss": float(np.mean(losses[-20:])),
     }
     (out / "training.json").write_text(json.dumps(record, indent=1))
     return record

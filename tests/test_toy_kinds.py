@@ -100,3 +100,18 @@ def test_toy_model_stage_trains_each_kind(tmp_path, name):
 
         vectors, offset = toy_imagegen.codebook_of(out)
         assert vectors.shape[0] == 16 and offset > 0
+
+
+def test_lantern_needs_a_codebook_target_and_k_within_it():
+    lantern = {"method": "sd_chain", "acceptance": "lantern", "lantern_k": 8}
+    cfg = _with(["methods", "lantern"], lantern)
+    with pytest.raises(
+        mmconfig.ConfigError,
+        match=r"methods.lantern: .* 'toy:target' is a "
+        r"'captioner' with none",
+    ):
+        mmconfig.validate(cfg)
+    cfg["sweep"] = [{**SWEEP, "pairs": ["image"], "methods": ["lantern"]}]
+    cfg["methods"]["lantern"]["lantern_k"] = 16  # the generators have 16 codes
+    with pytest.raises(mmconfig.ConfigError, match="lantern_k 16 must be below the 16 codes"):
+        mmconfig.validate(cfg)

@@ -16,7 +16,7 @@ import jsonschema
 import yaml
 
 from mmspec.methods import registry
-from mmspec.methods.components import DRAFTERS_WITH_MODEL
+from mmspec.methods.components import CODEBOOK_RULES, DRAFTERS_WITH_MODEL
 from mmspec.models import families
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
@@ -326,6 +326,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                 f"config key pairs.{cell.pair}.draft: method {cell.method!r} drafts with a draft "
                 f"model (drafter {drafter!r}) but pair {cell.pair!r} names none"
             )
+        _check_codebook_rule(config, cell)
         if toy_kind(config, config["pairs"][cell.pair]["target"]) == "image_generator":
             raise ConfigError(
                 f"config key sweep: pair {cell.pair!r} generates images, and image-generation "
@@ -710,6 +711,29 @@ def _check_toy_kinds(config: dict) -> None:
         raise ConfigError(
             f"config key captioner.model: {captioner['model']!r} is not a captioning model"
         )
+
+
+def _check_codebook_rule(config: dict, cell) -> None:
+    """A rule that relaxes over a VQ codebook (LANTERN) needs a target with one, and k within
+    it; toy targets are checked here, hub and local targets when the generate job loads them."""
+    rule = cell.spec.get("acceptance")
+    if rule not in CODEBOOK_RULES:
+        return
+    target = config["pairs"][cell.pair]["target"]
+    kind = toy_kind(config, target)
+    where = f"config key methods.{cell.method}"
+    if kind is not None and kind != "image_generator":
+        raise ConfigError(
+            f"{where}: acceptance {rule!r} relaxes over the target's VQ codebook, but pair "
+            f"{cell.pair!r}'s target {target!r} is a {kind!r} with none"
+        )
+    if kind == "image_generator":
+        codes = config["toy"]["models"][target[len(TOY_PREFIX) :]]["codes"]
+        if cell.spec["lantern_k"] >= codes:
+            raise ConfigError(
+                f"{where}: lantern_k {cell.spec['lantern_k']} must be below the {codes} codes of "
+                f"{target!r}'s codebook (k counts a code's neighbours besides itself)"
+            )
 
 
 def toy_model_names(config: dict) -> list[str]:

@@ -2,10 +2,11 @@
 CLIP score (`CLIPScore` over an HF `CLIPModel`), for generated images against references and
 their captions.
 
-Both networks load from an HF folder or id through `from_pretrained`: the toy world's are
-trained by the workflow (models.toy_image_nets); a real run names its own. torchmetrics' default
-Inception needs torch-fidelity, which breaks torch here, so FID always takes a feature module.
-Images are uint8 [N, H, W, 3] arrays throughout.
+Both networks load from an HF folder or id through `from_pretrained`. `feature_network` reads
+the toy world's (models.toy_image_nets: 32 x 32 images normalised as the toy models do); real
+Inception weights are not wired in yet. torchmetrics' default Inception needs torch-fidelity,
+which breaks torch here, so FID always takes a feature module. Images are uint8 [N, H, W, 3]
+arrays throughout.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class PooledFeatures(torch.nn.Module):
 
 
 def feature_network(ref: str) -> PooledFeatures:
-    """FID's feature extractor from an image-classifier folder or id."""
+    """FID's feature extractor from a toy feature-network folder (`fid_features` recipe)."""
     from mmspec.models.toy_image_nets import pixels
 
     return PooledFeatures(AutoModelForImageClassification.from_pretrained(ref), pixels)

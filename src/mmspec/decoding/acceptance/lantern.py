@@ -23,10 +23,10 @@ The rules (paper Section 3.3 and Appendix B):
   norm(max(0, p' - point mass)) of the same rule).
 
 How the output relates to the target's: at delta = 0 or k = 0, A = {x} and every rule is the
-lossless one it extends, draw for draw (tests check it, and `mmspec verify-lossless` by exact
-enumeration). For delta > 0 the emitted token's distribution differs from p by at most delta in
-total variation at each relaxed position; quality is then measured (FID, CLIP score), not
-guaranteed.
+lossless one it extends, draw for draw (tests check it, and the exact output distribution by
+enumeration). For delta > 0, delta bounds how far each distorted target p' lies from p (the
+paper's bound, given the drafted token); the emitted tokens' distribution is not bounded by it,
+so quality is measured (FID, CLIP score), not guaranteed.
 """
 
 from __future__ import annotations

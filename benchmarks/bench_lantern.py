@@ -101,6 +101,7 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=100)
     p.add_argument("--references", type=int, default=300)
     p.add_argument("--cfg", type=float, default=3.0)
+    p.add_argument("--seed", type=int, default=0, help="draws the captions and references")
     p.add_argument("--gamma", type=int, default=5)
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     p.add_argument("--k", type=int, nargs="+", default=[4, 16, 64])
@@ -110,9 +111,9 @@ def main() -> None:
     gen = Generator(args)
     features = image_metrics.feature_network(args.features)
     scorer = image_metrics.clip_scorer(args.clip)
-    captions = [c for c, _ in toyworld.imagegen_examples(args.samples, seed=0, stream=7)]
+    captions = [c for c, _ in toyworld.imagegen_examples(args.samples, args.seed, stream=7)]
     references = np.stack(
-        [img for _, img in toyworld.imagegen_examples(args.references, seed=0, stream=8)]
+        [img for _, img in toyworld.imagegen_examples(args.references, args.seed, stream=8)]
     )
     head = f"{'T':>4s} {'setting':22s} {'tau':>5s} {'speedup':>7s} {'FID':>7s} {'CLIP':>6s}"
     print(head)
@@ -121,7 +122,10 @@ def main() -> None:
         for name, rule in settings(temperature, args.k, args.delta):
             if isinstance(rule, dict):
                 rule = make_rule(resolve("sd_chain", rule), codebook=gen.codebook)
-            runs = [gen.run(c, rule, temperature, seed=i) for i, c in enumerate(captions)]
+            runs = [
+                gen.run(c, rule, temperature, seed=args.seed * len(captions) + i)
+                for i, c in enumerate(captions)
+            ]
             codes = [r[0] for r in runs]
             seconds = sum(r[1] for r in runs)
             steps, accepted = sum(r[2] for r in runs), sum(r[3] for r in runs)

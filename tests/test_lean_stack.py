@@ -107,3 +107,16 @@ def test_sparse_masks_equal_the_full_construction(padded):
             sparse = decoder._sparse_mask(2, n, attention, past_, dtype)
             assert sparse.shape == full.shape and sparse.dtype == dtype
             assert torch.equal(sparse, full), (n, attention is not None, past_ is not None)
+
+
+def test_causal_blocks_cache_only_step_sized_blocks():
+    """Prompts of many lengths must not each leave an L x L mask behind (memory would grow with
+    every sample); the few block sizes of drafting and verification are kept."""
+    from mmspec.decoding.decoder import CACHED_BLOCK
+
+    decoder = Decoder(_llama())
+    g = torch.Generator().manual_seed(3)
+    for length in (CACHED_BLOCK + 5, CACHED_BLOCK + 9, CACHED_BLOCK + 60):
+        decoder.prefill(torch.randn(length, 64, generator=g))
+        decoder.extend([1, 2, 3])
+    assert {n for n, _ in decoder.causal_blocks} == {3}

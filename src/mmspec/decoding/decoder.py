@@ -351,12 +351,16 @@ class Decoder:
         return mask.expand(rows, -1, -1, -1)
 
     def _causal_block(self, n: int, dtype) -> torch.Tensor:
-        """The additive causal mask [n, n] of n new tokens among themselves (cached)."""
+        """The additive causal mask [n, n] of n new tokens among themselves; cached for the
+        few small n of drafting and verification, not for prompts (whose lengths vary)."""
         key = (n, dtype)
-        if key not in self.causal_blocks:
+        block = self.causal_blocks.get(key)
+        if block is None:
             new = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
-            self.causal_blocks[key] = _additive(new.unsqueeze(0), dtype)[0, 0]
-        return self.causal_blocks[key]
+            block = _additive(new.unsqueeze(0), dtype)[0, 0]
+            if n <= CACHED_BLOCK:
+                self.causal_blocks[key] = block
+        return block
 
     def _allowed(self, rows: int, n: int, attention, past, blocks) -> torch.Tensor:
         """Which keys each new token may attend to, [B, n, cache + n] bool: padding hidden,
@@ -401,6 +405,9 @@ class Decoder:
                 layer.keys = layer.keys.index_select(-2, at)
                 layer.values = layer.values.index_select(-2, at)
         self.length = len(index)
+
+
+CACHED_BLOCK = 128  # largest causal block kept between forwards (a step's tokens, not a prompt)
 
 
 def _additive(allowed: torch.Tensor, dtype) -> torch.Tensor:

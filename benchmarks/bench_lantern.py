@@ -49,11 +49,10 @@ class Generator:
         self.cfg, self.gamma = args.cfg, args.gamma
 
     def guided(self, model) -> GuidedDecoder:
-        codes = (self.meta.code_offset, self.meta.code_offset + self.meta.codes)
-        return GuidedDecoder(Decoder(model), self.cfg, codes)
+        return GuidedDecoder(Decoder(model), self.cfg, self.meta.code_range)
 
     def prompts(self, decoder: GuidedDecoder, caption: str) -> list[torch.Tensor]:
-        ids = [self.meta.prompt(self.tokenizer, caption), self.meta.prompt(self.tokenizer, None)]
+        ids = self.meta.guided_prompts(self.tokenizer, caption)
         return [decoder.embed(torch.tensor(i)).detach() for i in ids]
 
     def run(self, caption: str, rule, temperature: float, seed: int):

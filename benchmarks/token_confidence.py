@@ -26,21 +26,17 @@ from mmspec.models import loading, toy_imagegen, toy_processor, toy_training
 from mmspec.models.vq import PatchVQ
 
 
-@torch.inference_mode()
 def text_confidence(folder: str, n: int, seed: int) -> tuple[float, float]:
     model = loading.load_model(folder, torch.device("cpu"), "float32")
     tokenizer = loading.tokenizer_of(loading.load_processor(folder))
-    top1, top10 = [], []
-    for messages, images in toyworld.training_examples(["toy_caption"], n, seed):
-        ids, labels = toy_training.encode_example(messages, tokenizer, text_only=False)
-        out = model(
-            input_ids=torch.tensor([ids]), pixel_values=toy_processor.pixel_values(np.stack(images))
-        )
-        probs = torch.softmax(out.logits[0, :-1].float(), -1)[torch.tensor(labels[1:]) != -100]
-        best = probs.topk(10, dim=-1).values
-        top1.append(best[:, 0])
-        top10.append(best.sum(-1))
-    return float(torch.cat(top1).mean()), float(torch.cat(top10).mean())
+
+    def examples():
+        for messages, images in toyworld.training_examples(["toy_caption"], n, seed):
+            ids, labels = toy_training.encode_example(messages, tokenizer, text_only=False)
+            pixels = toy_processor.pixel_values(np.stack(images))
+            yield {"input_ids": torch.tensor([ids]), "pixel_values": pixels}, labels
+
+    return toy_training.confidence(model, examples())
 
 
 def image_confidence(folder: str, n: int, seed: int) -> tuple[float, float]:

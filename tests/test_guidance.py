@@ -27,12 +27,11 @@ def _load(folder):
 
 
 def _guided(model, meta) -> GuidedDecoder:
-    codes = (meta.code_offset, meta.code_offset + meta.codes)
-    return GuidedDecoder(Decoder(model), SCALE, codes)
+    return GuidedDecoder(Decoder(model), SCALE, meta.code_range)
 
 
 def _prompts(decoder: GuidedDecoder, tokenizer, meta, caption: str) -> list[torch.Tensor]:
-    ids = [meta.prompt(tokenizer, caption), meta.prompt(tokenizer, None)]
+    ids = meta.guided_prompts(tokenizer, caption)
     return [decoder.embed(torch.tensor(i)).detach() for i in ids]
 
 
@@ -43,7 +42,7 @@ def _captions(n: int) -> list[str]:
 @torch.inference_mode()
 def _plain_cfg_greedy(model, tokenizer, meta, caption: str, n: int) -> list[int]:
     """CFG with full recomputation through the model's own forward, no cache."""
-    rows = [meta.prompt(tokenizer, caption), meta.prompt(tokenizer, None)]
+    rows = meta.guided_prompts(tokenizer, caption)
     out = []
     for _ in range(n):
         cond, uncond = (model(input_ids=torch.tensor([r + out])).logits[0, -1] for r in rows)

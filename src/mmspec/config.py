@@ -468,10 +468,8 @@ def _with_defaults(config: dict) -> dict:
         model.setdefault("heads", 4)
         model.setdefault("batch_size", 32)
         model.setdefault("lr", 0.001)
-        kind = model.get(
-            "kind", "captioner"
-        )  # not set on captioners: their specs stay as they were
-        for key, value in TOY_KIND_DEFAULTS[kind].items():
+        # `kind` is left unset on captioners, so their specs stay as they were
+        for key, value in TOY_KIND_DEFAULTS[model.get("kind", "captioner")].items():
             model.setdefault(key, value)
     captioner = config.get("captioner")
     if captioner is not None:
@@ -655,9 +653,9 @@ TOY_KIND_DEFAULTS = {
     "fid_features": {"patch": 4},
     "clip": {},
 }
-TOY_KIND_ONLY = {"grounding_steps", "text_scenarios"} | {
-    key for defaults in TOY_KIND_DEFAULTS.values() for key in defaults
-}
+# Every key one kind alone reads (its defaults, and keys without one).
+TOY_KIND_KEYS = {kind: set(defaults) for kind, defaults in TOY_KIND_DEFAULTS.items()}
+TOY_KIND_KEYS["captioner"] |= {"grounding_steps", "text_scenarios"}
 # The codebook of an image generator is fitted from these: a pair's two must agree on them.
 CODEBOOK_KEYS = ("codes", "patch", "vq_images")
 
@@ -672,14 +670,10 @@ def toy_kind(config: dict, ref: str) -> str | None:
 def _check_toy_kinds(config: dict) -> None:
     """Each recipe sets only its kind's keys; pairs and the captioner name captioners, or two
     image generators sharing a codebook."""
-    readers = {key for key in TOY_KIND_DEFAULTS["captioner"]} | {
-        "grounding_steps",
-        "text_scenarios",
-    }
+    specific = set().union(*TOY_KIND_KEYS.values())
     for name, spec in config["toy"]["models"].items():
         kind = spec.get("kind", "captioner")
-        own = readers if kind == "captioner" else set(TOY_KIND_DEFAULTS[kind])
-        stray = sorted((set(spec) & TOY_KIND_ONLY) - own)
+        stray = sorted((set(spec) & specific) - TOY_KIND_KEYS[kind])
         if stray:
             raise ConfigError(
                 f"config key toy.models.{name}.{stray[0]}: not read by a {kind!r} recipe"

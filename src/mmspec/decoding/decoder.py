@@ -231,32 +231,12 @@ class Decoder:
         else:
             embeds = self.embed(ids)
         embeds = embeds.expand(self.rows, -1, -1)
-        if attention is None and past is None and positions is None and self._consecutive():
-            return self._run_consecutive(embeds, layers)
         return self._run(embeds, attention, past, positions, layers)
 
     def _consecutive(self) -> bool:
-        """Whether plain causal tokens can take the lean forward's short path: every row at
-        the same position, no padding or sliding window to mask."""
-        return (
-            self.lean is not None
-            and self.common_shift is not None
-            and not self.padded
-            and not self.window[0]
-        )
-
-    def _run_consecutive(self, embeds, layers) -> Forward:
-        """`_run` for n causal tokens at consecutive positions, the same in every row: the
-        positions are a slice of the rotary table and the mask a cached causal block."""
-        n = embeds.shape[1]
-        mask = None
-        if n > 1:  # the cache in full, then the new tokens causally
-            mask = embeds.new_zeros(1, 1, n, self.length + n)
-            mask[0, 0, :, self.length :] = self._causal_block(n, embeds.dtype)
-        start = max(self.length + self.common_shift, 0)
-        hidden, extra = self.lean(embeds, mask, None, self.cache, layers, start=start)
-        self.length += n
-        return Forward(self._head(hidden), hidden, extra)
+        """Whether every row continues at the same position (a Python int), so that plain
+        tokens' rotary rows are a slice of the lean forward's table."""
+        return self.lean is not None and self.common_shift is not None
 
     def _head(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.plain_head:
@@ -276,7 +256,10 @@ class Decoder:
     ) -> Forward:
         """One forward of n new positions per row; `last_only`: logits of the last one only."""
         rows, n = embeds.shape[:2]
-        if position_ids is None:
+        start = None  # the first of n consecutive positions shared by every row
+        if position_ids is None and positions is None and attention is None and self._consecutive():
+            start = max(self.length + self.common_shift, 0)
+        elif position_ids is None:
             if positions is not None:
                 steps = torch.as_tensor(positions, device=self.device) - self.length
             elif attention is not None:
@@ -286,7 +269,8 @@ class Decoder:
             position_ids = (self.length + steps).unsqueeze(0) + self.shift.unsqueeze(1)
         mask = self._masks(rows, n, attention, past, embeds.dtype, blocks)
         if self.lean is not None:
-            hidden, extra = self.lean(embeds, mask, position_ids.clamp_min(0), self.cache, layers)
+            ids = None if start is not None else position_ids.clamp_min(0)
+            hidden, extra = self.lean(embeds, mask, ids, self.cache, layers, start=start)
         else:
             out = self.stack(
                 inputs_embeds=embeds,

@@ -42,14 +42,14 @@ class GuidedDecoder:
                 f"guidance needs a (conditional, unconditional) prompt pair, got {len(prompts)}"
             )
         out = self.decoder.prefill(list(prompts), layers=layers)
-        return self._guide(out, out.logits)
+        return self._guide(out)
 
     def extend(self, tokens, attention=None, past=None, positions=None, layers=()) -> Forward:
         out = self.decoder.extend(tokens, attention, past, positions, layers)
-        return self._guide(out, out.logits)
+        return self._guide(out)
 
-    def _guide(self, out: Forward, logits: torch.Tensor) -> Forward:
-        cond, uncond = logits[0].float(), logits[1].float()
+    def _guide(self, out: Forward) -> Forward:
+        cond, uncond = out.logits[0].float(), out.logits[1].float()
         guided = uncond + self.scale * (cond - uncond)
         if self.allowed is not None:
             start, stop = self.allowed

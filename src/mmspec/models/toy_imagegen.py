@@ -60,6 +60,15 @@ class ImageGenMeta:
         words = tokenizer.encode(caption, add_special_tokens=False) if caption else []
         return [self.bos, *words, self.boi]
 
+    def guided_prompts(self, tokenizer, caption: str) -> list[list[int]]:
+        """The (conditional, unconditional) prompt pair a guided generation starts from."""
+        return [self.prompt(tokenizer, caption), self.prompt(tokenizer, None)]
+
+    @property
+    def code_range(self) -> tuple[int, int]:
+        """The vocabulary ids [start, stop) of the image codes: all a generation may emit."""
+        return self.code_offset, self.code_offset + self.codes
+
 
 def build_tokenizer(codes: int):
     """The toy vocabulary's words plus `<boi>` and one token per code."""
@@ -95,18 +104,14 @@ def encode_examples(examples, vq: PatchVQ, tokenizer, meta: ImageGenMeta, dropou
     return out
 
 
-def _collate(rows, pad: int) -> dict:
-    width = max(len(ids) for ids, _ in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    labels = torch.full((len(rows), width), IGNORE, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for b, (x, y) in enumerate(rows):
-        ids[b, : len(x)], labels[b, : len(y)], mask[b, : len(x)] = (
-            torch.tensor(x),
-            torch.tensor(y),
-            1,
-        )
-    return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+NO_IMAGES = np.zeros((0, toyworld.SIZE, toyworld.SIZE, 3), np.uint8)  # the prompt is text only
+
+
+def _batch(rows, pad: int) -> dict:
+    """`toy_training.collate` of (ids, labels) rows."""
+    return toy_training.collate(
+        [{"ids": x, "labels": y, "images": NO_IMAGES} for x, y in rows], pad
+    )
 
 
 def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
@@ -126,7 +131,7 @@ def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     size = spec["batch_size"]
     losses = toy_training.fit(
         model,
-        lambda step: _collate(rows[step * size : (step + 1) * size], tokenizer.pad_token_id),
+        lambda step: _batch(rows[step * size : (step + 1) * size], tokenizer.pad_token_id),
         spec,
         f"train {Path(out_dir).name}",
     )
@@ -141,15 +146,8 @@ def codebook_of(folder: str | Path) -> tuple[torch.Tensor, int]:
     return PatchVQ.load(folder).codebook, meta.code_offset
 
 
-@torch.inference_mode()
 def confidence(model, rows) -> tuple[float, float]:
     """Mean top-1 and top-10 probability the model gives its next code, teacher-forced over
     `rows` (from `encode_examples`): how flat its distributions are (LANTERN's Figure 2c)."""
-    top1, top10 = [], []
-    for ids, labels in rows:
-        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1]
-        probs = torch.softmax(logits.float(), -1)[torch.tensor(labels[1:]) != IGNORE]
-        best = probs.topk(10, dim=-1).values
-        top1.append(best[:, 0])
-        top10.append(best.sum(-1))
-    return float(torch.cat(top1).mean()), float(torch.cat(top10).mean())
+    examples = (({"input_ids": torch.tensor([ids])}, labels) for ids, labels in rows)
+    return toy_training.confidence(model, examples)

@@ -213,3 +213,17 @@ def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     }
     (out_dir / "training.json").write_text(json.dumps(log, indent=1))
     return log
+
+
+@torch.inference_mode()
+def confidence(model, examples) -> tuple[float, float]:
+    """Mean top-1 and top-10 probability `model` gives its next token at the labelled positions
+    of `examples` ((model inputs of one sequence, labels) pairs), teacher-forced."""
+    top1, top10 = [], []
+    for inputs, labels in examples:
+        logits = model(**inputs).logits[0, :-1]
+        probs = torch.softmax(logits.float(), -1)[torch.tensor(labels[1:]) != IGNORE]
+        best = probs.topk(min(10, probs.shape[-1]), dim=-1).values
+        top1.append(best[:, 0])
+        top10.append(best.sum(-1))
+    return float(torch.cat(top1).mean()), float(torch.cat(top10).mean())

@@ -6,20 +6,21 @@ The recipe's `kind` picks what is trained: a captioner (models.toy_training), an
 
 from __future__ import annotations
 
+import importlib
+
+# kind -> (module of mmspec.models, its training function), imported only when trained
+TRAINERS = {
+    "captioner": ("toy_training", "train"),
+    "image_generator": ("toy_imagegen", "train"),
+    "fid_features": ("toy_image_nets", "train_features"),
+    "clip": ("toy_image_nets", "train_clip"),
+}
+
 
 def run(name: str, spec: dict, out_dir: str, seed: int, threads: int) -> dict:
     kind = spec.get("kind", "captioner")
-    if kind == "captioner":
-        from mmspec.models import toy_training
-
-        return toy_training.train(spec, out_dir, seed=seed, threads=threads)
-    if kind == "image_generator":
-        from mmspec.models import toy_imagegen
-
-        return toy_imagegen.train(spec, out_dir, seed=seed, threads=threads)
-    from mmspec.models import toy_image_nets
-
-    trainers = {"fid_features": toy_image_nets.train_features, "clip": toy_image_nets.train_clip}
-    if kind not in trainers:
-        raise ValueError(f"toy.models.{name}: unknown kind {kind!r}")
-    return trainers[kind](spec, out_dir, seed=seed, threads=threads)
+    if kind not in TRAINERS:
+        raise ValueError(f"toy.models.{name}: unknown kind {kind!r}; known: {sorted(TRAINERS)}")
+    module, function = TRAINERS[kind]
+    train = getattr(importlib.import_module(f"mmspec.models.{module}"), function)
+    return train(spec, out_dir, seed=seed, threads=threads)

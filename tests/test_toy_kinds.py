@@ -37,8 +37,8 @@ BASE = {
 }
 
 
-def _with(path: list, value):
-    cfg = copy.deepcopy(BASE)
+def _with(path: list, value, base: dict = BASE):
+    cfg = copy.deepcopy(base)
     node = cfg
     for key in path[:-1]:
         node = node[key]
@@ -114,4 +114,43 @@ def test_lantern_needs_a_codebook_target_and_k_within_it():
     cfg["sweep"] = [{**SWEEP, "pairs": ["image"], "methods": ["lantern"]}]
     cfg["methods"]["lantern"]["lantern_k"] = 16  # the generators have 16 codes
     with pytest.raises(mmconfig.ConfigError, match="lantern_k 16 must be below the 16 codes"):
+        mmconfig.validate(cfg)
+
+
+IMAGE_SWEEP = {
+    **BASE,
+    "datasets": {**BASE["datasets"], "toy_imagegen": {"source": "toy", "samples": 4}},
+    "image_metrics": {"fid_features": "toy:features", "clip": "toy:clip"},
+    "sweep": [
+        {**SWEEP, "datasets": ["toy_caption"]},
+        {"datasets": ["toy_imagegen"], "pairs": ["image"], "methods": "all"},
+    ],
+}
+
+
+def test_an_image_sweep_validates_and_says_its_task():
+    cfg = mmconfig.validate(copy.deepcopy(IMAGE_SWEEP))
+    assert mmconfig.dataset_task(cfg, "toy_imagegen") == "image_generation"
+    assert mmconfig.dataset_task(cfg, "toy_caption") == "answer"
+    assert cfg["generation"]["cfg"] == 3.0
+    assert {c.dataset for c in mmconfig.cells(cfg) if c.pair == "image"} == {"toy_imagegen"}
+
+
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        (["sweep", 1, "pairs"], ["toy"], r"dataset 'toy_imagegen' asks for images, .* 'captioner'"),
+        (["image_metrics"], None, "names no FID feature network or CLIP model"),
+        (["image_metrics", "clip"], "toy:features", r"image_metrics.clip: .* not a 'clip' one"),
+        (["image_metrics", "fid_features"], "./nets/missing", "local model path .* does not exist"),
+        (["image_metrics", "clip"], "toy:nothing", "names no model under toy.models"),
+        (["generation", "cfg"], -1.0, "cfg"),
+    ],
+)
+def test_bad_image_sweeps_fail_before_any_job(path, value, message):
+    if path[0] == "generation":
+        cfg = {**copy.deepcopy(IMAGE_SWEEP), "generation": {"cfg": value}}
+    else:
+        cfg = _with(path, value, IMAGE_SWEEP)
+    with pytest.raises(mmconfig.ConfigError, match=message):
         mmconfig.validate(cfg)

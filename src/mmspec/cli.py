@@ -55,7 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="decode one cell")
     p.add_argument("--params", type=_json, required=True, help="cell, pair, generation, timing")
     p.add_argument("--prepared", required=True)
-    p.add_argument("--target-visual", required=True)
+    p.add_argument(
+        "--target-visual", default=None, help="the target's visual cache (not for image generation)"
+    )
     p.add_argument("--draft-visual", default=None)
     p.add_argument("--captions", default=None, help="the caption cache (views with C)")
     p.add_argument("--out", required=True)
@@ -72,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ar-samples", required=True)
     p.add_argument("--prepared", required=True)
     p.add_argument("--metric", required=True)
+    p.add_argument(
+        "--image-models",
+        type=_json,
+        default=None,
+        help="metric image: JSON {generator, fid_features, clip} model references",
+    )
     p.add_argument("--out", required=True)
 
     p = sub.add_parser("aggregate", help="one row per cell from an explicit list of score files")
@@ -222,7 +230,9 @@ def run(args: argparse.Namespace) -> None:
     elif args.stage == "score":
         from mmspec.stages import score
 
-        score.run(args.samples, args.ar_samples, args.prepared, args.metric, args.out)
+        score.run(
+            args.samples, args.ar_samples, args.prepared, args.metric, args.out, args.image_models
+        )
     elif args.stage == "aggregate":
         from mmspec.stages import aggregate
 

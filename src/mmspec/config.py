@@ -15,6 +15,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from mmspec.data.media import IMAGE_GENERATION
 from mmspec.methods import registry
 from mmspec.methods.components import CODEBOOK_RULES, DRAFTERS_WITH_MODEL
 from mmspec.models import families
@@ -327,12 +328,8 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                 f"model (drafter {drafter!r}) but pair {cell.pair!r} names none"
             )
         _check_codebook_rule(config, cell)
-        if toy_kind(config, config["pairs"][cell.pair]["target"]) == "image_generator":
-            raise ConfigError(
-                f"config key sweep: pair {cell.pair!r} generates images, and image-generation "
-                "cells do not run in the sweep yet (benchmarks/bench_lantern.py runs SD and "
-                "LANTERN on trained image generators)"
-            )
+        _check_task(config, cell)
+    _check_image_metrics(config)
     if captioner is None:
         uses_c = sorted({c.method for c in cells(config) if "C" in c.spec.get("views", "")})
         if uses_c:
@@ -347,14 +344,14 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
 def _check_toy_scenarios(config: dict) -> None:
     """A toy dataset's name is its scenario, and toy models train on scenarios: unknown names
     are found here, not when the prepare or training job fails."""
-    from mmspec.data.toyworld import DATASETS
+    from mmspec.data.toyworld import DATASETS, IMAGEGEN
 
     known = sorted(DATASETS)
     for name, ds in config["datasets"].items():
-        if ds["source"] == "toy" and name not in DATASETS:
+        if ds["source"] == "toy" and name not in DATASETS and name != IMAGEGEN:
             raise ConfigError(
                 f"config key datasets.{name}: unknown toy scenario {name!r} (a toy dataset's "
-                f"name is its scenario); known: {known}"
+                f"name is its scenario); known: {[*known, IMAGEGEN]}"
             )
     for model, spec in config["toy"]["models"].items():
         for key in ("scenarios", "text_scenarios"):
@@ -458,6 +455,7 @@ def _with_defaults(config: dict) -> dict:
     gen = config.setdefault("generation", {})
     gen.setdefault("max_new_tokens", 48)
     gen.setdefault("temperature", 0.0)
+    gen.setdefault("cfg", 3.0)
     timing = config.setdefault("timing", {})
     timing.setdefault("warmup_samples", 2)
     timing.setdefault("threads", 1)
@@ -730,11 +728,60 @@ def _check_codebook_rule(config: dict, cell) -> None:
             )
 
 
-def toy_model_names(config: dict) -> list[str]:
-    """Toy models that some pair uses (only these get trained)."""
-    names = []
-    for pair in config["pairs"].values():
-        for ref in (pair["target"], pair.get("draft")):
-            if ref and ref.startswith(TOY_PREFIX) and ref[len(TOY_PREFIX) :] not in names:
-                names.append(ref[len(TOY_PREFIX) :])
-    return names
+def dataset_task(config: dict, name: str) -> str:
+    """What a dataset's samples ask for: an answer (text), or an image (`media.IMAGE_GENERATION`:
+    the toy world's image-generation scenario)."""
+    from mmspec.data.toyworld import IMAGEGEN
+
+    ds = config["datasets"][name]
+    return IMAGE_GENERATION if ds["source"] == "toy" and name == IMAGEGEN else "answer"
+
+
+def _check_task(config: dict, cell) -> None:
+    """Image-generation datasets go to image generators, and image generators only get them."""
+    target = config["pairs"][cell.pair]["target"]
+    images = dataset_task(config, cell.dataset) == IMAGE_GENERATION
+    kind = toy_kind(config, target)
+    if images and kind not in (None, "image_generator"):
+        raise ConfigError(
+            f"config key sweep: dataset {cell.dataset!r} asks for images, and pair "
+            f"{cell.pair!r}'s target {target!r} is a {kind!r}, which writes text; pair it "
+            "with image generators"
+        )
+    if not images and kind == "image_generator":
+        raise ConfigError(
+            f"config key sweep: pair {cell.pair!r} generates images, and dataset "
+            f"{cell.dataset!r} asks for text answers; sweep it over an image-generation dataset"
+        )
+
+
+def _check_image_metrics(config: dict) -> None:
+    """Image generation is scored by FID and CLIP score: their networks must be named, and be
+    networks of the right kind, before any job runs."""
+    images = {n for n in config["datasets"] if dataset_task(config, n) == IMAGE_GENERATION}
+    swept = sorted({c.dataset for c in cells(config)} & images)
+    metrics = config.get("image_metrics")
+    if not swept:
+        return
+    if metrics is None:
+        raise ConfigError(
+            f"config key image_metrics: datasets {swept} generate images, scored by FID and "
+            "CLIP score, and the config names no FID feature network or CLIP model "
+            "(image_metrics: {fid_features: ..., clip: ...})"
+        )
+    for key in ("fid_features", "clip"):
+        ref = metrics[key]
+        _check_local_model(f"image_metrics.{key}", ref, f"the {key} network")
+        metrics[key] = normalize_model_ref(ref)
+        if not ref.startswith(TOY_PREFIX):
+            continue
+        if ref[len(TOY_PREFIX) :] not in config["toy"]["models"]:
+            raise ConfigError(
+                f"config key image_metrics.{key}: {ref!r} names no model under toy.models "
+                f"(known: {sorted(config['toy']['models'])})"
+            )
+        if toy_kind(config, ref) != key:
+            raise ConfigError(
+                f"config key image_metrics.{key}: {ref!r} is a {toy_kind(config, ref)!r} "
+                f"recipe, not a {key!r} one"
+            )

@@ -21,6 +21,17 @@ MODEL_CODE = [
     "models/visual.py",
     "data/media.py",
 ]
+# Reading an image generator: its prompts, codes and VQ decoder (generate and score).
+IMAGE_GENERATOR_CODE = [
+    "models/image_generation.py",
+    "models/toy_imagegen.py",
+    "models/vq.py",
+    "models/loading.py",
+    # imported by toy_imagegen for training, which the stages do not run
+    "models/toy_training.py",
+    "models/toy_processor.py",
+    "data/toyworld.py",
+]
 # The modules (files or folders, relative to the package) whose code each stage executes.
 STAGE_CODE = {
     "prepare": [
@@ -63,9 +74,20 @@ STAGE_CODE = {
         "methods",
         *MODEL_CODE,
         "models/prompts.py",
+        *IMAGE_GENERATOR_CODE,
         "tables.py",
     ],
-    "score": ["stages/score.py", "scoring", "data/toyworld.py", "data/media.py", "tables.py"],
+    "score": [
+        "stages/score.py",
+        "scoring",
+        "data/toyworld.py",
+        "data/media.py",
+        *IMAGE_GENERATOR_CODE,
+        *MODEL_CODE,
+        "methods/components.py",
+        "models/toy_image_nets.py",  # the toy FID network's pixel normalisation
+        "tables.py",
+    ],
     "aggregate": [
         "stages/aggregate.py",
         "methods/registry.py",

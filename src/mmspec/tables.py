@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 # reference answers, so every row is self-contained. `images` holds the PNG bytes of every picture
 # of `messages`, in order of appearance; `image_ids` their content hashes (keys of the visual
 # cache). A video is an item {"type": "video", "frames": n} taking the next n pictures, its
-# sampled frames (`data.media`).
+# sampled frames (`data.media`). An image-generation sample (`media.IMAGE_GENERATION`) has a text
+# prompt (its caption), and `images` holds its reference image: FID's real set.
 PREPARED = pa.schema(
     [
         ("sample_id", pa.string()),
@@ -147,8 +148,14 @@ SCORES = pa.schema(
         # equals the AR output token for token; null when the cell samples (temperature > 0)
         ("lossless", pa.bool_()),
         ("first_divergence", pa.int32()),  # null when identical or not checked
-        ("quality", pa.float64()),
+        ("quality", pa.float64()),  # image generation: the image's CLIP score
         ("ar_quality", pa.float64()),  # quality of the AR cell on the same sample-turn
+        # image generation only (else null): the cell's FID and the AR cell's against the
+        # dataset's reference images (set-level, so the same on every row of the cell), and the
+        # generated image as PNG (the report's thumbnails)
+        ("fid", pa.float64()),
+        ("ar_fid", pa.float64()),
+        ("image_png", pa.binary()),
         ("device", pa.string()),
     ]
 )
@@ -198,9 +205,16 @@ CELLS = pa.schema(
         # visual tokens the draft's prefill read / those the target's read (summed over views)
         ("draft_visual_share", pa.float64()),
         ("caption_s", pa.float64()),  # mean per sample-turn
+        # image generation only (else null): FID of the cell and of its AR cell, AR FID / FID
+        # (FID falls as quality rises), and the first THUMBNAILS images (PNG, by sample id)
+        ("fid", pa.float64()),
+        ("ar_fid", pa.float64()),
+        ("fid_retention", pa.float64()),
+        ("thumbnails", pa.list_(pa.binary())),
         ("device", pa.string()),
     ]
 )
+THUMBNAILS = 8
 
 # results/summary/blocks.parquet: one row per verification step of every sample-turn of every cell.
 BLOCKS = pa.schema(

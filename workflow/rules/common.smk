@@ -4,6 +4,7 @@ import shlex
 
 from mmspec import config as mmconfig
 from mmspec.fingerprint import fingerprint
+from mmspec.data.media import IMAGE_GENERATION
 from mmspec.methods.components import IMAGE_VIEWS  # views that read the draft's cache
 from mmspec.models import footprint
 
@@ -60,13 +61,19 @@ def visual_path(ref, dataset):
     return f"results/visual/{mmconfig.model_slug(ref)}/{dataset}.parquet"
 
 
+def makes_images(dataset):
+    return mmconfig.dataset_task(CONFIG, dataset) == IMAGE_GENERATION
+
+
 def needs_draft_visual(cell):
     views = set(cell.spec.get("views", ""))
-    return cell.spec["drafter"] == "model" and bool(views & IMAGE_VIEWS)
+    drafted = cell.spec["drafter"] == "model" and not makes_images(cell.dataset)
+    return drafted and bool(views & IMAGE_VIEWS)
 
 
 def needs_captions(cell):
-    return cell.spec["drafter"] == "model" and "C" in cell.spec.get("views", "")
+    drafted = cell.spec["drafter"] == "model" and not makes_images(cell.dataset)
+    return drafted and "C" in cell.spec.get("views", "")
 
 
 def captions_path(dataset):
@@ -80,9 +87,10 @@ def generate_inputs(w):
     pair = CONFIG["pairs"][cell.pair]
     inputs = {
         "prepared": f"results/prepared/{cell.dataset}.parquet",
-        "target_visual": visual_path(pair["target"], cell.dataset),
         "models": toy_dir(pair["target"]),
     }
+    if not makes_images(cell.dataset):  # image generation's prompts are captions
+        inputs["target_visual"] = visual_path(pair["target"], cell.dataset)
     if cell.spec["drafter"] == "model":
         inputs["models"] = inputs["models"] + toy_dir(pair["draft"])
     if needs_draft_visual(cell):
@@ -104,6 +112,7 @@ def generate_params(w):
             "spec": cell.spec,
         },
         "pair": CONFIG["pairs"][cell.pair],
+        "task": mmconfig.dataset_task(CONFIG, cell.dataset),
         "generation": CONFIG["generation"],
         "timing": CONFIG["timing"],
     }
@@ -111,8 +120,10 @@ def generate_params(w):
 
 
 def optional_inputs(w, input):
-    """The generate options for the draft's visual cache and captions, when the cell reads them."""
+    """The generate options for the visual caches and captions, when the cell reads them."""
     args = []
+    if "target_visual" in input.keys():
+        args.append(f"--target-visual {input.target_visual}")
     if "draft_visual" in input.keys():
         args.append(f"--draft-visual {input.draft_visual}")
     if "captions" in input.keys():
@@ -131,7 +142,28 @@ def ar_samples(w):
 
 def dataset_metric(w):
     spec = CONFIG["datasets"][w.dataset]
+    if makes_images(w.dataset):
+        return "image"
     return "toy" if spec["source"] == "toy" else spec["metric"]
+
+
+def score_models(w):
+    """Image generation is scored with the target's VQ decoder and the metric networks."""
+    if not makes_images(w.dataset):
+        return []
+    metrics = CONFIG["image_metrics"]
+    refs = [CONFIG["pairs"][w.pair]["target"], metrics["fid_features"], metrics["clip"]]
+    return [d for ref in refs for d in toy_dir(ref)]
+
+
+def score_options(w):
+    if not makes_images(w.dataset):
+        return ""
+    models = {
+        "generator": CONFIG["pairs"][w.pair]["target"],
+        **CONFIG["image_metrics"],
+    }
+    return f"--image-models {shlex.quote(json.dumps(models, sort_keys=True))}"
 
 
 def score_files():

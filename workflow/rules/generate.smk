@@ -17,5 +17,4 @@ rule generate:
         code=fingerprint("generate"),
     shell:
         "mmspec generate --params {params.cell:q} --prepared {input.prepared}"
-        " --target-visual {input.target_visual} {params.optional}"
-        " --out {output} 2> {log}"
+        " {params.optional} --out {output} 2> {log}"

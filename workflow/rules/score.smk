@@ -3,6 +3,7 @@ rule score:
         samples="results/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}/samples.parquet",
         ar_samples=ar_samples,
         prepared="results/prepared/{dataset}.parquet",
+        models=score_models,
     output:
         "results/score/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}/scores.parquet",
     log:
@@ -12,7 +13,9 @@ rule score:
     threads: 1
     params:
         metric=dataset_metric,
+        images=score_options,
         code=fingerprint("score"),
     shell:
         "mmspec score --samples {input.samples} --ar-samples {input.ar_samples}"
-        " --prepared {input.prepared} --metric {params.metric} --out {output} 2> {log}"
+        " --prepared {input.prepared} --metric {params.metric} {params.images}"
+        " --out {output} 2> {log}"

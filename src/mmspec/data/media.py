@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 VIDEO = "video"
 IMAGE = "image"
+# A dataset task whose prompt is text (a caption) and whose output is an image: its rows' pictures
+# are the references generated images are scored against, not part of the prompt.
+IMAGE_GENERATION = "image_generation"
 
 
 def video_item(frames: int) -> dict:
@@ -88,3 +91,16 @@ def items(messages: list[dict], image_ids: list[str], videos: bool, where: str) 
         else:
             out += [Item(IMAGE, (i,)) for i in ids]
     return out
+
+
+def prompt_text(messages: list[dict], where: str) -> str:
+    """The text of a text-only prompt (image generation's caption): the last user message."""
+    users = [m for m in messages if m.get("role") == "user"]
+    content = users[-1].get("content") if users else None
+    parts = [content] if isinstance(content, str) else content or []
+    if any(isinstance(p, dict) and p.get("type") != "text" for p in parts):
+        raise ValueError(f"{where}: an image-generation prompt must be text only")
+    text = " ".join(p if isinstance(p, str) else p.get("text", "") for p in parts).strip()
+    if not text:
+        raise ValueError(f"{where}: no prompt text in the last user message")
+    return text

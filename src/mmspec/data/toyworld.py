@@ -505,10 +505,36 @@ def generate_dataset(name: str, n_samples: int, seed: int) -> list[dict]:
     return rows
 
 
+IMAGEGEN = "toy_imagegen"  # the image-generation scenario: a caption in, an image out
+IMAGEGEN_PROMPT_STREAM = 3  # prepared prompts: a stream apart from training's and the VQ fit's
+
+
+def generate_imagegen_dataset(n_samples: int, seed: int) -> list[dict]:
+    """Rows of the PREPARED schema for image generation: the prompt is a caption (text only);
+    `images` holds the sample's reference image (a textured rendering of the caption's scene,
+    FID's real set) and `reference` the caption (CLIP score's text)."""
+    rows = []
+    for i, (text, image) in enumerate(imagegen_examples(n_samples, seed, IMAGEGEN_PROMPT_STREAM)):
+        png = png_bytes(image)
+        user = {"role": "user", "content": [{"type": "text", "text": text}]}
+        rows.append(
+            {
+                "sample_id": f"{IMAGEGEN}-{i:05d}",
+                "turn": 0,
+                "scenario": IMAGEGEN,
+                "messages": json.dumps([user]),
+                "images": [png],
+                "image_ids": [image_id(png)],
+                "reference": text,
+            }
+        )
+    return rows
+
+
 def imagegen_examples(n: int, seed: int, stream: int = 1) -> Iterator[tuple[str, np.ndarray]]:
     """`n` (caption, textured image) pairs for training an image generator (`stream` 1) or
     drawing reference images (other streams)."""
-    rng = _rng("toy_imagegen", seed, stream)
+    rng = _rng(IMAGEGEN, seed, stream)
     for _ in range(n):
         scene = random_scene(rng)
         yield caption(scene), render_textured(scene, rng)

@@ -45,9 +45,14 @@ ACCEPTANCE_DEFAULTS = {"lantern": LANTERN_DEFAULTS}
 CODEBOOK_RULES = frozenset({"lantern"})
 
 
-def is_lossless(acceptance: str | None) -> bool:
-    """Whether a spec with this acceptance rule (None: AR) preserves the target's distribution."""
-    return acceptance is None or ACCEPTANCE[acceptance]
+def is_lossless(acceptance: str | None, params: dict | None = None) -> bool:
+    """Whether a spec with this acceptance rule (None: AR) and hyperparameters preserves the
+    target's distribution: LANTERN with no room to relax (delta 0, or k 0) is the lossless rule
+    draw for draw (tests/test_lantern.py)."""
+    if acceptance is None or ACCEPTANCE[acceptance]:
+        return True
+    params = params or {}
+    return acceptance == "lantern" and 0 in (params.get("lantern_delta"), params.get("lantern_k"))
 
 
 # What every model drafter accepts, with its default.

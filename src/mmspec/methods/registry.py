@@ -14,6 +14,7 @@ from mmspec.methods.components import (
     DIVERGENCES,
     DRAFTING,
     EAGLE_TREE,
+    LANTERN_DEFAULTS,
     PROXIMITIES,
     SAGE_DEFAULTS,
     TREE_KEYS,
@@ -98,6 +99,45 @@ def _tabed_rows() -> list[Method]:
     return rows
 
 
+def _lantern_rows() -> list[Method]:
+    """LANTERN (image generation) over a draft model's chain and EAGLE-2 trees, and the paper's
+    ablations of the neighbourhood (Table 4: cosine and random proximity; JSD for TVD). The
+    defaults are the release's (components.LANTERN_DEFAULTS): k 1000 of LlamaGen's 16384 codes,
+    so a smaller codebook sets lantern_k below its size."""
+    lantern = dict(acceptance="lantern", **LANTERN_DEFAULTS)
+    return [
+        _drafting(
+            "lantern",
+            "LANTERN",
+            "LANTERN's relaxed acceptance: a drafted image code also counts the target's mass on "
+            "its nearest codes in the VQ latent space, within total variation delta; a chain of "
+            "gamma codes from a draft model",
+            **lantern,
+        ),
+        _drafting(
+            "lantern_tree",
+            "LANTERN (EAGLE-2 tree)",
+            "LANTERN's relaxed acceptance over EAGLE-2 dynamic trees of a draft model (the "
+            "paper's drafter shape)",
+            tree="dynamic",
+            **lantern,
+        ),
+        *[
+            _drafting(
+                f"lantern_{name}",
+                f"LANTERN ({what})",
+                f"LANTERN's ablation with {what}",
+                **{**lantern, key: value},
+            )
+            for name, what, key, value in [
+                ("cosine", "cosine proximity", "proximity", "cosine"),
+                ("random", "random neighbours", "proximity", "random"),
+                ("jsd", "JSD bound", "divergence", "jsd"),
+            ]
+        ],
+    ]
+
+
 METHODS = {
     m.name: m
     for m in [
@@ -173,6 +213,7 @@ METHODS = {
             tree="sage",
             **SAGE_DEFAULTS,
         ),
+        *_lantern_rows(),
     ]
 }
 

@@ -39,7 +39,22 @@ def _builder(model, processor):
     return PromptBuilder(model, processor)
 
 
-class MethodRunner:
+class DraftCounters:
+    """The draft forwards of a runner's drafter (none for AR) and their time: T_q of Eq. 1."""
+
+    drafter = None
+
+    def draft_forward_stats(self) -> tuple[int, float]:
+        if self.drafter is None:
+            return 0, 0.0
+        return self.drafter.forwards, self.drafter.forward_s
+
+    def reset_stats(self) -> None:
+        if self.drafter is not None:
+            self.drafter.forwards, self.drafter.forward_s = 0, 0.0
+
+
+class MethodRunner(DraftCounters):
     """Decodes samples with one method spec over a target (and, if drafted, a draft) model."""
 
     def __init__(
@@ -157,12 +172,3 @@ class MethodRunner:
         """The paired AR baseline on the same target and sample."""
         prompt = self.target_prompt(sample)
         return decode_ar(self.target, prompt, max_new, stop, self.temperature, sampler)
-
-    def draft_forward_stats(self) -> tuple[int, float]:
-        if self.drafter is None:
-            return 0, 0.0
-        return self.drafter.forwards, self.drafter.forward_s
-
-    def reset_stats(self) -> None:
-        if self.drafter is not None:
-            self.drafter.forwards, self.drafter.forward_s = 0, 0.0

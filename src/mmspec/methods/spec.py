@@ -42,7 +42,7 @@ class MethodSpec:
     @property
     def lossless(self) -> bool:
         """Whether the method preserves the target's output distribution (AR does)."""
-        return is_lossless(self.acceptance)
+        return is_lossless(self.acceptance, self.params)
 
     def columns(self) -> dict:
         """The typed columns every generate/score row carries (tables.METHOD_COLUMNS)."""

@@ -201,14 +201,17 @@ def _round_up(mb: float) -> int:
 
 def toy_config(spec: dict) -> dict:
     """The config.json of a toy model of `spec` (a `toy.models` entry), as far as its size
-    goes: mirrors models.toy_training.build_model (a ~70-word vocabulary)."""
-    width = spec["vision_hidden"]
+    goes: mirrors models.toy_training.build_model (a ~70-word vocabulary; an image generator's
+    adds its codes, and it has no vision tower)."""
     text = {
-        "vocab_size": 128,
+        "vocab_size": 128 + spec.get("codes", 0),
         "hidden_size": spec["hidden"],
         "intermediate_size": 2 * spec["hidden"],
         "num_hidden_layers": spec["layers"],
     }
+    if spec.get("kind") == "image_generator":
+        return text
+    width = spec["vision_hidden"]
     vision = {"hidden_size": width, "intermediate_size": 2 * width, "num_hidden_layers": 2}
     return {"text_config": text, "vision_config": {**vision, "patch_size": 8}}
 

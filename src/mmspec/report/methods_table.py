@@ -41,6 +41,8 @@ TABLE_COLUMNS = [
     "caption_s",
     "draft_visual_share",
 ]
+# Shown after `retention` in the sections of image generation (cells with an FID).
+IMAGE_COLUMNS = ["fid", "fid_retention"]
 TEXT_COLUMNS = {"label", "method", "hp", "views", "weights"}
 INT_COLUMNS = {"seed", "n_samples", "steps", "new_tokens"}
 # The columns that compare the cell's output with AR's.
@@ -93,7 +95,8 @@ document.addEventListener("DOMContentLoaded", function () {
 def render(cells: pd.DataFrame) -> str:
     """One row per cell; the best measured speedup in bold, non-lossless greedy cells in red."""
     best = cells["speedup"].max(skipna=True)
-    head = "".join(f"<th>{c}</th>" for c in TABLE_COLUMNS)
+    columns = table_columns(cells)
+    head = "".join(f"<th>{c}</th>" for c in columns)
     rows, bugs, lossy, noise = [], [], [], []
     for _, row in cells.iterrows():
         divergence = divergence_style(row)
@@ -108,7 +111,7 @@ def render(cells: pd.DataFrame) -> str:
         if within_noise(row) and not is_ar_row(row):
             noise.append(cell_name(row))
         cls = f" class='{' '.join(classes)}'" if classes else ""
-        tds = "".join(table_cell(row, column, divergence) for column in TABLE_COLUMNS)
+        tds = "".join(table_cell(row, column, divergence) for column in columns)
         rows.append(f"<tr{cls}>{tds}</tr>")
     table = (
         f"<table class='cells'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
@@ -119,6 +122,14 @@ def render(cells: pd.DataFrame) -> str:
         f"<div class='scroll'>{table}</div></div>"
     )
     return f"{box}{bug_note(bugs)}{lossy_note(lossy)}{noise_note(noise)}"
+
+
+def table_columns(cells: pd.DataFrame) -> list[str]:
+    """TABLE_COLUMNS, with the image metrics after retention when the cells generated images."""
+    if "fid" not in cells or cells["fid"].isna().all():
+        return TABLE_COLUMNS
+    at = TABLE_COLUMNS.index("retention") + 1
+    return [*TABLE_COLUMNS[:at], *IMAGE_COLUMNS, *TABLE_COLUMNS[at:]]
 
 
 def within_noise(row: pd.Series) -> bool:

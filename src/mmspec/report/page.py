@@ -11,7 +11,8 @@ renders (hover text and legend names), because plotly interprets a subset of HTM
 
 The page, top to bottom: a header with the table of contents, the metric definitions, one section
 per (dataset, pair) (its method table, speedup vs quality and tau vs gamma), then the sections of
-the modules below, each in its own module: block efficiency by dataset, acceptance by draft
+the modules below, each in its own module: image generation (FID vs tau, thumbnails), block
+efficiency by dataset, acceptance by draft
 position, tree methods side by side, ensemble weights over decoding, the cross-dataset summary.
 """
 
@@ -27,6 +28,7 @@ from plotly.offline import get_plotlyjs
 from mmspec.report import (
     acceptance,
     block_efficiency,
+    image_generation,
     methods_table,
     pareto,
     summary,
@@ -98,8 +100,13 @@ METRIC_DEFINITIONS = [
         "mean over the sample-turns that differ from AR of the first output position where they "
         "differ (empty when none differ or for sampling cells).",
     ),
-    ("quality", "the dataset's task metric."),
+    ("quality", "the dataset's task metric (image generation: CLIP score)."),
     ("retention", "quality / AR quality."),
+    (
+        "fid, fid_retention",
+        "image generation: FID of the cell's images against the dataset's reference images "
+        "(lower is better), and AR FID / FID.",
+    ),
     ("tokens_per_s", "emitted tokens / decode time."),
     (
         "prefill_s",
@@ -153,6 +160,7 @@ td.noise-cell { color: #777; }
 .figs { display: grid; grid-template-columns: repeat(auto-fill, minmax(480px, 1fr)); gap: 1rem; }
 .figs > * { min-width: 0; }
 .note { color: #666; font-style: italic; }
+td.thumbs img { image-rendering: pixelated; margin-right: 3px; vertical-align: middle; }
 input.filter { margin: 0.5rem 0 0; font-size: 0.85rem; width: 16rem; }
 table.cells th { cursor: pointer; user-select: none; }
 table.cells th[aria-sort=ascending]::after { content: " ▲"; }
@@ -202,6 +210,7 @@ def render_page(
     # (anchor, title, html) of each section in page order; "" for a section left out.
     sections = [
         *dataset_sections(cells, colors),
+        (image_generation.ANCHOR, image_generation.TITLE, image_generation.render(cells, colors)),
         (block_efficiency.ANCHOR, block_efficiency.TITLE, block_efficiency.render(cells)),
         (acceptance.ANCHOR, acceptance.TITLE, acceptance.render(cells, stats_by_cell, colors)),
         (trees.ANCHOR, trees.TITLE, trees.render(cells, stats_by_cell)),

@@ -41,6 +41,19 @@ def feature_network(ref: str) -> PooledFeatures:
     return PooledFeatures(AutoModelForImageClassification.from_pretrained(ref), pixels)
 
 
+def decode_pngs(pngs: list[bytes], where: str) -> np.ndarray:
+    """Encoded images of one size -> uint8 [N, H, W, 3]; `where` names their table in errors."""
+    import io
+
+    from PIL import Image
+
+    images = [np.asarray(Image.open(io.BytesIO(png)).convert("RGB")) for png in pngs]
+    sizes = sorted({i.shape for i in images})
+    if len(sizes) > 1:
+        raise ValueError(f"{where}: reference images of several sizes {sizes[:3]}; FID needs one")
+    return np.stack(images)
+
+
 def _channels_first(images: np.ndarray) -> torch.Tensor:
     images = np.asarray(images)
     if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:

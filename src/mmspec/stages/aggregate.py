@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 
 from mmspec.methods.registry import label
-from mmspec.tables import BLOCKS, CELLS, write_table
+from mmspec.tables import BLOCKS, CELLS, THUMBNAILS, write_table
 
 # Pooled over steps (the README's metric contracts): tau = new_tokens / steps, speedup = AR time
 # per emitted token / method time per emitted token (the prefill's first token is in neither).
@@ -48,6 +48,12 @@ SELECT
   avg(draft_visual_tokens) AS draft_visual_tokens,
   sum(draft_visual_tokens) / nullif(sum(target_visual_tokens), 0) AS draft_visual_share,
   avg(caption_s) AS caption_s,
+  any_value(fid) AS fid,
+  any_value(ar_fid) AS ar_fid,
+  any_value(ar_fid) / nullif(any_value(fid), 0) AS fid_retention,
+  -- a cell's rows all have an image (image generation) or none
+  CASE WHEN count(image_png) > 0
+    THEN list(image_png ORDER BY sample_id, turn)[1:$thumbnails] END AS thumbnails,
   any_value(device) AS device,
   -- the per-sample-turn timings the speedup pools, for its bootstrap interval (not written)
   list(ar_decode_s ORDER BY sample_id, turn) AS timing_ar_s,
@@ -101,7 +107,7 @@ def run(score_files: list[str], out: str, blocks_out: str, groups: dict | None =
         raise FileNotFoundError(f"score files missing: {missing[:5]}")
     con = duckdb.connect()
     files = {"files": list(score_files)}
-    table = con.execute(CELLS_SQL, files).to_arrow_table()
+    table = con.execute(CELLS_SQL, {**files, "thumbnails": THUMBNAILS}).to_arrow_table()
     # TABED eq. 1: tau / (k * c + 1) with k the draft forwards per step (gamma for a chain; the
     # drafted levels for a tree); AR has no draft, so its estimate is its tau (1).
     table = table.append_column("speedup_eq1", _eq1(table))

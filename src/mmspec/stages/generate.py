@@ -22,8 +22,10 @@ from mmspec.decoding.sampler import TorchSampler, seeded
 from mmspec.decoding.timing import describe_device, pick_device, versions
 from mmspec.decoding.views import Chat, ImageInput
 from mmspec.methods.components import DRAFTERS_WITH_MODEL
+from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import families, loading, visual
+from mmspec.models.image_generation import ImageGenerator
 from mmspec.stages.checkpoints import Checkpoints, job_key
 from mmspec.tables import CAPTIONS, PREPARED, SAMPLES, VISUAL, read_table, write_table
 
@@ -114,10 +116,103 @@ class ImageStore:
         return sum(self.caption_s.get(i, 0.0) for i in ids)
 
 
+class TextWork:
+    """A cell over prompts with images: the method runner and how a prepared row decodes."""
+
+    def __init__(self, params, prepared, target_visual, draft_visual, captions, device):
+        cell, pair, spec = params["cell"], params["pair"], params["cell"]["spec"]
+        with loading.about(pair["target"]):
+            processor = loading.load_processor(pair["target"])
+            target_model = loading.load_model(
+                pair["target"], device, pair["dtype"], device_map=pair.get("target_device_map")
+            )
+        self.tokenizer = tokenizer = loading.tokenizer_of(processor)
+        draft_model = draft_processor = None
+        if spec["drafter"] in DRAFTERS_WITH_MODEL:
+            with loading.about(pair["draft"]):
+                draft_model = loading.load_model(
+                    pair["draft"], loading.input_device(target_model), pair["dtype"]
+                )
+                draft_processor = loading.load_processor(pair["draft"])
+            check_shared_vocabulary(
+                f"pair {cell['pair']}", tokenizer, loading.tokenizer_of(draft_processor)
+            )
+        image_token = loading.image_token_of(processor)
+        self.runner = MethodRunner(
+            spec, target_model, draft_model, tokenizer, image_token, processor, draft_processor
+        )
+        self.stop = stop_tokens(target_model, tokenizer)
+        self.max_new = params["generation"]["max_new_tokens"]
+        self.target_store = ImageStore(target_visual)
+        self.draft_store = ImageStore(draft_visual, "P" in spec.get("views", ""), captions)
+        self.processor, self.prepared = processor, prepared
+        self.target_videos = reads_videos(target_model)
+        self.draft_videos = draft_model is not None and reads_videos(draft_model)
+        self.drafted = draft_model is not None
+
+    def sample(self, row: dict) -> Sample:
+        messages = json.loads(row["messages"])
+        builder = self.runner.target_ctx.builder
+        if builder is not None:  # the family's chat, videos as it reads them
+            text = builder.render(messages)
+        else:
+            shown = media.frames_as_images(messages)
+            text = self.processor.apply_chat_template(
+                shown, add_generation_prompt=True, tokenize=False
+            )
+        ids, pngs = row["image_ids"], dict(zip(row["image_ids"], row["images"], strict=True))
+        where = f"{self.prepared}: sample {row['sample_id']} turn {row['turn']}"
+        items = lambda videos: media.items(messages, ids, videos, where)  # noqa: E731
+        return Sample(
+            Chat(text, messages),
+            self.target_store.inputs(items(self.target_videos), pngs),
+            self.draft_store.inputs(items(self.draft_videos), pngs) if self.drafted else [],
+        )
+
+    def decode(self, sample: Sample, sampler):
+        return self.runner.decode(sample, self.max_new, self.stop, sampler)
+
+    def decode_ar(self, sample: Sample, sampler):
+        return self.runner.decode_ar(sample, self.max_new, self.stop, sampler)
+
+    def caption_s(self, row: dict) -> float:
+        return self.draft_store.captioning_s(row["image_ids"])
+
+
+class ImageWork:
+    """A cell of image generation: each prepared row's caption in, a grid of codes out, with
+    classifier-free guidance at `generation.cfg` on target and draft."""
+
+    def __init__(self, params, prepared, device):
+        pair, spec = params["pair"], params["cell"]["spec"]
+        with loading.about(pair["target"]):
+            target = ImageGenerator.load(pair["target"], device, pair["dtype"])
+        draft = None
+        if spec["drafter"] in DRAFTERS_WITH_MODEL:
+            with loading.about(pair["draft"]):
+                draft = ImageGenerator.load(pair["draft"], device, pair["dtype"])
+        self.runner = ImageMethodRunner(spec, target, draft, params["generation"]["cfg"])
+        self.tokenizer = target.tokenizer
+        self.prepared = prepared
+
+    def sample(self, row: dict):
+        where = f"{self.prepared}: sample {row['sample_id']}"
+        return self.runner.prompt(media.prompt_text(json.loads(row["messages"]), where))
+
+    def decode(self, prompt, sampler):
+        return self.runner.decode(prompt, sampler)
+
+    def decode_ar(self, prompt, sampler):
+        return self.runner.decode_ar(prompt, sampler)
+
+    def caption_s(self, row: dict) -> float:
+        return 0.0
+
+
 def run(
     params: dict,
     prepared: str,
-    target_visual: str,
+    target_visual: str | None,
     draft_visual: str | None,
     out: str,
     captions: str | None = None,
@@ -125,64 +220,25 @@ def run(
 ):
     """Decode every sample-turn of one cell into `out`; finished samples are checkpointed every
     `chunk` samples, and a rerun of the same job resumes after the last checkpoint."""
-    cell, pair = params["cell"], params["pair"]
-    spec, gen, timing = cell["spec"], params["generation"], params["timing"]
+    cell = params["cell"]
+    spec, timing = cell["spec"], params["timing"]
     torch.set_num_threads(timing["threads"])
     device = pick_device()
     rows = read_table(prepared, PREPARED).to_pylist()
     if not rows:
         raise ValueError(f"{prepared}: no samples to decode")
+    if params.get("task") == media.IMAGE_GENERATION:
+        work = ImageWork(params, prepared, device)
+    else:
+        if target_visual is None:
+            raise ValueError(f"cell {cell['dataset']}: a visual cache of the target is needed")
+        work = TextWork(params, prepared, target_visual, draft_visual, captions, device)
+    runner = work.runner
 
-    with loading.about(pair["target"]):
-        processor = loading.load_processor(pair["target"])
-        target_model = loading.load_model(
-            pair["target"], device, pair["dtype"], device_map=pair.get("target_device_map")
-        )
-    tokenizer = loading.tokenizer_of(processor)
-    draft_model = draft_processor = None
-    if spec["drafter"] in DRAFTERS_WITH_MODEL:
-        with loading.about(pair["draft"]):
-            draft_model = loading.load_model(
-                pair["draft"], loading.input_device(target_model), pair["dtype"]
-            )
-            draft_processor = loading.load_processor(pair["draft"])
-        check_shared_vocabulary(
-            f"pair {cell['pair']}", tokenizer, loading.tokenizer_of(draft_processor)
-        )
-    image_token = loading.image_token_of(processor)
-    runner = MethodRunner(
-        spec, target_model, draft_model, tokenizer, image_token, processor, draft_processor
-    )
-    stop = stop_tokens(target_model, tokenizer)
-    target_store = ImageStore(target_visual)
-    draft_store = ImageStore(draft_visual, "P" in spec.get("views", ""), captions)
-
-    builder = runner.target_ctx.builder
-    target_videos = reads_videos(target_model)
-    draft_videos = draft_model is not None and reads_videos(draft_model)
-
-    def sample_of(row: dict) -> Sample:
-        messages = json.loads(row["messages"])
-        if builder is not None:  # the family's chat, videos as it reads them
-            text = builder.render(messages)
-        else:
-            shown = media.frames_as_images(messages)
-            text = processor.apply_chat_template(shown, add_generation_prompt=True, tokenize=False)
-        ids, pngs = row["image_ids"], dict(zip(row["image_ids"], row["images"], strict=True))
-        where = f"{prepared}: sample {row['sample_id']} turn {row['turn']}"
-        return Sample(
-            Chat(text, messages),
-            target_store.inputs(media.items(messages, ids, target_videos, where), pngs),
-            draft_store.inputs(media.items(messages, ids, draft_videos, where), pngs)
-            if draft_model is not None
-            else [],
-        )
-
-    max_new = gen["max_new_tokens"]
     for row in rows[: timing["warmup_samples"]]:
-        sample = sample_of(row)
-        runner.decode(sample, max_new, stop, sample_sampler(cell["seed"], "warmup", 0, "m"))
-        runner.decode_ar(sample, max_new, stop, sample_sampler(cell["seed"], "warmup", 0, "ar"))
+        sample = work.sample(row)
+        work.decode(sample, sample_sampler(cell["seed"], "warmup", 0, "m"))
+        work.decode_ar(sample, sample_sampler(cell["seed"], "warmup", 0, "ar"))
     runner.reset_stats()
 
     chunk = chunk or CHUNK
@@ -195,15 +251,11 @@ def run(
     )
     for i in range(len(records), len(rows)):
         row = rows[i]
-        sample = sample_of(row)
+        sample = work.sample(row)
         key = (cell["seed"], row["sample_id"], row["turn"])
         runs = {
-            "ar": lambda s=sample, k=key: runner.decode_ar(
-                s, max_new, stop, sample_sampler(*k, "ar")
-            ),
-            "method": lambda s=sample, k=key: runner.decode(
-                s, max_new, stop, sample_sampler(*k, "method")
-            ),
+            "ar": lambda s=sample, k=key: work.decode_ar(s, sample_sampler(*k, "ar")),
+            "method": lambda s=sample, k=key: work.decode(s, sample_sampler(*k, "method")),
         }
         order = ["ar", "method"] if i % 2 == 0 else ["method", "ar"]
         done = {name: runs[name]() for name in order}
@@ -211,7 +263,7 @@ def run(
         chunk_ar["ar_decode_s"] += ar.decode_s
         chunk_ar["ar_forwards"] += len(ar.steps)
         records.append(_record(row, result, ar, runner))
-        records[-1]["caption_s"] = draft_store.captioning_s(row["image_ids"])
+        records[-1]["caption_s"] = work.caption_s(row)
         progress.update()
         if len(records) - chunk_start == chunk or len(records) == len(rows):
             forwards, forward_s = runner.draft_forward_stats()
@@ -240,7 +292,9 @@ def run(
         **runner.method.columns(),
     }
     for record in records:
-        record["output_text"] = tokenizer.decode(record["output_ids"], skip_special_tokens=True)
+        record["output_text"] = work.tokenizer.decode(
+            record["output_ids"], skip_special_tokens=True
+        )
         record.update(job)
     write_table(pa.Table.from_pylist(records, schema=SAMPLES), out, SAMPLES)
     checkpoints.clear()

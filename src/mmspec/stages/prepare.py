@@ -12,11 +12,14 @@ def run(name: str, spec: dict, out: str, toy_seed: int) -> int:
     if spec["source"] == "toy":
         from mmspec.data import toyworld
 
-        if name not in toyworld.DATASETS:
-            raise ValueError(
-                f"datasets.{name}: no toy scenario of that name; known: {sorted(toyworld.DATASETS)}"
-            )
-        rows = toyworld.generate_dataset(name, spec["samples"], spec.get("seed", toy_seed))
+        seed = spec.get("seed", toy_seed)
+        if name == toyworld.IMAGEGEN:
+            rows = toyworld.generate_imagegen_dataset(spec["samples"], seed)
+        elif name in toyworld.DATASETS:
+            rows = toyworld.generate_dataset(name, spec["samples"], seed)
+        else:
+            known = sorted([*toyworld.DATASETS, toyworld.IMAGEGEN])
+            raise ValueError(f"datasets.{name}: no toy scenario of that name; known: {known}")
         write_table(pa.Table.from_pylist(rows, schema=PREPARED), out, PREPARED)
         return len(rows)
     from mmspec.data.hf import prepare_hf

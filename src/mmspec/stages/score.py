@@ -3,12 +3,17 @@
 Greedy cells are compared with the AR cell token for token. For a lossless acceptance rule a
 difference is a failure (`lossless` false); for a lossy rule it is expected, so `lossless` stays
 null and the first divergence and the quality retention tell how far it strayed.
+
+Image generation (metric `image`) decodes the codes of the cell and of its AR cell with the
+target's VQ decoder; quality is each image's CLIP score against its caption, and FID compares
+each cell's images with the dataset's reference images.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
+from mmspec.data import toyworld
 from mmspec.scoring.lossless import first_divergence
 from mmspec.scoring.task_quality import quality
 from mmspec.tables import METHOD_COLUMNS, PREPARED, SAMPLES, SCORES, read_table, write_table
@@ -17,7 +22,19 @@ from mmspec.tables import METHOD_COLUMNS, PREPARED, SAMPLES, SCORES, read_table,
 STEP_COLUMNS = ("step_drafted", "step_accepted", "step_weights", "step_depth", "step_width")
 
 
-def run(samples: str, ar_samples: str, prepared: str, metric: str, out: str) -> None:
+IMAGE_METRIC = "image"  # FID and CLIP score of generated images
+
+
+def run(
+    samples: str,
+    ar_samples: str,
+    prepared: str,
+    metric: str,
+    out: str,
+    image_models: dict | None = None,
+) -> None:
+    """Score one cell; `image_models` names the generator (its VQ decoder), FID's feature
+    network and the CLIP model (`generator`, `fid_features`, `clip`) for metric `image`."""
     rows = read_table(samples, SAMPLES).to_pylist()
     ar_rows = {(r["sample_id"], r["turn"]): r for r in read_table(ar_samples, SAMPLES).to_pylist()}
     refs = {(r["sample_id"], r["turn"]): r for r in read_table(prepared, PREPARED).to_pylist()}
@@ -50,12 +67,44 @@ def run(samples: str, ar_samples: str, prepared: str, metric: str, out: str) -> 
                 "caption_s": row["caption_s"],
                 "lossless": (divergence is None) if checked else None,
                 "first_divergence": divergence,
-                "quality": quality(
-                    metric, ref["scenario"], row["turn"], row["output_text"], ref["reference"]
-                ),
-                "ar_quality": quality(
-                    metric, ref["scenario"], row["turn"], ar["output_text"], ref["reference"]
-                ),
             }
         )
+        if metric != IMAGE_METRIC:
+            args = (metric, ref["scenario"], row["turn"])
+            records[-1]["quality"] = quality(*args, row["output_text"], ref["reference"])
+            records[-1]["ar_quality"] = quality(*args, ar["output_text"], ref["reference"])
+    if metric == IMAGE_METRIC:
+        if not image_models:
+            raise ValueError(f"{samples}: metric {IMAGE_METRIC!r} needs the image models")
+        keys = [(r["sample_id"], r["turn"]) for r in rows]
+        paired = [ar_rows[k] for k in keys], [refs[k] for k in keys]
+        _score_images(records, rows, *paired, image_models, (samples, ar_samples, prepared))
     write_table(pa.Table.from_pylist(records, schema=SCORES), out, SCORES)
+
+
+def _score_images(records, rows, ar_rows, refs, models, paths) -> None:
+    """CLIP score per image and FID per cell, for the cell's rows and their AR rows."""
+    from mmspec.models.image_generation import ImageGenerator
+    from mmspec.models.loading import resolve_ref
+    from mmspec.scoring import image_metrics
+
+    samples, ar_samples, prepared = paths
+    decoder = ImageGenerator.decoder_of(models["generator"])
+    images = decoder.images([r["output_ids"] for r in rows], samples)
+    ar_images = decoder.images([r["output_ids"] for r in ar_rows], ar_samples)
+    references = image_metrics.decode_pngs([r["images"][0] for r in refs], prepared)
+    captions = [r["reference"] for r in refs]
+    features = image_metrics.feature_network(resolve_ref(models["fid_features"]))
+    scorer = image_metrics.clip_scorer(resolve_ref(models["clip"]))
+    fid = image_metrics.fid(references, images, features)
+    ar_fid = image_metrics.fid(references, ar_images, features)
+    clips = image_metrics.clip_score(images, captions, scorer)
+    ar_clips = image_metrics.clip_score(ar_images, captions, scorer)
+    for record, image, clip, ar_clip in zip(records, images, clips, ar_clips, strict=True):
+        record.update(
+            quality=clip,
+            ar_quality=ar_clip,
+            fid=fid,
+            ar_fid=ar_fid,
+            image_png=toyworld.png_bytes(image),
+        )

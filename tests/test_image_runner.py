@@ -1,0 +1,51 @@
+"""Image-generation cells' runner and model adapter: codebooks must match, views are M, and
+what is not an image generator (or not a code grid) is named."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mmspec.methods.image_runner import ImageMethodRunner
+from mmspec.methods.registry import resolve
+from mmspec.models.image_generation import ImageGenerator
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def generators(imagegen_dirs):
+    return [ImageGenerator.load(str(d), CPU) for d in imagegen_dirs]
+
+
+def test_a_draft_with_another_codebook_is_refused(generators):
+    target, draft = generators  # the draft's VQ was fitted with another seed
+    assert target.shares_codes_with(target) and not target.shares_codes_with(draft)
+    with pytest.raises(ValueError, match="codes or codebook differ"):
+        ImageMethodRunner(resolve("sd_chain", {}), target, draft, 3.0)
+
+
+def test_views_other_than_m_are_refused(generators):
+    target = generators[0]
+    with pytest.raises(ValueError, match=r"views 'T'.*caption"):
+        ImageMethodRunner(resolve("sd_chain", {"views": "T"}), target, target, 3.0)
+
+
+def test_greedy_sd_with_the_target_as_draft_accepts_every_code(generators):
+    target = generators[0]
+    runner = ImageMethodRunner(resolve("sd_chain", {"gamma": 4}), target, target, 3.0)
+    prompt = runner.prompt("a red circle top left .")
+    sd, ar = runner.decode(prompt, None), runner.decode_ar(prompt, None)
+    assert sd.tokens == ar.tokens and len(ar.tokens) == target.grid
+    assert all(s.accepted == s.drafted for s in sd.steps[:-1])  # its own argmax every time
+
+
+def test_not_a_generator_or_not_a_grid_is_named(generators, tmp_path, imagegen_dirs):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match="not an image generator"):
+        ImageGenerator.load(str(tmp_path), CPU)
+    decoder = ImageGenerator.decoder_of(str(imagegen_dirs[0]))
+    start, _ = decoder.meta.code_range
+    with pytest.raises(ValueError, match=r"samples.parquet: row 1 is not a grid of 64"):
+        decoder.images([[start] * 64, [start] * 63], "samples.parquet")
+    assert decoder.images([[start] * 64], "x").shape == (1, 32, 32, 3)

@@ -72,6 +72,23 @@ def test_toy_presets_hold_each_papers_full_toy_study():
                           "toy_video"}
     assert all(methods == TREES for methods in found.values())
     assert {c.pair for c in trees} == {"toy_vdraft"}
+    lantern = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_lantern.yaml"))
+    assert {(c.dataset, c.pair) for c in lantern} == {("toy_imagegen", "toy_image")}
+    grid = {
+        (c.spec["temperature"], c.spec["lantern_k"], c.spec["lantern_delta"])
+        for c in lantern
+        if c.spec["method"] == "lantern"
+    }
+    assert {(k, d) for t, k, d in grid if t == 0} == {
+        (k, d) for k in (4, 16, 64) for d in (0.0, 0.05, 0.1, 0.2, 0.4)
+    }
+    assert {(k, d) for t, k, d in grid if t == 1} == {
+        (k, d) for k in (4, 16, 64) for d in (0.05, 0.1, 0.2, 0.4)
+    }
+    ablations = {c.spec["method"] for c in lantern} & {
+        "lantern_cosine", "lantern_random", "lantern_jsd", "lantern_tree", "sd_chain"
+    }
+    assert len(ablations) == 5
 
 
 def test_grid_expands_to_cartesian_product():

@@ -40,12 +40,12 @@ def test_greedy_sd_with_the_target_as_draft_accepts_every_code(generators):
     assert all(s.accepted == s.drafted for s in sd.steps[:-1])  # its own argmax every time
 
 
-def test_not_a_generator_or_not_a_grid_is_named(generators, tmp_path, imagegen_dirs):
+def test_not_a_generator_or_not_a_grid_is_named(generators, tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="not an image generator"):
         ImageGenerator.load(str(tmp_path), CPU)
-    decoder = ImageGenerator.decoder_of(str(imagegen_dirs[0]))
-    start, _ = decoder.meta.code_range
+    target = generators[0]
+    start, _ = target.code_range
     with pytest.raises(ValueError, match=r"samples.parquet: row 1 is not a grid of 64"):
-        decoder.images([[start] * 64, [start] * 63], "samples.parquet")
-    assert decoder.images([[start] * 64], "x").shape == (1, 32, 32, 3)
+        target.images([[start] * 64, [start] * 63], "samples.parquet")
+    assert target.images([[start] * 64], "x").shape == (1, 32, 32, 3)

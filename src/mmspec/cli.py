@@ -17,9 +17,9 @@ def _json(text: str) -> dict:
 
 
 def _families() -> list[str]:
-    from mmspec.models.families import FAMILIES
+    from mmspec.models.families import FAMILIES, IMAGE_GENERATORS
 
-    return list(FAMILIES)
+    return [*FAMILIES, *IMAGE_GENERATORS]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--vq-from", default=None, help="janus: take the VQ model of this saved one (a draft's)"
+    )
 
     p = sub.add_parser(
         "stand-in-datasets",
@@ -245,7 +248,10 @@ def run(args: argparse.Namespace) -> None:
     elif args.stage == "tiny-model":
         from mmspec.models import tiny
 
-        out = tiny.save(args.family, args.out, args.hidden, args.layers, args.seed)
+        if args.family == "janus":
+            out = tiny.save_janus(args.out, args.hidden, args.layers, args.seed, args.vq_from)
+        else:
+            out = tiny.save(args.family, args.out, args.hidden, args.layers, args.seed)
         print(f"saved a tiny random {args.family} model -> {out}", file=sys.stderr)
     elif args.stage == "stand-in-datasets":
         from mmspec import config

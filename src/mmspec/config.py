@@ -435,6 +435,8 @@ def _check_model_files(name: str, pair: dict) -> None:
         if folder is None:
             continue  # trained by the workflow, or downloaded by the job
         model_config = json.loads((folder / "config.json").read_text())
+        if families.generates_images(model_config):
+            continue  # read by models.image_generation, not a VLM family
         try:
             families.check_config_dict(model_config, ref)
         except ValueError as e:
@@ -658,9 +660,15 @@ TOY_KIND_KEYS["captioner"] |= {"grounding_steps", "text_scenarios"}
 CODEBOOK_KEYS = ("codes", "patch", "vq_images")
 
 
-def toy_kind(config: dict, ref: str) -> str | None:
-    """The kind of the toy model a reference names (None: not a toy model)."""
+def model_kind(config: dict, ref: str) -> str | None:
+    """The kind of model a reference names: a toy recipe's kind; for a real model whose files
+    are here, "image_generator" if it generates images (Janus), else None (as for one not yet
+    downloaded)."""
     if not ref.startswith(TOY_PREFIX):
+        folder = families.local_files(ref)
+        if folder is not None:
+            if families.generates_images(json.loads((folder / "config.json").read_text())):
+                return "image_generator"
         return None
     return config["toy"]["models"][ref[len(TOY_PREFIX) :]].get("kind", "captioner")
 
@@ -677,7 +685,8 @@ def _check_toy_kinds(config: dict) -> None:
                 f"config key toy.models.{name}.{stray[0]}: not read by a {kind!r} recipe"
             )
     for name, pair in config["pairs"].items():
-        kinds = {role: toy_kind(config, pair[role]) for role in ("target", "draft") if role in pair}
+        roles = [role for role in ("target", "draft") if role in pair]
+        kinds = {role: model_kind(config, pair[role]) for role in roles}
         for role, kind in kinds.items():
             if kind in ("fid_features", "clip"):
                 raise ConfigError(
@@ -690,8 +699,9 @@ def _check_toy_kinds(config: dict) -> None:
                 f"config key pairs.{name}: an image generator pairs only with another (target "
                 f"and draft share a vocabulary of image codes), got {kinds}"
             )
-        if len(generators) == 2:
-            specs = [config["toy"]["models"][pair[r][len(TOY_PREFIX) :]] for r in generators]
+        toys = [r for r in generators if pair[r].startswith(TOY_PREFIX)]
+        if len(toys) == 2:  # (real generators' codebooks are compared when a job loads them)
+            specs = [config["toy"]["models"][pair[r][len(TOY_PREFIX) :]] for r in toys]
             for key in CODEBOOK_KEYS:
                 if specs[0][key] != specs[1][key]:
                     raise ConfigError(
@@ -699,7 +709,7 @@ def _check_toy_kinds(config: dict) -> None:
                         f"but their {key} differ ({specs[0][key]} and {specs[1][key]})"
                     )
     captioner = config.get("captioner")
-    if captioner and toy_kind(config, captioner["model"]) not in (None, "captioner"):
+    if captioner and model_kind(config, captioner["model"]) not in (None, "captioner"):
         raise ConfigError(
             f"config key captioner.model: {captioner['model']!r} is not a captioning model"
         )
@@ -712,14 +722,14 @@ def _check_codebook_rule(config: dict, cell) -> None:
     if rule not in CODEBOOK_RULES:
         return
     target = config["pairs"][cell.pair]["target"]
-    kind = toy_kind(config, target)
+    kind = model_kind(config, target)
     where = f"config key methods.{cell.method}"
     if kind is not None and kind != "image_generator":
         raise ConfigError(
             f"{where}: acceptance {rule!r} relaxes over the target's VQ codebook, but pair "
             f"{cell.pair!r}'s target {target!r} is a {kind!r} with none"
         )
-    if kind == "image_generator":
+    if kind == "image_generator" and target.startswith(TOY_PREFIX):
         codes = config["toy"]["models"][target[len(TOY_PREFIX) :]]["codes"]
         if cell.spec["lantern_k"] >= codes:
             raise ConfigError(
@@ -741,7 +751,7 @@ def _check_task(config: dict, cell) -> None:
     """Image-generation datasets go to image generators, and image generators only get them."""
     target = config["pairs"][cell.pair]["target"]
     images = dataset_task(config, cell.dataset) == IMAGE_GENERATION
-    kind = toy_kind(config, target)
+    kind = model_kind(config, target)
     if images and kind not in (None, "image_generator"):
         raise ConfigError(
             f"config key sweep: dataset {cell.dataset!r} asks for images, and pair "
@@ -780,8 +790,8 @@ def _check_image_metrics(config: dict) -> None:
                 f"config key image_metrics.{key}: {ref!r} names no model under toy.models "
                 f"(known: {sorted(config['toy']['models'])})"
             )
-        if toy_kind(config, ref) != key:
+        if model_kind(config, ref) != key:
             raise ConfigError(
-                f"config key image_metrics.{key}: {ref!r} is a {toy_kind(config, ref)!r} "
+                f"config key image_metrics.{key}: {ref!r} is a {model_kind(config, ref)!r} "
                 f"recipe, not a {key!r} one"
             )

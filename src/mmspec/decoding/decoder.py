@@ -117,9 +117,12 @@ class Decoder:
     stay aligned and `keep`/`truncate` act on all of them alike.
     """
 
-    def __init__(self, model, lean: bool = True):
+    def __init__(self, model, lean: bool = True, parts: tuple | None = None):
+        """`parts`: (stack, output head, token embedding) in place of `language_parts(model)`,
+        for a model that decodes another vocabulary through heads of its own (Janus's image
+        codes); the embedding must have a `weight` (where inputs go)."""
         self.model = model
-        self.stack, self.lm_head, self.embed = language_parts(model)
+        self.stack, self.lm_head, self.embed = parts or language_parts(model)
         # transformers' forward for what the lean one does not cover (or `lean=False`)
         self.lean = LeanStack(self.stack) if lean and supports(model, self.stack) else None
         self.window = sliding_window(self.stack.config)  # (window, every layer slides)

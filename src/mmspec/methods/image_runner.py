@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import torch
 
 from mmspec.decoding.acceptance import make_rule
-from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.guidance import GuidedDecoder
 from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
@@ -44,7 +43,7 @@ class ImageMethodRunner(DraftCounters):
         self.method = MethodSpec.parse(spec)
         self.temperature = self.method.temperature
         self.generator = target
-        self.target = GuidedDecoder(Decoder(target.model), cfg, target.code_range)
+        self.target = GuidedDecoder(target.decoder(), cfg, target.code_range)
         self.drafter = None
         self.draft = draft
         if spec["drafter"] == "model":
@@ -60,10 +59,9 @@ class ImageMethodRunner(DraftCounters):
                     "the draft generator's codes or codebook differ from the target's: "
                     "speculative decoding compares code ids"
                 )
-            decoder = GuidedDecoder(Decoder(draft.model), cfg, draft.code_range)
-            vocab = draft.model.get_output_embeddings().out_features
+            decoder = GuidedDecoder(draft.decoder(), cfg, draft.code_range)
             self.drafter = ModelDrafter(
-                decoder, self.temperature, make_policy(spec, vocab), int(spec["window"])
+                decoder, self.temperature, make_policy(spec, draft.vocab), int(spec["window"])
             )
             self.policy = make_tree_policy(spec)
             self.rule = make_rule(spec, codebook=target.codebook())
@@ -77,14 +75,8 @@ class ImageMethodRunner(DraftCounters):
         return self.generator.grid
 
     def prompt(self, caption: str) -> ImagePrompt:
-        pair = self.generator.prompts(caption)
-
-        def embed(decoder: GuidedDecoder) -> list[torch.Tensor]:
-            ids = [torch.tensor(p, device=decoder.device) for p in pair]
-            return [decoder.embed(i).detach() for i in ids]
-
-        draft = embed(self.drafter.decoder) if self.drafter is not None else []
-        return ImagePrompt(caption, embed(self.target), draft)
+        draft = self.draft.prompt_embeds(caption) if self.drafter is not None else []
+        return ImagePrompt(caption, self.generator.prompt_embeds(caption), draft)
 
     def decode(self, prompt: ImagePrompt, sampler) -> Generation:
         """One image's codes with this method."""

@@ -59,6 +59,16 @@ def check_config(config, what: str) -> Family | None:
     return check_config_dict(config.to_dict() if hasattr(config, "to_dict") else config, what)
 
 
+# Families that generate images (models.image_generation reads them), not answers: image
+# generation cells only, with no visual prompt to cache.
+IMAGE_GENERATORS = ("janus",)
+
+
+def generates_images(config: dict) -> bool:
+    """Whether a config.json (as a dict) is an image generator's."""
+    return config.get("model_type") in IMAGE_GENERATORS
+
+
 def check_config_dict(config: dict, what: str) -> Family | None:
     """As check_config, for a config.json read as a dict (no transformers import)."""
     if "vision_config" not in config:

@@ -1,85 +1,210 @@
 """Image generators: visual autoregressive models that write an image as a grid of VQ codes.
 
-What an image-generation cell needs from such a model, whatever its family: the causal LM that
-predicts the codes, the (conditional, unconditional) prompt pair of a caption for classifier-free
-guidance, the vocabulary ids of the codes, the grid length, the codebook (LANTERN's latent
-space) and the decoder from codes to pixels. The toy world's generators (`toy_imagegen`) are
-read here; a real family joins as another `load` branch reading the model's own quantizer.
+What an image-generation cell needs from such a model, whatever its family: a `Decoder` over the
+codes (language stack, code head, code embedding), the (conditional, unconditional) prompt pair
+of a caption for classifier-free guidance, the ids of the codes, the grid length, the codebook
+(LANTERN's latent space) and the decoder from codes to pixels. Two families:
+
+- the toy world's generators (`toy_imagegen`): a Llama whose vocabulary holds the codes, with a
+  patch VQ tokenizer saved beside it;
+- Janus / Janus-Pro (transformers' `JanusForConditionalGeneration`, image generation mode): the
+  language model reads the prompt through its text embeddings and each code through
+  `generation_embeddings` + `generation_aligner`, predicts codes with `generation_head`, and
+  decodes them with its VQ model, whose quantizer holds the codebook. The unconditional row is
+  the prompt with every token but BOS and begin-of-image replaced by padding, as transformers'
+  `generate(generation_mode="image")` builds it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from mmspec.decoding.decoder import Decoder
 from mmspec.models import loading, toy_imagegen
 from mmspec.models.vq import PatchVQ
 
+JANUS = "janus"  # model_type of transformers' Janus config
+JANUS_BOI = "<begin_of_image>"
 
-@dataclass
+
 class ImageGenerator:
-    model: torch.nn.Module
-    tokenizer: object
-    meta: toy_imagegen.ImageGenMeta
-    vq: PatchVQ
+    """A loaded image generator; `load` picks the family from the folder."""
 
-    @classmethod
-    def load(cls, ref: str, device: torch.device, dtype: str = "float32") -> ImageGenerator:
+    model: torch.nn.Module
+    grid: int  # codes per image: the fixed length of every generation
+    code_range: tuple[int, int]  # logit ids [start, stop) of the codes
+
+    @staticmethod
+    def load(ref: str, device: torch.device, dtype: str = "float32") -> ImageGenerator:
         """The generator `ref` names (HF id, folder or `toy:<name>`) on `device`."""
         path = loading.resolve_ref(ref)
-        if not (Path(path) / toy_imagegen.META).exists():
-            raise ValueError(
-                f"{ref}: not an image generator mmspec reads (a toy image generator's folder, "
-                f"with {toy_imagegen.META} and its VQ codebook); real visual AR families are not "
-                "wired in yet"
-            )
-        model = loading.load_model(ref, device, dtype)
-        tokenizer = loading.tokenizer_of(loading.load_processor(ref))
-        return cls(model, tokenizer, toy_imagegen.ImageGenMeta.load(path), PatchVQ.load(path))
+        if (Path(path) / toy_imagegen.META).exists():
+            return ToyGenerator(ref, path, device, dtype)
+        if _model_type(path) == JANUS:
+            return JanusGenerator(ref, device, dtype)
+        raise ValueError(
+            f"{ref}: not an image generator mmspec reads: a toy image generator's folder (with "
+            f"{toy_imagegen.META} and its VQ codebook) or a Janus model (model_type {JANUS!r})"
+        )
 
-    @classmethod
-    def decoder_of(cls, ref: str) -> ImageDecoder:
-        """Only the codes-to-pixels part of generator `ref` (for scoring, without the LM)."""
-        path = loading.resolve_ref(ref)
-        return ImageDecoder(toy_imagegen.ImageGenMeta.load(path), PatchVQ.load(path))
+    def decoder(self) -> Decoder:
+        """A fresh `Decoder` whose logits are the codes' (and its embedding the codes')."""
+        raise NotImplementedError
 
-    @property
-    def grid(self) -> int:
-        """Codes per image: the fixed length of every generation."""
-        return self.meta.grid
-
-    @property
-    def code_range(self) -> tuple[int, int]:
-        return self.meta.code_range
+    @torch.inference_mode()
+    def prompt_embeds(self, caption: str) -> list[torch.Tensor]:
+        """The (conditional, unconditional) prompt embeddings [L, H] of a caption."""
+        embed = self.model.get_input_embeddings()
+        device = embed.weight.device
+        return [embed(torch.tensor(ids, device=device)) for ids in self.prompts(caption)]
 
     def prompts(self, caption: str) -> list[list[int]]:
-        """The (conditional, unconditional) prompt ids of a caption."""
+        raise NotImplementedError
+
+    def codebook(self) -> tuple[torch.Tensor, int]:
+        """(code vectors [codes, dim], logit id of code 0): LANTERN's latent space."""
+        raise NotImplementedError
+
+    def images(self, codes: list[list[int]], where: str) -> np.ndarray:
+        """Generated ids (one list per image) -> uint8 images [N, H, W, 3]; `where` names the
+        table they come from in the error for an id that is no code, or a short grid."""
+        start, stop = self.code_range
+        for i, ids in enumerate(codes):
+            if len(ids) != self.grid or not all(start <= t < stop for t in ids):
+                raise ValueError(
+                    f"{where}: row {i} is not a grid of {self.grid} image codes (ids "
+                    f"{start}..{stop - 1}); was it generated by this model?"
+                )
+        return self._pixels(torch.tensor(codes, dtype=torch.long) - start)
+
+    def _pixels(self, codes: torch.Tensor) -> np.ndarray:
+        raise NotImplementedError
+
+    @property
+    def vocab(self) -> int:
+        """Width of the decoder's logits."""
+        raise NotImplementedError
+
+    def shares_codes_with(self, other: ImageGenerator) -> bool:
+        """Whether `other` writes the same codes (so a draft's ids mean the target's)."""
+        mine, theirs = self.codebook(), other.codebook()
+        return (
+            type(self) is type(other)
+            and (self.grid, self.code_range) == (other.grid, other.code_range)
+            and mine[1] == theirs[1]
+            and torch.equal(mine[0].cpu(), theirs[0].cpu())
+        )
+
+
+def _model_type(path: str) -> str | None:
+    folder = Path(path)
+    if (folder / "config.json").exists():
+        return json.loads((folder / "config.json").read_text()).get("model_type")
+    from transformers import AutoConfig  # a hub id: its config from the cache or the hub
+
+    return AutoConfig.from_pretrained(path).model_type
+
+
+class ToyGenerator(ImageGenerator):
+    """The toy world's generator: codes are tokens `<c{i}>` of the Llama's own vocabulary."""
+
+    def __init__(self, ref: str, path: str, device: torch.device, dtype: str):
+        self.model = loading.load_model(ref, device, dtype)
+        self.tokenizer = loading.tokenizer_of(loading.load_processor(ref))
+        self.meta = toy_imagegen.ImageGenMeta.load(path)
+        self.vq = PatchVQ.load(path)
+        self.grid, self.code_range = self.meta.grid, self.meta.code_range
+
+    def decoder(self) -> Decoder:
+        return Decoder(self.model)
+
+    def prompts(self, caption: str) -> list[list[int]]:
         return self.meta.guided_prompts(self.tokenizer, caption)
 
     def codebook(self) -> tuple[torch.Tensor, int]:
-        """(code vectors [codes, dim], vocabulary id of code 0): LANTERN's latent space."""
         return self.vq.codebook, self.meta.code_offset
 
-    def shares_codes_with(self, other: ImageGenerator) -> bool:
-        return self.meta == other.meta and torch.equal(self.vq.codebook, other.vq.codebook)
+    def _pixels(self, codes: torch.Tensor) -> np.ndarray:
+        return self.vq.decode(codes)
+
+    @property
+    def vocab(self) -> int:
+        return self.model.get_output_embeddings().out_features
 
 
-@dataclass
-class ImageDecoder:
-    meta: toy_imagegen.ImageGenMeta
-    vq: PatchVQ
+class _CodeEmbedding(torch.nn.Module):
+    """Janus's input embedding of image codes: `generation_embeddings`, then the aligner."""
 
-    def images(self, codes: list[list[int]], where: str) -> np.ndarray:
-        """Generated token ids (one list per image) -> uint8 images [N, H, W, 3]; `where` names
-        the table they come from in the error for a token that is no code or a short grid."""
-        start, stop = self.meta.code_range
-        for i, ids in enumerate(codes):
-            if len(ids) != self.meta.grid or not all(start <= t < stop for t in ids):
-                raise ValueError(
-                    f"{where}: row {i} is not a grid of {self.meta.grid} image codes (ids "
-                    f"{start}..{stop - 1}); was it generated by this model?"
-                )
-        return self.vq.decode(torch.tensor(codes, dtype=torch.long) - self.meta.code_offset)
+    def __init__(self, janus):
+        super().__init__()
+        self.table, self.aligner = janus.generation_embeddings, janus.generation_aligner
+        self.weight = self.table.weight  # where inputs go (Decoder.device)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.aligner(self.table(ids))
+
+
+class JanusGenerator(ImageGenerator):
+    """Janus / Janus-Pro in image generation mode (see the module docstring)."""
+
+    def __init__(self, ref: str, device: torch.device, dtype: str):
+        from transformers import AutoTokenizer, JanusForConditionalGeneration
+
+        path = loading.resolve_ref(ref)
+        model = JanusForConditionalGeneration.from_pretrained(path, dtype=getattr(torch, dtype))
+        self.model = model.to(device).eval()
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.codes = model.config.vq_config.num_embeddings
+        self.grid = model.config.vision_config.num_image_tokens
+        self.code_range = (0, self.codes)
+        generation = model.generation_config
+        boi = (getattr(generation, "generation_kwargs", None) or {}).get("boi_token_id")
+        self.boi = boi if boi is not None else self.tokenizer.convert_tokens_to_ids(JANUS_BOI)
+        self.bos = generation.bos_token_id or self.tokenizer.bos_token_id
+        self.pad = generation.pad_token_id or self.tokenizer.pad_token_id
+        if None in (self.boi, self.bos, self.pad) or self.boi == self.tokenizer.unk_token_id:
+            raise ValueError(
+                f"{ref}: a Janus image generator needs BOS, padding and {JANUS_BOI} token ids "
+                f"(generation_config.generation_kwargs.boi_token_id); got bos {self.bos}, pad "
+                f"{self.pad}, begin-of-image {self.boi}"
+            )
+
+    def decoder(self) -> Decoder:
+        janus = self.model.model
+        parts = (janus.language_model, janus.generation_head, _CodeEmbedding(janus))
+        return Decoder(self.model, parts=parts)
+
+    def prompts(self, caption: str) -> list[list[int]]:
+        """`<bos>` + the caption as a user turn of the chat template (if any) + begin-of-image;
+        unconditional: padding in place of every other token."""
+        if self.tokenizer.chat_template:
+            messages = [{"role": "user", "content": caption}]
+            text = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False
+            )
+            ids = self.tokenizer.encode(text, add_special_tokens=False)
+        else:
+            ids = self.tokenizer.encode(caption, add_special_tokens=False)
+        if not ids or ids[0] != self.bos:
+            ids = [self.bos, *ids]
+        ids = [*ids, self.boi]
+        uncond = [t if t in (self.bos, self.boi) else self.pad for t in ids]
+        return [ids, uncond]
+
+    def codebook(self) -> tuple[torch.Tensor, int]:
+        weight = self.model.model.vqmodel.quantize.embedding.weight
+        return weight.detach().float(), 0
+
+    @torch.inference_mode()
+    def _pixels(self, codes: torch.Tensor) -> np.ndarray:
+        device = self.model.model.vqmodel.quantize.embedding.weight.device
+        pixels = self.model.decode_image_tokens(codes.to(device)).float()  # [N, H, W, 3] in [-1, 1]
+        return ((pixels.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).cpu().numpy()
+
+    @property
+    def vocab(self) -> int:
+        return self.codes

@@ -409,3 +409,67 @@ def save(family: str, out: str | Path, hidden: int = 32, layers: int = 2, seed: 
         config = {"video_processor_type": name, **settings, **NORM}
         (out / video_processing.CONFIG_NAME).write_text(json.dumps(config, indent=2))
     return out
+
+
+# ---- Janus (image generation) ------------------------------------------------------------------
+
+JANUS_SPECIALS = ["<pad>", "<unk>", "<bos>", "<eos>", "<begin_of_image>"]
+
+
+def build_janus(hidden: int = 32, layers: int = 2, codes: int = 64, seed: int = 0):
+    """A tiny random `JanusForConditionalGeneration` and its tokenizer: a Llama stack, a SigLIP
+    tower, and a VQ model of `codes` codes over a 4 x 4 latent grid (8 x 8 pixel images, 16 codes
+    each); its generation config names BOS, padding and begin-of-image, as Janus-Pro's does."""
+    from transformers import JanusConfig, JanusForConditionalGeneration
+
+    tokenizer = toy_processor.word_level_tokenizer(
+        JANUS_SPECIALS, {}, JANUS_SPECIALS[4:], template=""
+    )
+    text = _text_config_dict(len(tokenizer), hidden, layers, tokenizer)
+    vision = dict(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, image_size=32,
+        patch_size=8, num_image_tokens=16, projection_dim=hidden,
+    )  # fmt: skip
+    vq = dict(
+        embed_dim=4, num_embeddings=codes, base_channels=32, channel_multiplier=[1, 1],
+        num_res_blocks=1, num_patches=4, latent_channels=32, projection_dim=hidden,
+        image_token_embed_dim=hidden,
+    )  # fmt: skip
+    config = JanusConfig(
+        text_config=text, vision_config=vision, vq_config=vq, image_token_id=tokenizer.unk_token_id
+    )
+    torch.manual_seed(seed)
+    model = JanusForConditionalGeneration(config).eval()
+    generation = model.generation_config
+    generation.bos_token_id = tokenizer.bos_token_id
+    generation.pad_token_id = tokenizer.pad_token_id
+    generation.eos_token_id = tokenizer.eos_token_id
+    boi = tokenizer.convert_tokens_to_ids("<begin_of_image>")
+    generation.generation_kwargs = {"boi_token_id": boi}
+    return model, tokenizer
+
+
+def _text_config_dict(vocab: int, hidden: int, layers: int, tokenizer) -> dict:
+    return dict(
+        model_type="llama", vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+        num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=2,
+        max_position_embeddings=256, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+
+
+def save_janus(
+    out: str | Path, hidden: int = 32, layers: int = 2, seed: int = 0, vq_from: Path | None = None
+) -> Path:
+    """Build and save a tiny Janus; `vq_from`: a saved one whose VQ model (codebook and
+    decoder) this one takes, as Janus-Pro 1B and 7B share theirs (a draft and its target)."""
+    model, tokenizer = build_janus(hidden, layers, seed=seed)
+    if vq_from is not None:
+        from transformers import JanusForConditionalGeneration
+
+        source = JanusForConditionalGeneration.from_pretrained(vq_from)
+        model.model.vqmodel.load_state_dict(source.model.vqmodel.state_dict())
+    out = Path(out)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

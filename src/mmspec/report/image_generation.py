@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from mmspec.report.cells import sort_cells
-from mmspec.report.figures import FIGURE_LAYOUT, figure_html
+from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
 from mmspec.report.formatting import esc, fmt_num, heading, label_html
 
 ANCHOR = "image-generation"
@@ -64,21 +64,27 @@ def fid_figure(cells: pd.DataFrame, title: str, colors: dict[str, str]) -> go.Fi
     )
     fig = go.Figure()
     ar = cells[cells["method"] == "ar"]
+    curves = 0
     for (method, k), group in cells.groupby(["method", "_k"], sort=True, dropna=False):
         if method == "ar":
             continue
         group = group.sort_values("_delta")
         relaxed = not pd.isna(k)
         name = f"{method} k={int(k)}" if relaxed else str(method)
+        # curves of one method differ in k: each its own colour, so they read apart
+        color = PALETTE[curves % len(PALETTE)] if relaxed else colors.get(method)
+        curves += relaxed
         fig.add_trace(
             go.Scatter(
                 x=group["tau"],
                 y=group["fid"],
                 mode="lines+markers+text" if relaxed else "markers",
                 name=esc(name),
-                text=[f"δ={fmt_num(d)}" for d in group["_delta"]] if relaxed else None,
+                text=[f"δ{d:g}" for d in group["_delta"]] if relaxed else None,
                 textposition="top center",
-                marker=dict(color=colors.get(method), size=9),
+                textfont=dict(size=9),
+                line=dict(color=color),
+                marker=dict(color=color, size=9),
                 hovertext=[_hover(row) for _, row in group.iterrows()],
                 hovertemplate="%{hovertext}<extra></extra>",
             )

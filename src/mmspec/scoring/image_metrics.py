@@ -54,6 +54,19 @@ def decode_pngs(pngs: list[bytes], where: str) -> np.ndarray:
     return np.stack(images)
 
 
+def resized(images: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """uint8 images [N, H, W, 3] at (H, W) = `size` (bilinear), as FID's and CLIP's networks
+    resize their inputs: generated images meet references of another size."""
+    if images.shape[1:3] == tuple(size):
+        return images
+    from PIL import Image
+
+    height, width = size
+    return np.stack(
+        [np.asarray(Image.fromarray(i).resize((width, height), Image.BILINEAR)) for i in images]
+    )
+
+
 def _channels_first(images: np.ndarray) -> torch.Tensor:
     images = np.asarray(images)
     if images.ndim != 4 or images.shape[-1] != 3 or images.dtype != np.uint8:

@@ -84,22 +84,27 @@ def run(
 
 def _score_images(records, rows, ar_rows, refs, models, paths) -> None:
     """CLIP score per image and FID per cell, for the cell's rows and their AR rows."""
+    import torch
+
     from mmspec.models.image_generation import ImageGenerator
     from mmspec.models.loading import resolve_ref
     from mmspec.scoring import image_metrics
 
     samples, ar_samples, prepared = paths
-    decoder = ImageGenerator.decoder_of(models["generator"])
-    images = decoder.images([r["output_ids"] for r in rows], samples)
-    ar_images = decoder.images([r["output_ids"] for r in ar_rows], ar_samples)
+    generator = ImageGenerator.load(models["generator"], torch.device("cpu"))  # its VQ decoder
+    images = generator.images([r["output_ids"] for r in rows], samples)
+    ar_images = generator.images([r["output_ids"] for r in ar_rows], ar_samples)
     references = image_metrics.decode_pngs([r["images"][0] for r in refs], prepared)
+    # scored at the references' size (the thumbnails keep the generated one)
+    size = references.shape[1:3]
+    scored, ar_scored = (image_metrics.resized(i, size) for i in (images, ar_images))
     captions = [r["reference"] for r in refs]
     features = image_metrics.feature_network(resolve_ref(models["fid_features"]))
     scorer = image_metrics.clip_scorer(resolve_ref(models["clip"]))
-    fid = image_metrics.fid(references, images, features)
-    ar_fid = image_metrics.fid(references, ar_images, features)
-    clips = image_metrics.clip_score(images, captions, scorer)
-    ar_clips = image_metrics.clip_score(ar_images, captions, scorer)
+    fid = image_metrics.fid(references, scored, features)
+    ar_fid = image_metrics.fid(references, ar_scored, features)
+    clips = image_metrics.clip_score(scored, captions, scorer)
+    ar_clips = image_metrics.clip_score(ar_scored, captions, scorer)
     for record, image, clip, ar_clip in zip(records, images, clips, ar_clips, strict=True):
         record.update(
             quality=clip,

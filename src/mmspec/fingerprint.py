@@ -27,6 +27,10 @@ IMAGE_GENERATOR_CODE = [
     "models/toy_imagegen.py",
     "models/vq.py",
     "models/loading.py",
+    "decoding/decoder.py",  # a generator's Decoder (and what it imports)
+    "decoding/kv_cache.py",
+    "decoding/lean_stack.py",
+    "decoding/prompt.py",
     # imported by toy_imagegen for training, which the stages do not run
     "models/toy_training.py",
     "models/toy_processor.py",

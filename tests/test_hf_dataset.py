@@ -324,3 +324,32 @@ def test_conversation_errors_name_the_row(tmp_path, offline):
     with pytest.raises(ValueError, match="`conversation.column` names column 'turns'"):
         prepare_hf("conv", {**CONVERSATION_SPEC, "id": dataset_id,
                             "conversation": {"column": "turns"}}, tmp_path / "x.parquet")
+
+
+def test_image_generation_rows_are_captions_with_a_reference_image(tmp_path, offline):
+    source = save(toy_dataset(), tmp_path, "parquet")
+    spec = {"columns": {"question": "question", "id": "qid"}, "prompt": "{question}"}
+    n, rows = prepare(source, tmp_path, task="image_generation", image_columns=["image"], **spec)
+    assert n == 4
+    expected = zip([RED, GREEN, GREEN, BLUE], toy_dataset()["question"], strict=True)
+    for row, (colour, question) in zip(rows, expected, strict=True):
+        messages = json.loads(row["messages"])
+        assert messages == [{"role": "user", "content": [{"type": "text", "text": question}]}]
+        assert row["reference"] == question and len(row["images"]) == 1
+        assert pixels(row["images"][0]).getpixel((0, 0)) == colour
+
+
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        ({"image_columns": ["image", "views"]}, "exactly one of `image_columns`"),
+        ({"image_columns": []}, "exactly one of `image_columns`"),
+        ({"task": "painting"}, "`task` must be answer or image_generation"),
+        ({"conversation": {"column": "question"}}, "no `conversation` or `video`"),
+    ],
+)
+def test_bad_image_generation_specs_are_named(tmp_path, offline, changes, needle):
+    source = save(toy_dataset(), tmp_path, "parquet")
+    spec = {"task": "image_generation", "image_columns": ["image"], **changes}
+    with pytest.raises(ValueError, match=needle):
+        prepare(source, tmp_path, **spec)

@@ -64,3 +64,23 @@ def test_clip_score_prefers_the_right_caption(nets):
     wrong = image_metrics.clip_score(images, captions[1:] + captions[:1], scorer)
     assert len(right) == 24 and all(0 <= s <= 100 for s in right + wrong)
     assert np.mean(right) > np.mean(wrong) + 10
+
+
+def test_any_vision_model_with_an_image_processor_gives_fid_features(tmp_path, nets):
+    """Real runs name a pretrained vision model (DINOv2 here, tiny and random): FID over its
+    pooled features, generated images resized by its own processor."""
+    from transformers import BitImageProcessorPil, Dinov2Config, Dinov2Model
+
+    config = Dinov2Config(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        image_size=32, patch_size=8,
+    )  # fmt: skip
+    Dinov2Model(config).save_pretrained(tmp_path)
+    size = {"shortest_edge": 32}
+    BitImageProcessorPil(size=size, crop_size={"height": 32, "width": 32}).save_pretrained(tmp_path)
+    features = image_metrics.feature_network(str(tmp_path))
+    assert isinstance(features, image_metrics.PretrainedFeatures) and features.num_features == 32
+    assert isinstance(image_metrics.feature_network(str(nets[0])), image_metrics.PooledFeatures)
+    a, b = (np.stack([img for _, img in _draws(12, seed)]) for seed in (0, 1))
+    assert image_metrics.fid(a, a, features) == pytest.approx(0.0, abs=1e-6)
+    assert image_metrics.fid(a, b, features) > 0

@@ -165,3 +165,28 @@ def test_specvlm_preset_resolves_into_its_setup():
     assert all(c.spec["temperature"] == 0 for c in cells)
     assert cfg["generation"]["max_new_tokens"] == 256
     assert "captioner" not in cfg
+
+
+LANTERN = ROOT / "config" / "presets" / "lantern.yaml"
+
+
+def test_lantern_preset_resolves_into_the_papers_grid_and_dry_runs(tmp_path):
+    cfg = mmconfig.load(LANTERN)
+    assert mmconfig.dataset_task(cfg, "coco30k") == "image_generation"
+    assert cfg["datasets"]["coco30k"]["limit"] == 30000  # the paper's 30k-sample FID
+    cells = mmconfig.cells(cfg)
+    grid = {
+        (c.spec["temperature"], c.spec["lantern_k"], c.spec["lantern_delta"])
+        for c in cells
+        if c.spec["method"] == "lantern"
+    }
+    assert grid == {
+        (t, k, d) for t in (0.0, 1.0) for k in (100, 300, 1000) for d in (0.05, 0.1, 0.2, 0.4)
+    }
+    assert {c.spec["proximity"] for c in cells if c.spec["method"] == "lantern_random"} == {
+        "random"
+    }
+    jobs = _dry_run_jobs(LANTERN, tmp_path)
+    assert jobs["generate"] == jobs["score"] == len(cells)
+    assert "cache_visual" not in jobs and "toy_model" not in jobs  # caption prompts, real nets
+    assert not (tmp_path / "results").exists()

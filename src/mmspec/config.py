@@ -484,6 +484,7 @@ def _with_defaults(config: dict) -> dict:
             ds.setdefault("prompt", "{question}")
             ds.setdefault("image_columns", [])
             ds.setdefault("metric", "exact_match")
+            ds.setdefault("task", "answer")
     for pair in config["pairs"].values():
         pair.setdefault("dtype", "float32")
     config.setdefault("sweep", [{"datasets": "all", "pairs": "all"}])
@@ -740,11 +741,13 @@ def _check_codebook_rule(config: dict, cell) -> None:
 
 def dataset_task(config: dict, name: str) -> str:
     """What a dataset's samples ask for: an answer (text), or an image (`media.IMAGE_GENERATION`:
-    the toy world's image-generation scenario)."""
+    the toy world's image-generation scenario, or an HF dataset with `task: image_generation`)."""
     from mmspec.data.toyworld import IMAGEGEN
 
     ds = config["datasets"][name]
-    return IMAGE_GENERATION if ds["source"] == "toy" and name == IMAGEGEN else "answer"
+    if ds["source"] == "toy":
+        return IMAGE_GENERATION if name == IMAGEGEN else "answer"
+    return ds.get("task", "answer")
 
 
 def _check_task(config: dict, cell) -> None:

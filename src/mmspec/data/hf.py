@@ -37,6 +37,10 @@ images (`image_columns`) go where the user turns mark `image_token`, in order; a
 with no marker gets them all at the start of its first question (the LLaVA convention).
 `columns.question`/`answer` are then not needed (`columns.id` still names the id column).
 
+An image-generation dataset (`task: image_generation`, e.g. COCO captions) gives each row a
+text-only prompt, the formatted caption, and keeps its one image (`image_columns`) as the
+reference image that generated images are scored against.
+
 Nothing here reaches the network by itself: with HF_HUB_OFFLINE=1 a hub id loads from the local
 cache or fails.
 """
@@ -75,6 +79,7 @@ SPEC_KEYS = {
     "where",
     "video",
     "conversation",
+    "task",
 }
 CONVERSATION_DEFAULTS = {
     "role": "from",
@@ -96,6 +101,7 @@ DEFAULTS = {
     "where": {},
     "video": None,
     "conversation": None,
+    "task": "answer",
 }
 PROGRESS_MIN_ROWS = 300  # show a progress bar when converting more rows than this
 BATCH_SIZE = 64
@@ -148,9 +154,23 @@ def check_spec(spec: dict) -> dict:
         if not (isinstance(spec[key], str) or (key == "config" and spec[key] is None)):
             raise ValueError(f"{spec['id']}: `{key}` must be a string, got {spec[key]!r}")
     spec["conversation"] = _check_conversation(spec["id"], spec["conversation"])
+    images = spec["task"] == media.IMAGE_GENERATION
+    if spec["task"] not in ("answer", media.IMAGE_GENERATION):
+        raise ValueError(
+            f"{spec['id']}: `task` must be answer or {media.IMAGE_GENERATION}, got {spec['task']!r}"
+        )
+    if images and (spec["conversation"] or spec["video"]):
+        raise ValueError(f"{spec['id']}: image generation takes no `conversation` or `video`")
     required = () if spec["conversation"] else REQUIRED_COLUMN_FIELDS
+    if images:
+        required = ("question",)  # the caption; the reference is the row's image
     spec["columns"] = _check_column_map(spec["id"], spec.get("columns"), required)
     spec["image_columns"] = _check_image_columns(spec["id"], spec["image_columns"])
+    if images and len(spec["image_columns"]) != 1:
+        raise ValueError(
+            f"{spec['id']}: image generation needs exactly one of `image_columns` (the reference "
+            f"image), got {spec['image_columns']}"
+        )
     spec["video"] = _check_video(spec["id"], spec["video"])
     if not isinstance(spec["where"], dict):
         raise ValueError(f"{spec['id']}: `where` must map column names to values")
@@ -340,6 +360,8 @@ def convert_row(name: str, spec: dict, index: int, row: dict) -> dict:
     images = [
         png for column in spec["image_columns"] for png in row_images(where, column, row[column])
     ]
+    if spec["task"] == media.IMAGE_GENERATION:
+        return _image_generation_row(name, spec, row_id, where, images, row)
     content = [{"type": "image"} for _ in images]
     if spec.get("video"):
         column = spec["video"]["column"]
@@ -355,6 +377,23 @@ def convert_row(name: str, spec: dict, index: int, row: dict) -> dict:
         "images": images,
         "image_ids": [hashlib.sha1(png).hexdigest() for png in images],
         "reference": as_text(row[columns["answer"]]),
+    }
+
+
+def _image_generation_row(name, spec, row_id, where, images, row) -> dict:
+    """A text-only prompt (the formatted caption) with one reference image (`media`)."""
+    if len(images) != 1:
+        raise ValueError(f"{where}: image generation needs one reference image, got {len(images)}")
+    caption = format_prompt(where, spec, row)
+    user = {"role": "user", "content": [{"type": "text", "text": caption}]}
+    return {
+        "sample_id": f"{name}-{row_id}",
+        "turn": 0,
+        "scenario": name,
+        "messages": json.dumps([user], ensure_ascii=False),
+        "images": images,
+        "image_ids": [hashlib.sha1(png).hexdigest() for png in images],
+        "reference": caption,
     }
 
 

@@ -148,6 +148,20 @@ class _CodeEmbedding(torch.nn.Module):
         return self.aligner(self.table(ids))
 
 
+def _chat_template_owner(path: str, tokenizer):
+    """Janus's processor when it loads and has a chat template (Janus-Pro's checkpoints), else
+    the tokenizer when it has one, else None (the caption alone)."""
+    from transformers import AutoProcessor
+
+    try:
+        processor = AutoProcessor.from_pretrained(path)
+    except (OSError, ValueError, TypeError, ImportError):  # no processor files (tiny models)
+        processor = None
+    if processor is not None and getattr(processor, "chat_template", None):
+        return processor
+    return tokenizer if tokenizer.chat_template else None
+
+
 class JanusGenerator(ImageGenerator):
     """Janus / Janus-Pro in image generation mode (see the module docstring)."""
 
@@ -158,6 +172,7 @@ class JanusGenerator(ImageGenerator):
         model = JanusForConditionalGeneration.from_pretrained(path, dtype=getattr(torch, dtype))
         self.model = model.to(device).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.template = _chat_template_owner(path, self.tokenizer)
         self.codes = model.config.vq_config.num_embeddings
         self.grid = model.config.vision_config.num_image_tokens
         self.code_range = (0, self.codes)
@@ -179,16 +194,16 @@ class JanusGenerator(ImageGenerator):
         return Decoder(self.model, parts=parts)
 
     def prompts(self, caption: str) -> list[list[int]]:
-        """`<bos>` + the caption as a user turn of the chat template (if any) + begin-of-image;
-        unconditional: padding in place of every other token."""
-        if self.tokenizer.chat_template:
-            messages = [{"role": "user", "content": caption}]
-            text = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
+        """`<bos>` + the caption as a user turn of the chat template (the processor's, else the
+        tokenizer's, if any) + begin-of-image, as `JanusProcessor(generation_mode="image")`
+        lays it out; unconditional: padding in place of every token but BOS and BOI."""
+        text = caption
+        if self.template is not None:
+            content = [{"type": "text", "text": caption}]
+            text = self.template.apply_chat_template(
+                [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
             )
-            ids = self.tokenizer.encode(text, add_special_tokens=False)
-        else:
-            ids = self.tokenizer.encode(caption, add_special_tokens=False)
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
         if not ids or ids[0] != self.bos:
             ids = [self.bos, *ids]
         ids = [*ids, self.boi]

@@ -86,6 +86,14 @@ def train_features(spec: dict, out_dir: str | Path, seed: int, threads: int = 1)
     return toy_training.save_trained(out_dir, [model], spec, seed, start, losses)
 
 
+def is_feature_network(folder: str | Path) -> bool:
+    """Whether `folder` holds a toy FID feature network: trained here (training.json) and saved
+    without an image processor, since it reads `pixels`."""
+    folder = Path(folder)
+    trained = (folder / "training.json").exists()
+    return trained and not (folder / "preprocessor_config.json").exists()
+
+
 def _quadrant_loss(labels, logits, *args, **kwargs) -> torch.Tensor:
     """Cross-entropy of each quadrant's class (logits [N, 4 * CLASSES], labels [N, 4])."""
     per_quadrant = logits.view(-1, len(toyworld.POSITIONS), CLASSES)

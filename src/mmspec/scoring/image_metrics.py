@@ -3,10 +3,11 @@ CLIP score (`CLIPScore` over an HF `CLIPModel`), for generated images against re
 their captions.
 
 Both networks load from an HF folder or id through `from_pretrained`. `feature_network` reads
-the toy world's (models.toy_image_nets: 32 x 32 images normalised as the toy models do); real
-Inception weights are not wired in yet. torchmetrics' default Inception needs torch-fidelity,
-which breaks torch here, so FID always takes a feature module. Images are uint8 [N, H, W, 3]
-arrays throughout.
+the toy world's (models.toy_image_nets: 32 x 32 images normalised as the toy models do) or any
+vision model with an image processor (DINOv2, ViT, CLIP: the Frechet distance in its space, not
+Inception's FID, whose weights are not wired in). torchmetrics' default Inception needs
+torch-fidelity, which breaks torch here, so FID always takes a feature module. Images are uint8
+[N, H, W, 3] arrays throughout.
 """
 
 from __future__ import annotations
@@ -34,11 +35,44 @@ class PooledFeatures(torch.nn.Module):
         return hidden[:, 0].double()
 
 
-def feature_network(ref: str) -> PooledFeatures:
-    """FID's feature extractor from a toy feature-network folder (`fid_features` recipe)."""
-    from mmspec.models.toy_image_nets import pixels
+class PretrainedFeatures(torch.nn.Module):
+    """A pretrained vision model's pooled image features as FID's feature extractor, its own
+    image processor preparing the images: DINOv2's or a ViT's pooler output, a CLIP's image
+    embedding (FD over such features is not Inception's FID: compare numbers within one)."""
 
-    return PooledFeatures(AutoModelForImageClassification.from_pretrained(ref), pixels)
+    def __init__(self, ref: str):
+        from transformers import AutoImageProcessor, AutoModel
+
+        super().__init__()
+        self.model = AutoModel.from_pretrained(ref).eval()
+        self.processor = AutoImageProcessor.from_pretrained(ref)
+        probe = torch.zeros(1, 3, 32, 32, dtype=torch.uint8)
+        self.num_features = int(self.forward(probe).shape[-1])
+
+    @torch.inference_mode()
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        arrays = list(images.permute(0, 2, 3, 1).cpu().numpy())
+        device = next(self.model.parameters()).device
+        pixels = self.processor(images=arrays, return_tensors="pt")["pixel_values"].to(device)
+        if hasattr(self.model, "get_image_features"):  # a CLIP: its projected image embedding
+            out = self.model.get_image_features(pixel_values=pixels)
+            out = out if isinstance(out, torch.Tensor) else out.pooler_output
+        else:
+            out = self.model(pixel_values=pixels).pooler_output
+        return out.double()
+
+
+def feature_network(ref: str) -> torch.nn.Module:
+    """FID's feature extractor from a folder or hub id: a toy feature network (`fid_features`
+    recipe: its classifier's CLS features on the toy pixels), else any vision model with an image
+    processor (`PretrainedFeatures`)."""
+    from pathlib import Path
+
+    from mmspec.models.toy_image_nets import is_feature_network, pixels
+
+    if Path(ref).is_dir() and is_feature_network(ref):
+        return PooledFeatures(AutoModelForImageClassification.from_pretrained(ref), pixels)
+    return PretrainedFeatures(ref)
 
 
 def decode_pngs(pngs: list[bytes], where: str) -> np.ndarray:

@@ -49,3 +49,27 @@ def test_not_a_generator_or_not_a_grid_is_named(generators, tmp_path):
     with pytest.raises(ValueError, match=r"samples.parquet: row 1 is not a grid of 64"):
         target.images([[start] * 64, [start] * 63], "samples.parquet")
     assert target.images([[start] * 64], "x").shape == (1, 32, 32, 3)
+
+
+def test_top_k_sampling_draws_among_the_k_best_codes(generators):
+    from mmspec.decoding.guidance import GuidedDecoder
+    from mmspec.decoding.sampler import seeded
+
+    target = generators[0]
+    caption = "a red circle top left ."
+    greedy = ImageMethodRunner(resolve("ar", {}), target, None, 3.0)
+    argmax = greedy.decode_ar(greedy.prompt(caption), None).tokens
+    # k = 1 leaves one code per step: sampling, plain or speculative, is greedy decoding
+    for method, hparams in [("ar", {}), ("sd_chain", {"acceptance": "sampling", "gamma": 3})]:
+        runner = ImageMethodRunner(resolve(method, hparams, 1.0), target, target, 3.0, top_k=1)
+        prompt = runner.prompt(caption)
+        out = runner.decode(prompt, seeded(5))
+        assert out.tokens == argmax, method
+    sampler = ImageMethodRunner(resolve("ar", {}, 1.0), target, None, 3.0, top_k=3)
+    drawn = sampler.decode_ar(sampler.prompt(caption), seeded(7)).tokens
+    assert drawn != argmax  # it does sample
+    replay = GuidedDecoder(target.decoder(), 3.0, target.code_range)  # untruncated
+    logits = replay.prefill(target.prompt_embeds(caption)).logits[0]
+    for token in drawn:
+        assert token in logits.topk(3).indices.tolist()
+        logits = replay.extend([token]).logits[0, -1]

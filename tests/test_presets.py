@@ -174,6 +174,7 @@ def test_lantern_preset_resolves_into_the_papers_grid_and_dry_runs(tmp_path):
     cfg = mmconfig.load(LANTERN)
     assert mmconfig.dataset_task(cfg, "coco30k") == "image_generation"
     assert cfg["datasets"]["coco30k"]["limit"] == 30000  # the paper's 30k-sample FID
+    assert cfg["generation"]["top_k"] == 1000  # appendix C: LlamaGen's sampling
     cells = mmconfig.cells(cfg)
     grid = {
         (c.spec["temperature"], c.spec["lantern_k"], c.spec["lantern_delta"])

@@ -458,6 +458,7 @@ def _with_defaults(config: dict) -> dict:
     gen.setdefault("max_new_tokens", 48)
     gen.setdefault("temperature", 0.0)
     gen.setdefault("cfg", 3.0)
+    gen.setdefault("top_k", 0)
     timing = config.setdefault("timing", {})
     timing.setdefault("warmup_samples", 2)
     timing.setdefault("threads", 1)

@@ -24,8 +24,17 @@ class GuidedDecoder:
 
     rows = 1
 
-    def __init__(self, decoder: Decoder, scale: float, allowed: tuple[int, int] | None = None):
-        self.decoder, self.scale, self.allowed = decoder, scale, allowed
+    def __init__(
+        self,
+        decoder: Decoder,
+        scale: float,
+        allowed: tuple[int, int] | None = None,
+        top_k: int = 0,
+    ):
+        """`top_k` > 0 keeps the k largest guided logits at each position and gives the others
+        no probability (LlamaGen's sampling; target and draft alike, so speculative decoding
+        stays exact for the truncated distribution AR samples)."""
+        self.decoder, self.scale, self.allowed, self.top_k = decoder, scale, allowed, top_k
         self.device = decoder.device
         self.embed = decoder.embed
 
@@ -56,6 +65,9 @@ class GuidedDecoder:
             low = torch.finfo(guided.dtype).min
             guided[..., :start] = low
             guided[..., stop:] = low
+        if 0 < self.top_k < guided.shape[-1]:
+            kth = guided.topk(self.top_k, dim=-1).values[..., -1:]
+            guided = guided.masked_fill(guided < kth, torch.finfo(guided.dtype).min)
         layers = {k: v[:1] for k, v in out.layers.items()}
         return Forward(guided.unsqueeze(0), out.hidden[:1], layers)
 

@@ -34,16 +34,22 @@ class ImagePrompt:
 
 class ImageMethodRunner(DraftCounters):
     """Generates images with one method spec over a target generator (and, if drafted, a draft
-    generator sharing its codes), guided at scale `cfg` on both."""
+    generator sharing its codes), guided at scale `cfg` on both, sampling among each guided
+    distribution's `top_k` codes when it is > 0."""
 
     def __init__(
-        self, spec: dict, target: ImageGenerator, draft: ImageGenerator | None, cfg: float
+        self,
+        spec: dict,
+        target: ImageGenerator,
+        draft: ImageGenerator | None,
+        cfg: float,
+        top_k: int = 0,
     ):
         self.spec = spec
         self.method = MethodSpec.parse(spec)
         self.temperature = self.method.temperature
         self.generator = target
-        self.target = GuidedDecoder(target.decoder(), cfg, target.code_range)
+        self.target = GuidedDecoder(target.decoder(), cfg, target.code_range, top_k)
         self.drafter = None
         self.draft = draft
         if spec["drafter"] == "model":
@@ -59,7 +65,7 @@ class ImageMethodRunner(DraftCounters):
                     "the draft generator's codes or codebook differ from the target's: "
                     "speculative decoding compares code ids"
                 )
-            decoder = GuidedDecoder(draft.decoder(), cfg, draft.code_range)
+            decoder = GuidedDecoder(draft.decoder(), cfg, draft.code_range, top_k)
             self.drafter = ModelDrafter(
                 decoder, self.temperature, make_policy(spec, draft.vocab), int(spec["window"])
             )

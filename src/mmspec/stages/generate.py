@@ -191,7 +191,8 @@ class ImageWork:
         if spec["drafter"] in DRAFTERS_WITH_MODEL:
             with loading.about(pair["draft"]):
                 draft = ImageGenerator.load(pair["draft"], device, pair["dtype"])
-        self.runner = ImageMethodRunner(spec, target, draft, params["generation"]["cfg"])
+        gen = params["generation"]
+        self.runner = ImageMethodRunner(spec, target, draft, gen["cfg"], gen.get("top_k", 0))
         self.tokenizer = target.tokenizer
         self.prepared = prepared
 

@@ -167,7 +167,8 @@ def test_cells_merges_a_partial_file_over_the_default_sweep(tmp_path):
     assert len(listed) == 2 * len(default)  # the default sweep's cells, at both seeds
     assert {c.path for c in default} <= set(listed)
     merged = mmconfig.load_as_snakemake(partial, ROOT / "config" / "config.yaml")
-    assert merged["generation"] == {"max_new_tokens": 16, "temperature": 0.0, "cfg": 3.0}
+    expected = {"max_new_tokens": 16, "temperature": 0.0, "cfg": 3.0, "top_k": 0}
+    assert merged["generation"] == expected
     assert merged["methods"] == mmconfig.load(ROOT / "config" / "config.yaml")["methods"]
 
 

@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--image-models",
         type=_json,
         default=None,
-        help="metric image: JSON {generator, fid_features, clip} model references",
+        help="metric image: JSON {fid_features, clip} model references",
     )
     p.add_argument("--out", required=True)
 

@@ -667,12 +667,18 @@ def model_kind(config: dict, ref: str) -> str | None:
     are here, "image_generator" if it generates images (Janus), else None (as for one not yet
     downloaded)."""
     if not ref.startswith(TOY_PREFIX):
-        folder = families.local_files(ref)
-        if folder is not None:
-            if families.generates_images(json.loads((folder / "config.json").read_text())):
-                return "image_generator"
-        return None
+        return "image_generator" if _local_image_generator(ref) else None
     return config["toy"]["models"][ref[len(TOY_PREFIX) :]].get("kind", "captioner")
+
+
+@functools.cache
+def _local_image_generator(ref: str) -> bool:
+    """Whether a real model whose files are here generates images; read once per reference,
+    not once per cell."""
+    folder = families.local_files(ref)
+    return folder is not None and families.generates_images(
+        json.loads((folder / "config.json").read_text())
+    )
 
 
 def _check_toy_kinds(config: dict) -> None:

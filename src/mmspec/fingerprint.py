@@ -21,16 +21,12 @@ MODEL_CODE = [
     "models/visual.py",
     "data/media.py",
 ]
-# Reading an image generator: its prompts, codes and VQ decoder (generate and score).
+# Reading an image generator: its prompts, codes and VQ decoder (generate).
 IMAGE_GENERATOR_CODE = [
     "models/image_generation.py",
     "models/toy_imagegen.py",
     "models/vq.py",
     "models/loading.py",
-    "decoding/decoder.py",  # a generator's Decoder (and what it imports)
-    "decoding/kv_cache.py",
-    "decoding/lean_stack.py",
-    "decoding/prompt.py",
     # imported by toy_imagegen for training, which the stages do not run
     "models/toy_training.py",
     "models/toy_processor.py",
@@ -86,10 +82,11 @@ STAGE_CODE = {
         "scoring",
         "data/toyworld.py",
         "data/media.py",
-        *IMAGE_GENERATOR_CODE,
         *MODEL_CODE,
         "methods/components.py",
         "models/toy_image_nets.py",  # the toy FID network's pixel normalisation
+        "models/toy_training.py",  # imported by toy_image_nets for training
+        "models/toy_processor.py",
         "tables.py",
     ],
     "aggregate": [

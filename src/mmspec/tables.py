@@ -114,6 +114,8 @@ SAMPLES = pa.schema(
         ("target_visual_tokens", pa.int32()),
         ("device", pa.string()),
         ("versions", pa.string()),  # JSON {package: version}
+        # image generation: the generated image as PNG, decoded by the target (else null)
+        ("image_png", pa.binary()),
     ]
 )
 
@@ -152,7 +154,7 @@ SCORES = pa.schema(
         ("ar_quality", pa.float64()),  # quality of the AR cell on the same sample-turn
         # image generation only (else null): the cell's FID and the AR cell's against the
         # dataset's reference images (set-level, so the same on every row of the cell), and the
-        # generated image as PNG (the report's thumbnails)
+        # generated image (from the samples; the report's thumbnails)
         ("fid", pa.float64()),
         ("ar_fid", pa.float64()),
         ("image_png", pa.binary()),

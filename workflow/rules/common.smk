@@ -148,22 +148,17 @@ def dataset_metric(w):
 
 
 def score_models(w):
-    """Image generation is scored with the target's VQ decoder and the metric networks."""
+    """Image generation is scored with the metric networks."""
     if not makes_images(w.dataset):
         return []
-    metrics = CONFIG["image_metrics"]
-    refs = [CONFIG["pairs"][w.pair]["target"], metrics["fid_features"], metrics["clip"]]
-    return [d for ref in refs for d in toy_dir(ref)]
+    return [d for ref in CONFIG["image_metrics"].values() for d in toy_dir(ref)]
 
 
 def score_options(w):
     if not makes_images(w.dataset):
         return ""
-    models = {
-        "generator": CONFIG["pairs"][w.pair]["target"],
-        **CONFIG["image_metrics"],
-    }
-    return f"--image-models {shlex.quote(json.dumps(models, sort_keys=True))}"
+    models = json.dumps(CONFIG["image_metrics"], sort_keys=True)
+    return f"--image-models {shlex.quote(models)}"
 
 
 def score_files():

@@ -55,11 +55,8 @@ class PretrainedFeatures(torch.nn.Module):
         device = next(self.model.parameters()).device
         pixels = self.processor(images=arrays, return_tensors="pt")["pixel_values"].to(device)
         if hasattr(self.model, "get_image_features"):  # a CLIP: its projected image embedding
-            out = self.model.get_image_features(pixel_values=pixels)
-            out = out if isinstance(out, torch.Tensor) else out.pooler_output
-        else:
-            out = self.model(pixel_values=pixels).pooler_output
-        return out.double()
+            return _TensorFeatures(self.model).get_image_features(pixels).double()
+        return self.model(pixel_values=pixels).pooler_output.double()
 
 
 def feature_network(ref: str) -> torch.nn.Module:
@@ -122,7 +119,7 @@ class _TensorFeatures(torch.nn.Module):
     """A CLIPModel whose get_*_features return tensors (transformers 5 returns output objects,
     whose projected embedding CLIPScore expects)."""
 
-    def __init__(self, model: CLIPModel):
+    def __init__(self, model):
         super().__init__()
         self.model, self.config = model.eval(), model.config
 

@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
-from mmspec.data import media
+from mmspec.data import media, toyworld
 from mmspec.decoding.sampler import TorchSampler, seeded
 from mmspec.decoding.timing import describe_device, pick_device, versions
 from mmspec.decoding.views import Chat, ImageInput
@@ -178,12 +178,16 @@ class TextWork:
     def caption_s(self, row: dict) -> float:
         return self.draft_store.captioning_s(row["image_ids"])
 
+    def outputs(self, ids: list[int]) -> dict:
+        """What a sample's output ids are written as, besides the ids."""
+        return {"output_text": self.tokenizer.decode(ids, skip_special_tokens=True)}
+
 
 class ImageWork:
     """A cell of image generation: each prepared row's caption in, a grid of codes out, with
     classifier-free guidance at `generation.cfg` on target and draft."""
 
-    def __init__(self, params, prepared, device):
+    def __init__(self, params, prepared, out, device):
         pair, spec = params["pair"], params["cell"]["spec"]
         with loading.about(pair["target"]):
             target = ImageGenerator.load(pair["target"], device, pair["dtype"])
@@ -193,7 +197,7 @@ class ImageWork:
                 draft = ImageGenerator.load(pair["draft"], device, pair["dtype"])
         gen = params["generation"]
         self.runner = ImageMethodRunner(spec, target, draft, gen["cfg"], gen.get("top_k", 0))
-        self.tokenizer = target.tokenizer
+        self.generator, self.out = target, out  # `out`: the table errors name
         self.prepared = prepared
 
     def sample(self, row: dict):
@@ -208,6 +212,11 @@ class ImageWork:
 
     def caption_s(self, row: dict) -> float:
         return 0.0
+
+    def outputs(self, ids: list[int]) -> dict:
+        """The image as PNG, decoded by the target's own VQ decoder (no text)."""
+        image = self.generator.images([ids], self.out)[0]
+        return {"output_text": "", "image_png": toyworld.png_bytes(image)}
 
 
 def run(
@@ -229,7 +238,7 @@ def run(
     if not rows:
         raise ValueError(f"{prepared}: no samples to decode")
     if params.get("task") == media.IMAGE_GENERATION:
-        work = ImageWork(params, prepared, device)
+        work = ImageWork(params, prepared, out, device)
     else:
         if target_visual is None:
             raise ValueError(f"cell {cell['dataset']}: a visual cache of the target is needed")
@@ -293,9 +302,7 @@ def run(
         **runner.method.columns(),
     }
     for record in records:
-        record["output_text"] = work.tokenizer.decode(
-            record["output_ids"], skip_special_tokens=True
-        )
+        record.update(work.outputs(record["output_ids"]))  # after timing: never timed
         record.update(job)
     write_table(pa.Table.from_pylist(records, schema=SAMPLES), out, SAMPLES)
     checkpoints.clear()

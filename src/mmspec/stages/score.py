@@ -4,16 +4,15 @@ Greedy cells are compared with the AR cell token for token. For a lossless accep
 difference is a failure (`lossless` false); for a lossy rule it is expected, so `lossless` stays
 null and the first divergence and the quality retention tell how far it strayed.
 
-Image generation (metric `image`) decodes the codes of the cell and of its AR cell with the
-target's VQ decoder; quality is each image's CLIP score against its caption, and FID compares
-each cell's images with the dataset's reference images.
+Image generation (metric `image`) reads the images the generate stage decoded, for the cell and
+its AR cell; quality is each image's CLIP score against its caption, and FID compares each
+cell's images with the dataset's reference images.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from mmspec.data import toyworld
 from mmspec.scoring.lossless import first_divergence
 from mmspec.scoring.task_quality import quality
 from mmspec.tables import METHOD_COLUMNS, PREPARED, SAMPLES, SCORES, read_table, write_table
@@ -33,8 +32,8 @@ def run(
     out: str,
     image_models: dict | None = None,
 ) -> None:
-    """Score one cell; `image_models` names the generator (its VQ decoder), FID's feature
-    network and the CLIP model (`generator`, `fid_features`, `clip`) for metric `image`."""
+    """Score one cell; `image_models` names FID's feature network and the CLIP model
+    (`fid_features`, `clip`) for metric `image`."""
     rows = read_table(samples, SAMPLES).to_pylist()
     ar_rows = {(r["sample_id"], r["turn"]): r for r in read_table(ar_samples, SAMPLES).to_pylist()}
     refs = {(r["sample_id"], r["turn"]): r for r in read_table(prepared, PREPARED).to_pylist()}
@@ -83,17 +82,13 @@ def run(
 
 
 def _score_images(records, rows, ar_rows, refs, models, paths) -> None:
-    """CLIP score per image and FID per cell, for the cell's rows and their AR rows."""
-    import torch
-
-    from mmspec.models.image_generation import ImageGenerator
+    """CLIP score per image and FID per cell, for the cell's images and its AR cell's (the
+    generate stage decoded them)."""
     from mmspec.models.loading import resolve_ref
     from mmspec.scoring import image_metrics
 
     samples, ar_samples, prepared = paths
-    generator = ImageGenerator.load(models["generator"], torch.device("cpu"))  # its VQ decoder
-    images = generator.images([r["output_ids"] for r in rows], samples)
-    ar_images = generator.images([r["output_ids"] for r in ar_rows], ar_samples)
+    images, ar_images = _generated(rows, samples), _generated(ar_rows, ar_samples)
     references = image_metrics.decode_pngs([r["images"][0] for r in refs], prepared)
     # scored at the references' size (the thumbnails keep the generated one)
     size = references.shape[1:3]
@@ -105,11 +100,20 @@ def _score_images(records, rows, ar_rows, refs, models, paths) -> None:
     ar_fid = image_metrics.fid(references, ar_scored, features)
     clips = image_metrics.clip_score(scored, captions, scorer)
     ar_clips = image_metrics.clip_score(ar_scored, captions, scorer)
-    for record, image, clip, ar_clip in zip(records, images, clips, ar_clips, strict=True):
+    for record, row, clip, ar_clip in zip(records, rows, clips, ar_clips, strict=True):
         record.update(
-            quality=clip,
-            ar_quality=ar_clip,
-            fid=fid,
-            ar_fid=ar_fid,
-            image_png=toyworld.png_bytes(image),
+            quality=clip, ar_quality=ar_clip, fid=fid, ar_fid=ar_fid, image_png=row["image_png"]
         )
+
+
+def _generated(rows: list[dict], path: str):
+    """The generated images of a samples table, uint8 [N, H, W, 3]."""
+    from mmspec.scoring import image_metrics
+
+    missing = [r["sample_id"] for r in rows if r["image_png"] is None]
+    if missing:
+        raise ValueError(
+            f"{path}: samples {missing[:3]} have no generated image (image_png); the table "
+            "is not an image-generation cell's, or is stale: rerun its generate job"
+        )
+    return image_metrics.decode_pngs([r["image_png"] for r in rows], path)

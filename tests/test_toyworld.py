@@ -9,6 +9,7 @@ from PIL import Image
 
 from mmspec.data import media
 from mmspec.data import toyworld as tw
+from mmspec.scoring.toy_quality import motions, score_video
 from mmspec.tables import PREPARED
 
 N = 60  # samples per dataset: enough to hit every branch, fast
@@ -19,6 +20,7 @@ N_IMAGES = {
     "toy_multiturn": 1,
     "toy_story": 5,
     "toy_video": tw.VIDEO_FRAMES,
+    "toy_vdesc": tw.VIDEO_FRAMES,
 }
 N_IMAGES_MULTITURN_NEW = 2  # a toy_multiturn turn 1 of kind "image" brings a second one
 MIXES = {"red blue": "purple", "red yellow": "orange", "blue yellow": "green"}
@@ -30,6 +32,7 @@ N_TURNS = {
     "toy_multiturn": 2,
     "toy_story": 1,
     "toy_video": 1,
+    "toy_vdesc": 1,
 }
 
 
@@ -67,13 +70,15 @@ def test_rows_fit_the_prepared_schema(datasets):
             n_images = len(media.items(messages, row["image_ids"], False, row["sample_id"]))
             assert n_images == len(row["images"]) == len(row["image_ids"])
             videos = [c for m in messages for c in m["content"] if c["type"] == "video"]
-            assert len(videos) == (name == "toy_video")  # its frames are one video
+            # its frames are one video
+            assert len(videos) == (name in ("toy_video", "toy_vdesc"))
             if name == "toy_multiturn" and row["turn"] == 1:
                 assert n_images in (N_IMAGES[name], N_IMAGES_MULTITURN_NEW)
             else:
                 assert n_images == N_IMAGES[name]
             assert row["image_ids"] == [tw.image_id(png) for png in row["images"]]
-            assert len(row["reference"].split()) <= 60  # fits max_new_tokens 64 and the end
+            # fits max_new_tokens 64 and the end (descriptions: 96, as toy_lvspec.yaml sets)
+            assert len(row["reference"].split()) <= (90 if name == "toy_vdesc" else 60)
 
 
 def follow_up_kind(row: dict) -> str:
@@ -298,3 +303,24 @@ def test_chat_template_tokenizes_to_the_vocabulary(processor, datasets):
                 tokenizer(text, add_special_tokens=False)["input_ids"]
             )
             assert tokens == text.split(" ")  # one token per word: no splits, no unknowns
+
+
+def test_video_descriptions_wrap_the_motion_in_fillers_that_score_nothing():
+    rng = np.random.default_rng(5)
+    seen = set()
+    for _ in range(60):
+        (turn,) = tw.make_toy_vdesc(rng)
+        assert turn.video and len(turn.scenes) == tw.VIDEO_FRAMES
+        text = turn.answer
+        opener = next(o for o in tw.OPENERS if text.startswith(o + " "))
+        closer = next(c for c in tw.CLOSERS if text.endswith(" " + c))
+        seen.update({opener, closer})
+        # the motion sentences are toy_video's, so they score as toy_video's answers do
+        stated = motions(text)
+        assert 1 <= len(stated) <= 2
+        assert " shapes ." in text if len(stated) == 2 else " one shape ." in text
+        swapped = text.replace(opener, tw.OPENERS[0]).replace(closer, tw.CLOSERS[1])
+        assert score_video(swapped, text) == 1.0  # other fillers: the same score
+        assert 0.2 < tw.visual_share(text) < 0.6
+    assert seen >= set(tw.OPENERS) | set(tw.CLOSERS)  # every filler occurs
+    assert tw.visual_share("the red circle") == 2 / 3

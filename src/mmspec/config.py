@@ -17,7 +17,7 @@ import yaml
 
 from mmspec.data.media import IMAGE_GENERATION
 from mmspec.methods import registry
-from mmspec.methods.components import CODEBOOK_RULES, DRAFTERS_WITH_MODEL
+from mmspec.methods.components import CODEBOOK_RULES, DRAFTERS_WITH_MODEL, VISUAL_RULES
 from mmspec.models import families
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
@@ -328,6 +328,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                 f"model (drafter {drafter!r}) but pair {cell.pair!r} names none"
             )
         _check_codebook_rule(config, cell)
+        _check_visual_rule(config, cell)
         _check_task(config, cell)
     _check_image_metrics(config)
     if captioner is None:
@@ -744,6 +745,24 @@ def _check_codebook_rule(config: dict, cell) -> None:
                 f"{where}: lantern_k {cell.spec['lantern_k']} must be below the {codes} codes of "
                 f"{target!r}'s codebook (k counts a code's neighbours besides itself)"
             )
+
+
+def _check_visual_rule(config: dict, cell) -> None:
+    """A rule guided by the prompt's visual tokens (LVSpec) needs prompts with some: not an
+    image-generation cell, whose prompt is a caption and whose target writes image codes."""
+    rule = cell.spec.get("acceptance")
+    if rule not in VISUAL_RULES:
+        return
+    target = config["pairs"][cell.pair]["target"]
+    if dataset_task(config, cell.dataset) == IMAGE_GENERATION or (
+        model_kind(config, target) == "image_generator"
+    ):
+        raise ConfigError(
+            f"config key methods.{cell.method}: acceptance {rule!r} compares drafted tokens with "
+            f"the prompt's visual tokens, and the cells of dataset {cell.dataset!r} with pair "
+            f"{cell.pair!r} (target {target!r}) generate images from text prompts, which have "
+            "none; sweep it over datasets with images or video"
+        )
 
 
 def dataset_task(config: dict, name: str) -> str:

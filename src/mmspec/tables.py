@@ -97,6 +97,8 @@ SAMPLES = pa.schema(
         # shape of each step's proposal: levels, and most nodes on one level (chain: gamma, 1)
         ("step_depth", pa.list_(pa.int32())),
         ("step_width", pa.list_(pa.int32())),
+        # accepted tokens a lossy rule accepted without an exact match (loose verification)
+        ("step_relaxed", pa.list_(pa.int32())),
         ("prefill_s", pa.float64()),
         ("decode_s", pa.float64()),
         # time the captioner took on this sample's images (view C; cached, so paid once per image)
@@ -131,6 +133,7 @@ SCORES = pa.schema(
         ("steps", pa.int32()),
         ("new_tokens", pa.int32()),  # tokens the steps emitted: n_tokens - 1 (the prefill's)
         ("accepted_sum", pa.int64()),  # sum over steps of accepted and emitted draft tokens
+        ("relaxed_sum", pa.int64()),  # of which a lossy rule relaxed (accepted on a mismatch)
         ("drafted_sum", pa.int64()),
         ("step_drafted", pa.list_(pa.int32())),
         ("step_accepted", pa.list_(pa.int32())),
@@ -185,6 +188,8 @@ CELLS = pa.schema(
         ("tau", pa.float64()),  # new_tokens / steps, pooled over the cell
         ("tau_per_sample", pa.float64()),  # mean over sample-turns of their own tau
         ("accepted_mean", pa.float64()),  # emitted draft tokens / steps (tau without the bonus)
+        # share of the emitted draft tokens that a lossy rule accepted on a mismatch
+        ("relaxed_share", pa.float64()),
         # AR decode time per emitted token / method decode time per emitted token, summed over
         # the same sample-turns (greedy and sampling alike)
         ("speedup", pa.float64()),

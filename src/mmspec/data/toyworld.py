@@ -31,6 +31,12 @@ Scenarios (one dataset each, see DATASETS):
   then to the bottom right . the blue square stays at the bottom left ." Many visual tokens (8 x
   16), long answers whose predictable stretches ("then to the") alternate with the hard words
   (which corner next), the setting of the video papers' pruning and adaptive trees.
+- toy_vdesc: toy_video's videos described in detail, as video description benchmarks (VDD, VDC)
+  answer: "describe the video in detail ." -> "in this clip we can see two shapes . the red
+  circle moves from ... . meanwhile , the blue square stays at ... . that is all that happens ."
+  The motion sentences carry the visual content; the opener, the connector and the closing
+  remark are fillers drawn uniformly from a few synonyms, so the target is unsure there and any
+  choice is as good (LVSpec's Section 2: only some tokens need the video).
 """
 
 from __future__ import annotations
@@ -74,6 +80,18 @@ DIFF_PROMPT = "what changed ?"
 STORY_PROMPT = "tell the story ."
 VIDEO_PROMPT = "describe the motion ."
 VIDEO_FRAMES = 8
+VDESC_PROMPT = "describe the video in detail ."
+# toy_vdesc's fillers: each a uniform choice that says nothing about the video
+OPENERS = ["in this video", "in this clip", "in the video", "here"]
+SEEING = ["we can see", "one can see", "it shows"]
+CONNECTORS = ["meanwhile ,", "at the same time ,", "also ,"]
+CLOSERS = [
+    "overall the scene is quiet .",
+    "overall the scene is simple .",
+    "that is all that happens .",
+    "nothing else happens .",
+    "the video is short .",
+]
 COUNT_PROMPT = "how many shapes are there ?"
 COLOURS_PROMPT = "list the colours ."
 SHAPES_PROMPT = "list the shapes ."
@@ -93,7 +111,24 @@ do does make has have sides
 motion stays
 """
 _POSITION_WORDS = ["top", "bottom", "left", "right"]
-VOCABULARY: list[str] = _TEXT_WORDS.split() + COLOURS + SHAPES + _POSITION_WORDS + NUMBERS
+# toy_vdesc's words, after the others so that their ids stay as they were
+_DESCRIPTION_WORDS = """
+in this video clip here we can see one shows detail meanwhile same time also overall scene quiet
+simple that all happens nothing else short
+"""
+VOCABULARY: list[str] = list(
+    dict.fromkeys(
+        _TEXT_WORDS.split()
+        + COLOURS
+        + SHAPES
+        + _POSITION_WORDS
+        + NUMBERS
+        + _DESCRIPTION_WORDS.split()
+    )
+)
+# the words that state what the video shows (the rest of an answer is grammar and filler):
+# toy_vdesc's oracle split of visual-relevant tokens
+VISUAL_WORDS = frozenset(COLOURS + SHAPES + _POSITION_WORDS + NUMBERS + ["moves", "stays"])
 
 
 class Obj(NamedTuple):
@@ -439,6 +474,23 @@ def make_toy_video(rng: np.random.Generator, n_frames: int = VIDEO_FRAMES) -> li
     return [Turn(scenes, VIDEO_PROMPT, answer, video=True)]
 
 
+def make_toy_vdesc(rng: np.random.Generator, n_frames: int = VIDEO_FRAMES) -> list[Turn]:
+    """A toy_video video and its detailed description: fillers around the motion sentences."""
+    (video,) = make_toy_video(rng, n_frames)
+    motions = [s.strip() + " ." for s in video.answer.split(" .") if s.strip()]
+    count = "one shape" if len(motions) == 1 else "two shapes"
+    parts = [f"{_pick(rng, OPENERS)} {_pick(rng, SEEING)} {count} .", motions[0]]
+    parts += [f"{_pick(rng, CONNECTORS)} {m}" for m in motions[1:]]
+    parts.append(_pick(rng, CLOSERS))
+    return [Turn(video.scenes, VDESC_PROMPT, " ".join(parts), video=True)]
+
+
+def visual_share(text: str) -> float:
+    """The share of a text's tokens that state visual content (VISUAL_WORDS)."""
+    words = text.split()
+    return sum(w in VISUAL_WORDS for w in words) / len(words) if words else 0.0
+
+
 DATASETS: dict[str, Callable[[np.random.Generator], list[Turn]]] = {
     "toy_caption": make_toy_caption,
     "toy_vqa": make_toy_vqa,
@@ -446,6 +498,7 @@ DATASETS: dict[str, Callable[[np.random.Generator], list[Turn]]] = {
     "toy_multiturn": make_toy_multiturn,
     "toy_story": make_toy_story,
     "toy_video": make_toy_video,
+    "toy_vdesc": make_toy_vdesc,
 }
 
 

@@ -66,6 +66,9 @@ class ScriptedSampler(Sampler):
         options.append((len(a), reach))
         return self._choose(options)
 
+    def coins(self, probabilities: torch.Tensor) -> torch.Tensor:
+        return torch.tensor([self.accept(a) for a in probabilities.double().tolist()])
+
     def dirichlet(self, m: int) -> torch.Tensor:
         draws = -torch.rand(m, generator=self.weights).clamp_min(1e-12).log()
         return draws / draws.sum()

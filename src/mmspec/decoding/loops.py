@@ -31,6 +31,7 @@ class Step:
     weights: tuple[float, ...] = ()  # the drafter's ensemble weights for this block
     depth: int = 0  # levels of the proposal (gamma for a chain)
     width: int = 0  # most proposal nodes on one level (1 for a chain)
+    relaxed: int = 0  # accepted nodes a lossy rule accepted without an exact match
 
 
 @dataclass
@@ -89,6 +90,8 @@ class Speculation:
         self.temperature, self.sampler = temperature, sampler
         self.last = 0  # the last emitted token (the root of the next proposal)
         self.base = 0  # target cache length before the current verification
+        self.visual_states = None  # the prompt's visual tokens' last-layer states (LVSpec)
+        self.relaxed = 0  # nodes the last `accept` relaxed
 
     def start(self, prompt: Prompt | torch.Tensor, draft_prompts, score_visual=None) -> int:
         """Prefill the target, emit its first token, start the drafter; the first token.
@@ -100,6 +103,8 @@ class Speculation:
         """
         forward = self.target.prefill(prompt, score_visual, self.drafter.target_layers)
         self.last = pick(forward.logits[0], self.temperature, self.sampler)
+        if getattr(self.rule, "reads_hidden", False):
+            self.visual_states = visual_states(prompt, forward, self.rule.name)
         attention = forward.visual_attention
         prompts = draft_prompts(attention) if callable(draft_prompts) else draft_prompts
         self.policy.start()
@@ -117,7 +122,18 @@ class Speculation:
         return self.target.extend(tokens, proposal.attention(), layers=self.drafter.target_layers)
 
     def accept(self, proposal: Proposal, forward: Forward) -> tuple[list[int], int]:
-        return self.rule(proposal, forward.logits[0], self.temperature, self.sampler)
+        """The accepted path and the next token; `relaxed` keeps how many nodes were relaxed."""
+        states = {}
+        if self.visual_states is not None:
+            states = {"hidden": forward.hidden[0, 1:], "visual": self.visual_states}
+        verdict = getattr(self.rule, "verdict", None)
+        if verdict is None:  # a bare rule function (tests): nothing relaxed
+            path, token = self.rule(proposal, forward.logits[0], self.temperature, self.sampler)
+            return path, token
+        path, token, self.relaxed = verdict(
+            proposal, forward.logits[0], self.temperature, self.sampler, **states
+        )
+        return path, token
 
     def commit(self, proposal: Proposal, forward: Forward, path: list[int], token: int) -> list:
         """Keep the accepted path in both caches; the tokens this step emits."""
@@ -127,6 +143,17 @@ class Speculation:
         self.drafter.commit(proposal, path, token, forward.row(0).select(rows))
         self.last = token
         return [proposal.tokens[i] for i in path] + [token]
+
+
+def visual_states(prompt, forward: Forward, rule: str) -> torch.Tensor:
+    """The last-layer hidden states of the prompt's visual tokens, from its prefill [l_v, H]."""
+    visual = getattr(prompt, "visual", None)
+    if visual is None or not bool(visual.any()):
+        raise ValueError(
+            f"acceptance {rule!r} compares drafted tokens with the prompt's visual tokens, and "
+            "this prompt has none (a sample with images or video is needed)"
+        )
+    return forward.hidden[0][visual.to(forward.hidden.device)]
 
 
 def decode_speculative(
@@ -169,6 +196,7 @@ def decode_speculative(
             weights,
             depth,
             width,
+            min(run.relaxed, len(path), emitted),
         )
         out.steps.append(step)
     out.decode_s = time.perf_counter() - start

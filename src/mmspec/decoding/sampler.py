@@ -26,6 +26,10 @@ class Sampler:
         or the length when every coin is True (a chain's accepted prefix in one comparison)."""
         raise NotImplementedError
 
+    def coins(self, probabilities: torch.Tensor) -> torch.Tensor:
+        """The coins `first_rejection` flips, all of them (bool, one per entry)."""
+        raise NotImplementedError
+
     def dirichlet(self, m: int) -> torch.Tensor:
         """m non-negative weights summing to one, uniform over the simplex (Dirichlet(1, ...))."""
         raise NotImplementedError
@@ -44,10 +48,11 @@ class TorchSampler(Sampler):
         return float(torch.rand((), generator=self.generator, dtype=torch.float64)) < probability
 
     def first_rejection(self, probabilities: torch.Tensor) -> int:
-        coins = torch.rand(
-            probabilities.shape, generator=self.generator, dtype=probabilities.dtype
-        ).to(probabilities.device)
-        return int((coins < probabilities).int().cumprod(0).sum())
+        return int(self.coins(probabilities).int().cumprod(0).sum())
+
+    def coins(self, probabilities: torch.Tensor) -> torch.Tensor:
+        draws = torch.rand(probabilities.shape, generator=self.generator, dtype=probabilities.dtype)
+        return draws.to(probabilities.device) < probabilities
 
     def dirichlet(self, m: int) -> torch.Tensor:
         draws = -torch.rand(m, generator=self.generator).clamp_min(1e-12).log()

@@ -25,7 +25,15 @@ TREES = ("chain", "static", "dynamic", "sage")
 # Acceptance rules, and whether each preserves the target's output distribution. Lossless rules
 # are checked token for token against AR (greedy) and by `mmspec verify-lossless` (sampling);
 # lossy rules report retention and divergence instead.
-ACCEPTANCE = {"greedy": True, "sampling": True, "lantern": False}
+ACCEPTANCE = {
+    "greedy": True,
+    "sampling": True,
+    "lantern": False,
+    "lvspec": False,
+    "fly": False,
+    "fly_gate": False,
+    "random_relax": False,
+}
 # LANTERN (decoding.acceptance.lantern): defaults from its release (generate_images.py: k 1000
 # of LlamaGen's 16384 codes, delta 0.1; l2 proximity and TVD as the paper's main setting,
 # Section 4.1). k counts a token's neighbours besides itself; a toy codebook scales it down.
@@ -37,22 +45,46 @@ LANTERN_DEFAULTS = {
     "proximity": "l2",
     "divergence": "tvd",
 }
-# The method hyperparameters each rule reads (passed to it as keyword arguments).
-ACCEPTANCE_KEYS = {"greedy": (), "sampling": (), "lantern": tuple(LANTERN_DEFAULTS)}
+# Loose verification (decoding.acceptance.loose). LVSpec: lambda 0.7 and N 10 (Section 4,
+# "Implementation Details"; K 10 is the chain's gamma), PST on as in its Table 1 (the lambda
+# and N studies run without it, Table 3). FLy as LVSpec reran it (Appendix C): window 4, entropy
+# 0.2 (0.1 for Qwen2.5-VL-32B; FLy's own release: 0.3, window 6). Random relaxation: rho 0.5,
+# the middle of LVSpec's Figure 7 grid {0.25, 0.5, 0.75}.
+LVSPEC_DEFAULTS = {"lvspec_lambda": 0.7, "lvspec_n": 10, "pst": True}
+FLY_DEFAULTS = {"fly_entropy": 0.2, "fly_window": 4}
+RANDOM_RELAX_DEFAULTS = {"relax_rho": 0.5}
 # The hyperparameters a rule adds to a method's (with their defaults) when a method uses it.
-ACCEPTANCE_DEFAULTS = {"lantern": LANTERN_DEFAULTS}
+ACCEPTANCE_DEFAULTS = {
+    "lantern": LANTERN_DEFAULTS,
+    "lvspec": LVSPEC_DEFAULTS,
+    "fly": FLY_DEFAULTS,
+    "fly_gate": {"fly_entropy": FLY_DEFAULTS["fly_entropy"]},
+    "random_relax": RANDOM_RELAX_DEFAULTS,
+}
+# The method hyperparameters each rule reads (passed to it as keyword arguments).
+ACCEPTANCE_KEYS = {rule: tuple(ACCEPTANCE_DEFAULTS.get(rule, ())) for rule in ACCEPTANCE}
 # Rules that read the target's VQ codebook (its latent neighbours); their targets must have one.
 CODEBOOK_RULES = frozenset({"lantern"})
+# Rules that read the target's hidden states of the drafted tokens and of the prompt's visual
+# tokens; their prompts must hold visual tokens.
+VISUAL_RULES = frozenset({"lvspec"})
 
 
 def is_lossless(acceptance: str | None, params: dict | None = None) -> bool:
     """Whether a spec with this acceptance rule (None: AR) and hyperparameters preserves the
-    target's distribution: LANTERN with no room to relax (delta 0, or k 0) is the lossless rule
-    draw for draw (tests/test_lantern.py)."""
+    target's distribution: a lossy rule with no room to relax (LANTERN delta 0 or k 0, LVSpec
+    lambda 0 without PST, random relaxation rho 0) is the lossless rule draw for draw
+    (tests/test_lantern.py, tests/test_loose.py)."""
     if acceptance is None or ACCEPTANCE[acceptance]:
         return True
     params = params or {}
-    return acceptance == "lantern" and 0 in (params.get("lantern_delta"), params.get("lantern_k"))
+    if acceptance == "lantern":
+        return 0 in (params.get("lantern_delta"), params.get("lantern_k"))
+    if acceptance == "lvspec":  # nothing loosened and no position-shift tolerance
+        return params.get("lvspec_lambda") == 0 and params.get("pst") is False
+    if acceptance == "random_relax":
+        return params.get("relax_rho") == 0
+    return False
 
 
 # What every model drafter accepts, with its default.

@@ -14,8 +14,11 @@ from mmspec.methods.components import (
     DIVERGENCES,
     DRAFTING,
     EAGLE_TREE,
+    FLY_DEFAULTS,
     LANTERN_DEFAULTS,
+    LVSPEC_DEFAULTS,
     PROXIMITIES,
+    RANDOM_RELAX_DEFAULTS,
     SAGE_DEFAULTS,
     TREE_KEYS,
     TREES,
@@ -138,6 +141,60 @@ def _lantern_rows() -> list[Method]:
     ]
 
 
+def _loose_rows() -> list[Method]:
+    """LVSpec and the loose baselines it compares with (its Table 1 and Figure 7), all on a chain
+    of K = 10 draft tokens (Section 4: "the same number of draft tokens (K = 10), forming a
+    chain-like structure") from a draft that reads 10% of the visual tokens (Std.-SD: the draft
+    with uniform video token pruning, as SpecVLM's)."""
+    chain = dict(gamma=10, views="U", keep=0.1)
+    return [
+        _drafting(
+            "lvspec",
+            "LVSpec",
+            "LVSpec's loose verification: the lambda*K drafted tokens least relevant to the "
+            "visual tokens (mean top-N cosine of the target's last-layer states) may mismatch; "
+            "position-shift tolerance on",
+            acceptance="lvspec",
+            **chain,
+            **LVSPEC_DEFAULTS,
+        ),
+        _drafting(
+            "lvspec_nopst",
+            "LVSpec (w/o PST)",
+            "LVSpec without position-shift tolerance (its lambda and N studies, Table 3)",
+            acceptance="lvspec",
+            **chain,
+            **{**LVSPEC_DEFAULTS, "pst": False},
+        ),
+        _drafting(
+            "fly",
+            "FLY",
+            "FLy: a mismatch is accepted when the target's top-3 entropy reaches the threshold "
+            "and the next window - 1 drafted tokens match",
+            acceptance="fly",
+            **chain,
+            **FLY_DEFAULTS,
+        ),
+        _drafting(
+            "fly_gate",
+            "FLY⊖",
+            "FLy's entropy gate without its deferred window (LVSpec's FLY-minus)",
+            acceptance="fly_gate",
+            **chain,
+            fly_entropy=FLY_DEFAULTS["fly_entropy"],
+        ),
+        _drafting(
+            "random_relax",
+            "Random relaxation",
+            "each mismatch accepted with probability rho, blind to the visual content "
+            "(LVSpec's Figure 7 control)",
+            acceptance="random_relax",
+            **chain,
+            **RANDOM_RELAX_DEFAULTS,
+        ),
+    ]
+
+
 METHODS = {
     m.name: m
     for m in [
@@ -214,6 +271,7 @@ METHODS = {
             **SAGE_DEFAULTS,
         ),
         *_lantern_rows(),
+        *_loose_rows(),
     ]
 }
 
@@ -243,6 +301,12 @@ TYPES = {
     "adaboost_constant": (int, float),
     "lantern_k": int,
     "lantern_delta": (int, float),
+    "lvspec_lambda": (int, float),
+    "lvspec_n": int,
+    "pst": bool,
+    "fly_entropy": (int, float),
+    "fly_window": int,
+    "relax_rho": (int, float),
 }
 # Keys every method accepts on top of its defaults.
 COMMON_KEYS = {"temperature"}
@@ -280,7 +344,9 @@ def resolve(method_name: str, hparams: dict, temperature: float = 0.0) -> dict:
             )
         if key in CHOICES and value not in CHOICES[key] and key != "drafter":
             raise ValueError(f"{key}={value!r} is not one of {list(CHOICES[key])}")
-        if key in TYPES and (isinstance(value, bool) or not isinstance(value, TYPES[key])):
+        if key in TYPES and (
+            isinstance(value, bool) != (TYPES[key] is bool) or not isinstance(value, TYPES[key])
+        ):
             raise ValueError(f"{key}={value!r} should be of type {TYPES[key]}")
         spec[key] = value
     spec.setdefault("temperature", temperature)
@@ -305,6 +371,22 @@ def _check_ranges(spec: dict) -> None:
         raise ValueError(
             f"lantern_delta bounds a divergence (TVD, or JSD in bits) and must be in [0, 1], "
             f"got {spec['lantern_delta']}"
+        )
+    for key, what in [
+        ("lvspec_lambda", "the share of drafted tokens that may mismatch"),
+        ("relax_rho", "the probability of accepting a mismatch"),
+    ]:
+        if spec.get(key) is not None and not 0 <= spec[key] <= 1:
+            raise ValueError(f"{key} is {what} and must be in [0, 1], got {spec[key]}")
+    for key, what in [
+        ("lvspec_n", "the number of most similar visual tokens averaged"),
+        ("fly_window", "FLy's deferred window, counting the mismatch itself"),
+    ]:
+        if spec.get(key) is not None and spec[key] < 1:
+            raise ValueError(f"{key} is {what} and must be >= 1, got {spec[key]}")
+    if spec.get("fly_entropy") is not None and spec["fly_entropy"] < 0:
+        raise ValueError(
+            f"fly_entropy is an entropy (nats) and must be >= 0, got {spec['fly_entropy']}"
         )
     if spec.get("total_tokens") is not None and spec["total_tokens"] < 2:
         raise ValueError(

@@ -12,8 +12,9 @@ ungrammatical outputs score the facts they do state correctly and never raise.
   reasoning ("red and blue make purple .", "a square has four sides ."), by exact match of the
   normalised text.
 - toy_story: fraction right of 6 facts: (colour, shape) and the position in each of 5 frames.
-- toy_video: per object of the reference, the share of its corners (start, then each stop) that
-  the output's sentence about the same (colour, shape) states in the same place; averaged.
+- toy_video, toy_vdesc: per object of the reference, the share of its corners (start, then each
+  stop) that the output's sentence about the same (colour, shape) states in the same place;
+  averaged (a description's fillers score nothing either way).
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from collections.abc import Iterable
 
 from mmspec.data.toyworld import COLOURS, POSITIONS, SHAPES
 
-SCENARIOS = ("toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story", "toy_video")
+SCENARIOS = (
+    "toy_caption",
+    "toy_vqa",
+    "toy_diff",
+    "toy_multiturn",
+    "toy_story",
+    "toy_video",
+    "toy_vdesc",
+)
 
 C = "(" + "|".join(COLOURS) + ")"
 S = "(" + "|".join(SHAPES) + ")"
@@ -148,7 +157,7 @@ def score_toy(scenario: str, turn: int, output: str, reference: str) -> float:
         return score_diff(output, reference)
     if scenario == "toy_story":
         return score_story(output, reference)
-    if scenario == "toy_video":
+    if scenario in ("toy_video", "toy_vdesc"):  # a description's fillers are not scored
         return score_video(output, reference)
     raise ValueError(f"unknown toy scenario {scenario!r}; known: {SCENARIOS}")
 

@@ -33,6 +33,7 @@ SELECT
   sum(new_tokens) / nullif(sum(steps), 0) AS tau,
   avg(new_tokens / nullif(steps, 0)) AS tau_per_sample,
   sum(accepted_sum) / nullif(sum(steps), 0) AS accepted_mean,
+  sum(relaxed_sum) / nullif(sum(accepted_sum), 0) AS relaxed_share,
   (sum(ar_decode_s) / nullif(sum(ar_n_tokens - 1), 0))
     / nullif(sum(decode_s) / nullif(sum(new_tokens), 0), 0) AS speedup,
   avg(t_q_s) / nullif(avg(t_p_s), 0) AS latency_ratio,

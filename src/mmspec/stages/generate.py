@@ -321,6 +321,7 @@ def _record(row: dict, result, ar, runner: MethodRunner) -> dict:
         "step_weights": [list(s.weights) for s in result.steps],
         "step_depth": [s.depth for s in result.steps],
         "step_width": [s.width for s in result.steps],
+        "step_relaxed": [s.relaxed for s in result.steps],
         "prefill_s": result.prefill_s,
         "decode_s": result.decode_s,
         "ar_prefill_s": ar.prefill_s,

@@ -61,6 +61,7 @@ def run(
                 "steps": len(row["step_accepted"]),
                 "new_tokens": row["n_tokens"] - 1,
                 "accepted_sum": sum(row["step_accepted"]),
+                "relaxed_sum": sum(row["step_relaxed"] or []),
                 "drafted_sum": sum(row["step_drafted"]),
                 **{k: row[k] for k in STEP_COLUMNS},
                 "caption_s": row["caption_s"],

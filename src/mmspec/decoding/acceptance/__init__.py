@@ -6,7 +6,10 @@ returns the accepted path (node indices, root excluded) and the next token the t
 it (correction or bonus). Each rule declares whether it preserves the target's distribution
 (`methods.components.ACCEPTANCE` lists them; lossless ones are checked against AR and by
 `mmspec verify-lossless`). A rule reads the hyperparameters of its method named in
-`components.ACCEPTANCE_KEYS`; LANTERN also reads the target's codebook (`make_rule`).
+`components.ACCEPTANCE_KEYS`; LANTERN also reads the target's codebook (`make_rule`), LVSpec
+the target's hidden states (`reads_hidden`: the drafted nodes' from the verification forward and
+the visual tokens' from the prefill, passed as `hidden` and `visual`). A lossy rule returns a
+third value, the number of accepted nodes it relaxed.
 """
 
 from __future__ import annotations
@@ -16,8 +19,14 @@ from dataclasses import dataclass, field
 
 from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.acceptance.lantern import Neighbours, accept_lantern
+from mmspec.decoding.acceptance.loose import (
+    accept_fly,
+    accept_fly_gate,
+    accept_lvspec,
+    accept_random_relax,
+)
 from mmspec.decoding.acceptance.sampling import accept_sampling
-from mmspec.methods.components import ACCEPTANCE, ACCEPTANCE_KEYS, CODEBOOK_RULES
+from mmspec.methods.components import ACCEPTANCE, ACCEPTANCE_KEYS, CODEBOOK_RULES, VISUAL_RULES
 
 
 @dataclass(frozen=True)
@@ -28,8 +37,18 @@ class AcceptanceRule:
     lossless: bool
     params: dict = field(default_factory=dict)  # the method's hyperparameters the rule reads
 
-    def __call__(self, proposal, logits, temperature, sampler):
-        return self.judge(proposal, logits, temperature, sampler, **self.params)
+    @property
+    def reads_hidden(self) -> bool:
+        return self.name in VISUAL_RULES
+
+    def verdict(self, proposal, logits, temperature, sampler, **states):
+        """(path, next token, relaxed nodes); `states`: hidden and visual, for `reads_hidden`."""
+        out = self.judge(proposal, logits, temperature, sampler, **self.params, **states)
+        return out if len(out) == 3 else (*out, 0)
+
+    def __call__(self, proposal, logits, temperature, sampler, **states):
+        """(path, next token)."""
+        return self.verdict(proposal, logits, temperature, sampler, **states)[:2]
 
 
 RULES = {
@@ -38,6 +57,10 @@ RULES = {
         AcceptanceRule("greedy", accept_greedy, lossless=True),
         AcceptanceRule("sampling", accept_sampling, lossless=True),
         AcceptanceRule("lantern", accept_lantern, lossless=False),
+        AcceptanceRule("lvspec", accept_lvspec, lossless=False),
+        AcceptanceRule("fly", accept_fly, lossless=False),
+        AcceptanceRule("fly_gate", accept_fly_gate, lossless=False),
+        AcceptanceRule("random_relax", accept_random_relax, lossless=False),
     ]
 }
 assert {n: r.lossless for n, r in RULES.items()} == ACCEPTANCE

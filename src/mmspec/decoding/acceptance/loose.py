@@ -1,0 +1,217 @@
+"""Loose verification (lossy): a mismatched draft token may be accepted where a rule judges that
+the target's own choice does not matter.
+
+Every rule walks the proposal as the lossless rule of its temperature does (greedy: a child
+equal to the target's argmax; sampling: min(1, p/q) coins for a chain drawn from q, point-mass
+acceptance for deterministic candidates, `acceptance.sampling`) and differs only at a rejection:
+if the rule relaxes the rejected position, the walk accepts the draft's own token there (the
+node's first child, the drafter's best) and goes on; otherwise it emits the target's token (the
+argmax, or a draw from the residual), as the lossless rule does. The accepted length is thus the
+longest prefix whose every position matched or was relaxed (LVSpec's longest-common-prefix).
+
+- `lvspec` (LVSpec, Section 3): the target's final-layer hidden state of each drafted position
+  (from the verification forward) against the visual tokens' hidden states (from the prefill):
+  cosine similarity, mean of the top `lvspec_n` = visual relevance; the floor(lambda * K) least
+  relevant of the step's K drafted positions may mismatch (Eqs. 8-10). With `pst` (Section 3.3,
+  Eq. 11) a mismatch whose target token appears among the step's drafted tokens is accepted too.
+- `fly` (FLy, AMD-AGI/FLy `fly/models/FLy.py`): a mismatch is accepted when the entropy of the
+  target's top-3 probabilities (nats, not renormalised; raw logits) is at least `fly_entropy`
+  and the next `fly_window` - 1 drafted positions match exactly (its deferred window: a window
+  that runs past the proposal relaxes nothing, as the release masks the last positions).
+- `fly_gate`: FLy's entropy gate alone (the paper's FLY-minus; the release's `abla_no_window`).
+- `random_relax`: each mismatch accepted with probability `relax_rho`, blind to what it is
+  (LVSpec's visually blind control, Figure 7).
+
+How the output relates to the target's: with nothing to relax (lvspec lambda 0 without PST,
+random_relax rho 0) each rule is the lossless rule draw for draw (tests check it). Otherwise the
+output follows another distribution, so quality is measured against AR (retention: judge score
+or task metric), never guaranteed. Each step reports how many accepted tokens were relaxed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from mmspec.decoding.acceptance.sampling import _residual
+from mmspec.decoding.probability import distribution
+from mmspec.decoding.proposal import ROOT, Proposal
+
+FLY_TOP = 3  # FLy's entropy reads the target's 3 most probable tokens
+
+
+class _Walk:
+    """The lossless rule's verdict per node, computed once (coins flipped once, draws made once):
+    `step(node)` -> the accepted child or None; `rejected(node)` -> the token the target emits
+    after `node` when no child is accepted."""
+
+    def __init__(self, proposal: Proposal, logits: torch.Tensor, temperature, sampler):
+        self.proposal, self.sampler = proposal, sampler
+        self.children = proposal.children()
+        self.logits = logits
+        self.greedy = temperature == 0
+        self.drawn = not self.greedy and proposal.q is not None
+        self.steps: dict[int, int | None] = {}
+        self.leftover: dict[int, torch.Tensor] = {}  # node -> what the target draws from
+        self.emitted: dict[int, int] = {}
+        if self.greedy:
+            self.target = logits.argmax(dim=-1)
+            return
+        self.p_rows = distribution(logits, temperature)
+        if self.drawn:
+            if not proposal.is_chain:
+                raise ValueError("draws from q are verified only on chains; trees are point masses")
+            n = len(proposal.tokens)
+            rows = torch.arange(n, device=self.p_rows.device)
+            tokens = proposal.tokens_tensor(self.p_rows.device)
+            q = proposal.q.to(self.p_rows.dtype)
+            self.q = q
+            # every coin at once, as the lossless rule flips them
+            self.coins = sampler.coins((self.p_rows[rows, tokens] / q[rows, tokens]).clamp(max=1))
+
+    def step(self, node: int) -> int | None:
+        if node not in self.steps:
+            self.steps[node] = self._step(node)
+        return self.steps[node]
+
+    def _step(self, node: int) -> int | None:
+        children = self.children.get(node, [])
+        if self.greedy:
+            want = int(self.target[node + 1])
+            return next((c for c in children if self.proposal.tokens[c] == want), None)
+        if self.drawn:
+            child = node + 1
+            if children and bool(self.coins[child]):
+                return child
+            self.leftover[node] = (
+                _residual(self.p_rows[child], self.q[child]) if children else self.p_rows[child]
+            )
+            return None
+        p = self.p_rows[node + 1]
+        for child in children:
+            token = self.proposal.tokens[child]
+            if self.sampler.accept(float(p[token])):
+                return child
+            if p[token] > 0:  # a repeated sibling token was already zeroed
+                p = p.clone()
+                p[token] = 0
+                p = p / p.sum()
+        self.leftover[node] = p
+        return None
+
+    def rejected(self, node: int) -> int:
+        """The target's token after `node` once its children are rejected (drawn once)."""
+        if node not in self.emitted:
+            if self.greedy:
+                self.emitted[node] = int(self.target[node + 1])
+            else:
+                self.emitted[node] = self.sampler.categorical(self.leftover[node])
+        return self.emitted[node]
+
+    def matches_below(self, node: int, n: int) -> bool:
+        """Whether n exact matches follow `node` down the proposal."""
+        for _ in range(n):
+            node = self.step(node)
+            if node is None:
+                return False
+        return True
+
+
+def _walk_loosely(walk: _Walk, relaxes) -> tuple[list[int], int, int]:
+    """(accepted path, next token, relaxed nodes): follow exact matches; at a rejection accept
+    the first child if `relaxes(walk, parent, child)`, else emit the target's token."""
+    path, node, relaxed = [], ROOT, 0
+    while True:
+        child = walk.step(node)
+        if child is None:
+            children = walk.children.get(node, [])
+            if not children or not relaxes(walk, node, children[0]):
+                return path, walk.rejected(node), relaxed
+            child, relaxed = children[0], relaxed + 1
+        path.append(child)
+        node = child
+
+
+def visual_relevance(hidden: torch.Tensor, visual: torch.Tensor, n: int) -> torch.Tensor:
+    """LVSpec's Eq. 8: per drafted position [K, H], the mean of its top-n cosine similarities
+    with the visual tokens' hidden states [l_v, H]."""
+    h = torch.nn.functional.normalize(hidden.float(), dim=-1)
+    v = torch.nn.functional.normalize(visual.float().to(h.device), dim=-1)
+    return (h @ v.T).topk(min(n, v.shape[0]), dim=-1).values.mean(-1)
+
+
+def loosened(relevance: torch.Tensor, share: float) -> set[int]:
+    """Eq. 9: the floor(share * K) positions of lowest relevance (ties: the earlier first)."""
+    count = math.floor(share * len(relevance) + 1e-9)
+    order = sorted(range(len(relevance)), key=lambda i: (float(relevance[i]), i))
+    return set(order[:count])
+
+
+def accept_lvspec(
+    proposal: Proposal,
+    logits: torch.Tensor,
+    temperature,
+    sampler,
+    *,
+    lvspec_lambda: float,
+    lvspec_n: int,
+    pst: bool,
+    hidden: torch.Tensor,
+    visual: torch.Tensor,
+):
+    """LVSpec's loose verification; `hidden`: the target's last-layer states of the drafted
+    nodes [K, H] (verification forward), `visual`: those of the prompt's visual tokens."""
+    walk = _Walk(proposal, logits, temperature, sampler)
+    loose = loosened(visual_relevance(hidden, visual, lvspec_n), lvspec_lambda)
+    drafted = set(proposal.tokens)
+
+    def relaxes(walk, parent, child):
+        return child in loose or (pst and walk.rejected(parent) in drafted)
+
+    return _walk_loosely(walk, relaxes)
+
+
+def top_entropy(logits: torch.Tensor, top: int = FLY_TOP) -> torch.Tensor:
+    """FLy's gate signal: -sum p log p over the `top` most probable tokens (nats, from the raw
+    logits, not renormalised)."""
+    logp = torch.log_softmax(logits.float(), dim=-1).topk(top, dim=-1).values
+    return -(logp.exp() * logp).sum(-1)
+
+
+def accept_fly(
+    proposal: Proposal,
+    logits: torch.Tensor,
+    temperature,
+    sampler,
+    *,
+    fly_entropy: float,
+    fly_window: int,
+):
+    """FLy: the entropy gate and the deferred window."""
+    walk = _Walk(proposal, logits, temperature, sampler)
+    entropy = top_entropy(logits)
+
+    def relaxes(walk, parent, child):
+        return bool(entropy[parent + 1] >= fly_entropy) and walk.matches_below(
+            child, fly_window - 1
+        )
+
+    return _walk_loosely(walk, relaxes)
+
+
+def accept_fly_gate(proposal: Proposal, logits: torch.Tensor, temperature, sampler, *, fly_entropy):
+    """FLy's entropy gate alone (FLY-minus)."""
+    return accept_fly(proposal, logits, temperature, sampler, fly_entropy=fly_entropy, fly_window=1)
+
+
+def accept_random_relax(
+    proposal: Proposal, logits: torch.Tensor, temperature, sampler, *, relax_rho: float
+):
+    """Each mismatch accepted with probability rho (no draw at all when rho is 0)."""
+    walk = _Walk(proposal, logits, temperature, sampler)
+
+    def relaxes(walk, parent, child):
+        return relax_rho > 0 and sampler.accept(relax_rho)
+
+    return _walk_loosely(walk, relaxes)

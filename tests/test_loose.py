@@ -1,0 +1,310 @@
+"""Loose verification (LVSpec, PST, FLy, FLy's gate, random relaxation): the lossless rule draw
+for draw when nothing may be relaxed, each rule's relaxation on hand-built cases, the engine
+around them (real tiny models, chains and trees), and their spec keys."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mmspec.decoding.acceptance import loose, make_rule
+from mmspec.decoding.acceptance.greedy import accept_greedy
+from mmspec.decoding.acceptance.sampling import accept_sampling
+from mmspec.decoding.decoder import Decoder
+from mmspec.decoding.drafters.model import ModelDrafter
+from mmspec.decoding.loops import decode_ar, decode_speculative
+from mmspec.decoding.prompt import Prompt
+from mmspec.decoding.proposal import Proposal
+from mmspec.decoding.sampler import seeded
+from mmspec.decoding.trees import ChainPolicy, StaticTree
+from mmspec.decoding.views import ViewContext, make_view
+from mmspec.decoding.weights import make_policy
+from mmspec.methods.components import is_lossless
+from mmspec.methods.registry import resolve
+from mmspec.methods.spec import MethodSpec
+from tests.test_engine import PROMPT, _images, prompts
+from tests.test_lantern import _tree
+
+VOCAB, HIDDEN = 12, 6
+
+
+def _case(seed: int, n: int = 4):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(n + 1, VOCAB, generator=g) * 2
+    q = torch.softmax(torch.randn(n, VOCAB, generator=g) * 2, -1)
+    tokens = [int(torch.multinomial(q[i], 1, generator=g)) for i in range(n)]
+    hidden = torch.randn(n, HIDDEN, generator=g)
+    visual = torch.randn(7, HIDDEN, generator=g)
+    return logits, q, tokens, hidden, visual
+
+
+def _rule(name: str, **params):
+    return make_rule({"acceptance": name, **params})
+
+
+LOSSLESS_SETTINGS = [
+    ("lvspec", {"lvspec_lambda": 0.0, "lvspec_n": 3, "pst": False}),
+    ("random_relax", {"relax_rho": 0.0}),
+]
+
+
+@pytest.mark.parametrize("name, params", LOSSLESS_SETTINGS)
+def test_nothing_to_relax_decides_draw_for_draw_as_the_lossless_rules(name, params):
+    rule = _rule(name, **params)
+    assert is_lossless(name, params)
+    for seed in range(40):
+        logits, q, tokens, hidden, visual = _case(seed)
+        states = {"hidden": hidden, "visual": visual} if name == "lvspec" else {}
+        for proposal in (Proposal.chain(tokens, q), _tree(tokens)):
+            for temperature in (0.7, 1.0):
+                got = rule.verdict(proposal, logits, temperature, seeded(seed), **states)
+                want = accept_sampling(proposal, logits, temperature, seeded(seed))
+                assert got == (*want, 0), (seed, temperature)
+            got = rule.verdict(proposal, logits, 0.0, seeded(seed), **states)
+            assert got == (*accept_greedy(proposal, logits, 0.0, None), 0)
+
+
+def _greedy_logits(wanted: list[int], spread: list[float] | None = None) -> torch.Tensor:
+    """Rows whose argmax is `wanted[i]`; `spread[i]` > 0 flattens row i (high entropy)."""
+    logits = torch.full((len(wanted), VOCAB), -12.0)
+    for i, token in enumerate(wanted):
+        flat = (spread or [0.0] * len(wanted))[i]
+        logits[i, :] = -12.0 + flat * 11.5  # flat rows: every token close to the argmax
+        logits[i, token] = 0.0
+    return logits
+
+
+def _states(relevance: list[float]):
+    """Hidden states whose relevance to the one visual state is `relevance` (cosines)."""
+    visual = torch.zeros(1, 2)
+    visual[0, 0] = 1.0
+    angles = torch.tensor(relevance).clamp(-1, 1).acos()
+    hidden = torch.stack([angles.cos(), angles.sin()], dim=-1)
+    return {"hidden": hidden, "visual": visual}
+
+
+def test_lvspec_relaxes_the_least_relevant_positions_only():
+    # drafted 1 2 3 4; the target wants 1 9 3 8: mismatches at positions 1 and 3
+    chain = Proposal.chain([1, 2, 3, 4])
+    logits = _greedy_logits([1, 9, 3, 8, 5])
+    low_at_1 = _states([0.9, 0.1, 0.8, 0.7])  # position 1 least relevant
+    rule = _rule("lvspec", lvspec_lambda=0.25, lvspec_n=1, pst=False)  # floor(0.25 * 4) = 1
+    assert rule.verdict(chain, logits, 0.0, None, **low_at_1) == ([0, 1, 2], 8, 1)
+    low_at_0 = _states([0.1, 0.9, 0.8, 0.7])  # the loosened position matches anyway
+    assert rule.verdict(chain, logits, 0.0, None, **low_at_0) == ([0], 9, 0)
+    both = _rule("lvspec", lvspec_lambda=0.5, lvspec_n=1, pst=False)
+    assert both.verdict(chain, logits, 0.0, None, **_states([0.9, 0.1, 0.8, 0.2])) == (
+        [0, 1, 2, 3],
+        5,
+        2,
+    )
+    exact = _rule("lvspec", lvspec_lambda=0.0, lvspec_n=1, pst=False)
+    assert exact.verdict(chain, logits, 0.0, None, **low_at_1) == ([0], 9, 0)
+
+
+def test_pst_accepts_a_target_token_found_among_the_drafts():
+    chain = Proposal.chain([1, 2, 3, 4])
+    rule = _rule("lvspec", lvspec_lambda=0.0, lvspec_n=1, pst=True)
+    states = _states([0.9, 0.1, 0.8, 0.7])
+    # the target wants 4 at position 1: drafted at position 3, so a shift; 9 never was
+    assert rule.verdict(chain, _greedy_logits([1, 4, 3, 9, 5]), 0.0, None, **states) == (
+        [0, 1, 2],
+        9,
+        1,
+    )
+    assert not is_lossless("lvspec", {"lvspec_lambda": 0.0, "pst": True})
+
+
+def test_visual_relevance_is_the_mean_of_the_top_n_cosines():
+    g = torch.Generator().manual_seed(0)
+    hidden, visual = torch.randn(5, 8, generator=g), torch.randn(9, 8, generator=g)
+    got = loose.visual_relevance(hidden, visual, 3)
+    for i in range(5):
+        cos = sorted(
+            (float(torch.cosine_similarity(hidden[i], v, dim=0)) for v in visual), reverse=True
+        )
+        assert abs(float(got[i]) - sum(cos[:3]) / 3) < 1e-5
+    assert torch.allclose(
+        loose.visual_relevance(hidden, visual, 50), loose.visual_relevance(hidden, visual, 9)
+    )  # N beyond the visual tokens: all of them
+    assert loose.loosened(torch.tensor([0.5, 0.1, 0.9, 0.1, 0.3]), 0.7) == {1, 3, 4}
+    assert loose.loosened(torch.tensor([0.5, 0.1]), 0.0) == set()
+
+
+def test_fly_needs_high_entropy_and_a_matching_window():
+    chain = Proposal.chain([1, 2, 3, 4, 5])
+    wanted = [1, 9, 3, 4, 5, 6]  # one mismatch at position 1, then matches to the end
+    flat_at_1 = _greedy_logits(wanted, [0, 1, 0, 0, 0, 0])
+    sharp = _greedy_logits(wanted)
+    entropy = loose.top_entropy(flat_at_1)
+    assert float(entropy[1]) > 0.5 and float(entropy[0]) < 0.05
+    fly = _rule("fly", fly_entropy=0.3, fly_window=4)
+    assert fly.verdict(chain, flat_at_1, 0.0, None) == ([0, 1, 2, 3, 4], 6, 1)
+    assert fly.verdict(chain, sharp, 0.0, None) == ([0], 9, 0)  # the gate holds
+    # a window longer than what follows the mismatch relaxes nothing
+    assert _rule("fly", fly_entropy=0.3, fly_window=5).verdict(chain, flat_at_1, 0.0, None) == (
+        [0],
+        9,
+        0,
+    )
+    # a second mismatch inside the window blocks the first; the gate alone passes both
+    wanted2 = [1, 9, 3, 8, 5, 6]
+    flat2 = _greedy_logits(wanted2, [0, 1, 0, 1, 0, 0])
+    assert fly.verdict(chain, flat2, 0.0, None) == ([0], 9, 0)
+    gate = _rule("fly_gate", fly_entropy=0.3)
+    assert gate.verdict(chain, flat2, 0.0, None) == ([0, 1, 2, 3, 4], 6, 2)
+
+
+def test_random_relaxation_at_one_accepts_every_draft_and_at_zero_none():
+    chain = Proposal.chain([1, 2, 3, 4])
+    logits = _greedy_logits([7, 8, 9, 10, 11])
+    assert _rule("random_relax", relax_rho=1.0).verdict(chain, logits, 0.0, seeded(0)) == (
+        [0, 1, 2, 3],
+        11,
+        4,
+    )
+    assert _rule("random_relax", relax_rho=0.0).verdict(chain, logits, 0.0, seeded(0)) == (
+        [],
+        7,
+        0,
+    )
+    halves = [
+        _rule("random_relax", relax_rho=0.5).verdict(chain, logits, 0.0, seeded(s))[2]
+        for s in range(200)
+    ]
+    assert 0.6 < sum(halves) / len(halves) < 1.4  # E[relaxed] = 0.5 + 0.25 + ... ~ 0.94
+
+
+def test_relaxed_trees_descend_into_the_first_child():
+    tree = _tree([1, 2, 3, 4])  # 0: 1 (children 2: 3, 3: 4), 1: 2
+    logits = _greedy_logits([7, 8, 9, 10, 11])
+    path, token, relaxed = _rule("random_relax", relax_rho=1.0).verdict(
+        tree, logits, 0.0, seeded(0)
+    )
+    assert (path, relaxed) == ([0, 2], 2) and token == int(logits[3].argmax())
+
+
+def _model_prompt(processor, target_model, draft_model, seed):
+    """The engine test's prompt as a `Prompt` (its image positions marked visual), and the
+    draft's prompt in view M."""
+    g = torch.Generator().manual_seed(seed)
+    tok = processor.tokenizer
+    t_ctx = ViewContext(tok, target_model.get_input_embeddings(), "<image>")
+    target = make_view("M").build(PROMPT, _images(target_model, g), t_ctx)
+    d_ctx = ViewContext(tok, draft_model.get_input_embeddings(), "<image>")
+    draft = make_view("M").build(PROMPT, _images(draft_model, g), d_ctx)
+    assert target.n_visual > 0
+    return target, draft.embeds
+
+
+def _decode(processor, target_model, draft_model, rule, policy, temperature, seed):
+    stop = {processor.tokenizer.eos_token_id}
+    prompt, draft_prompt = _model_prompt(processor, target_model, draft_model, seed)
+    vocab = draft_model.get_output_embeddings().out_features
+    drafter = ModelDrafter(
+        Decoder(draft_model), temperature, make_policy({"weights": "static"}, vocab), 0
+    )
+    out = decode_speculative(
+        Decoder(target_model),
+        prompt,
+        drafter,
+        [draft_prompt],
+        policy,
+        rule,
+        40,
+        stop,
+        temperature,
+        seeded(seed),
+    )
+    return prompt, out
+
+
+def test_lvspec_at_lambda_zero_is_ar_token_for_token_and_loosening_accepts_more(
+    processor, target_model, draft_model
+):
+    exact = _rule("lvspec", lvspec_lambda=0.0, lvspec_n=10, pst=False)
+    loosest = _rule("lvspec", lvspec_lambda=1.0, lvspec_n=10, pst=False)
+    stop = {processor.tokenizer.eos_token_id}
+    for seed in range(3):
+        prompt, out = _decode(processor, target_model, draft_model, exact, ChainPolicy(5), 0, seed)
+        ar = decode_ar(Decoder(target_model), prompt, 40, stop, 0.0, None)
+        assert out.tokens == ar.tokens
+        assert all(s.relaxed == 0 for s in out.steps)
+        _, relaxed = _decode(processor, target_model, draft_model, loosest, ChainPolicy(5), 0, seed)
+        # lambda 1 loosens every position: every drafted token is accepted
+        assert all(s.accepted == s.drafted or s is relaxed.steps[-1] for s in relaxed.steps)
+        assert sum(s.relaxed for s in relaxed.steps) > 0
+
+
+@pytest.mark.parametrize("name", ["lvspec", "fly", "fly_gate", "random_relax"])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_every_loose_rule_runs_on_chains_and_trees(
+    processor, target_model, draft_model, name, temperature
+):
+    rule = make_rule(resolve(name, {"temperature": temperature}))
+    for policy in (ChainPolicy(4), StaticTree([[0], [1], [0, 0], [0, 1], [0, 0, 0]])):
+        _, out = _decode(processor, target_model, draft_model, rule, policy, temperature, 1)
+        assert 1 <= len(out.tokens) <= 40
+        for step in out.steps:
+            assert 0 <= step.relaxed <= step.accepted <= step.drafted
+
+
+def test_lvspec_needs_visual_tokens(processor, target_model, draft_model):
+    embeds, draft = prompts(processor, target_model, draft_model, 0, views="M")
+    text_only = Prompt(embeds, torch.zeros(embeds.shape[0], dtype=torch.bool))
+    vocab = draft_model.get_output_embeddings().out_features
+    drafter = ModelDrafter(Decoder(draft_model), 0.0, make_policy({"weights": "static"}, vocab), 0)
+    with pytest.raises(
+        ValueError, match="'lvspec' compares drafted tokens with the prompt's visual"
+    ):
+        decode_speculative(
+            Decoder(target_model),
+            text_only,
+            drafter,
+            [draft["M"]],
+            ChainPolicy(3),
+            _rule("lvspec", lvspec_lambda=0.5, lvspec_n=2, pst=False),
+            10,
+            set(),
+            0.0,
+            seeded(0),
+        )
+
+
+def test_registry_rows_and_their_keys():
+    spec = resolve("lvspec", {})
+    assert (spec["acceptance"], spec["gamma"], spec["lvspec_lambda"], spec["lvspec_n"]) == (
+        "lvspec",
+        10,
+        0.7,
+        10,
+    )
+    assert spec["pst"] is True and resolve("lvspec_nopst", {})["pst"] is False
+    assert resolve("fly", {})["fly_window"] == 4 and "fly_window" not in resolve("fly_gate", {})
+    assert not MethodSpec.parse(resolve("lvspec", {})).lossless
+    assert MethodSpec.parse(resolve("lvspec_nopst", {"lvspec_lambda": 0})).lossless
+    assert MethodSpec.parse(resolve("random_relax", {"relax_rho": 0})).lossless
+    assert not MethodSpec.parse(resolve("fly_gate", {})).lossless
+    # any drafting method verifies loosely by naming the rule (its keys join with defaults)
+    tree = resolve("eagle2_tree", {"acceptance": "lvspec", "lvspec_lambda": 0.5})
+    assert tree["lvspec_n"] == 10 and tree["pst"] is True
+
+
+@pytest.mark.parametrize(
+    "method, hparams, message",
+    [
+        ("lvspec", {"lvspec_lambda": 1.5}, r"lvspec_lambda .* must be in \[0, 1\], got 1.5"),
+        ("lvspec", {"lvspec_lambda": -0.1}, r"lvspec_lambda .* must be in \[0, 1\]"),
+        ("lvspec", {"lvspec_n": 0}, "lvspec_n .* must be >= 1, got 0"),
+        ("lvspec", {"pst": "yes"}, "pst='yes' should be of type"),
+        ("lvspec", {"lvspec_n": True}, "lvspec_n=True should be of type"),
+        ("fly", {"fly_window": 0}, "fly_window .* must be >= 1"),
+        ("fly", {"fly_entropy": -1}, "fly_entropy .* must be >= 0"),
+        ("random_relax", {"relax_rho": 2}, r"relax_rho .* must be in \[0, 1\]"),
+        ("sd", {"lvspec_lambda": 0.5}, "read only by acceptance 'lvspec'"),
+        ("fly_gate", {"fly_window": 2}, "read only by acceptance 'fly'"),
+    ],
+)
+def test_bad_loose_hyperparameters_are_named(method, hparams, message):
+    with pytest.raises(ValueError, match=message):
+        resolve(method, hparams)

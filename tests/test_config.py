@@ -89,6 +89,18 @@ def test_toy_presets_hold_each_papers_full_toy_study():
         "lantern_cosine", "lantern_random", "lantern_jsd", "lantern_tree", "sd_chain"
     }
     assert len(ablations) == 5
+    loose = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_lvspec.yaml"))
+    assert {(c.dataset, c.pair) for c in loose} == {("toy_vdesc", "toy_vdesc_pair")}
+    lambdas = {c.spec["lvspec_lambda"] for c in loose if c.method == "lvspec_nopst"}
+    assert lambdas == {0.0, 0.2, 0.5, 0.7, 0.9}
+    fly = {
+        (c.spec["fly_window"], c.spec["fly_entropy"])
+        for c in loose
+        if c.spec.get("acceptance") == "fly"
+    }
+    assert fly == {(4, 0.1), (2, 0.1), (1, 0.1), (1, 0.05)}  # LVSpec's Figure 7 grid
+    assert {c.spec["relax_rho"] for c in loose if c.method == "random_relax"} == {0.25, 0.5, 0.75}
+    assert {c.spec["gamma"] for c in loose if c.method != "ar"} == {10}
 
 
 def test_grid_expands_to_cartesian_product():

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_engine import PROMPT, _images, prompts
+from test_lantern import _tree
 
 from mmspec.decoding.acceptance import loose, make_rule
 from mmspec.decoding.acceptance.greedy import accept_greedy
@@ -22,8 +24,6 @@ from mmspec.decoding.weights import make_policy
 from mmspec.methods.components import is_lossless
 from mmspec.methods.registry import resolve
 from mmspec.methods.spec import MethodSpec
-from tests.test_engine import PROMPT, _images, prompts
-from tests.test_lantern import _tree
 
 VOCAB, HIDDEN = 12, 6
 

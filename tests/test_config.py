@@ -199,3 +199,50 @@ def test_presets_and_tiny_config_validate():
     for path in ["tests/configs/tiny.yaml", "config/presets/tabed.yaml"]:
         with open(path) as f:
             mmconfig.validate(yaml.safe_load(f))
+
+
+def _judged(block=None, **dataset):
+    cfg = copy.deepcopy(BASE)
+    cfg["datasets"]["toy_caption"].update(dataset)
+    if block is not None:
+        cfg["judge"] = block
+    return cfg
+
+
+def test_judge_block_defaults_and_judged_datasets():
+    cfg = mmconfig.validate(_judged({"endpoint": "embedded", "model": "m"}, judge="vdd"))
+    assert mmconfig.judged_datasets(cfg) == ["toy_caption"]
+    assert cfg["judge"]["api_key_env"] is None and cfg["judge"]["max_retries"] >= 1
+    # no judge template: nothing is judged, and no judge block is needed
+    assert mmconfig.judged_datasets(mmconfig.validate(BASE)) == []
+
+
+@pytest.mark.parametrize(
+    "judge, dataset, expected",
+    [
+        (None, {"judge": "vdd"}, "config key judge: datasets ['toy_caption']"),
+        ({"endpoint": "localhost:8000", "model": "m"}, {"judge": "vdd"}, "judge.endpoint"),
+        # a key pasted where the variable's name goes is refused, and not echoed elsewhere
+        ({"endpoint": "embedded", "model": "m", "api_key_env": "sk-abc/123"}, {}, "api_key_env"),
+        ({"endpoint": "embedded", "model": "m", "concurrency": 0}, {}, "judge.concurrency"),
+        ({"endpoint": "embedded"}, {}, "judge"),
+        (None, {"judge": "gpt4"}, "toy_caption"),
+    ],
+)
+def test_bad_judge_config_names_the_key(judge, dataset, expected):
+    with pytest.raises(mmconfig.ConfigError) as error:
+        mmconfig.validate(_judged(judge, **dataset))
+    assert expected in str(error.value) and "sk-abc" not in str(error.value)
+
+
+def test_self_sd_pair_drafts_with_its_target():
+    from mmspec.models.footprint import generate_models
+
+    cfg = copy.deepcopy(BASE)
+    cfg["pairs"]["self"] = {"target": "toy:target", "draft": "self"}
+    cfg = mmconfig.validate(cfg)
+    pair = cfg["pairs"]["self"]
+    assert pair["draft"] == pair["target"] == "toy:target"
+    spec = next(c.spec for c in mmconfig.cells(cfg) if c.pair == "self" and c.method == "sd")
+    assert generate_models(pair, spec) == [("toy:target", "float32")]  # loaded once
+    assert mmconfig.validate(cfg)["pairs"]["self"] == pair  # validating again keeps it

@@ -353,3 +353,20 @@ def test_bad_image_generation_specs_are_named(tmp_path, offline, changes, needle
     spec = {"task": "image_generation", "image_columns": ["image"], **changes}
     with pytest.raises(ValueError, match=needle):
         prepare(source, tmp_path, **spec)
+
+
+def test_qa_column_becomes_question_answer_pairs():
+    from mmspec.data.hf import qa_pairs
+
+    value = [
+        {"question": "what moves ?", "answer": "the red square"},
+        {"question": "q", "answer": 3},
+    ]
+    assert json.loads(qa_pairs("ds: row 0", value)) == [
+        ["what moves ?", "the red square"],
+        ["q", "3"],
+    ]
+    assert qa_pairs("ds: row 0", json.dumps(value)) == qa_pairs("ds: row 0", value)
+    for bad in ([], "{oops", [{"answer": "x"}], "plain text"):
+        with pytest.raises(ValueError, match="ds: row 7"):
+            qa_pairs("ds: row 7", bad)

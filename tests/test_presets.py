@@ -191,3 +191,32 @@ def test_lantern_preset_resolves_into_the_papers_grid_and_dry_runs(tmp_path):
     assert jobs["generate"] == jobs["score"] == len(cells)
     assert "cache_visual" not in jobs and "toy_model" not in jobs  # caption prompts, real nets
     assert not (tmp_path / "results").exists()
+
+
+LVSPEC = ROOT / "config" / "presets" / "lvspec.yaml"
+
+
+def test_lvspec_preset_resolves_into_the_papers_grid_and_dry_runs(tmp_path):
+    cfg = mmconfig.load(LVSPEC)
+    cells = mmconfig.cells(cfg)
+    # Std.-SD and Self-SD (the target drafting for itself, loaded once)
+    assert cfg["pairs"]["self_qwen25vl_7b"]["draft"] == cfg["pairs"]["self_qwen25vl_7b"]["target"]
+    assert {c.pair for c in cells} == {
+        "qwen25vl_32b_7b", "llava_ov_72b_7b", "self_qwen25vl_7b", "self_llava_ov_7b"
+    }
+    # Table 4's frames; K = 10; lambda 0.7 and N 10 with PST in the main rows
+    frames = {d: cfg["datasets"][d]["video"]["frames"] for d in cfg["datasets"]}
+    assert frames == {"vdc": 64, "vdd": 128, "moviechat": 128, "videomme": 64}
+    main = [c.spec for c in cells if c.method == "lvspec"]
+    assert {(s["lvspec_lambda"], s["lvspec_n"], s["pst"], s["gamma"]) for s in main} == {
+        (0.7, 10, True, 10)
+    }
+    lambdas = {c.spec["lvspec_lambda"] for c in cells if c.method == "lvspec_lambda"}
+    assert lambdas == {0.0, 0.3, 0.5, 0.7, 0.9}
+    assert mmconfig.judged_datasets(cfg) == ["moviechat", "vdc", "vdd"]
+    assert cfg["judge"]["endpoint"].startswith("http") and cfg["judge"]["api_key_env"] is None
+    jobs = _dry_run_jobs(LVSPEC, tmp_path)
+    assert jobs["generate"] == jobs["score"] == len(cells)
+    judged = [c for c in cells if c.dataset in ("vdc", "vdd", "moviechat")]
+    assert jobs["judge"] == len(judged)
+    assert not (tmp_path / "results").exists()

@@ -793,3 +793,66 @@ def test_speedups_within_noise_of_ar_are_marked(tmp_path):
     assert page.count("noise-cell") == 2 + 1  # AR's and noisy's cells, and the stylesheet
     note = page[page.index("AR (in grey)") :].split("</p>")[0]
     assert "noisy" in note and "fast" not in note and "ar default" not in note
+
+
+# ---- loose verification ----------------------------------------------------------------------
+
+
+def loose_rows() -> list[dict]:
+    """A judged video dataset: AR, exact SD and loose cells, one with two failed judgements."""
+    base = dict(dataset="vdd", gamma=10, judge_failures=0)
+    judged = dict(judge_score=3.0, ar_judge_score=3.0, judge_retention=1.0)
+    return [
+        ar_cell(dataset="vdd", **judged, judge_failures=0),
+        cell(**base, **judged, method="sd10", label="SD", hp="g10", speedup=1.5, tau=4.0),
+        cell(
+            **base,
+            method="lvspec",
+            label="LVSpec",
+            hp="l0.7",
+            acceptance="lvspec",
+            lossless_rule=False,
+            speedup=1.9,
+            tau=6.0,
+            relaxed_share=0.2,
+            retention=0.95,
+            judge_score=2.95,
+            ar_judge_score=3.0,
+            judge_retention=0.98,
+        ),
+        cell(
+            **{**base, "judge_failures": 2},
+            method="random_relax",
+            label="Random",
+            hp="r0.5",
+            acceptance="random_relax",
+            lossless_rule=False,
+            speedup=1.8,
+            tau=5.5,
+            relaxed_share=0.3,
+            retention=0.9,
+            judge_score=2.7,
+            ar_judge_score=3.0,
+            judge_retention=0.9,
+        ),
+    ]
+
+
+def test_loose_section_frontier_and_retention_table(tmp_path):
+    page = page_of(tmp_path, loose_rows())
+    found = sections(page)
+    section = found["Loose verification: retention vs speedup"]
+    table = section[section.index("<table") :]
+    rows = {re.sub("<[^>]+>", "", r.split("</td>")[0]): r for r in table.split("<tr>")[2:]}
+    # LVSpec is faster and retains more than random relaxation: it is on the frontier, random
+    # is not; SD (slower, retention 1) is on it too
+    assert rows["◆ LVSpec"] and rows["◆ SD"] and "Random" in rows
+    assert "0.980" in rows["◆ LVSpec"] and ">2<" in rows["Random"]
+    # the judge retention is the plotted axis, and the method table shows the judge columns
+    assert "quality retention" in section
+    sec = next(v for k, v in found.items() if k.startswith("vdd"))
+    assert "judge_failures" in sec and "relaxed_share" in sec
+
+
+def test_no_loose_section_without_loose_cells(report):
+    assert "Loose verification" not in report

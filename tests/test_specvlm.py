@@ -154,3 +154,25 @@ def test_view_s_in_bfloat16_keeps_the_cache_ar_builds(processor, target_model, d
         assert sd.tokens == ar.tokens
         assert runner.last_draft_visual == int(FRAMES * 16 * 0.1)
     assert eager_differs  # the check can fail: the eager kernel does round differently here
+
+
+@pytest.mark.parametrize("method", ["specvlm", "sd_chain"])
+def test_self_sd_the_target_drafts_for_itself_losslessly(processor, target_model, method):
+    """Self-SD (pair `draft: self`): one model object in both roles, each with its own cache;
+    greedy output equals AR's, and the draft forwards are counted apart from the target's."""
+    spec = registry.resolve(method, {"temperature": 0.0, "views": "S", "drop": 0.9})
+    tok = processor.tokenizer
+    runner = MethodRunner(spec, target_model, target_model, tok, "<image>")
+    g = torch.Generator().manual_seed(7)
+    frames = _frames(target_model, g)
+    sample = Sample(VIDEO_PROMPT, frames, frames)
+    stop = {tok.eos_token_id}
+    ar = runner.decode_ar(sample, 40, stop, None)
+    runner.reset_stats()
+    sd = runner.decode(sample, 40, stop, seeded(0))
+    assert sd.tokens == ar.tokens
+    forwards, _ = runner.draft_forward_stats()
+    assert 0 < forwards <= sum(s.drafted for s in sd.steps)
+    assert runner.last_draft_visual == int(FRAMES * 16 * 0.1)
+    # the target drafts its own tokens: from the pruned view it still agrees often
+    assert sum(s.accepted for s in sd.steps) > 0

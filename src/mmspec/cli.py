@@ -80,6 +80,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="metric image: JSON {fid_features, clip} model references",
     )
+    p.add_argument("--judgements", default=None, help="the judge stage's table of the cell")
+    p.add_argument("--ar-judgements", default=None, help="... and of its AR cell")
+    p.add_argument("--out", required=True)
+
+    p = sub.add_parser("judge", help="an LLM judge scores one cell's answers")
+    p.add_argument("--samples", required=True)
+    p.add_argument("--prepared", required=True)
+    p.add_argument("--template", required=True, help="the dataset's judge template (vdd, vdc)")
+    p.add_argument(
+        "--settings", type=_json, required=True, help="the config's judge block (JSON, no key)"
+    )
+    p.add_argument("--cache", required=True, help="the shared judgement cache (Parquet)")
     p.add_argument("--out", required=True)
 
     p = sub.add_parser("aggregate", help="one row per cell from an explicit list of score files")
@@ -233,8 +245,27 @@ def run(args: argparse.Namespace) -> None:
     elif args.stage == "score":
         from mmspec.stages import score
 
+        if (args.judgements is None) != (args.ar_judgements is None):
+            raise ValueError("--judgements and --ar-judgements go together")
+        judged = (args.judgements, args.ar_judgements) if args.judgements else None
         score.run(
-            args.samples, args.ar_samples, args.prepared, args.metric, args.out, args.image_models
+            args.samples,
+            args.ar_samples,
+            args.prepared,
+            args.metric,
+            args.out,
+            args.image_models,
+            judged,
+        )
+    elif args.stage == "judge":
+        from mmspec.stages import judge
+
+        calls, failures, n = judge.run(
+            args.samples, args.prepared, args.template, args.settings, args.cache, args.out
+        )
+        print(
+            f"judged {n} answers ({calls} judge calls, {failures} failed) -> {args.out}",
+            file=sys.stderr,
         )
     elif args.stage == "aggregate":
         from mmspec.stages import aggregate

@@ -233,6 +233,12 @@ def _describe(error: jsonschema.ValidationError) -> str:
         closest = min(branches.values(), key=len)
         deepest = max(closest, key=lambda e: (len(e.absolute_path), -len(e.message)))
         return _describe(deepest)
+    if list(error.absolute_path) == ["judge", "api_key_env"]:
+        # never echo the value: a key pasted here instead of its variable's name is a secret
+        return (
+            "config key judge.api_key_env: expected the NAME of the environment variable that "
+            "holds the judge's API key (letters, digits, '_'), not the key itself"
+        )
     return f"config key {_key_path(error)}: {error.message}"
 
 
@@ -285,6 +291,8 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
             except ValueError as e:
                 raise ConfigError(f"config key methods.{name}: {e}") from None
     for name, pair in config["pairs"].items():
+        if pair.get("draft") == SELF_DRAFT:  # Self-SD: the target drafts for itself
+            pair["draft"] = pair["target"]
         for role in ("target", "draft"):
             ref = pair.get(role)
             if ref is None:
@@ -331,6 +339,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
         _check_visual_rule(config, cell)
         _check_task(config, cell)
     _check_image_metrics(config)
+    _check_judge(config)
     if captioner is None:
         uses_c = sorted({c.method for c in cells(config) if "C" in c.spec.get("views", "")})
         if uses_c:
@@ -340,6 +349,47 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
             )
     _check_toy_scenarios(config)
     return config
+
+
+SELF_DRAFT = "self"  # `pairs.<name>.draft` value of Self-SD (LVSpec's and SpecVLM's setting)
+# the judge block's defaults (config/schema.yaml documents them)
+JUDGE_DEFAULTS = {
+    "api_key_env": None,
+    "concurrency": 4,
+    "requests_per_s": None,
+    "timeout_s": 60,
+    "max_retries": 4,
+    "backoff_s": 1.0,
+    "max_backoff_s": 30.0,
+}
+
+
+def judged_datasets(config: dict) -> list[str]:
+    """The swept datasets that name a judge template."""
+    swept = {c.dataset for c in cells(config)}
+    return sorted(d for d in swept if config["datasets"][d].get("judge"))
+
+
+def _check_judge(config: dict) -> None:
+    judged = judged_datasets(config)
+    if judged and config.get("judge") is None:
+        raise ConfigError(
+            f"config key judge: datasets {judged} are scored by an LLM judge (`judge:`) but the "
+            "config has no judge block (judge: {endpoint: embedded | <base URL>, model: ...})"
+        )
+    for name in judged:
+        spec = config["datasets"][name]
+        if spec["judge"] == "vdc" and "qa" not in spec.get("columns", {}):
+            raise ConfigError(
+                f"config key datasets.{name}.judge: template vdc asks each sample's questions "
+                "(columns.qa, a column of {question, answer} lists), which the dataset does not map"
+            )
+    images = [d for d in judged if dataset_task(config, d) == IMAGE_GENERATION]
+    if images:
+        raise ConfigError(
+            f"config key datasets.{images[0]}.judge: an image-generation dataset has no text "
+            "answers to judge (FID and CLIP score it)"
+        )
 
 
 def _check_toy_scenarios(config: dict) -> None:
@@ -489,6 +539,10 @@ def _with_defaults(config: dict) -> dict:
             ds.setdefault("task", "answer")
     for pair in config["pairs"].values():
         pair.setdefault("dtype", "float32")
+    judge = config.get("judge")
+    if judge is not None:
+        for key, value in JUDGE_DEFAULTS.items():
+            judge.setdefault(key, value)
     config.setdefault("sweep", [{"datasets": "all", "pairs": "all"}])
     return config
 

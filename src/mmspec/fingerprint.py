@@ -89,13 +89,20 @@ STAGE_CODE = {
         "models/toy_processor.py",
         "tables.py",
     ],
+    "judge": [
+        "stages/judge.py",
+        "scoring/judge",
+        "scoring/toy_quality.py",  # the embedded judge's rubric
+        "data/toyworld.py",
+        "tables.py",
+    ],
     "aggregate": [
         "stages/aggregate.py",
         "methods/registry.py",
         "methods/components.py",
         "tables.py",
     ],
-    "report": ["stages/report.py", "report", "tables.py"],
+    "report": ["stages/report.py", "report", "methods/components.py", "tables.py"],
 }
 
 

@@ -27,6 +27,9 @@ PREPARED = pa.schema(
         ("images", pa.list_(pa.binary())),
         ("image_ids", pa.list_(pa.string())),
         ("reference", pa.string()),
+        # questions with their correct answers for a judge's QA stage (VDC's qa_list), JSON
+        # [[question, answer], ...]; null unless the dataset maps `columns.qa`
+        ("qa", pa.string()),
     ]
 )
 
@@ -161,7 +164,29 @@ SCORES = pa.schema(
         ("fid", pa.float64()),
         ("ar_fid", pa.float64()),
         ("image_png", pa.binary()),
+        # judged datasets only (else null): the LLM judge's 0-5 score of this answer and of the
+        # AR cell's, and the error of a failed judgement (its score stays null)
+        ("judge_score", pa.float64()),
+        ("ar_judge_score", pa.float64()),
+        ("judge_error", pa.string()),
         ("device", pa.string()),
+    ]
+)
+
+# results/judge/.../judgements.parquet: one row per sample-turn of a cell whose dataset names a
+# judge template (config `datasets.<name>.judge`): the LLM judge's 0-5 score of the answer against
+# the reference, or null with the error when the judgement failed (never scored as 0). `cached`:
+# served from results/judge/cache.parquet (the content-addressed cache) without a call.
+JUDGEMENTS = pa.schema(
+    CELL_COLUMNS
+    + [
+        ("sample_id", pa.string()),
+        ("turn", pa.int32()),
+        ("judge_model", pa.string()),
+        ("template", pa.string()),
+        ("judge_score", pa.float64()),
+        ("judge_error", pa.string()),
+        ("cached", pa.bool_()),
     ]
 )
 
@@ -218,6 +243,13 @@ CELLS = pa.schema(
         ("ar_fid", pa.float64()),
         ("fid_retention", pa.float64()),
         ("thumbnails", pa.list_(pa.binary())),
+        # judged datasets only (else null): mean judge scores (0-5) of the cell and of its AR
+        # cell, and their ratio, over the sample-turns where both judgements succeeded; failed
+        # judgements of the cell (counted, never averaged in)
+        ("judge_score", pa.float64()),
+        ("ar_judge_score", pa.float64()),
+        ("judge_retention", pa.float64()),
+        ("judge_failures", pa.int64()),
         ("device", pa.string()),
     ]
 )

@@ -161,6 +161,30 @@ def score_options(w):
     return f"--image-models {shlex.quote(models)}"
 
 
+JUDGE_CACHE = "results/judge/cache.parquet"
+
+
+def judged(dataset):
+    return bool(CONFIG["datasets"][dataset].get("judge"))
+
+
+def judge_inputs(w):
+    """A judged dataset's score reads the judgements of the cell and of its AR cell."""
+    if not judged(w.dataset):
+        return {}
+    ar = ar_samples(w).replace("results/generate/", "results/judge/", 1)
+    return {
+        "judgements": "results/judge/" + cell_of(w).path + "/judgements.parquet",
+        "ar_judgements": ar.replace("/samples.parquet", "/judgements.parquet"),
+    }
+
+
+def judge_options(w, input):
+    if "judgements" not in input.keys():
+        return ""
+    return f"--judgements {input.judgements} --ar-judgements {input.ar_judgements}"
+
+
 def score_files():
     return [f"results/score/{c.path}/scores.parquet" for c in CELLS.values()]
 

@@ -1,5 +1,6 @@
 rule score:
     input:
+        unpack(judge_inputs),
         samples="results/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}/samples.parquet",
         ar_samples=ar_samples,
         prepared="results/prepared/{dataset}.parquet",
@@ -14,8 +15,9 @@ rule score:
     params:
         metric=dataset_metric,
         images=score_options,
+        judged=judge_options,
         code=fingerprint("score"),
     shell:
         "mmspec score --samples {input.samples} --ar-samples {input.ar_samples}"
         " --prepared {input.prepared} --metric {params.metric} {params.images}"
-        " --out {output} 2> {log}"
+        " {params.judged} --out {output} 2> {log}"

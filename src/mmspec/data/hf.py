@@ -90,7 +90,7 @@ CONVERSATION_DEFAULTS = {
 }
 VIDEO_KEYS = {"column", "frames", "dir", "suffix"}
 VIDEO_DEFAULTS = {"frames": 16, "dir": None, "suffix": ""}
-COLUMN_FIELDS = {"question", "answer", "id"}
+COLUMN_FIELDS = {"question", "answer", "id", "qa"}
 REQUIRED_COLUMN_FIELDS = ("question", "answer")
 DEFAULTS = {
     "config": None,
@@ -377,7 +377,28 @@ def convert_row(name: str, spec: dict, index: int, row: dict) -> dict:
         "images": images,
         "image_ids": [hashlib.sha1(png).hexdigest() for png in images],
         "reference": as_text(row[columns["answer"]]),
+        "qa": qa_pairs(f"{where}, column {columns['qa']!r}", row[columns["qa"]])
+        if "qa" in columns
+        else None,
     }
+
+
+def qa_pairs(where: str, value: Any) -> str:
+    """A row's questions with their correct answers (VDC's qa_list: a list of {question,
+    answer}, or its JSON) as the PREPARED `qa` column: JSON [[question, answer], ...]."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not JSON ({e}); expected question/answer pairs") from None
+    ok = isinstance(value, list) and value and all(
+        isinstance(q, dict) and isinstance(q.get("question"), str) and "answer" in q for q in value
+    )
+    if not ok:
+        raise ValueError(
+            f"{where}: expected a non-empty list of {{question, answer}}, got {str(value)[:80]!r}"
+        )
+    return json.dumps([[q["question"], as_text(q["answer"])] for q in value], ensure_ascii=False)
 
 
 def _image_generation_row(name, spec, row_id, where, images, row) -> dict:

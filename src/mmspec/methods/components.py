@@ -68,6 +68,9 @@ CODEBOOK_RULES = frozenset({"lantern"})
 # Rules that read the target's hidden states of the drafted tokens and of the prompt's visual
 # tokens; their prompts must hold visual tokens.
 VISUAL_RULES = frozenset({"lvspec"})
+# Loose verification: rules that accept a mismatched draft token of a text answer outright
+# (the report's retention-vs-speedup section).
+LOOSE_RULES = frozenset({"lvspec", "fly", "fly_gate", "random_relax"})
 
 
 def is_lossless(acceptance: str | None, params: dict | None = None) -> bool:

@@ -240,6 +240,7 @@ def job_memory(models: list[tuple[str, str]], toy_models: dict | None = None) ->
 def generate_models(pair: dict, spec: dict) -> list[tuple[str, str]]:
     """The models a generate job loads: the target, and the draft if the method drafts with it."""
     models = [(pair["target"], pair["dtype"])]
-    if spec["drafter"] in DRAFTERS_WITH_MODEL:
+    # Self-SD (draft: self) drafts with the target's own weights, loaded once
+    if spec["drafter"] in DRAFTERS_WITH_MODEL and pair["draft"] != pair["target"]:
         models.append((pair["draft"], pair["dtype"]))
     return models

@@ -43,8 +43,12 @@ TABLE_COLUMNS = [
 ]
 # Shown after `retention` in the sections of image generation (cells with an FID).
 IMAGE_COLUMNS = ["fid", "fid_retention"]
+# Shown after `retention` where the dataset is judged (an LLM judge scored the answers).
+JUDGE_COLUMNS = ["judge_score", "judge_retention", "judge_failures"]
+# Shown after accepted_mean where a cell verifies loosely (some accepted tokens mismatched).
+RELAXED_COLUMNS = ["relaxed_share"]
 TEXT_COLUMNS = {"label", "method", "hp", "views", "weights"}
-INT_COLUMNS = {"seed", "n_samples", "steps", "new_tokens"}
+INT_COLUMNS = {"seed", "n_samples", "steps", "new_tokens", "judge_failures"}
 # The columns that compare the cell's output with AR's.
 DIVERGENCE_COLUMNS = ["lossless_rate", "first_divergence_mean"]
 LOSSY_NOTE = "lossy rule: divergence is expected, see retention"
@@ -125,11 +129,20 @@ def render(cells: pd.DataFrame) -> str:
 
 
 def table_columns(cells: pd.DataFrame) -> list[str]:
-    """TABLE_COLUMNS, with the image metrics after retention when the cells generated images."""
-    if "fid" not in cells or cells["fid"].isna().all():
-        return TABLE_COLUMNS
-    at = TABLE_COLUMNS.index("retention") + 1
-    return [*TABLE_COLUMNS[:at], *IMAGE_COLUMNS, *TABLE_COLUMNS[at:]]
+    """TABLE_COLUMNS, with the image metrics or the judge's after retention when the cells have
+    them, and the relaxed share after accepted_mean when some cell verified loosely."""
+
+    def has(column: str) -> bool:
+        return column in cells and cells[column].notna().any()
+
+    columns = list(TABLE_COLUMNS)
+    extra = [*(IMAGE_COLUMNS if has("fid") else []), *(JUDGE_COLUMNS if has("judge_score") else [])]
+    at = columns.index("retention") + 1
+    columns[at:at] = extra
+    if has("relaxed_share") and (cells["relaxed_share"].fillna(0) > 0).any():
+        at = columns.index("accepted_mean") + 1
+        columns[at:at] = RELAXED_COLUMNS
+    return columns
 
 
 def within_noise(row: pd.Series) -> bool:

@@ -29,6 +29,7 @@ from mmspec.report import (
     acceptance,
     block_efficiency,
     image_generation,
+    loose,
     methods_table,
     pareto,
     summary,
@@ -106,6 +107,18 @@ METRIC_DEFINITIONS = [
         "fid, fid_retention",
         "image generation: FID of the cell's images against the dataset's reference images "
         "(lower is better), and AR FID / FID.",
+    ),
+    (
+        "relaxed_share",
+        "loose verification: the share of the accepted draft tokens that the rule accepted "
+        "although the target would have emitted another token (0 for exact rules).",
+    ),
+    (
+        "judge_score, judge_retention, judge_failures",
+        "judged datasets: the LLM judge's mean 0-5 score of the cell's answers, its ratio to the "
+        "AR cell's mean on the same sample-turns (both over the sample-turns whose two "
+        "judgements succeeded), and the cell's judgements that failed after retries (stored "
+        "as null with their error, never scored).",
     ),
     ("tokens_per_s", "emitted tokens / decode time."),
     (
@@ -210,6 +223,7 @@ def render_page(
     # (anchor, title, html) of each section in page order; "" for a section left out.
     sections = [
         *dataset_sections(cells, colors),
+        (loose.ANCHOR, loose.TITLE, loose.render(cells)),
         (image_generation.ANCHOR, image_generation.TITLE, image_generation.render(cells, colors)),
         (block_efficiency.ANCHOR, block_efficiency.TITLE, block_efficiency.render(cells)),
         (acceptance.ANCHOR, acceptance.TITLE, acceptance.render(cells, stats_by_cell, colors)),

@@ -52,6 +52,13 @@ SELECT
   any_value(fid) AS fid,
   any_value(ar_fid) AS ar_fid,
   any_value(ar_fid) / nullif(any_value(fid), 0) AS fid_retention,
+  -- judge scores over the sample-turns both judgements succeeded on; failures are counted only
+  avg(judge_score) FILTER (WHERE ar_judge_score IS NOT NULL) AS judge_score,
+  avg(ar_judge_score) FILTER (WHERE judge_score IS NOT NULL) AS ar_judge_score,
+  avg(judge_score) FILTER (WHERE ar_judge_score IS NOT NULL)
+    / nullif(avg(ar_judge_score) FILTER (WHERE judge_score IS NOT NULL), 0) AS judge_retention,
+  CASE WHEN count(judge_score) + count(judge_error) > 0 THEN count(judge_error) END
+    AS judge_failures,
   -- a cell's rows all have an image (image generation) or none
   CASE WHEN count(image_png) > 0
     THEN list(image_png ORDER BY sample_id, turn)[1:$thumbnails] END AS thumbnails,

@@ -46,6 +46,11 @@ def stop_tokens(model, tokenizer) -> set[int]:
     return ids
 
 
+def is_self_draft(pair: dict) -> bool:
+    """Self-SD (config `draft: self`): the pair's draft is its target."""
+    return pair.get("draft") == pair["target"]
+
+
 def check_shared_vocabulary(what: str, target_tokenizer, draft_tokenizer) -> None:
     """Speculative decoding compares token ids: the draft must share the target's tokenizer."""
     t_vocab, d_vocab = target_tokenizer.get_vocab(), draft_tokenizer.get_vocab()
@@ -128,7 +133,11 @@ class TextWork:
             )
         self.tokenizer = tokenizer = loading.tokenizer_of(processor)
         draft_model = draft_processor = None
-        if spec["drafter"] in DRAFTERS_WITH_MODEL:
+        if spec["drafter"] in DRAFTERS_WITH_MODEL and is_self_draft(pair):
+            # Self-SD: the target drafts for itself (from the view the method names, e.g. S's
+            # pruned visual tokens); one copy of the weights, each role its own KV cache
+            draft_model, draft_processor = target_model, processor
+        elif spec["drafter"] in DRAFTERS_WITH_MODEL:
             with loading.about(pair["draft"]):
                 draft_model = loading.load_model(
                     pair["draft"], loading.input_device(target_model), pair["dtype"]

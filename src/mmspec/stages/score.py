@@ -7,6 +7,10 @@ null and the first divergence and the quality retention tell how far it strayed.
 Image generation (metric `image`) reads the images the generate stage decoded, for the cell and
 its AR cell; quality is each image's CLIP score against its caption, and FID compares each
 cell's images with the dataset's reference images.
+
+A judged dataset (config `datasets.<name>.judge`) also reads the judge stage's judgements of the
+cell and of its AR cell: `judge_score` / `ar_judge_score` per sample-turn, null with
+`judge_error` where a judgement failed.
 """
 
 from __future__ import annotations
@@ -15,7 +19,15 @@ import pyarrow as pa
 
 from mmspec.scoring.lossless import first_divergence
 from mmspec.scoring.task_quality import quality
-from mmspec.tables import METHOD_COLUMNS, PREPARED, SAMPLES, SCORES, read_table, write_table
+from mmspec.tables import (
+    JUDGEMENTS,
+    METHOD_COLUMNS,
+    PREPARED,
+    SAMPLES,
+    SCORES,
+    read_table,
+    write_table,
+)
 
 # per-step lists passed through to the scores (blocks table, weight plots, acceptance curves)
 STEP_COLUMNS = ("step_drafted", "step_accepted", "step_weights", "step_depth", "step_width")
@@ -31,9 +43,11 @@ def run(
     metric: str,
     out: str,
     image_models: dict | None = None,
+    judgements: tuple[str, str] | None = None,
 ) -> None:
     """Score one cell; `image_models` names FID's feature network and the CLIP model
-    (`fid_features`, `clip`) for metric `image`."""
+    (`fid_features`, `clip`) for metric `image`; `judgements` the judge stage's tables of the
+    cell and of its AR cell."""
     rows = read_table(samples, SAMPLES).to_pylist()
     ar_rows = {(r["sample_id"], r["turn"]): r for r in read_table(ar_samples, SAMPLES).to_pylist()}
     refs = {(r["sample_id"], r["turn"]): r for r in read_table(prepared, PREPARED).to_pylist()}
@@ -79,6 +93,8 @@ def run(
         keys = [(r["sample_id"], r["turn"]) for r in rows]
         paired = [ar_rows[k] for k in keys], [refs[k] for k in keys]
         _score_images(records, rows, *paired, image_models, (samples, ar_samples, prepared))
+    if judgements:
+        _add_judgements(records, *judgements)
     write_table(pa.Table.from_pylist(records, schema=SCORES), out, SCORES)
 
 
@@ -105,6 +121,21 @@ def _score_images(records, rows, ar_rows, refs, models, paths) -> None:
         record.update(
             quality=clip, ar_quality=ar_clip, fid=fid, ar_fid=ar_fid, image_png=row["image_png"]
         )
+
+
+def _add_judgements(records: list[dict], path: str, ar_path: str) -> None:
+    """The judge's scores of each record's answer and of the AR cell's, and the error of a
+    failed judgement of the cell's answer."""
+    tables = [read_table(p, JUDGEMENTS).to_pylist() for p in (path, ar_path)]
+    judged, ar_judged = ({(r["sample_id"], r["turn"]): r for r in t} for t in tables)
+    for record in records:
+        key = (record["sample_id"], record["turn"])
+        for table, where in ((judged, path), (ar_judged, ar_path)):
+            if key not in table:
+                raise KeyError(f"{where}: sample {key[0]} turn {key[1]} has no judgement")
+        record["judge_score"] = judged[key]["judge_score"]
+        record["judge_error"] = judged[key]["judge_error"]
+        record["ar_judge_score"] = ar_judged[key]["judge_score"]
 
 
 def _generated(rows: list[dict], path: str):

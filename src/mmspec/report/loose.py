@@ -1,0 +1,143 @@
+"""Loose verification (LVSpec's Figure 7): quality retention against speedup, per (dataset, pair,
+temperature), with the Pareto frontier highlighted, and the retention table under it.
+
+Shown only when some cell verifies with a loose rule (`methods.components.LOOSE_RULES`). The
+retention axis is the LLM judge's (judge_retention) where the dataset is judged, else the task
+metric's; lossless cells sit at the retention they measure (1 for greedy SD, up to sampling noise
+otherwise), so the frontier starts from exact SD.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from mmspec.methods.components import LOOSE_RULES
+from mmspec.report.cells import is_ar, sort_cells
+from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
+from mmspec.report.formatting import esc, fmt_num, heading, label_html
+from mmspec.report.pareto import pareto_front
+
+ANCHOR = "loose-verification"
+TITLE = "Loose verification: retention vs speedup"
+CAPTION = (
+    "Each cell's quality retention (its mean quality / its AR cell's on the same samples: the "
+    "LLM judge's scores where the dataset is judged, else the task metric's) against its "
+    "speedup, one colour per acceptance rule, as in LVSpec's Figure 7. The dotted line and "
+    "diamonds mark the Pareto frontier: no other cell is both at least as fast and retains at "
+    "least as much. A loose rule accepts some mismatched draft tokens (relaxed share: of the "
+    "accepted draft tokens); lossless rules sit at the retention of exact decoding. judge "
+    "failures are judgements that failed after retries: counted, never scored."
+)
+# the table's columns: (cells column, header, integer)
+TABLE_COLUMNS = [
+    ("tau", "τ", False),
+    ("speedup", "speedup", False),
+    ("relaxed_share", "relaxed share", False),
+    ("retention", "retention (metric)", False),
+    ("judge_retention", "retention (judge)", False),
+    ("judge_score", "judge score (0-5)", False),
+    ("judge_failures", "judge failures", True),
+]
+
+
+def render(cells: pd.DataFrame) -> str:
+    """The section, or "" when no cell verifies loosely."""
+    loose = cells["acceptance"].isin(LOOSE_RULES) if "acceptance" in cells else None
+    if loose is None or not loose.any():
+        return ""
+    parts = [heading(ANCHOR, TITLE), f"<p class='caption'>{CAPTION}</p>"]
+    for key, group in cells.groupby(["dataset", "pair", "temperature"], sort=True):
+        if not group["acceptance"].isin(LOOSE_RULES).any():
+            continue
+        title = f"{key[0]} · {key[1]} · T={fmt_num(key[2])}"
+        group = group.assign(_retention=retention_axis(group))
+        fig = retention_figure(group, title)
+        parts.append(f"<h3>{esc(title)}</h3>")
+        parts.append(f"<div class='figs'>{figure_html(fig)}</div>" if fig else "")
+        parts.append(retention_table(group))
+    return "\n".join(parts)
+
+
+def retention_axis(cells: pd.DataFrame) -> pd.Series:
+    """The judge's retention where any cell of the group has one, else the task metric's."""
+    judged = "judge_retention" in cells and cells["judge_retention"].notna().any()
+    return cells["judge_retention"] if judged else cells["retention"]
+
+
+def frontier(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells on the (speedup, retention) Pareto frontier, by speedup."""
+    points = cells.dropna(subset=["speedup", "_retention"]).reset_index(drop=True)
+    front = pareto_front(list(zip(points["speedup"], points["_retention"], strict=True)))
+    return points.iloc[front].sort_values("speedup")
+
+
+def retention_figure(cells: pd.DataFrame, title: str) -> go.Figure | None:
+    points = cells[~cells["method"].map(is_ar)].dropna(subset=["speedup", "_retention"])
+    if points.empty:
+        return None
+    fig = go.Figure()
+    for i, (rule, group) in enumerate(points.groupby("acceptance", sort=True)):
+        fig.add_trace(
+            go.Scatter(
+                x=group["speedup"],
+                y=group["_retention"],
+                mode="markers",
+                name=esc(rule),
+                marker=dict(color=PALETTE[i % len(PALETTE)], size=9),
+                hovertext=[_hover(row) for _, row in group.iterrows()],
+                hovertemplate="%{hovertext}<extra></extra>",
+            )
+        )
+    front = frontier(points)
+    fig.add_trace(
+        go.Scatter(
+            x=front["speedup"],
+            y=front["_retention"],
+            mode="lines+markers",
+            name="Pareto frontier",
+            line=dict(shape="vh", color="black", width=1.5, dash="dot"),
+            marker=dict(symbol="diamond-open", size=15, color="black", line=dict(width=2)),
+            hoverinfo="skip",
+        )
+    )
+    fig.update_layout(
+        title=esc(title),
+        xaxis_title="speedup (×)",
+        yaxis_title="quality retention",
+        **FIGURE_LAYOUT,
+    )
+    return fig
+
+
+def _hover(row: pd.Series) -> str:
+    return (
+        f"{label_html(row['label'])} ({esc(row['method'])})<br>hp: {esc(row['hp'])}"
+        f"<br>speedup {fmt_num(row['speedup'])} · retention {fmt_num(row['_retention'])}"
+        f"<br>tau {fmt_num(row['tau'])} · relaxed {fmt_num(row['relaxed_share'])}"
+    )
+
+
+def retention_table(cells: pd.DataFrame) -> str:
+    """One row per cell: its rule, speed, relaxed share, both retentions and judge failures;
+    a ◆ marks the frontier."""
+    front_keys = {
+        (r["method"], r["hp"], r["seed"])
+        for _, r in frontier(cells[~cells["method"].map(is_ar)]).iterrows()
+    }
+    head = "".join(f"<th>{esc(h)}</th>" for _, h, _ in TABLE_COLUMNS)
+    rows = []
+    for _, row in sort_cells(cells).iterrows():
+        mark = "◆ " if (row["method"], row["hp"], row["seed"]) in front_keys else ""
+        values = "".join(
+            f"<td class='num'>{fmt_num(row.get(c), integer)}</td>"
+            for c, _, integer in TABLE_COLUMNS
+        )
+        rows.append(
+            f"<tr><td>{mark}{label_html(row['label'])}</td><td>{esc(row['acceptance'])}</td>"
+            f"<td class='note'>{esc(row['hp'])}</td>{values}</tr>"
+        )
+    return (
+        "<div class='scroll'><table class='retention'><thead><tr><th>cell</th><th>rule</th>"
+        f"<th>hp</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )

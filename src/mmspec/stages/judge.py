@@ -1,0 +1,108 @@
+"""Stage judge: an LLM judge scores every answer of one cell against its reference.
+
+The judge is any OpenAI-compatible endpoint named in the config (`judge:`), or, with
+`endpoint: embedded`, mmspec's own judge server started here on localhost for this job and
+stopped after it (the toy world's exact rubric behind the same protocol and templates).
+Judgements go through the shared content-addressed cache, so a rerun calls the endpoint only for
+answers it has not judged. A failed judgement is stored as NULL with its error, never as a score.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+import pyarrow as pa
+
+from mmspec.scoring.judge import (
+    EmbeddedJudge,
+    JudgeCache,
+    JudgeClient,
+    JudgeEndpoint,
+    JudgeItem,
+    judge_items,
+)
+from mmspec.tables import JUDGEMENTS, PREPARED, SAMPLES, read_table, write_table
+
+EMBEDDED = "embedded"  # `judge.endpoint` value that starts mmspec's own judge server
+# the config's judge keys that JudgeEndpoint takes as they are
+ENDPOINT_KEYS = (
+    "model",
+    "api_key_env",
+    "timeout_s",
+    "max_retries",
+    "backoff_s",
+    "max_backoff_s",
+    "requests_per_s",
+)
+
+
+def question_of(messages: str) -> str:
+    """The text of the last user message of a prepared row (what the answer answers)."""
+    last = [m for m in json.loads(messages) if m["role"] == "user"][-1]
+    return " ".join(c["text"] for c in last["content"] if c["type"] == "text")
+
+
+@contextmanager
+def endpoint(settings: dict):
+    """The judge endpoint of the config's `judge` block; the embedded server runs meanwhile."""
+    keys = ENDPOINT_KEYS
+    options = {k: settings[k] for k in keys if settings.get(k) is not None}
+    if settings["endpoint"] != EMBEDDED:
+        yield JudgeEndpoint(base_url=settings["endpoint"], **options)
+        return
+    with EmbeddedJudge() as server:
+        yield JudgeEndpoint(base_url=server.base_url, **options)
+
+
+def run(
+    samples: str, prepared: str, template: str, settings: dict, cache: str, out: str
+) -> tuple[int, int, int]:
+    """Judge one cell's answers with `template` (vdd, vdc); returns the endpoint calls made, the
+    failed judgements and the answers judged."""
+    rows = read_table(samples, SAMPLES).to_pylist()
+    refs = {(r["sample_id"], r["turn"]): r for r in read_table(prepared, PREPARED).to_pylist()}
+    items = []
+    for row in rows:
+        ref = refs.get((row["sample_id"], row["turn"]))
+        if ref is None:
+            raise KeyError(
+                f"{prepared}: sample {row['sample_id']} turn {row['turn']} of {samples} is "
+                "missing there"
+            )
+        qa = ()
+        if template == "vdc":
+            if not ref["qa"]:
+                raise ValueError(
+                    f"{prepared}: sample {row['sample_id']} has no questions (qa) for the vdc "
+                    "judge template"
+                )
+            qa = tuple(tuple(pair) for pair in json.loads(ref["qa"]))
+        items.append(
+            JudgeItem(
+                template=template,
+                question=question_of(ref["messages"]),
+                reference=ref["reference"],
+                answer=row["output_text"] or "",
+                qa=qa,
+            )
+        )
+    with endpoint(settings) as where:
+        client = JudgeClient(where)
+        judged = judge_items(items, client, JudgeCache(cache), settings["concurrency"])
+        calls = client.calls
+    records = [
+        {
+            **{k: row[k] for k in ("dataset", "pair", "method", "hp", "hparams", "seed")},
+            "sample_id": row["sample_id"],
+            "turn": row["turn"],
+            "judge_model": settings["model"],
+            "template": template,
+            "judge_score": j.score,
+            "judge_error": j.error,
+            "cached": j.cached,
+        }
+        for row, j in zip(rows, judged, strict=True)
+    ]
+    write_table(pa.Table.from_pylist(records, schema=JUDGEMENTS), out, JUDGEMENTS)
+    return calls, sum(j.score is None for j in judged), len(judged)

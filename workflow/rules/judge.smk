@@ -1,0 +1,29 @@
+# The LLM judge: one job per cell of a judged dataset (config `datasets.<name>.judge`). Each job
+# holds one unit of the resource `judge`, so `--resources judge=N` (profiles/default) bounds the
+# jobs that call the endpoint at once. The cache is shared by all judge jobs and reruns: it is
+# not an output (each job merges into it under a lock), so a rerun calls the judge only for
+# answers it has not judged.
+
+
+rule judge:
+    input:
+        samples="results/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}/samples.parquet",
+        prepared="results/prepared/{dataset}.parquet",
+    output:
+        "results/judge/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}/judgements.parquet",
+    log:
+        "logs/judge/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.log",
+    conda:
+        "../../envs/mmspec.yaml"
+    threads: 1
+    resources:
+        judge=1,
+    params:
+        template=lambda w: CONFIG["datasets"][w.dataset]["judge"],
+        settings=lambda w: json.dumps(CONFIG["judge"], sort_keys=True),
+        cache=JUDGE_CACHE,
+        code=fingerprint("judge"),
+    shell:
+        "mmspec judge --samples {input.samples} --prepared {input.prepared}"
+        " --template {params.template} --settings {params.settings:q}"
+        " --cache {params.cache} --out {output} 2> {log}"

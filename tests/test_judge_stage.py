@@ -104,3 +104,36 @@ def test_question_is_the_last_user_text():
         {"role": "user", "content": [{"type": "text", "text": "describe the video ."}]},
     ])
     assert judge.question_of(messages) == "describe the video ."
+
+
+def test_aggregate_counts_failures_and_takes_retention_over_both_judged(tmp_path):
+    from mmspec.stages import aggregate
+    from mmspec.tables import CELLS, SCORES
+
+    def scores(method, judged):
+        rows = []
+        for i, (score, ar_score) in enumerate(judged):
+            rows.append({
+                **CELL, "method": method, "seed": 0, "sample_id": f"s{i}", "turn": 0,
+                "registry_method": method, "acceptance": "lvspec", "temperature": 0.0,
+                "steps": 4, "new_tokens": 8, "accepted_sum": 4, "relaxed_sum": 1,
+                "drafted_sum": 8, "decode_s": 1.0, "ar_decode_s": 2.0, "ar_n_tokens": 9,
+                "quality": 1.0, "ar_quality": 1.0, "judge_score": score,
+                "ar_judge_score": ar_score,
+                "judge_error": "timed out" if score is None and ar_score is not None else None,
+            })
+        path = tmp_path / f"{method}.parquet"
+        write_table(pa.Table.from_pylist(rows, schema=SCORES), path, SCORES)
+        return str(path)
+
+    judged = scores("lvspec", [(4.0, 5.0), (None, 5.0), (3.0, None), (2.0, 2.0)])
+    plain = scores("sd", [(None, None), (None, None)])
+    out, blocks = tmp_path / "cells.parquet", tmp_path / "blocks.parquet"
+    aggregate.run([judged, plain], str(out), str(blocks))
+    cells = {r["method"]: r for r in read_table(out, CELLS).to_pylist()}
+    lv = cells["lvspec"]
+    # only s0 and s3 have both judgements: (4 + 2) / (5 + 2); s1's failure is counted, not scored
+    assert lv["judge_score"] == pytest.approx(3.0) and lv["ar_judge_score"] == pytest.approx(3.5)
+    assert lv["judge_retention"] == pytest.approx(6 / 7) and lv["judge_failures"] == 1
+    assert lv["relaxed_share"] == pytest.approx(0.25)
+    assert cells["sd"]["judge_failures"] is None and cells["sd"]["judge_retention"] is None

@@ -172,10 +172,12 @@ def judge_inputs(w):
     """A judged dataset's score reads the judgements of the cell and of its AR cell."""
     if not judged(w.dataset):
         return {}
-    ar = ar_samples(w).replace("results/generate/", "results/judge/", 1)
+    cell = cell_of(w)
+    key = (cell.dataset, cell.pair, cell.seed, cell.spec["temperature"])
+    ar = AR_CELLS.get(key) or mmconfig.ar_cell(CONFIG, cell)
     return {
-        "judgements": "results/judge/" + cell_of(w).path + "/judgements.parquet",
-        "ar_judgements": ar.replace("/samples.parquet", "/judgements.parquet"),
+        "judgements": f"results/judge/{cell.path}/judgements.parquet",
+        "ar_judgements": f"results/judge/{ar.path}/judgements.parquet",
     }
 
 

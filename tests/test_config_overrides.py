@@ -195,7 +195,8 @@ def test_config_overrides_with_nested_numbers_plan_their_cells(tmp_path):
     expected["methods"]["sd"]["gamma"] = [3, 5]
     expected["methods"]["mine"] = {"method": "sd", "views": "U", "keep": 0.5}
     cells = mmconfig.cells(mmconfig.validate(expected))
-    assert jobs["generate"] == jobs["score"] == len(cells) == 16
+    # per seed: ar, sd (M, T) x gamma (3, 5), tabed_mtcp, sage, lvspec, mine
+    assert jobs["generate"] == jobs["score"] == jobs["judge"] == len(cells) == 18
     params = generate_params(out)
     assert len(params) == len(cells)
     assert {p["generation"]["max_new_tokens"] for p in params} == {16}

@@ -94,6 +94,7 @@ STAGE_CODE = {
         "scoring/judge",
         "scoring/toy_quality.py",  # the embedded judge's rubric
         "data/toyworld.py",
+        "data/media.py",
         "tables.py",
     ],
     "aggregate": [

@@ -561,6 +561,7 @@ def generate_dataset(name: str, n_samples: int, seed: int) -> list[dict]:
                     "images": [png for png, _ in encoded],
                     "image_ids": [iid for _, iid in encoded],
                     "reference": turns[k].answer,
+                    "qa": None,  # no judge questions (VDC's) in the toy world
                 }
             )
     return rows
@@ -587,6 +588,7 @@ def generate_imagegen_dataset(n_samples: int, seed: int) -> list[dict]:
                 "images": [png],
                 "image_ids": [image_id(png)],
                 "reference": text,
+                "qa": None,
             }
         )
     return rows

@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
+from tqdm import tqdm
+
 from mmspec.scoring.judge.cache import JudgeCache, JudgeCacheError, cache_key
 from mmspec.scoring.judge.client import (
     JudgeClient,
@@ -101,12 +103,16 @@ def judge_items(
     if todo:
         pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="judge")
         futures = {pool.submit(client.judge, item): key for key, item in todo.items()}
+        # progress on stderr (the job's log): a real endpoint takes seconds per answer
+        progress = tqdm(total=len(todo), desc=f"judge ({len(done)} cached)", mininterval=5)
         try:
             for future in as_completed(futures):
                 record(futures[future], future.result())  # JudgeUnreachable ends the batch
+                progress.update()
                 if len(pending) >= FLUSH_EVERY or time.monotonic() - flushed >= FLUSH_S:
                     flush()
         finally:
+            progress.close()
             pool.shutdown(wait=True, cancel_futures=True)
             for future, key in futures.items():  # what finished while the batch was stopping
                 if key not in done and future.done() and not future.cancelled():

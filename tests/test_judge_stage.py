@@ -9,7 +9,7 @@ import socket
 import pyarrow as pa
 import pytest
 
-from mmspec.data import toyworld
+from mmspec.data import media, toyworld
 from mmspec.scoring.judge import JudgeUnreachable
 from mmspec.stages import judge
 from mmspec.stages.score import _add_judgements
@@ -103,7 +103,8 @@ def test_question_is_the_last_user_text():
         {"role": "assistant", "content": [{"type": "text", "text": "an answer ."}]},
         {"role": "user", "content": [{"type": "text", "text": "describe the video ."}]},
     ])
-    assert judge.question_of(messages) == "describe the video ."
+    question = media.prompt_text(json.loads(messages), "prepared.parquet", text_only=False)
+    assert question == "describe the video ."
 
 
 def test_aggregate_counts_failures_and_takes_retention_over_both_judged(tmp_path):

@@ -93,13 +93,15 @@ def items(messages: list[dict], image_ids: list[str], videos: bool, where: str) 
     return out
 
 
-def prompt_text(messages: list[dict], where: str) -> str:
-    """The text of a text-only prompt (image generation's caption): the last user message."""
+def prompt_text(messages: list[dict], where: str, text_only: bool = True) -> str:
+    """The text of the last user message: a text-only prompt's (image generation's caption),
+    or with `text_only` False the question asked beside its images (what a judge reads)."""
     users = [m for m in messages if m.get("role") == "user"]
     content = users[-1].get("content") if users else None
     parts = [content] if isinstance(content, str) else content or []
-    if any(isinstance(p, dict) and p.get("type") != "text" for p in parts):
+    if text_only and any(isinstance(p, dict) and p.get("type") != "text" for p in parts):
         raise ValueError(f"{where}: an image-generation prompt must be text only")
+    parts = [p for p in parts if isinstance(p, str) or p.get("type") == "text"]
     text = " ".join(p if isinstance(p, str) else p.get("text", "") for p in parts).strip()
     if not text:
         raise ValueError(f"{where}: no prompt text in the last user message")

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 import pyarrow as pa
 
+from mmspec.data import media
 from mmspec.scoring.judge import (
     EmbeddedJudge,
     JudgeCache,
@@ -37,17 +38,10 @@ ENDPOINT_KEYS = (
 )
 
 
-def question_of(messages: str) -> str:
-    """The text of the last user message of a prepared row (what the answer answers)."""
-    last = [m for m in json.loads(messages) if m["role"] == "user"][-1]
-    return " ".join(c["text"] for c in last["content"] if c["type"] == "text")
-
-
 @contextmanager
 def endpoint(settings: dict):
     """The judge endpoint of the config's `judge` block; the embedded server runs meanwhile."""
-    keys = ENDPOINT_KEYS
-    options = {k: settings[k] for k in keys if settings.get(k) is not None}
+    options = {k: settings[k] for k in ENDPOINT_KEYS if settings.get(k) is not None}
     if settings["endpoint"] != EMBEDDED:
         yield JudgeEndpoint(base_url=settings["endpoint"], **options)
         return
@@ -81,7 +75,9 @@ def run(
         items.append(
             JudgeItem(
                 template=template,
-                question=question_of(ref["messages"]),
+                question=media.prompt_text(
+                    json.loads(ref["messages"]), f"{prepared}: sample {ref['sample_id']}", False
+                ),
                 reference=ref["reference"],
                 answer=row["output_text"] or "",
                 qa=qa,

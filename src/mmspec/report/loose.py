@@ -16,9 +16,10 @@ from mmspec.methods.components import LOOSE_RULES
 from mmspec.report.cells import is_ar, sort_cells
 from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
 from mmspec.report.formatting import esc, fmt_num, heading, label_html
-from mmspec.report.pareto import pareto_front
+from mmspec.report.pareto import front_rows, front_trace
 
 ANCHOR = "loose-verification"
+RETENTION = "_retention"  # the plotted retention column (retention_axis)
 TITLE = "Loose verification: retention vs speedup"
 CAPTION = (
     "Each cell's quality retention (its mean quality / its AR cell's on the same samples: the "
@@ -43,19 +44,21 @@ TABLE_COLUMNS = [
 
 def render(cells: pd.DataFrame) -> str:
     """The section, or "" when no cell verifies loosely."""
-    loose = cells["acceptance"].isin(LOOSE_RULES) if "acceptance" in cells else None
-    if loose is None or not loose.any():
+    if "acceptance" not in cells or not cells["acceptance"].isin(LOOSE_RULES).any():
         return ""
     parts = [heading(ANCHOR, TITLE), f"<p class='caption'>{CAPTION}</p>"]
     for key, group in cells.groupby(["dataset", "pair", "temperature"], sort=True):
         if not group["acceptance"].isin(LOOSE_RULES).any():
             continue
         title = f"{key[0]} · {key[1]} · T={fmt_num(key[2])}"
-        group = group.assign(_retention=retention_axis(group))
-        fig = retention_figure(group, title)
+        group = group.assign(**{RETENTION: retention_axis(group)})
+        points = group[~group["method"].map(is_ar)].dropna(subset=["speedup", RETENTION])
+        front = front_rows(points, RETENTION)
         parts.append(f"<h3>{esc(title)}</h3>")
-        parts.append(f"<div class='figs'>{figure_html(fig)}</div>" if fig else "")
-        parts.append(retention_table(group))
+        if not points.empty:
+            fig = figure_html(retention_figure(points, front, title))
+            parts.append(f"<div class='figs'>{fig}</div>")
+        parts.append(retention_table(group, front))
     return "\n".join(parts)
 
 
@@ -65,23 +68,14 @@ def retention_axis(cells: pd.DataFrame) -> pd.Series:
     return cells["judge_retention"] if judged else cells["retention"]
 
 
-def frontier(cells: pd.DataFrame) -> pd.DataFrame:
-    """The cells on the (speedup, retention) Pareto frontier, by speedup."""
-    points = cells.dropna(subset=["speedup", "_retention"]).reset_index(drop=True)
-    front = pareto_front(list(zip(points["speedup"], points["_retention"], strict=True)))
-    return points.iloc[front].sort_values("speedup")
-
-
-def retention_figure(cells: pd.DataFrame, title: str) -> go.Figure | None:
-    points = cells[~cells["method"].map(is_ar)].dropna(subset=["speedup", "_retention"])
-    if points.empty:
-        return None
+def retention_figure(points: pd.DataFrame, front: pd.DataFrame, title: str) -> go.Figure:
+    """Each drafting cell's (speedup, retention), a colour per rule, with the frontier."""
     fig = go.Figure()
     for i, (rule, group) in enumerate(points.groupby("acceptance", sort=True)):
         fig.add_trace(
             go.Scatter(
                 x=group["speedup"],
-                y=group["_retention"],
+                y=group[RETENTION],
                 mode="markers",
                 name=esc(rule),
                 marker=dict(color=PALETTE[i % len(PALETTE)], size=9),
@@ -89,18 +83,7 @@ def retention_figure(cells: pd.DataFrame, title: str) -> go.Figure | None:
                 hovertemplate="%{hovertext}<extra></extra>",
             )
         )
-    front = frontier(points)
-    fig.add_trace(
-        go.Scatter(
-            x=front["speedup"],
-            y=front["_retention"],
-            mode="lines+markers",
-            name="Pareto frontier",
-            line=dict(shape="vh", color="black", width=1.5, dash="dot"),
-            marker=dict(symbol="diamond-open", size=15, color="black", line=dict(width=2)),
-            hoverinfo="skip",
-        )
-    )
+    fig.add_trace(front_trace(front, RETENTION).update(name="Pareto frontier"))
     fig.update_layout(
         title=esc(title),
         xaxis_title="speedup (×)",
@@ -113,18 +96,15 @@ def retention_figure(cells: pd.DataFrame, title: str) -> go.Figure | None:
 def _hover(row: pd.Series) -> str:
     return (
         f"{label_html(row['label'])} ({esc(row['method'])})<br>hp: {esc(row['hp'])}"
-        f"<br>speedup {fmt_num(row['speedup'])} · retention {fmt_num(row['_retention'])}"
+        f"<br>speedup {fmt_num(row['speedup'])} · retention {fmt_num(row[RETENTION])}"
         f"<br>tau {fmt_num(row['tau'])} · relaxed {fmt_num(row['relaxed_share'])}"
     )
 
 
-def retention_table(cells: pd.DataFrame) -> str:
+def retention_table(cells: pd.DataFrame, front: pd.DataFrame) -> str:
     """One row per cell: its rule, speed, relaxed share, both retentions and judge failures;
-    a ◆ marks the frontier."""
-    front_keys = {
-        (r["method"], r["hp"], r["seed"])
-        for _, r in frontier(cells[~cells["method"].map(is_ar)]).iterrows()
-    }
+    a ◆ marks the frontier (`front`)."""
+    front_keys = set(zip(front["method"], front["hp"], front["seed"], strict=True))
     head = "".join(f"<th>{esc(h)}</th>" for _, h, _ in TABLE_COLUMNS)
     rows = []
     for _, row in sort_cells(cells).iterrows():

@@ -47,7 +47,7 @@ def speedup_quality_figure(cells: pd.DataFrame, colors: dict[str, str]) -> go.Fi
                 hovertemplate="%{text}<extra></extra>",
             )
         )
-    fig.add_trace(front_trace(points))
+    fig.add_trace(front_trace(front_rows(points)))
     title = "speedup vs quality"
     if len(points) < len(cells):
         title += f" ({len(cells) - len(points)} cell(s) missing)"
@@ -67,15 +67,20 @@ def hover_text(row: pd.Series) -> str:
     )
 
 
-def front_trace(points: pd.DataFrame) -> go.Scatter:
-    """The Pareto front of the points' (speedup, quality) as a step line."""
-    front = points.iloc[pareto_front(list(zip(points["speedup"], points["quality"], strict=True)))]
-    front = front.sort_values("speedup")
-    # "vh" traces the boundary of the dominated region: quality drops as soon as speedup passes a
-    # frontier point, since only faster points remain to the right of it.
+def front_rows(points: pd.DataFrame, y: str = "quality", x: str = "speedup") -> pd.DataFrame:
+    """The rows on the Pareto front of their (x, y), by x; rows missing either are left out."""
+    points = points.dropna(subset=[x, y]).reset_index(drop=True)
+    front = pareto_front(list(zip(points[x], points[y], strict=True)))
+    return points.iloc[front].sort_values(x)
+
+
+def front_trace(front: pd.DataFrame, y: str = "quality", x: str = "speedup") -> go.Scatter:
+    """Front rows (`front_rows`) as a step line."""
+    # "vh" traces the boundary of the dominated region: y drops as soon as x passes a frontier
+    # point, since only points further right remain to the right of it.
     return go.Scatter(
-        x=front["speedup"],
-        y=front["quality"],
+        x=front[x],
+        y=front[y],
         mode="lines+markers",
         name="Pareto front",
         line=dict(shape="vh", color="black", width=1.5, dash="dot"),

@@ -17,7 +17,12 @@ import yaml
 
 from mmspec.data.media import IMAGE_GENERATION
 from mmspec.methods import registry
-from mmspec.methods.components import CODEBOOK_RULES, DRAFTERS_WITH_MODEL, VISUAL_RULES
+from mmspec.methods.components import (
+    CODEBOOK_RULES,
+    DRAFTERS_WITH_MODEL,
+    SELF_DRAFT,
+    VISUAL_RULES,
+)
 from mmspec.models import families
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
@@ -328,7 +333,8 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                             f"config key sweep.{i}.{section}: unknown name {n!r}; "
                             f"known: {sorted(config[section])}"
                         )
-    for cell in cells(config):
+    swept = cells(config)
+    for cell in swept:
         drafter = cell.spec["drafter"]
         if drafter in DRAFTERS_WITH_MODEL and "draft" not in config["pairs"][cell.pair]:
             raise ConfigError(
@@ -339,9 +345,9 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
         _check_visual_rule(config, cell)
         _check_task(config, cell)
     _check_image_metrics(config)
-    _check_judge(config)
+    _check_judge(config, swept)
     if captioner is None:
-        uses_c = sorted({c.method for c in cells(config) if "C" in c.spec.get("views", "")})
+        uses_c = sorted({c.method for c in swept if "C" in c.spec.get("views", "")})
         if uses_c:
             raise ConfigError(
                 f"config key captioner: methods {uses_c} draft from captions (view C) but the "
@@ -351,7 +357,6 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     return config
 
 
-SELF_DRAFT = "self"  # `pairs.<name>.draft` value of Self-SD (LVSpec's and SpecVLM's setting)
 # the judge block's defaults (config/schema.yaml documents them)
 JUDGE_DEFAULTS = {
     "api_key_env": None,
@@ -364,14 +369,14 @@ JUDGE_DEFAULTS = {
 }
 
 
-def judged_datasets(config: dict) -> list[str]:
-    """The swept datasets that name a judge template."""
-    swept = {c.dataset for c in cells(config)}
-    return sorted(d for d in swept if config["datasets"][d].get("judge"))
+def judged_datasets(config: dict, swept: list | None = None) -> list[str]:
+    """The swept datasets (of `swept`, the config's cells) that name a judge template."""
+    datasets = {c.dataset for c in (cells(config) if swept is None else swept)}
+    return sorted(d for d in datasets if config["datasets"][d].get("judge"))
 
 
-def _check_judge(config: dict) -> None:
-    judged = judged_datasets(config)
+def _check_judge(config: dict, swept: list) -> None:
+    judged = judged_datasets(config, swept)
     if judged and config.get("judge") is None:
         raise ConfigError(
             f"config key judge: datasets {judged} are scored by an LLM judge (`judge:`) but the "

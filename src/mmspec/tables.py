@@ -190,6 +190,21 @@ JUDGEMENTS = pa.schema(
     ]
 )
 
+# results/judge/cache.parquet: the judge's content-addressed cache, shared by every cell and
+# rerun (scoring.judge.cache): one row per judged content; `key` is the sha256 of what decides
+# the judgement; score null: the judgement failed (kept with its error, retried next time).
+JUDGE_CACHE = pa.schema(
+    [
+        ("key", pa.string()),
+        ("judge_model", pa.string()),
+        ("template", pa.string()),
+        ("template_version", pa.string()),
+        ("score", pa.float64()),
+        ("error", pa.string()),
+        ("created", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
 # results/summary/cells.parquet: one row per cell.
 CELLS = pa.schema(
     CELL_COLUMNS

@@ -131,13 +131,15 @@ def optional_inputs(w, input):
     return " ".join(args)
 
 
-def ar_samples(w):
+def ar_cell_of(w):
+    """The AR cell the wildcards' cell is compared against (ar_cell raises, naming it)."""
     cell = cell_of(w)
     key = (cell.dataset, cell.pair, cell.seed, cell.spec["temperature"])
-    ar = AR_CELLS.get(key) or mmconfig.ar_cell(
-        CONFIG, cell
-    )  # the latter raises, naming it
-    return f"results/generate/{ar.path}/samples.parquet"
+    return AR_CELLS.get(key) or mmconfig.ar_cell(CONFIG, cell)
+
+
+def ar_samples(w):
+    return f"results/generate/{ar_cell_of(w).path}/samples.parquet"
 
 
 def dataset_metric(w):
@@ -172,12 +174,9 @@ def judge_inputs(w):
     """A judged dataset's score reads the judgements of the cell and of its AR cell."""
     if not judged(w.dataset):
         return {}
-    cell = cell_of(w)
-    key = (cell.dataset, cell.pair, cell.seed, cell.spec["temperature"])
-    ar = AR_CELLS.get(key) or mmconfig.ar_cell(CONFIG, cell)
     return {
-        "judgements": f"results/judge/{cell.path}/judgements.parquet",
-        "ar_judgements": f"results/judge/{ar.path}/judgements.parquet",
+        "judgements": f"results/judge/{cell_of(w).path}/judgements.parquet",
+        "ar_judgements": f"results/judge/{ar_cell_of(w).path}/judgements.parquet",
     }
 
 

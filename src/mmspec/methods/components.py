@@ -18,6 +18,14 @@ WEIGHT_POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboos
 # Drafters that need a draft model in the pair (`model`: a draft model over one or more views;
 # trained heads on the target's features will not; AR's drafter is `none`).
 DRAFTERS_WITH_MODEL = frozenset({"model"})
+# Self-SD (LVSpec's and SpecVLM's setting): a pair's `draft: self` drafts with the target itself
+# (config resolves it to the target's reference; the job loads the weights once).
+SELF_DRAFT = "self"
+
+
+def is_self_draft(pair: dict) -> bool:
+    """Whether a (resolved) pair drafts with its own target."""
+    return pair.get("draft") == pair["target"]
 
 # Tree policies: the shape of each proposal; see decoding.trees.
 TREES = ("chain", "static", "dynamic", "sage")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from mmspec.methods.components import DRAFTERS_WITH_MODEL
+from mmspec.methods.components import DRAFTERS_WITH_MODEL, is_self_draft
 from mmspec.models import families
 
 TOY_PREFIX = "toy:"
@@ -241,6 +241,6 @@ def generate_models(pair: dict, spec: dict) -> list[tuple[str, str]]:
     """The models a generate job loads: the target, and the draft if the method drafts with it."""
     models = [(pair["target"], pair["dtype"])]
     # Self-SD (draft: self) drafts with the target's own weights, loaded once
-    if spec["drafter"] in DRAFTERS_WITH_MODEL and pair["draft"] != pair["target"]:
+    if spec["drafter"] in DRAFTERS_WITH_MODEL and not is_self_draft(pair):
         models.append((pair["draft"], pair["dtype"]))
     return models

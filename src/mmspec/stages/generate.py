@@ -21,7 +21,7 @@ from mmspec.data import media, toyworld
 from mmspec.decoding.sampler import TorchSampler, seeded
 from mmspec.decoding.timing import describe_device, pick_device, versions
 from mmspec.decoding.views import Chat, ImageInput
-from mmspec.methods.components import DRAFTERS_WITH_MODEL
+from mmspec.methods.components import DRAFTERS_WITH_MODEL, is_self_draft
 from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import families, loading, visual
@@ -44,11 +44,6 @@ def stop_tokens(model, tokenizer) -> set[int]:
     if tokenizer.eos_token_id is not None:
         ids.add(tokenizer.eos_token_id)
     return ids
-
-
-def is_self_draft(pair: dict) -> bool:
-    """Self-SD (config `draft: self`): the pair's draft is its target."""
-    return pair.get("draft") == pair["target"]
 
 
 def check_shared_vocabulary(what: str, target_tokenizer, draft_tokenizer) -> None:

@@ -14,7 +14,6 @@ import fcntl
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -24,22 +23,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mmspec.scoring.judge.templates import TEMPLATE_VERSION
+from mmspec.tables import JUDGE_CACHE as SCHEMA
+from mmspec.tables import write_table
 
 if TYPE_CHECKING:
     from mmspec.scoring.judge.client import JudgeItem
-
-SCHEMA = pa.schema(
-    [
-        ("key", pa.string()),
-        ("judge_model", pa.string()),
-        ("template", pa.string()),
-        ("template_version", pa.string()),
-        ("score", pa.float64()),  # null: the judgement failed
-        ("error", pa.string()),
-        ("created", pa.timestamp("us", tz="UTC")),
-    ]
-)
-
 
 class JudgeCacheError(RuntimeError):
     """The cache file cannot be read as a judgement cache."""
@@ -108,8 +96,7 @@ class JudgeCache:
                 incoming[row["key"]] = row
         if not incoming:
             return
-        folder = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(folder, exist_ok=True)
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         with open(self.lock_path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             table = self._read()
@@ -123,19 +110,4 @@ class JudgeCache:
                 table = table.filter(pc.invert(pc.is_in(table["key"], value_set=replaced)))
             new = pa.Table.from_pylist(list(incoming.values()), schema=SCHEMA)
             merged = new if table is None else pa.concat_tables([table, new])
-            self._replace(merged, folder)
-
-    def _replace(self, table: pa.Table, folder: str) -> None:
-        fd, tmp = tempfile.mkstemp(
-            dir=folder, prefix=f".{os.path.basename(self.path)}.", suffix=".tmp"
-        )
-        os.close(fd)
-        try:
-            mode = os.stat(self.path).st_mode if os.path.exists(self.path) else 0o644
-            os.chmod(tmp, mode & 0o777)  # mkstemp's 0600 would hide a shared cache from others
-            pq.write_table(table, tmp)
-            os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+            write_table(merged, self.path, SCHEMA)  # atomic: readers never see half a file

@@ -800,41 +800,21 @@ def test_speedups_within_noise_of_ar_are_marked(tmp_path):
 
 def loose_rows() -> list[dict]:
     """A judged video dataset: AR, exact SD and loose cells, one with two failed judgements."""
-    base = dict(dataset="vdd", gamma=10, judge_failures=0)
-    judged = dict(judge_score=3.0, ar_judge_score=3.0, judge_retention=1.0)
+    base = dict(dataset="vdd", gamma=10, judge_failures=0, ar_judge_score=3.0)
+
+    def loose(rule, label, hp, speedup, tau, relaxed, retention, judge_score, **more):
+        return cell(
+            **{**base, **more}, method=rule, label=label, hp=hp, acceptance=rule,
+            lossless_rule=False, speedup=speedup, tau=tau, relaxed_share=relaxed,
+            retention=retention, judge_score=judge_score, judge_retention=judge_score / 3.0,
+        )
+
+    judged = dict(judge_score=3.0, judge_retention=1.0)
     return [
-        ar_cell(dataset="vdd", **judged, judge_failures=0),
+        ar_cell(**base, **judged),
         cell(**base, **judged, method="sd10", label="SD", hp="g10", speedup=1.5, tau=4.0),
-        cell(
-            **base,
-            method="lvspec",
-            label="LVSpec",
-            hp="l0.7",
-            acceptance="lvspec",
-            lossless_rule=False,
-            speedup=1.9,
-            tau=6.0,
-            relaxed_share=0.2,
-            retention=0.95,
-            judge_score=2.95,
-            ar_judge_score=3.0,
-            judge_retention=0.98,
-        ),
-        cell(
-            **{**base, "judge_failures": 2},
-            method="random_relax",
-            label="Random",
-            hp="r0.5",
-            acceptance="random_relax",
-            lossless_rule=False,
-            speedup=1.8,
-            tau=5.5,
-            relaxed_share=0.3,
-            retention=0.9,
-            judge_score=2.7,
-            ar_judge_score=3.0,
-            judge_retention=0.9,
-        ),
+        loose("lvspec", "LVSpec", "l0.7", 1.9, 6.0, 0.2, 0.95, 2.94),
+        loose("random_relax", "Random", "r0.5", 1.8, 5.5, 0.3, 0.9, 2.7, judge_failures=2),
     ]
 
 

@@ -52,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True)
 
+    p = sub.add_parser("train_drafter", help="train a drafter head on the target's features")
+    p.add_argument("--params", type=_json, required=True, help="pair, kind, training, generation")
+    p.add_argument("--prepared", required=True, help="the training dataset")
+    p.add_argument("--target-visual", required=True, help="the target's visual cache of it")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", required=True)
+
     p = sub.add_parser("generate", help="decode one cell")
     p.add_argument("--params", type=_json, required=True, help="cell, pair, generation, timing")
     p.add_argument("--prepared", required=True)
@@ -60,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--draft-visual", default=None)
     p.add_argument("--captions", default=None, help="the caption cache (views with C)")
+    p.add_argument("--drafter", default=None, help="the trained head (head drafters)")
     p.add_argument("--out", required=True)
     p.add_argument(
         "--checkpoint-every",
@@ -241,6 +249,19 @@ def run(args: argparse.Namespace) -> None:
             args.out,
             args.captions,
             args.checkpoint_every,
+            args.drafter,
+        )
+    elif args.stage == "train_drafter":
+        from mmspec.stages import train_drafter
+
+        record = train_drafter.run(
+            args.params, args.prepared, args.target_visual, args.out, args.threads
+        )
+        final = record["final"]
+        print(
+            f"trained a {record['kind']} head on {record['sequences']} sequences in "
+            f"{record['seconds']:.0f} s, held-out top-1 {final.get('heldout_top1', 0):.3f}",
+            file=sys.stderr,
         )
     elif args.stage == "score":
         from mmspec.stages import score

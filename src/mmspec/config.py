@@ -20,6 +20,8 @@ from mmspec.methods import registry
 from mmspec.methods.components import (
     CODEBOOK_RULES,
     DRAFTERS_WITH_MODEL,
+    HEAD_DRAFTERS,
+    HEAD_TRAINING,
     SELF_DRAFT,
     VISUAL_RULES,
 )
@@ -343,6 +345,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
             )
         _check_codebook_rule(config, cell)
         _check_visual_rule(config, cell)
+        _check_head(config, cell)
         _check_task(config, cell)
     _check_image_metrics(config)
     _check_judge(config, swept)
@@ -397,17 +400,24 @@ def _check_judge(config: dict, swept: list) -> None:
         )
 
 
+def toy_scenario(name: str, ds: dict) -> str:
+    """The scenario of a toy dataset: its `scenario` key, else its name."""
+    return ds.get("scenario", name)
+
+
 def _check_toy_scenarios(config: dict) -> None:
-    """A toy dataset's name is its scenario, and toy models train on scenarios: unknown names
-    are found here, not when the prepare or training job fails."""
+    """A toy dataset's scenario is its name (or its `scenario` key), and toy models train on
+    scenarios: unknown names are found here, not when the prepare or training job fails."""
     from mmspec.data.toyworld import DATASETS, IMAGEGEN
 
     known = sorted(DATASETS)
     for name, ds in config["datasets"].items():
-        if ds["source"] == "toy" and name not in DATASETS and name != IMAGEGEN:
+        scenario = toy_scenario(name, ds)
+        if ds["source"] == "toy" and scenario not in DATASETS and scenario != IMAGEGEN:
             raise ConfigError(
-                f"config key datasets.{name}: unknown toy scenario {name!r} (a toy dataset's "
-                f"name is its scenario); known: {[*known, IMAGEGEN]}"
+                f"config key datasets.{name}: unknown toy scenario {scenario!r} (a toy "
+                f"dataset's scenario is its name or its `scenario` key); known: "
+                f"{[*known, IMAGEGEN]}"
             )
     for model, spec in config["toy"]["models"].items():
         for key in ("scenarios", "text_scenarios"):
@@ -824,6 +834,52 @@ def _check_visual_rule(config: dict, cell) -> None:
         )
 
 
+def head_training(spec: dict) -> dict:
+    """The training hyperparameters of a head drafter's spec (what its head is keyed by)."""
+    return {k: spec[k] for k in HEAD_TRAINING}
+
+
+def drafter_dir(cell) -> str | None:
+    """Where the trained head of a cell's head drafter lives (None for other drafters): one
+    per (pair, kind, training hyperparameters), shared by every method that drafts with it."""
+    kind = cell.spec["drafter"]
+    if kind not in HEAD_DRAFTERS:
+        return None
+    return f"results/drafters/{cell.pair}/{kind}/{hp_slug(head_training(cell.spec))}"
+
+
+def _check_head(config: dict, cell) -> None:
+    """A head drafter trains on a text dataset of the config, over a target with hidden
+    states of its language model (not an image generator's codes)."""
+    kind = cell.spec["drafter"]
+    if kind not in HEAD_DRAFTERS:
+        return
+    data = cell.spec.get("head_data")
+    where = f"config key methods.{cell.method}"
+    if data is None:
+        raise ConfigError(
+            f"{where}: method {cell.spec['method']!r} drafts with a trained {kind} head; name "
+            "the dataset (a training split) it trains on with `head_data`"
+        )
+    if data not in config["datasets"]:
+        raise ConfigError(
+            f"{where}: head_data {data!r} names no dataset (known: {sorted(config['datasets'])})"
+        )
+    target = config["pairs"][cell.pair]["target"]
+    for name in (cell.dataset, data):
+        if dataset_task(config, name) == IMAGE_GENERATION:
+            raise ConfigError(
+                f"{where}: a {kind} head reads the hidden states of the target's language model "
+                f"over text, and dataset {name!r} (pair {cell.pair!r}, target {target!r}) "
+                "generates images; sweep it over datasets with text answers"
+            )
+    if model_kind(config, target) == "image_generator":
+        raise ConfigError(
+            f"{where}: a {kind} head reads the hidden states of a language model, and pair "
+            f"{cell.pair!r}'s target {target!r} is an image generator"
+        )
+
+
 def dataset_task(config: dict, name: str) -> str:
     """What a dataset's samples ask for: an answer (text), or an image (`media.IMAGE_GENERATION`:
     the toy world's image-generation scenario, or an HF dataset with `task: image_generation`)."""
@@ -831,7 +887,7 @@ def dataset_task(config: dict, name: str) -> str:
 
     ds = config["datasets"][name]
     if ds["source"] == "toy":
-        return IMAGE_GENERATION if name == IMAGEGEN else "answer"
+        return IMAGE_GENERATION if toy_scenario(name, ds) == IMAGEGEN else "answer"
     return ds.get("task", "answer")
 
 

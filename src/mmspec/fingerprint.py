@@ -77,6 +77,18 @@ STAGE_CODE = {
         *IMAGE_GENERATOR_CODE,
         "tables.py",
     ],
+    "train_drafter": [
+        "stages/train_drafter.py",
+        "stages/generate.py",  # its prompts and greedy answers are a generate job's
+        "stages/checkpoints.py",
+        "training",
+        "decoding",
+        "methods",
+        *MODEL_CODE,
+        "models/prompts.py",
+        *IMAGE_GENERATOR_CODE,
+        "tables.py",
+    ],
     "score": [
         "stages/score.py",
         "scoring",

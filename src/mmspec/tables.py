@@ -293,6 +293,20 @@ BLOCKS = pa.schema(
 )
 
 
+# results/drafters/<pair>/<kind>/<hp>/curves.parquet: a drafter head's training curve, one row
+# per evaluation (training.heads): the training loss at that step and, on the held-out
+# sequences, the feature loss, cross entropy and top-1 agreement with the target.
+HEAD_CURVES = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("loss", pa.float64()),
+        ("heldout_feature_loss", pa.float64()),
+        ("heldout_ce", pa.float64()),
+        ("heldout_top1", pa.float64()),
+    ]
+)
+
+
 def write_table(table: pa.Table, path: str | Path, schema: pa.Schema) -> None:
     """Write `table` as Parquet atomically, after checking it against `schema`."""
     path = Path(path)

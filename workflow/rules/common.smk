@@ -28,6 +28,10 @@ MODELS = {
 }
 CAPTIONER = CONFIG.get("captioner")
 TOY_MODELS = CONFIG["toy"]["models"]
+# a trained head's folder -> one cell drafting with it (they share its training hyperparameters)
+HEAD_CELLS = {
+    mmconfig.drafter_dir(c): c for c in CELLS.values() if mmconfig.drafter_dir(c)
+}
 # the AR cell each cell is checked against: (dataset, pair, seed, temperature) -> AR cell
 AR_CELLS = {
     (c.dataset, c.pair, c.seed, c.spec["temperature"]): c
@@ -44,6 +48,7 @@ wildcard_constraints:
     seed=r"\d+",
     model=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     name=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    kind=r"[a-z0-9_]+",
 
 
 def cell_of(w):
@@ -93,6 +98,8 @@ def generate_inputs(w):
         inputs["target_visual"] = visual_path(pair["target"], cell.dataset)
     if cell.spec["drafter"] == "model":
         inputs["models"] = inputs["models"] + toy_dir(pair["draft"])
+    if mmconfig.drafter_dir(cell):
+        inputs["drafter"] = mmconfig.drafter_dir(cell)
     if needs_draft_visual(cell):
         inputs["draft_visual"] = visual_path(pair["draft"], cell.dataset)
     if needs_captions(cell):
@@ -128,7 +135,42 @@ def optional_inputs(w, input):
         args.append(f"--draft-visual {input.draft_visual}")
     if "captions" in input.keys():
         args.append(f"--captions {input.captions}")
+    if "drafter" in input.keys():
+        args.append(f"--drafter {input.drafter}")
     return " ".join(args)
+
+
+def head_cell(w):
+    return HEAD_CELLS[f"results/drafters/{w.pair}/{w.kind}/{w.hp}"]
+
+
+def train_drafter_inputs(w):
+    """A head trains on its `head_data` dataset, answered by the pair's target."""
+    cell = head_cell(w)
+    target = CONFIG["pairs"][cell.pair]["target"]
+    data = cell.spec["head_data"]
+    return {
+        "prepared": f"results/prepared/{data}.parquet",
+        "target_visual": visual_path(target, data),
+        "models": toy_dir(target),
+    }
+
+
+def train_drafter_params(w):
+    cell = head_cell(w)
+    params = {
+        "pair": CONFIG["pairs"][cell.pair],
+        "kind": cell.spec["drafter"],
+        "training": mmconfig.head_training(cell.spec),
+        "generation": CONFIG["generation"],
+        "seed": CONFIG["toy"]["seed"],
+    }
+    return json.dumps(params, sort_keys=True)
+
+
+def target_memory(w):
+    pair = CONFIG["pairs"][w.pair]
+    return footprint.job_memory([(pair["target"], pair["dtype"])], TOY_MODELS)
 
 
 def ar_cell_of(w):

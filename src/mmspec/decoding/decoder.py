@@ -236,6 +236,23 @@ class Decoder:
         embeds = embeds.expand(self.rows, -1, -1)
         return self._run(embeds, attention, past, positions, layers)
 
+    @torch.inference_mode()
+    def extend_vectors(
+        self,
+        vectors: torch.Tensor,
+        attention: torch.Tensor | None = None,
+        past: torch.Tensor | None = None,
+        positions: list[int] | None = None,
+    ) -> Forward:
+        """`extend` with input vectors [n, H] in place of token embeddings (a drafter head
+        whose inputs mix embeddings with the target's features)."""
+        embeds = vectors.to(self.device).unsqueeze(0).expand(self.rows, -1, -1)
+        return self._run(embeds, attention, past, positions)
+
+    def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The output head over hidden states [..., H]."""
+        return self._head(hidden)
+
     def _consecutive(self) -> bool:
         """Whether every row continues at the same position (a Python int), so that plain
         tokens' rotary rows are a slice of the lean forward's table."""

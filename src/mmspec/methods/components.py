@@ -18,6 +18,22 @@ WEIGHT_POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboos
 # Drafters that need a draft model in the pair (`model`: a draft model over one or more views;
 # trained heads on the target's features will not; AR's drafter is `none`).
 DRAFTERS_WITH_MODEL = frozenset({"model"})
+# Drafters that are heads trained on the target's own features (stage train_drafter; the pair
+# needs no draft model): EAGLE (decoding.drafters.eagle).
+HEAD_DRAFTERS = frozenset({"eagle"})
+# How a head is trained (method hyperparameters, so that a changed one retrains that head
+# only). Defaults from EAGLE's release (`train/main.py`, its train_config: lr 3e-5, batch 4,
+# AdamW betas (0.9, 0.95), gradient clip 0.5, uniform feature noise of width 0.2); `head_data`
+# names the dataset (a training split) whose prompts the target answers, and has no default;
+# `head_steps` counts optimiser steps (the release counts 20 epochs of ShareGPT instead).
+HEAD_TRAINING = {
+    "head_data": None,
+    "head_steps": 2000,
+    "head_lr": 3e-5,
+    "head_batch_size": 4,
+    "head_noise": 0.2,
+    "head_layers": 1,
+}
 # Self-SD (LVSpec's and SpecVLM's setting): a pair's `draft: self` drafts with the target itself
 # (config resolves it to the target's reference; the job loads the weights once).
 SELF_DRAFT = "self"
@@ -26,6 +42,7 @@ SELF_DRAFT = "self"
 def is_self_draft(pair: dict) -> bool:
     """Whether a (resolved) pair drafts with its own target."""
     return pair.get("draft") == pair["target"]
+
 
 # Tree policies: the shape of each proposal; see decoding.trees.
 TREES = ("chain", "static", "dynamic", "sage")
@@ -121,6 +138,14 @@ DRAFTING = {
     "top_k": 10,
     "total_tokens": 60,
     "acceptance": "greedy",
+}
+
+# What every head drafter accepts: the tree and acceptance keys of DRAFTING (a head reads the
+# target's own prompt, so no views or ensemble weights) and how it is trained.
+HEAD_DRAFTING = {
+    **{k: DRAFTING[k] for k in ("tree", "gamma", "paths", "depth", "top_k", "total_tokens")},
+    "acceptance": DRAFTING["acceptance"],
+    **HEAD_TRAINING,
 }
 
 # SAGE's tree hyperparameters (its section 5): Dmin, Dmax, Wmin, Wmax, top-k of the confidence,

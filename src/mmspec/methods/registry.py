@@ -15,6 +15,7 @@ from mmspec.methods.components import (
     DRAFTING,
     EAGLE_TREE,
     FLY_DEFAULTS,
+    HEAD_DRAFTING,
     LANTERN_DEFAULTS,
     LVSPEC_DEFAULTS,
     PROXIMITIES,
@@ -195,6 +196,28 @@ def _loose_rows() -> list[Method]:
     ]
 
 
+def _head_rows() -> list[Method]:
+    """Trained heads on the target's features (DREAM's Table 1 baselines), trained by stage
+    train_drafter with `head_*` hyperparameters (components.HEAD_TRAINING)."""
+    return [
+        Method(
+            "eagle",
+            "EAGLE: a one-layer head extrapolating the target's last-layer features (input: "
+            "the next token's embedding and the current feature), the target's lm_head; "
+            "EAGLE's static tree (its release's mc_sim_7b_63)",
+            {**HEAD_DRAFTING, "drafter": "eagle", "tree": "static", "paths": EAGLE_TREE},
+            "EAGLE",
+        ),
+        Method(
+            "eagle2",
+            "EAGLE-2: the EAGLE head growing dynamic trees (release defaults: depth 5, top_k "
+            "10, total_token 60), reranked by cumulative draft log-probability",
+            {**HEAD_DRAFTING, "drafter": "eagle", "tree": "dynamic"},
+            "EAGLE-2",
+        ),
+    ]
+
+
 METHODS = {
     m.name: m
     for m in [
@@ -272,6 +295,7 @@ METHODS = {
         ),
         *_lantern_rows(),
         *_loose_rows(),
+        *_head_rows(),
     ]
 }
 
@@ -307,6 +331,12 @@ TYPES = {
     "fly_entropy": (int, float),
     "fly_window": int,
     "relax_rho": (int, float),
+    "head_data": str,
+    "head_steps": int,
+    "head_lr": (int, float),
+    "head_batch_size": int,
+    "head_noise": (int, float),
+    "head_layers": int,
 }
 # Keys every method accepts on top of its defaults.
 COMMON_KEYS = {"temperature"}
@@ -359,7 +389,15 @@ def resolve(method_name: str, hparams: dict, temperature: float = 0.0) -> dict:
 def _check_ranges(spec: dict) -> None:
     if spec["temperature"] < 0:
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {spec['temperature']}")
-    positive = ("gamma", "depth", "top_k", *[k for k in SAGE_DEFAULTS if k != "sage_low"])
+    positive = (
+        "gamma",
+        "depth",
+        "top_k",
+        "head_steps",
+        "head_batch_size",
+        "head_layers",
+        *[k for k in SAGE_DEFAULTS if k != "sage_low"],
+    )
     for key in positive:
         if spec.get(key) is not None and spec[key] < 1:
             raise ValueError(f"{key} must be >= 1, got {spec[key]}")
@@ -384,6 +422,10 @@ def _check_ranges(spec: dict) -> None:
     ]:
         if spec.get(key) is not None and spec[key] < 1:
             raise ValueError(f"{key} is {what} and must be >= 1, got {spec[key]}")
+    if spec.get("head_lr") is not None and spec["head_lr"] <= 0:
+        raise ValueError(f"head_lr must be > 0, got {spec['head_lr']}")
+    if spec.get("head_noise") is not None and spec["head_noise"] < 0:
+        raise ValueError(f"head_noise is a noise width and must be >= 0, got {spec['head_noise']}")
     if spec.get("fly_entropy") is not None and spec["fly_entropy"] < 0:
         raise ValueError(
             f"fly_entropy is an entropy (nats) and must be >= 0, got {spec['fly_entropy']}"

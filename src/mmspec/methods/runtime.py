@@ -8,13 +8,14 @@ import torch
 
 from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.decoder import Decoder
+from mmspec.decoding.drafters.heads import make_head_drafter
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
 from mmspec.decoding.prompt import Prompt
 from mmspec.decoding.trees import make_tree_policy
 from mmspec.decoding.views import FullView, ImageInput, ViewContext, make_view, parse_views
 from mmspec.decoding.weights import make_policy
-from mmspec.methods.components import TARGET_GUIDED_VIEWS
+from mmspec.methods.components import HEAD_DRAFTERS, TARGET_GUIDED_VIEWS
 from mmspec.methods.spec import MethodSpec
 from mmspec.models.visual import projector_of
 
@@ -66,9 +67,11 @@ class MethodRunner(DraftCounters):
         image_token: str,
         target_processor=None,
         draft_processor=None,
+        head=None,
     ):
         """With processors, prompts follow each model family's own layout (`PromptBuilder`);
-        without, image tokens of the text are expanded to the cached features (tests)."""
+        without, image tokens of the text are expanded to the cached features (tests). `head`:
+        the trained drafter head of a method whose drafter is one (HEAD_DRAFTERS)."""
         self.spec = spec
         self.method = MethodSpec.parse(spec)
         self.temperature = self.method.temperature
@@ -111,6 +114,16 @@ class MethodRunner(DraftCounters):
             )
             self.policy = make_tree_policy(spec)
             self.rule = make_rule(spec)
+        elif spec["drafter"] in HEAD_DRAFTERS:
+            if head is None:
+                raise ValueError(
+                    f"method {spec['method']!r} drafts with a trained {spec['drafter']} head, "
+                    "and none was given"
+                )
+            self.drafter = make_head_drafter(spec["drafter"], head, self.target, self.temperature)
+            self.views = None  # a head reads the target's own prompt and features
+            self.policy = make_tree_policy(spec)
+            self.rule = make_rule(spec)
         elif spec["drafter"] != "none":
             raise ValueError(f"unknown drafter {spec['drafter']!r}")
         self.last_draft_visual = 0
@@ -127,6 +140,10 @@ class MethodRunner(DraftCounters):
     ) -> list[torch.Tensor]:
         """The sample in each of the drafter's views (one cache row each); `attention` is the
         target prefill's score of each visual token, split here over the images (view S)."""
+        if self.views is None:  # a head on the target's features reads the target's prompt
+            prompt = self.target_prompt(sample)
+            self.last_draft_visual = prompt.n_visual
+            return [prompt]
         images = sample.draft_images
         if attention is not None:
             sizes = [i.embeds.shape[0] for i in sample.target_images]

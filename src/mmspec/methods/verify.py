@@ -29,7 +29,7 @@ from mmspec.decoding.loops import Speculation
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.views import ImageInput
 from mmspec.methods import registry
-from mmspec.methods.components import is_lossless
+from mmspec.methods.components import HEAD_DRAFTERS, is_lossless
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models.visual import projector_of
 
@@ -87,6 +87,14 @@ def build_models(seed: int, tokenizer):
     return models
 
 
+def build_head(kind: str, target, seed: int):
+    """A random-init head of `kind` on the target's features (float64, like the target)."""
+    from mmspec.decoding.drafters.eagle import EagleHead, head_config
+
+    torch.manual_seed(seed)
+    return EagleHead(head_config(target.config, target="verify", kind=kind)).double().eval()
+
+
 def _images(model, generator) -> list[ImageInput]:
     features = torch.randn(
         IMAGE_TOKENS, model.config.vision_config.hidden_size, generator=generator
@@ -120,10 +128,12 @@ def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdi
         draft_images = _images(draft, generator)
         # the draft's cached image is its own encoding of the same picture: same token count
         samples.append(Sample(text, target_images, draft_images))
-    fork = Forker([target, draft])
-
     spec, note = checked_spec(name, hparams, 1.0, tokens)
-    runner = MethodRunner(spec, target, draft, tokenizer, "<image>")
+    head = None
+    if spec["drafter"] in HEAD_DRAFTERS:
+        head = build_head(spec["drafter"], target, seed)
+    fork = Forker([m for m in (target, draft, head) if m is not None])
+    runner = MethodRunner(spec, target, draft, tokenizer, "<image>", head=head)
     worst, support = 0.0, 0
     for sample in samples:
         prompt, draft_prompts, score_visual = runner.speculative_inputs(sample)
@@ -144,7 +154,7 @@ def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdi
         support += len(got)
 
     greedy_spec, _ = checked_spec(name, hparams, 0.0, tokens)
-    greedy = MethodRunner(greedy_spec, target, draft, tokenizer, "<image>")
+    greedy = MethodRunner(greedy_spec, target, draft, tokenizer, "<image>", head=head)
     equal = True
     for sample in samples:
         # a seeded sampler: random ensemble weights draw even when decoding greedily

@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import math
+from pathlib import Path
 
 import pyarrow as pa
 import torch
@@ -18,10 +19,11 @@ from PIL import Image
 from tqdm import tqdm
 
 from mmspec.data import media, toyworld
+from mmspec.decoding.drafters.heads import load_head
 from mmspec.decoding.sampler import TorchSampler, seeded
 from mmspec.decoding.timing import describe_device, pick_device, versions
 from mmspec.decoding.views import Chat, ImageInput
-from mmspec.methods.components import DRAFTERS_WITH_MODEL, is_self_draft
+from mmspec.methods.components import DRAFTERS_WITH_MODEL, HEAD_DRAFTERS, is_self_draft
 from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import families, loading, visual
@@ -119,7 +121,9 @@ class ImageStore:
 class TextWork:
     """A cell over prompts with images: the method runner and how a prepared row decodes."""
 
-    def __init__(self, params, prepared, target_visual, draft_visual, captions, device):
+    def __init__(
+        self, params, prepared, target_visual, draft_visual, captions, device, drafter=None
+    ):
         cell, pair, spec = params["cell"], params["pair"], params["cell"]["spec"]
         with loading.about(pair["target"]):
             processor = loading.load_processor(pair["target"])
@@ -141,9 +145,23 @@ class TextWork:
             check_shared_vocabulary(
                 f"pair {cell['pair']}", tokenizer, loading.tokenizer_of(draft_processor)
             )
+        head = None
+        if spec["drafter"] in HEAD_DRAFTERS:
+            if drafter is None:
+                raise ValueError(f"method {cell['method']!r} needs its trained head (--drafter)")
+            head = load_head(
+                drafter, pair["target"], loading.input_device(target_model), target_model.dtype
+            )
         image_token = loading.image_token_of(processor)
         self.runner = MethodRunner(
-            spec, target_model, draft_model, tokenizer, image_token, processor, draft_processor
+            spec,
+            target_model,
+            draft_model,
+            tokenizer,
+            image_token,
+            processor,
+            draft_processor,
+            head=head,
         )
         self.stop = stop_tokens(target_model, tokenizer)
         self.max_new = params["generation"]["max_new_tokens"]
@@ -231,6 +249,7 @@ def run(
     out: str,
     captions: str | None = None,
     chunk: int | None = None,
+    drafter: str | None = None,
 ):
     """Decode every sample-turn of one cell into `out`; finished samples are checkpointed every
     `chunk` samples, and a rerun of the same job resumes after the last checkpoint."""
@@ -246,7 +265,7 @@ def run(
     else:
         if target_visual is None:
             raise ValueError(f"cell {cell['dataset']}: a visual cache of the target is needed")
-        work = TextWork(params, prepared, target_visual, draft_visual, captions, device)
+        work = TextWork(params, prepared, target_visual, draft_visual, captions, device, drafter)
     runner = work.runner
 
     for row in rows[: timing["warmup_samples"]]:
@@ -256,7 +275,9 @@ def run(
     runner.reset_stats()
 
     chunk = chunk or CHUNK
-    checkpoints = Checkpoints(out, job_key(params, prepared, target_visual, draft_visual, captions))
+    checkpoints = Checkpoints(
+        out, job_key(params, prepared, target_visual, draft_visual, captions, *_head_files(drafter))
+    )
     records, counters = checkpoints.load()
     chunk_start = len(records)
     chunk_ar = {"ar_decode_s": 0.0, "ar_forwards": 0}
@@ -310,6 +331,14 @@ def run(
         record.update(job)
     write_table(pa.Table.from_pylist(records, schema=SAMPLES), out, SAMPLES)
     checkpoints.clear()
+
+
+def _head_files(drafter: str | None) -> list[str]:
+    """The files of a trained head that a checkpoint's key covers (a retrained head's cell
+    never resumes from checkpoints of the old head)."""
+    if drafter is None:
+        return []
+    return [str(p) for p in sorted(Path(drafter).glob("*.safetensors"))]
 
 
 def _record(row: dict, result, ar, runner: MethodRunner) -> dict:

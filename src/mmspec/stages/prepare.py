@@ -13,13 +13,14 @@ def run(name: str, spec: dict, out: str, toy_seed: int) -> int:
         from mmspec.data import toyworld
 
         seed = spec.get("seed", toy_seed)
-        if name == toyworld.IMAGEGEN:
+        scenario = spec.get("scenario", name)
+        if scenario == toyworld.IMAGEGEN:
             rows = toyworld.generate_imagegen_dataset(spec["samples"], seed)
-        elif name in toyworld.DATASETS:
-            rows = toyworld.generate_dataset(name, spec["samples"], seed)
+        elif scenario in toyworld.DATASETS:
+            rows = toyworld.generate_dataset(scenario, spec["samples"], seed)
         else:
             known = sorted([*toyworld.DATASETS, toyworld.IMAGEGEN])
-            raise ValueError(f"datasets.{name}: no toy scenario of that name; known: {known}")
+            raise ValueError(f"datasets.{name}: no toy scenario {scenario!r}; known: {known}")
         write_table(pa.Table.from_pylist(rows, schema=PREPARED), out, PREPARED)
         return len(rows)
     from mmspec.data.hf import prepare_hf

@@ -47,3 +47,27 @@ class Drafter:
 
     def commit(self, tree, path: list[int], next_token: int, target) -> None:
         raise NotImplementedError
+
+
+def tree_feed(tree, nodes: list[int], fed: list[int], first: int) -> dict:
+    """How a drafter's cache is fed `nodes` of `tree` in one forward, as `Decoder.extend`
+    options: nothing for the next link of a chain (plain causal), else each node sees only the
+    fed nodes among its ancestors (`past` over the `fed` cached nodes, in feed order) and
+    itself, at position `first` + its depth - 1."""
+    ancestors = [tree.ancestors(n) for n in nodes]
+    if len(nodes) == 1 and ancestors[0][::-1] == fed:
+        return {}
+    offset = {f: i for i, f in enumerate(fed)}
+    rows, cols = [], []
+    for j, chain in enumerate(ancestors):
+        for a in chain:
+            if a in offset:
+                rows.append(j)
+                cols.append(offset[a])
+    past = torch.zeros(len(nodes), len(fed), dtype=torch.bool)
+    past[rows, cols] = True
+    return {
+        "attention": torch.eye(len(nodes), dtype=torch.bool),
+        "past": past,
+        "positions": [first + len(a) for a in ancestors],
+    }

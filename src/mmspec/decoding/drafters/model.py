@@ -16,7 +16,7 @@ import time
 import torch
 
 from mmspec.decoding.decoder import Decoder
-from mmspec.decoding.drafters import Drafter
+from mmspec.decoding.drafters import Drafter, tree_feed
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT
 from mmspec.decoding.timing import sync
@@ -86,28 +86,8 @@ class ModelDrafter(Drafter):
 
     def expand(self, tree, nodes: list[int]) -> torch.Tensor:
         """Feed `nodes` of `tree` in one batched forward; the mixture after each [n, V]."""
-        ancestors = [tree.ancestors(n) for n in nodes]
         tokens = [tree.tokens[n] for n in nodes]
-        if len(nodes) == 1 and ancestors[0][::-1] == self.fed:
-            logits = self._forward(tokens)  # the next link of a chain: plain causal
-        else:
-            # node j sees the fed nodes among its ancestors (a few per node, not every fed one)
-            offset = {f: i for i, f in enumerate(self.fed)}
-            rows, cols = [], []
-            for j, chain in enumerate(ancestors):
-                for a in chain:
-                    if a in offset:
-                        rows.append(j)
-                        cols.append(offset[a])
-            past = torch.zeros(len(nodes), len(self.fed), dtype=torch.bool)
-            past[rows, cols] = True
-            depths = [len(a) for a in ancestors]  # depth - 1
-            logits = self._forward(
-                tokens,
-                attention=torch.eye(len(nodes), dtype=torch.bool),
-                past=past.view(len(nodes), len(self.fed)),
-                positions=[self.first + d for d in depths],
-            )
+        logits = self._forward(tokens, **tree_feed(tree, nodes, self.fed, self.first))
         self.fed.extend(nodes)
         return self._mixture(logits, nodes)
 

@@ -1,0 +1,166 @@
+"""EAGLE's drafter: a one-layer head that extrapolates the target's own features.
+
+Entry j of the head reads fc([embedding of token j + 1, target feature f_j]) and, through one
+decoder layer, predicts f_{j+1}; the target's own `lm_head` turns that into the next-token
+distribution (EAGLE, Li et al. 2024, Section 3; release `model/cnets.py`: `fc` is
+Linear(2H -> H) with bias, one Llama decoder layer). Features are the target's last-layer
+states after its final norm, what its `lm_head` reads. Unlike EAGLE-1's release the head keeps
+the Llama layer's input norm and a final norm (as EAGLE-3's does): its output then has the
+scale of the post-norm features it regresses.
+
+Drafting: a drafted node's entry pairs its token with the feature the head predicted for its
+parent; when the target has verified a step, the drafted entries are dropped and the accepted
+tokens are fed again with the target's true features (as the release does), so the head's
+cache holds true features only.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+from transformers import LlamaConfig, LlamaModel, PreTrainedModel
+
+from mmspec.decoding.decoder import Decoder
+from mmspec.decoding.drafters import Drafter, tree_feed
+from mmspec.decoding.probability import distribution
+from mmspec.decoding.proposal import ROOT
+from mmspec.decoding.timing import sync
+
+
+class EagleHeadConfig(LlamaConfig):
+    """A Llama config for the head's decoder layer(s), plus what the head was trained for."""
+
+    model_type = "mmspec_eagle"
+
+    def __init__(self, target: str = "", kind: str = "eagle", training: dict | None = None, **kw):
+        super().__init__(**kw)
+        self.target = target  # the reference of the target whose features it was trained on
+        self.kind = kind
+        self.training = training or {}
+
+
+class EagleHead(PreTrainedModel):
+    """fc(2H -> H) over [token embedding, target feature], then a Llama stack (its own
+    embedding table is unused: inputs arrive as vectors)."""
+
+    config_class = EagleHeadConfig
+    base_model_prefix = "head"
+    _no_split_modules = ["LlamaDecoderLayer"]
+
+    def __init__(self, config: EagleHeadConfig):
+        super().__init__(config)
+        hidden = config.hidden_size
+        self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+        self.model = LlamaModel(config)
+        self.post_init()
+
+    def inputs(self, embeds: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Entry vectors [..., H] from next-token embeddings and target features [..., H]."""
+        return self.fc(torch.cat([embeds, features.to(embeds.dtype)], dim=-1))
+
+    def forward(self, embeds, features, attention_mask=None):
+        """Predicted next features [B, n, H] (training; decoding runs through `Decoder`)."""
+        out = self.model(inputs_embeds=self.inputs(embeds, features), attention_mask=attention_mask)
+        return out.last_hidden_state
+
+
+def head_config(target_config, layers: int = 1, **extra) -> EagleHeadConfig:
+    """A head config matching the target's language model (hidden size, heads, rope)."""
+    text = getattr(target_config, "text_config", None) or target_config
+    return EagleHeadConfig(
+        vocab_size=1,
+        hidden_size=text.hidden_size,
+        intermediate_size=text.intermediate_size,
+        num_hidden_layers=layers,
+        num_attention_heads=text.num_attention_heads,
+        num_key_value_heads=getattr(text, "num_key_value_heads", text.num_attention_heads),
+        head_dim=getattr(text, "head_dim", None),
+        max_position_embeddings=max(4096, getattr(text, "max_position_embeddings", 0) or 0),
+        rms_norm_eps=getattr(text, "rms_norm_eps", 1e-6),
+        rope_parameters=getattr(text, "rope_parameters", None),
+        hidden_act="silu",
+        pad_token_id=None,
+        bos_token_id=None,
+        eos_token_id=None,
+        tie_word_embeddings=False,
+        **extra,
+    )
+
+
+class EagleDrafter(Drafter):
+    """Drafts with an `EagleHead` over the target's features; the target's embedding and
+    `lm_head` are shared (what the head's `Decoder` runs with)."""
+
+    def __init__(self, head: EagleHead, target: Decoder, temperature: float):
+        super().__init__(temperature)
+        self.head = head
+        self.decoder = Decoder(head, parts=(head.model, target.lm_head, target.embed))
+        self.embed = target.embed
+        self.q_temperature = temperature if temperature > 0 else 1.0
+        self.pending: tuple[torch.Tensor, torch.Tensor] | None = None  # (embeds, features)
+        self.started = False
+        self.out: dict[int, torch.Tensor] = {}  # node (ROOT too) -> the head's predicted feature
+        self.fed: list[int] = []
+        self.first = 0  # head position of depth-1 nodes in the current proposal
+
+    @torch.inference_mode()
+    def _embed(self, tokens: list[int]) -> torch.Tensor:
+        ids = torch.as_tensor(tokens, dtype=torch.long, device=self.decoder.device)
+        return self.embed(ids)
+
+    @torch.inference_mode()
+    def start(self, prompts, first_token: int, target) -> None:
+        """Queue one entry per prompt position: the next position's input embedding (the first
+        token's after the last) with the target's prefill feature of this one."""
+        prompt = prompts[0]
+        embeds = torch.cat([prompt.embeds[1:].to(self.decoder.device), self._embed([first_token])])
+        self.pending = (embeds, target.hidden)
+        self.started = False
+
+    @torch.inference_mode()
+    def _forward(self, vectors: torch.Tensor, **tree) -> torch.Tensor:
+        """Feed entry vectors [n, H] (timed); the predicted features [n, H]."""
+        start = time.perf_counter()
+        if self.started:
+            hidden = self.decoder.extend_vectors(vectors, **tree).hidden[0]
+        else:
+            hidden = self.decoder.prefill(vectors).hidden[0]
+            self.started = True
+        sync(self.decoder.device)
+        self.forward_s += time.perf_counter() - start
+        self.forwards += 1
+        return hidden
+
+    @torch.inference_mode()
+    def _q(self, features: torch.Tensor) -> torch.Tensor:
+        return distribution(self.decoder.head_logits(features), self.q_temperature)
+
+    def root(self, sampler) -> torch.Tensor:
+        """Feed the queued entries (true features); the first drafted position's q."""
+        embeds, features = self.pending
+        with torch.inference_mode():
+            vectors = self.head.inputs(embeds, features)
+        predicted = self._forward(vectors)[-1:]
+        self.out, self.fed = {ROOT: predicted[0]}, []
+        self.first = self.decoder.length
+        return self._q(predicted)[0]
+
+    def expand(self, tree, nodes: list[int]) -> torch.Tensor:
+        """Feed `nodes` (each with its parent's predicted feature); q after each [n, V]."""
+        parents = [tree.parents[n] for n in nodes]
+        features = torch.stack([self.out[p] for p in parents])
+        with torch.inference_mode():
+            vectors = self.head.inputs(self._embed([tree.tokens[n] for n in nodes]), features)
+        predicted = self._forward(vectors, **tree_feed(tree, nodes, self.fed, self.first))
+        self.fed.extend(nodes)
+        self.out.update(zip(nodes, predicted, strict=True))
+        return self._q(predicted)
+
+    def commit(self, tree, path: list[int], next_token: int, target) -> None:
+        """Drop the drafted entries; queue the accepted tokens and the next one, each with the
+        target's feature of the position before it."""
+        self.decoder.truncate(self.first)
+        tokens = [tree.tokens[i] for i in path] + [next_token]
+        self.pending = (self._embed(tokens), target.hidden)

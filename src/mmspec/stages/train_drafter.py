@@ -1,0 +1,131 @@
+"""Stage train_drafter: train one drafter head on a target's own features.
+
+-> results/drafters/<pair>/<kind>/<hp>/: the head (`save_pretrained`, its config naming the
+target), `curves.parquet` (training and held-out curves) and `training.json`. The target
+answers every prompt of the training dataset (greedy AR, as in a generate job: same prompts,
+same visual cache), then `training.heads` fits the head. A killed job resumes: the collected
+sequences and the training state are kept in `<out>.partial/` (the state every tenth of the
+steps), under a key of the job's parameters and inputs, so a changed job starts afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import torch
+from tqdm import tqdm
+
+from mmspec.decoding.drafters.eagle import EagleHead, head_config
+from mmspec.decoding.sampler import seeded
+from mmspec.decoding.timing import pick_device
+from mmspec.stages.checkpoints import job_key
+from mmspec.tables import HEAD_CURVES, PREPARED, read_table, write_table
+from mmspec.training.heads import collect_sequence, train_head
+
+AR_SPEC = {"method": "ar", "drafter": "none", "temperature": 0.0}
+
+
+def _save(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+class Partial:
+    """`<out>.partial/`: the sequences and the last training state of one job (its key)."""
+
+    def __init__(self, out: Path, key: str):
+        self.folder = out.with_name(out.name + ".partial")
+        if (self.folder / "key").exists() and (self.folder / "key").read_text() != key:
+            shutil.rmtree(self.folder)  # another job's: its parameters or inputs changed
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / "key").write_text(key)
+
+    def load(self, name: str):
+        path = self.folder / f"{name}.pt"
+        return torch.load(path, weights_only=False) if path.exists() else None
+
+    def save(self, name: str, obj) -> None:
+        _save(obj, self.folder / f"{name}.pt")
+
+    def clear(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def collect(params: dict, prepared: str, target_visual: str, device, stored=None):
+    """(target `Decoder`, training sequences): the target's greedy answers and its features
+    (`stored`: those of an interrupted run of the same job, kept)."""
+    from mmspec.stages.generate import TextWork
+
+    work = TextWork(
+        {"cell": {"spec": AR_SPEC}, "pair": params["pair"], "generation": params["generation"]},
+        prepared,
+        target_visual,
+        None,
+        None,
+        device,
+    )
+    rows = read_table(prepared, PREPARED).to_pylist()
+    if len(rows) < 2:
+        raise ValueError(f"{prepared}: a drafter head needs at least 2 training samples")
+    runner, sequences = work.runner, []
+    if stored is not None:
+        return runner.target, stored
+    for row in tqdm(rows, desc="train_drafter: the target answers"):
+        sample = work.sample(row)
+        answer = work.decode_ar(sample, seeded(0)).tokens
+        sequences.append(collect_sequence(runner.target, runner.target_prompt(sample), answer))
+    return runner.target, sequences
+
+
+def run(params: dict, prepared: str, target_visual: str, out: str, threads: int = 1) -> dict:
+    """Train the head `params` names (pair, kind, training, generation, seed) into `out`."""
+    started = time.perf_counter()
+    torch.set_num_threads(threads)
+    device = pick_device()
+    hp, kind, pair = params["training"], params["kind"], params["pair"]
+    out_dir = Path(out)
+    partial = Partial(out_dir, job_key(params, prepared, target_visual))
+    stored = partial.load("sequences")
+    target, sequences = collect(params, prepared, target_visual, device, stored)
+    if stored is None:
+        partial.save("sequences", sequences)
+    torch.manual_seed(params["seed"])
+    config = head_config(
+        target.model.config, int(hp["head_layers"]), target=pair["target"], kind=kind, training=hp
+    )
+    head = EagleHead(config).float()
+    curve = train_head(
+        head,
+        target.lm_head.float(),
+        sequences,
+        hp,
+        params["seed"],
+        state=partial.load("state"),
+        save=lambda state: partial.save("state", state),
+    )
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    head.save_pretrained(tmp)
+    write_table(
+        pa.Table.from_pylist(curve, schema=HEAD_CURVES), tmp / "curves.parquet", HEAD_CURVES
+    )
+    record = {
+        "kind": kind,
+        "target": pair["target"],
+        "training": hp,
+        "sequences": len(sequences),
+        "entries": sum(len(s.embeds) - max(s.answer_from, 0) - 1 for s in sequences),
+        "seconds": time.perf_counter() - started,
+        "final": curve[-1] if curve else {},
+    }
+    (tmp / "training.json").write_text(json.dumps(record, indent=1))
+    shutil.rmtree(out_dir, ignore_errors=True)
+    os.replace(tmp, out_dir)
+    partial.clear()
+    return record

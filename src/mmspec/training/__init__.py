@@ -1,0 +1,1 @@
+"""Training loops: drafter heads on the target's own features."""

@@ -1,0 +1,178 @@
+"""Training a drafter head on the target's own features (self-distillation, EAGLE's recipe).
+
+The training set is the target's own behaviour: each training prompt is answered by the
+target (greedy AR), and one teacher-forced pass over prompt + answer gives its feature at every
+position (last layer, after the final norm: what its `lm_head` reads). Entry j of a sequence is
+(input embedding of position j + 1, feature f_j); the head predicts f_{j+1}. Loss, as EAGLE's
+release (`train/main.py`): 1.0 x SmoothL1 between predicted and true features + 0.1 x the cross
+entropy of the head's next-token distribution (the target's `lm_head` over the predicted
+feature) against the target's own (over the true one), on the entries that predict answer
+tokens. Input features carry uniform noise of width `head_noise` (the release's
+AddUniformNoise, without its sequence-length scale). AdamW, betas (0.9, 0.95), gradient clip
+0.5. Every `eval_every` steps the held-out sequences (the last tenth) give the head's top-1
+agreement with the target: the training curve the report draws.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+FEATURE_WEIGHT = 1.0  # EAGLE's release: v_w
+CE_WEIGHT = 0.1  # p_w
+BETAS = (0.9, 0.95)
+GRAD_CLIP = 0.5
+HELD_OUT = 0.1  # share of training sequences kept for the agreement curve
+
+
+@dataclass
+class Sequence:
+    """One training sequence: input embeddings [n, H], target features [n, H], and the first
+    entry whose loss counts (entries before it predict prompt positions)."""
+
+    embeds: torch.Tensor
+    features: torch.Tensor
+    answer_from: int
+
+
+def collect_sequence(target, prompt, answer: list[int]) -> Sequence:
+    """The target's features over `prompt` (a `Prompt`) and its own `answer` tokens, from one
+    prefill and one teacher-forced extend of the target's `Decoder`."""
+    with torch.inference_mode():
+        head = target.prefill(prompt).hidden[0]
+        tail = target.extend(answer).hidden[0] if answer else head[:0]
+        ids = torch.as_tensor(answer, dtype=torch.long, device=target.device)
+        embeds = torch.cat([prompt.embeds.to(target.device), target.embed(ids)])
+        features = torch.cat([head, tail])
+    # entry j pairs embeds[j + 1] with features[j]; the entry at the prompt's last position
+    # but one predicts the feature that emits the first answer token
+    return Sequence(embeds[1:].float().cpu(), features[:-1].float().cpu(), len(prompt) - 2)
+
+
+def _batch(sequences: list[Sequence], noise: float, generator: torch.Generator):
+    """Right-padded inputs, next features, loss mask and attention mask of a batch."""
+    width = max(len(s.embeds) for s in sequences)
+    hidden = sequences[0].embeds.shape[-1]
+    embeds = torch.zeros(len(sequences), width, hidden)
+    features = torch.zeros(len(sequences), width, hidden)
+    targets = torch.zeros(len(sequences), width, hidden)
+    loss_mask = torch.zeros(len(sequences), width, dtype=torch.bool)
+    attention = torch.zeros(len(sequences), width, dtype=torch.long)
+    for b, s in enumerate(sequences):
+        n = len(s.embeds)
+        embeds[b, :n] = s.embeds
+        features[b, :n] = s.features
+        # the feature entry j predicts is the input feature of entry j + 1
+        targets[b, : n - 1] = s.features[1:]
+        loss_mask[b, max(s.answer_from, 0) : n - 1] = True
+        attention[b, :n] = 1
+    if noise > 0:
+        features = features + (torch.rand(features.shape, generator=generator) - 0.5) * noise
+    return embeds, features, targets, loss_mask, attention
+
+
+def losses(head, lm_head, batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(feature loss, cross entropy, top-1 agreement with the target) over the masked entries."""
+    embeds, features, targets, mask, attention = batch
+    predicted = head(embeds, features, attention_mask=attention)[mask]
+    true = targets[mask]
+    feature_loss = F.smooth_l1_loss(predicted, true)
+    with torch.no_grad():
+        target_logits = lm_head(true)
+    logits = lm_head(predicted)
+    ce = -(torch.softmax(target_logits, -1) * torch.log_softmax(logits, -1)).sum(-1).mean()
+    agreement = (logits.argmax(-1) == target_logits.argmax(-1)).float().mean()
+    return feature_loss, ce, agreement
+
+
+def split(sequences: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
+    """(training, held-out): the held-out tenth is the last sequences (at least one)."""
+    n_out = max(1, round(len(sequences) * HELD_OUT)) if len(sequences) > 1 else 0
+    return sequences[: len(sequences) - n_out], sequences[len(sequences) - n_out :] or sequences
+
+
+def train_head(
+    head,
+    lm_head,
+    sequences,
+    hp: dict,
+    seed: int,
+    state: dict | None = None,
+    save=None,
+    eval_every: int = 0,
+) -> list[dict]:
+    """Train `head` for hp["head_steps"] steps; the curve rows (step, losses, agreement).
+
+    `state` (from `save`'s last call) resumes a run: the step, optimiser, random streams and
+    curve continue where they stopped. `save(state)` is called every `eval_every` steps.
+    """
+    train, held = split(sequences)
+    if not train:
+        raise ValueError("a drafter head needs at least two training sequences")
+    steps = int(hp["head_steps"])
+    eval_every = eval_every or max(1, steps // 10)
+    lm_head.requires_grad_(False)
+    params = [p for p in head.parameters() if p.requires_grad]
+    optimiser = torch.optim.AdamW(params, lr=float(hp["head_lr"]), betas=BETAS)
+    picker = random.Random(seed)
+    generator = torch.Generator().manual_seed(seed)
+    curve: list[dict] = []
+    step = 0
+    if state is not None:
+        head.load_state_dict(state["head"])
+        optimiser.load_state_dict(state["optimiser"])
+        picker.setstate(state["picker"])
+        generator.set_state(state["generator"])
+        curve, step = state["curve"], state["step"]
+    size = min(int(hp["head_batch_size"]), len(train))
+    progress = tqdm(total=steps, initial=step, desc="train_drafter")
+    while step < steps:
+        head.train()
+        batch = _batch(picker.sample(train, size), float(hp["head_noise"]), generator)
+        feature_loss, ce, _ = losses(head, lm_head, batch)
+        loss = FEATURE_WEIGHT * feature_loss + CE_WEIGHT * ce
+        optimiser.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP)
+        optimiser.step()
+        step += 1
+        progress.update()
+        if step % eval_every == 0 or step == steps:
+            curve.append({"step": step, "loss": float(loss), **evaluate(head, lm_head, held)})
+            if save is not None:
+                save(
+                    {
+                        "head": head.state_dict(),
+                        "optimiser": optimiser.state_dict(),
+                        "picker": picker.getstate(),
+                        "generator": generator.get_state(),
+                        "curve": curve,
+                        "step": step,
+                    }
+                )
+    progress.close()
+    head.eval()
+    return curve
+
+
+@torch.no_grad()
+def evaluate(head, lm_head, held: list[Sequence]) -> dict:
+    """Held-out feature loss, cross entropy and top-1 agreement, weighted by entries."""
+    head.eval()
+    totals = {"heldout_feature_loss": 0.0, "heldout_ce": 0.0, "heldout_top1": 0.0}
+    entries = 0
+    for s in held:
+        batch = _batch([s], 0.0, torch.Generator())
+        n = int(batch[3].sum())
+        if n == 0:
+            continue
+        values = losses(head, lm_head, batch)
+        for key, value in zip(totals, values, strict=True):
+            totals[key] += float(value) * n
+        entries += n
+    return {k: v / entries if entries else math.nan for k, v in totals.items()}

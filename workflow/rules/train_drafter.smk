@@ -1,0 +1,19 @@
+rule train_drafter:
+    input:
+        unpack(train_drafter_inputs),
+    output:
+        directory("results/drafters/{pair}/{kind}/{hp}"),
+    log:
+        "logs/train_drafter/{pair}/{kind}/{hp}.log",
+    conda:
+        "../../envs/mmspec.yaml"
+    threads: 1
+    resources:
+        mem_mb=lambda w: target_memory(w).host_mb,
+        gpu_mem_mb=lambda w: target_memory(w).gpu_mb,
+    params:
+        head=train_drafter_params,
+        code=fingerprint("train_drafter"),
+    shell:
+        "mmspec train_drafter --params {params.head:q} --prepared {input.prepared}"
+        " --target-visual {input.target_visual} --threads {threads} --out {output} 2> {log}"

@@ -1,0 +1,130 @@
+"""The EAGLE head: lossless drafting on tiny models, training on the target's own features,
+resuming an interrupted training run, and loading a head for the wrong target."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from mmspec.decoding.drafters.eagle import EagleHead, head_config
+from mmspec.decoding.drafters.heads import load_head
+from mmspec.decoding.sampler import seeded
+from mmspec.methods import registry, verify
+from mmspec.methods.runtime import MethodRunner, Sample
+from mmspec.training.heads import collect_sequence, evaluate, split, train_head
+
+TRAINING = {
+    "head_steps": 60,
+    "head_lr": 0.01,
+    "head_batch_size": 4,
+    "head_noise": 0.05,
+    "head_layers": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A tiny random target (float64), its tokenizer and samples with one image each."""
+    tokenizer = verify.build_tokenizer()
+    target, _ = verify.build_models(0, tokenizer)
+    generator = torch.Generator().manual_seed(0)
+    prompts = [" ".join(p) for p in (["a", "b", "<image>", "c"], ["<image>", "b", "a"])]
+    prompts += ["c <image> a b", "<image> c c", "a <image>", "b a <image> c"]
+    samples = [Sample(t, verify._images(target, generator), []) for t in prompts]
+    return tokenizer, target, samples
+
+
+def _head(target, seed=1):
+    torch.manual_seed(seed)
+    return EagleHead(head_config(target.config, target="tiny")).double().eval()
+
+
+def _sequences(tokenizer, target, samples, n_new=16):
+    runner = MethodRunner(registry.resolve("ar", {}), target, None, tokenizer, "<image>")
+    out = []
+    for sample in samples:
+        answer = runner.decode_ar(sample, n_new, set(), seeded(0)).tokens
+        out.append(collect_sequence(runner.target, runner.target_prompt(sample), answer))
+    return runner, out
+
+
+def _spec(method: str, **hparams) -> dict:
+    return registry.resolve(method, {"head_data": "x", **hparams})
+
+
+@pytest.mark.parametrize(
+    "method, hparams",
+    [
+        ("eagle", {"tree": "chain", "gamma": 4}),
+        ("eagle", {}),  # EAGLE's 25-node static tree
+        ("eagle2", {"depth": 3, "top_k": 3, "total_tokens": 10}),
+    ],
+)
+def test_greedy_eagle_equals_ar_token_for_token(tiny, method, hparams):
+    tokenizer, target, samples = tiny
+    _, sequences = _sequences(tokenizer, target, samples)
+    head = _head(target).float()
+    train_head(head, _lm_head(target), sequences, TRAINING, seed=0)
+    head = head.double().eval()
+    runner = MethodRunner(_spec(method, **hparams), target, None, tokenizer, "<image>", head=head)
+    accepted = 0
+    for sample in samples:
+        ar = runner.decode_ar(sample, 24, set(), seeded(0))
+        sd = runner.decode(sample, 24, set(), seeded(0))
+        assert sd.tokens == ar.tokens
+        accepted += sum(step.accepted for step in sd.steps)
+    assert accepted > 0  # the trained head's drafts are accepted: the check is not vacuous
+
+
+def _lm_head(target):
+    lm_head = copy.deepcopy(target.lm_head).float()
+    return lm_head
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle2"])
+def test_eagle_sampling_is_lossless_by_exact_enumeration(method):
+    verdict = verify.verify_method(method, {"head_data": "x"}, seed=5)
+    assert verdict.tvd <= verify.TOLERANCE and verdict.greedy_equal, verdict
+
+
+def test_training_raises_held_out_agreement(tiny):
+    tokenizer, target, samples = tiny
+    _, sequences = _sequences(tokenizer, target, samples)
+    head = _head(target).float()
+    _, held = split(sequences)
+    before = evaluate(head, _lm_head(target), held)["heldout_top1"]
+    curve = train_head(head, _lm_head(target), sequences, {**TRAINING, "head_steps": 120}, 0)
+    assert [row["step"] for row in curve] == list(range(12, 121, 12))
+    assert curve[-1]["heldout_top1"] > before
+    assert curve[-1]["loss"] < curve[0]["loss"]
+
+
+def test_resumed_training_ends_where_an_uninterrupted_run_does(tiny):
+    tokenizer, target, samples = tiny
+    _, sequences = _sequences(tokenizer, target, samples)
+    hp = {**TRAINING, "head_steps": 30}
+    whole = _head(target).float()
+    train_head(whole, _lm_head(target), sequences, hp, seed=3)
+
+    states = []
+    cut = _head(target).float()
+    train_head(cut, _lm_head(target), sequences, {**hp, "head_steps": 30}, seed=3,
+               save=lambda s: states.append(copy.deepcopy(s)), eval_every=10)
+    resumed = _head(target).float()  # a fresh process: another head, the state of step 10
+    train_head(resumed, _lm_head(target), sequences, hp, seed=3, state=states[0], eval_every=10)
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_a_head_for_another_target_is_refused(tiny, tmp_path):
+    _, target, _ = tiny
+    head = EagleHead(head_config(target.config, target="toy:target"))
+    head.save_pretrained(tmp_path / "head")
+    loaded = load_head(tmp_path / "head", "toy:target", "cpu", torch.float32)
+    assert loaded.config.target == "toy:target"
+    with pytest.raises(ValueError, match="trained for target 'toy:target', not for 'org/other'"):
+        load_head(tmp_path / "head", "org/other", "cpu", torch.float32)
+    with pytest.raises(ValueError, match="no trained drafter head"):
+        load_head(tmp_path / "missing", "toy:target", "cpu", torch.float32)

@@ -1,0 +1,97 @@
+"""Trained drafter heads through the workflow: stage train_drafter, head cells, reruns."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from workflow_cli import job_counts, snakemake_cmd
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADS = ROOT / "tests" / "configs" / "tiny_heads.yaml"
+
+
+def snakemake(workdir: Path, config: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        snakemake_cmd(workdir, config, *args), capture_output=True, text=True, cwd=ROOT
+    )
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("heads")
+    out = snakemake(workdir, HEADS)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return workdir
+
+
+def test_heads_are_trained_once_per_training_setting(run_dir):
+    heads = sorted(p.parent for p in (run_dir / "results/drafters").rglob("config.json"))
+    # eagle_chain and eagle2 share a head (same training hyperparameters); eagle_long has its own
+    assert len(heads) == 2
+    for head in heads:
+        config = json.loads((head / "config.json").read_text())
+        assert config["target"] == "toy:target" and config["kind"] == "eagle"
+        curve = pq.read_table(head / "curves.parquet").to_pylist()
+        assert curve and curve[-1]["step"] == config["training"]["head_steps"]
+        assert 0 <= curve[-1]["heldout_top1"] <= 1
+        assert not head.with_name(head.name + ".partial").exists()
+
+
+def test_head_cells_are_lossless(run_dir):
+    cells = pq.read_table(run_dir / "results/summary/cells.parquet").to_pylist()
+    assert {c["method"] for c in cells} == {"ar", "eagle_chain", "eagle2", "eagle_long"}
+    for c in cells:
+        assert c["lossless_rule"] and c["lossless_rate"] == 1.0, c
+        assert c["n_samples"] == 3 and c["tau"] >= 1.0
+    trees = {c["method"]: c["tree"] for c in cells}
+    assert trees["eagle2"] == "dynamic" and trees["eagle_chain"] == "chain"
+
+
+def test_changing_one_training_setting_retrains_only_that_head(run_dir, tmp_path):
+    assert "Nothing to be done" in snakemake(run_dir, HEADS, "--dry-run").stdout
+    cfg = yaml.safe_load(HEADS.read_text())
+    cfg["methods"]["eagle_long"]["head_lr"] = 0.02
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    out = snakemake(run_dir, config, "--dry-run")
+    assert out.returncode == 0, out.stderr
+    plan = job_counts(out.stdout + out.stderr)
+    assert plan == {
+        "train_drafter": 1,
+        "generate": 1,
+        "score": 1,
+        "aggregate": 1,
+        "report": 1,
+        "all": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda m: m["eagle2"].pop("head_data"), "name the dataset"),
+        (lambda m: m["eagle2"].update(head_data="nope"), "head_data 'nope' names no dataset"),
+        (lambda m: m["eagle2"].update(head_lr=-1.0), "head_lr must be > 0"),
+    ],
+)
+def test_bad_head_settings_fail_before_any_job(tmp_path, change, message):
+    cfg = yaml.safe_load(HEADS.read_text())
+    change(cfg["methods"])
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+    out = snakemake(tmp_path / "work", config, "--dry-run")
+    assert out.returncode != 0 and message in out.stdout + out.stderr
+
+
+def test_a_head_over_an_image_generator_is_refused():
+    from mmspec import config as mmconfig
+
+    cfg = mmconfig.load_as_snakemake("config/config.yaml")
+    cfg["sweep"] = [{"datasets": ["toy_imagegen"], "pairs": ["toy_image"], "methods": ["eagle2"]}]
+    with pytest.raises(mmconfig.ConfigError, match="reads the hidden states .* generates images"):
+        mmconfig.validate(cfg)

@@ -143,7 +143,8 @@ def train_head(
         step += 1
         progress.update()
         if step % eval_every == 0 or step == steps:
-            curve.append({"step": step, "loss": loss.detach().item(), **evaluate(head, lm_head, held)})
+            held_out = evaluate(head, lm_head, held)
+            curve.append({"step": step, "loss": loss.detach().item(), **held_out})
             if save is not None:
                 save(
                     {

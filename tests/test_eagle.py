@@ -122,9 +122,9 @@ def test_a_head_for_another_target_is_refused(tiny, tmp_path):
     _, target, _ = tiny
     head = EagleHead(head_config(target.config, target="toy:target"))
     head.save_pretrained(tmp_path / "head")
-    loaded = load_head(tmp_path / "head", "toy:target", "cpu", torch.float32)
+    loaded = load_head(tmp_path / "head", "toy:target", "cpu", torch.float32, "eagle")
     assert loaded.config.target == "toy:target"
     with pytest.raises(ValueError, match="trained for target 'toy:target', not for 'org/other'"):
-        load_head(tmp_path / "head", "org/other", "cpu", torch.float32)
+        load_head(tmp_path / "head", "org/other", "cpu", torch.float32, "eagle")
     with pytest.raises(ValueError, match="no trained drafter head"):
-        load_head(tmp_path / "missing", "toy:target", "cpu", torch.float32)
+        load_head(tmp_path / "missing", "toy:target", "cpu", torch.float32, "eagle")

@@ -52,6 +52,12 @@ def test_head_cells_are_lossless(run_dir):
     assert trees["eagle2"] == "dynamic" and trees["eagle_chain"] == "chain"
 
 
+def test_report_shows_each_heads_training(run_dir):
+    html = (run_dir / "reports/index.html").read_text()
+    assert "Trained drafter heads" in html and "held-out top-1 agreement" in html
+    assert html.count("toy/eagle/head_batch_size-4") == 2  # one table row per head
+
+
 def test_changing_one_training_setting_retrains_only_that_head(run_dir, tmp_path):
     assert "Nothing to be done" in snakemake(run_dir, HEADS, "--dry-run").stdout
     cfg = yaml.safe_load(HEADS.read_text())
@@ -61,6 +67,7 @@ def test_changing_one_training_setting_retrains_only_that_head(run_dir, tmp_path
     out = snakemake(run_dir, config, "--dry-run")
     assert out.returncode == 0, out.stderr
     plan = job_counts(out.stdout + out.stderr)
+    # the changed head, its one cell, and the summary (the report reads the heads' curves)
     assert plan == {
         "train_drafter": 1,
         "generate": 1,

@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="the HTML report")
     p.add_argument("--cells", required=True)
     p.add_argument("--blocks", default=None)
+    p.add_argument("--heads", nargs="*", default=[], help="trained drafter head folders")
     p.add_argument("--out", required=True)
 
     p = sub.add_parser(
@@ -296,7 +297,7 @@ def run(args: argparse.Namespace) -> None:
     elif args.stage == "report":
         from mmspec.stages import report
 
-        report.run(args.cells, args.out, args.blocks)
+        report.run(args.cells, args.out, args.blocks, args.heads)
     elif args.stage == "tiny-model":
         from mmspec.models import tiny
 

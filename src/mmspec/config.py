@@ -21,7 +21,7 @@ from mmspec.methods.components import (
     CODEBOOK_RULES,
     DRAFTERS_WITH_MODEL,
     HEAD_DRAFTERS,
-    HEAD_TRAINING,
+    HEAD_TRAINING_KEYS,
     SELF_DRAFT,
     VISUAL_RULES,
 )
@@ -836,7 +836,7 @@ def _check_visual_rule(config: dict, cell) -> None:
 
 def head_training(spec: dict) -> dict:
     """The training hyperparameters of a head drafter's spec (what its head is keyed by)."""
-    return {k: spec[k] for k in HEAD_TRAINING}
+    return {k: spec[k] for k in HEAD_TRAINING_KEYS if k in spec}
 
 
 def drafter_dir(cell) -> str | None:

@@ -295,13 +295,15 @@ BLOCKS = pa.schema(
 
 # results/drafters/<pair>/<kind>/<hp>/curves.parquet: a drafter head's training curve, one row
 # per evaluation (training.heads): the training loss at that step and, on the held-out
-# sequences, the feature loss, cross entropy and top-1 agreement with the target.
+# sequences, the feature loss, intermediate-feature loss (DREAM; 0 for EAGLE), KL divergence
+# from the target's next-token distribution and top-1 agreement with the target.
 HEAD_CURVES = pa.schema(
     [
         ("step", pa.int64()),
         ("loss", pa.float64()),
         ("heldout_feature_loss", pa.float64()),
-        ("heldout_ce", pa.float64()),
+        ("heldout_intermediate_loss", pa.float64()),
+        ("heldout_kl", pa.float64()),
         ("heldout_top1", pa.float64()),
     ]
 )

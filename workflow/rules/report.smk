@@ -2,6 +2,7 @@ rule report:
     input:
         cells="results/summary/cells.parquet",
         blocks="results/summary/blocks.parquet",
+        heads=sorted(HEAD_CELLS),
     output:
         report("reports/index.html", caption="../report/index.rst", category="Report"),
     log:
@@ -12,4 +13,5 @@ rule report:
     params:
         code=fingerprint("report"),
     shell:
-        "mmspec report --cells {input.cells} --blocks {input.blocks} --out {output} 2> {log}"
+        "mmspec report --cells {input.cells} --blocks {input.blocks} --heads {input.heads}"
+        " --out {output} 2> {log}"

@@ -88,25 +88,34 @@ class _Scores:
 
 
 @contextmanager
+def eager_attention(stack, hooks: dict):
+    """Run the stack with eager attention, calling `hooks[i](module, args, output)` after
+    layer i's self-attention (its output[1]: the weights [B, heads, q, k]); SDPA does not
+    return weights, hence eager while the context lasts."""
+    config = stack.config
+    previous = config._attn_implementation
+    config._attn_implementation = "eager"
+    handles = [stack.layers[i].self_attn.register_forward_hook(h) for i, h in hooks.items()]
+    try:
+        yield
+    finally:
+        config._attn_implementation = previous
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
 def visual_attention(stack, visual: torch.Tensor):
     """Run the stack with eager attention and collect, per layer, the attention each visual
     position receives from the text queries (mean over heads and queries); `result()` averages
     the layers (SpecVLM's verifier-guided scores).
 
     Each layer's weights are reduced in a hook and dropped, so only one layer's [heads, L, L]
-    lives at a time; SDPA does not return weights, hence eager for this one forward.
+    lives at a time.
     """
     scores = _Scores(visual)
-    config = stack.config
-    previous = config._attn_implementation
-    config._attn_implementation = "eager"
-    handles = [layer.self_attn.register_forward_hook(scores.hook) for layer in stack.layers]
-    try:
+    with eager_attention(stack, dict.fromkeys(range(len(stack.layers)), scores.hook)):
         yield scores
-    finally:
-        config._attn_implementation = previous
-        for handle in handles:
-            handle.remove()
 
 
 class Decoder:

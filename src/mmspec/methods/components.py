@@ -19,8 +19,8 @@ WEIGHT_POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboos
 # trained heads on the target's features will not; AR's drafter is `none`).
 DRAFTERS_WITH_MODEL = frozenset({"model"})
 # Drafters that are heads trained on the target's own features (stage train_drafter; the pair
-# needs no draft model): EAGLE (decoding.drafters.eagle).
-HEAD_DRAFTERS = frozenset({"eagle"})
+# needs no draft model): EAGLE (decoding.drafters.eagle), DREAM (decoding.drafters.dream).
+HEAD_DRAFTERS = frozenset({"eagle", "dream"})
 # How a head is trained (method hyperparameters, so that a changed one retrains that head
 # only). Defaults from EAGLE's release (`train/main.py`, its train_config: lr 3e-5, batch 4,
 # AdamW betas (0.9, 0.95), gradient clip 0.5, uniform feature noise of width 0.2); `head_data`
@@ -34,6 +34,16 @@ HEAD_TRAINING = {
     "head_noise": 0.2,
     "head_layers": 1,
 }
+# DREAM (its Section 4.1 and the notes on its release): the cross-attention block on, the
+# intermediate feature of the layer with the lowest attention entropy per token ("entropy";
+# "fixed": the layer at half the target's depth, the paper's Static-50%; "none": no
+# intermediate loss), 75% of the visual tokens kept in the cross-attention memory (VTC, applied
+# when drafting); its tree: k 4, depth 6, 32 tokens (Section 4.1).
+DREAM_TRAINING = {"dream_cross": True, "dream_intermediate": "entropy"}
+DREAM_DEFAULTS = {**DREAM_TRAINING, "dream_vtc": 0.75}
+DREAM_INTERMEDIATE = ("entropy", "fixed", "none")
+# Every hyperparameter a head is trained with (what its folder is keyed by).
+HEAD_TRAINING_KEYS = (*HEAD_TRAINING, *DREAM_TRAINING)
 # Self-SD (LVSpec's and SpecVLM's setting): a pair's `draft: self` drafts with the target itself
 # (config resolves it to the target's reference; the job loads the weights once).
 SELF_DRAFT = "self"

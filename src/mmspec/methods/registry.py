@@ -13,6 +13,8 @@ from mmspec.methods.components import (
     ACCEPTANCE_DEFAULTS,
     DIVERGENCES,
     DRAFTING,
+    DREAM_DEFAULTS,
+    DREAM_INTERMEDIATE,
     EAGLE_TREE,
     FLY_DEFAULTS,
     HEAD_DRAFTING,
@@ -215,6 +217,49 @@ def _head_rows() -> list[Method]:
             {**HEAD_DRAFTING, "drafter": "eagle", "tree": "dynamic"},
             "EAGLE-2",
         ),
+        *_dream_rows(),
+    ]
+
+
+def _dream_rows() -> list[Method]:
+    """DREAM (its tree: k 4, depth 6, 32 tokens) and its ablations (Sections 4.3-4.4)."""
+    dream = {
+        **HEAD_DRAFTING,
+        "drafter": "dream",
+        "tree": "dynamic",
+        "depth": 6,
+        "top_k": 4,
+        "total_tokens": 32,
+        **DREAM_DEFAULTS,
+    }
+    return [
+        Method(
+            "dream",
+            "DREAM: EAGLE's entries through a decoder block, gated cross-attention over the "
+            "target's verified features (75% of the visual tokens kept), a decoder block; "
+            "trained with the intermediate feature of the lowest-entropy layer per token",
+            dream,
+            "DREAM",
+        ),
+        Method(
+            "dream_nocross",
+            "DREAM without its cross-attention block (Table 2's w/o CA)",
+            {**dream, "dream_cross": False},
+            "DREAM w/o CA",
+        ),
+        Method(
+            "dream_fixed",
+            "DREAM with the intermediate feature of a fixed layer, half the target's depth "
+            "(Figure 4a's Static-50%)",
+            {**dream, "dream_intermediate": "fixed"},
+            "DREAM (S-50%)",
+        ),
+        Method(
+            "dream_nointer",
+            "DREAM without intermediate feature distillation (Figure 4a's No Mid)",
+            {**dream, "dream_intermediate": "none"},
+            "DREAM (no mid)",
+        ),
     ]
 
 
@@ -307,6 +352,7 @@ CHOICES = {
     "acceptance": tuple(ACCEPTANCE),
     "weights": WEIGHT_POLICIES,
     "proximity": PROXIMITIES,
+    "dream_intermediate": DREAM_INTERMEDIATE,
     "divergence": DIVERGENCES,
 }
 TYPES = {
@@ -337,6 +383,9 @@ TYPES = {
     "head_batch_size": int,
     "head_noise": (int, float),
     "head_layers": int,
+    "dream_cross": bool,
+    "dream_intermediate": str,
+    "dream_vtc": (int, float),
 }
 # Keys every method accepts on top of its defaults.
 COMMON_KEYS = {"temperature"}
@@ -422,6 +471,11 @@ def _check_ranges(spec: dict) -> None:
     ]:
         if spec.get(key) is not None and spec[key] < 1:
             raise ValueError(f"{key} is {what} and must be >= 1, got {spec[key]}")
+    if spec.get("dream_vtc") is not None and not 0 < spec["dream_vtc"] <= 1:
+        raise ValueError(
+            f"dream_vtc is the share of visual tokens kept and must be in (0, 1], "
+            f"got {spec['dream_vtc']}"
+        )
     if spec.get("head_lr") is not None and spec["head_lr"] <= 0:
         raise ValueError(f"head_lr must be > 0, got {spec['head_lr']}")
     if spec.get("head_noise") is not None and spec["head_noise"] < 0:

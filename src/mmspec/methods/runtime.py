@@ -8,6 +8,7 @@ import torch
 
 from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.decoder import Decoder
+from mmspec.decoding.drafters import HeadPrompts
 from mmspec.decoding.drafters.heads import make_head_drafter
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
@@ -120,8 +121,10 @@ class MethodRunner(DraftCounters):
                     f"method {spec['method']!r} drafts with a trained {spec['drafter']} head, "
                     "and none was given"
                 )
-            self.drafter = make_head_drafter(spec["drafter"], head, self.target, self.temperature)
+            self.drafter = make_head_drafter(spec, head, self.target, self.temperature)
             self.views = None  # a head reads the target's own prompt and features
+            # DREAM's visual token compression ranks visual tokens by the target's attention
+            self.score_visual = float(spec.get("dream_vtc", 1.0)) < 1
             self.policy = make_tree_policy(spec)
             self.rule = make_rule(spec)
         elif spec["drafter"] != "none":
@@ -143,7 +146,7 @@ class MethodRunner(DraftCounters):
         if self.views is None:  # a head on the target's features reads the target's prompt
             prompt = self.target_prompt(sample)
             self.last_draft_visual = prompt.n_visual
-            return [prompt]
+            return HeadPrompts(prompt, attention)
         images = sample.draft_images
         if attention is not None:
             sizes = [i.embeds.shape[0] for i in sample.target_images]

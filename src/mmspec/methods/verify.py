@@ -87,12 +87,18 @@ def build_models(seed: int, tokenizer):
     return models
 
 
-def build_head(kind: str, target, seed: int):
-    """A random-init head of `kind` on the target's features (float64, like the target)."""
-    from mmspec.decoding.drafters.eagle import EagleHead, head_config
+def build_head(spec: dict, target, seed: int):
+    """A random-init head of the spec's kind on the target's features (float64, like the
+    target); DREAM's closed gates are opened, so that its cross-attention takes part."""
+    from mmspec.decoding.drafters.heads import build_head as new_head
 
     torch.manual_seed(seed)
-    return EagleHead(head_config(target.config, target="verify", kind=kind)).double().eval()
+    head = new_head(spec["drafter"], target.config, spec, "verify").double().eval()
+    with torch.no_grad():
+        for name, parameter in head.named_parameters():
+            if name.endswith("_gate"):
+                parameter.fill_(0.5)
+    return head
 
 
 def _images(model, generator) -> list[ImageInput]:
@@ -131,7 +137,7 @@ def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdi
     spec, note = checked_spec(name, hparams, 1.0, tokens)
     head = None
     if spec["drafter"] in HEAD_DRAFTERS:
-        head = build_head(spec["drafter"], target, seed)
+        head = build_head(spec, target, seed)
     fork = Forker([m for m in (target, draft, head) if m is not None])
     runner = MethodRunner(spec, target, draft, tokenizer, "<image>", head=head)
     worst, support = 0.0, 0

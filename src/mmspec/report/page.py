@@ -36,6 +36,7 @@ from mmspec.report import (
     trees,
     weights,
 )
+from mmspec.report import heads as heads_section
 from mmspec.report.blocks import load_step_stats, step_stats_by_cell
 from mmspec.report.cells import lossless_bug, section_cells, with_labels
 from mmspec.report.figures import method_colors
@@ -182,20 +183,29 @@ table.cells th[aria-sort=descending]::after { content: " ▼"; }
 
 
 def write_report(
-    cells_path: str | Path, out_html: str | Path, blocks_path: str | Path | None = None
+    cells_path: str | Path,
+    out_html: str | Path,
+    blocks_path: str | Path | None = None,
+    head_folders: list[str | Path] | None = None,
 ) -> None:
     """Render the cells table at `cells_path` as one self-contained HTML page at `out_html`.
 
     With `blocks_path` (results/summary/blocks.parquet) the page also shows the acceptance rate by
     draft position, the tree methods side by side and the ensemble weights over decoding; without
-    it those sections are left out.
+    it those sections are left out. `head_folders` (trained drafter heads) adds their training.
     """
     cells = read_table(cells_path, CELLS).to_pandas()
     blocks = step_stats = None
     if blocks_path is not None:
         blocks = weights.load_blocks(blocks_path, cells)
         step_stats = load_step_stats(blocks_path)
-    page = render_page(cells, generated=datetime.now(UTC), blocks=blocks, step_stats=step_stats)
+    page = render_page(
+        cells,
+        generated=datetime.now(UTC),
+        blocks=blocks,
+        step_stats=step_stats,
+        heads=heads_section.load_heads(head_folders or []),
+    )
     out_html = Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)
     # Write then rename, so an interrupted run never leaves a truncated report behind.
@@ -209,6 +219,7 @@ def render_page(
     generated: datetime,
     blocks: pd.DataFrame | None = None,
     step_stats: pd.DataFrame | None = None,
+    heads: list[dict] | None = None,
 ) -> str:
     """The full HTML page for a cells frame (one row per cell, CELLS columns).
 
@@ -229,6 +240,7 @@ def render_page(
         (acceptance.ANCHOR, acceptance.TITLE, acceptance.render(cells, stats_by_cell, colors)),
         (trees.ANCHOR, trees.TITLE, trees.render(cells, stats_by_cell)),
         (weights.ANCHOR, weights.TITLE, weights_html),
+        (heads_section.ANCHOR, heads_section.TITLE, heads_section.render(heads or [])),
         (summary.ANCHOR, summary.TITLE, summary.render(cells)),
     ]
     toc = [(anchor, title) for anchor, title, html in sections if html]

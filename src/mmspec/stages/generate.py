@@ -149,9 +149,8 @@ class TextWork:
         if spec["drafter"] in HEAD_DRAFTERS:
             if drafter is None:
                 raise ValueError(f"method {cell['method']!r} needs its trained head (--drafter)")
-            head = load_head(
-                drafter, pair["target"], loading.input_device(target_model), target_model.dtype
-            )
+            device = loading.input_device(target_model)
+            head = load_head(drafter, pair["target"], device, target_model.dtype, spec["drafter"])
         image_token = loading.image_token_of(processor)
         self.runner = MethodRunner(
             spec,

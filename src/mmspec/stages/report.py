@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-def run(cells: str, out: str, blocks: str | None = None) -> None:
+def run(cells: str, out: str, blocks: str | None = None, heads: list[str] | None = None) -> None:
     from mmspec.report.page import write_report
 
-    write_report(cells, out, blocks)
+    write_report(cells, out, blocks, heads)

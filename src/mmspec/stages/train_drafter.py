@@ -20,7 +20,7 @@ import pyarrow as pa
 import torch
 from tqdm import tqdm
 
-from mmspec.decoding.drafters.eagle import EagleHead, head_config
+from mmspec.decoding.drafters.heads import build_head
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.timing import pick_device
 from mmspec.stages.checkpoints import job_key
@@ -76,11 +76,23 @@ def collect(params: dict, prepared: str, target_visual: str, device, stored=None
     runner, sequences = work.runner, []
     if stored is not None:
         return runner.target, stored
+    intermediate = params["training"].get("dream_intermediate", "none")
     for row in tqdm(rows, desc="train_drafter: the target answers"):
         sample = work.sample(row)
         answer = work.decode_ar(sample, seeded(0)).tokens
-        sequences.append(collect_sequence(runner.target, runner.target_prompt(sample), answer))
+        prompt = runner.target_prompt(sample)
+        sequences.append(collect_sequence(runner.target, prompt, answer, intermediate))
     return runner.target, sequences
+
+
+def _layer_counts(sequences) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for s in sequences:
+        if s.layers is None:
+            continue
+        for layer in s.layers[max(s.answer_from, 0) :].tolist():
+            counts[str(layer)] = counts.get(str(layer), 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
 
 
 def run(params: dict, prepared: str, target_visual: str, out: str, threads: int = 1) -> dict:
@@ -96,10 +108,7 @@ def run(params: dict, prepared: str, target_visual: str, out: str, threads: int 
     if stored is None:
         partial.save("sequences", sequences)
     torch.manual_seed(params["seed"])
-    config = head_config(
-        target.model.config, int(hp["head_layers"]), target=pair["target"], kind=kind, training=hp
-    )
-    head = EagleHead(config).float()
+    head = build_head(kind, target.model.config, hp, pair["target"]).float()
     curve = train_head(
         head,
         target.lm_head.float(),
@@ -108,6 +117,7 @@ def run(params: dict, prepared: str, target_visual: str, out: str, threads: int 
         params["seed"],
         state=partial.load("state"),
         save=lambda state: partial.save("state", state),
+        kind=kind,
     )
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -123,6 +133,8 @@ def run(params: dict, prepared: str, target_visual: str, out: str, threads: int 
         "entries": sum(len(s.embeds) - max(s.answer_from, 0) - 1 for s in sequences),
         "seconds": time.perf_counter() - started,
         "final": curve[-1] if curve else {},
+        # DREAM: how often each target layer gave the intermediate feature (answer positions)
+        "intermediate_layers": _layer_counts(sequences),
     }
     (tmp / "training.json").write_text(json.dumps(record, indent=1))
     shutil.rmtree(out_dir, ignore_errors=True)

@@ -49,6 +49,16 @@ class Drafter:
         raise NotImplementedError
 
 
+class HeadPrompts(list):
+    """What a head drafter starts from: the target's own prompt (one item), plus the attention
+    each of its visual tokens received at the target's prefill when the head asked for it
+    (`visual_attention`, else None; DREAM's visual token compression)."""
+
+    def __init__(self, prompt, visual_attention=None):
+        super().__init__([prompt])
+        self.visual_attention = visual_attention
+
+
 def tree_feed(tree, nodes: list[int], fed: list[int], first: int) -> dict:
     """How a drafter's cache is fed `nodes` of `tree` in one forward, as `Decoder.extend`
     options: nothing for the next link of a chain (plain causal), else each node sees only the

@@ -66,10 +66,11 @@ class EagleHead(PreTrainedModel):
         return out.last_hidden_state
 
 
-def head_config(target_config, layers: int = 1, **extra) -> EagleHeadConfig:
-    """A head config matching the target's language model (hidden size, heads, rope)."""
+def head_config(target_config, layers: int = 1, config_class=None, **extra) -> EagleHeadConfig:
+    """A head config (`config_class`, default EAGLE's) matching the target's language model
+    (hidden size, heads, rope)."""
     text = getattr(target_config, "text_config", None) or target_config
-    return EagleHeadConfig(
+    return (config_class or EagleHeadConfig)(
         vocab_size=1,
         hidden_size=text.hidden_size,
         intermediate_size=text.intermediate_size,

@@ -1,4 +1,4 @@
-"""Trained drafter heads: which class drafts for each kind, and loading a trained head.
+"""Trained drafter heads: the class of each kind, building, and loading a trained head.
 
 A head is saved with `save_pretrained` (stage train_drafter); its config names the target it
 was trained on, and loading it for another target is an error naming both.
@@ -6,30 +6,59 @@ was trained on, and loading it for another target is an error naming both.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 
-from mmspec.decoding.drafters.eagle import EagleDrafter, EagleHead
+from mmspec.decoding.drafters.dream import DreamDrafter, DreamHead, DreamHeadConfig
+from mmspec.decoding.drafters.eagle import EagleDrafter, EagleHead, EagleHeadConfig, head_config
+
+# kind -> (head class, config class, decoder blocks of its stack)
+HEADS = {
+    "eagle": (EagleHead, EagleHeadConfig, None),  # None: `head_layers`
+    "dream": (DreamHead, DreamHeadConfig, 2),  # initial and final blocks around the cross block
+}
 
 
-def make_head_drafter(kind: str, head, target, temperature: float):
-    """The drafter of a head `kind` over the target's `Decoder`."""
+def build_head(kind: str, target_config, spec: dict, target: str):
+    """A new (randomly initialised) head of `kind` for a target, as `spec` (a method spec's
+    hyperparameters) sets it."""
+    model, config_class, blocks = HEADS[kind]
+    extra = {}
+    if kind == "dream":
+        extra["cross"] = bool(spec.get("dream_cross", True))
+    layers = blocks or int(spec.get("head_layers", 1))
+    training = {k: v for k, v in spec.items() if k.startswith(("head_", "dream_"))}
+    config = head_config(
+        target_config, layers, config_class, target=target, kind=kind, training=training, **extra
+    )
+    return model(config)
+
+
+def make_head_drafter(spec: dict, head, target, temperature: float):
+    """The drafter of `spec`'s head kind over the target's `Decoder`."""
+    kind = spec["drafter"]
     if kind == "eagle":
         return EagleDrafter(head, target, temperature)
+    if kind == "dream":
+        return DreamDrafter(head, target, temperature, float(spec.get("dream_vtc", 1.0)))
     raise ValueError(f"unknown drafter head kind {kind!r}")
 
 
-def load_head(path: str | Path, target_ref: str, device, dtype: torch.dtype) -> EagleHead:
-    """A trained head from `path`, checked against the target it drafts for."""
+def load_head(path: str | Path, target_ref: str, device, dtype: torch.dtype, kind: str):
+    """The trained head of `kind` at `path`, checked against the target it drafts for."""
     config_file = Path(path) / "config.json"
     if not config_file.exists():
         raise ValueError(f"{path}: no trained drafter head here (config.json is missing)")
-    head = EagleHead.from_pretrained(path, dtype=dtype).to(device).eval()
+    saved = json.loads(config_file.read_text())
+    if saved.get("kind") != kind:
+        raise ValueError(f"{path}: a {saved.get('kind')!r} head, not a {kind!r} one")
+    head = HEADS[kind][0].from_pretrained(path, dtype=dtype).to(device).eval()
     trained_for = head.config.target
     if trained_for != target_ref:
         raise ValueError(
-            f"{path}: this {head.config.kind} head was trained for target {trained_for!r}, "
+            f"{path}: this {kind} head was trained for target {trained_for!r}, "
             f"not for {target_ref!r}; train one for this target (stage train_drafter)"
         )
     return head

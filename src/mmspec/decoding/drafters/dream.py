@@ -1,0 +1,239 @@
+"""DREAM's drafter: EAGLE's entries, with the target's features fused in by cross-attention.
+
+The head (DREAM, Section 3.1; release `model/cnets.py` as the notes describe it): an initial
+decoder block over the entry stream (entry j = fc([embedding of token j + 1, feature f_j]), as
+EAGLE's), a cross-attention block whose queries are the stream and whose keys and values are the
+target's cached last-layer features (RMSNorm on queries and keys; the attention and MLP outputs
+enter the stream through tanh gates initialised at 0, so training starts from the plain decoder
+stack), a final decoder block, a norm, and the target's `lm_head`. Entry j attends to the
+target's features of positions <= j: the verified context, never a drafted token's.
+
+Visual token compression (Section 3.3): `dream_vtc` is the share of the prompt's visual tokens
+kept in the cross-attention memory, those receiving the most attention from the target's text
+queries at prefill (the release leaves its call commented out; mmspec runs it). The paper also
+appends the draft's own last feature to the memory; here the drafted tokens' features reach a
+later entry through the decoder blocks' self-attention instead.
+
+The intermediate output (after the cross-attention block) is what the intermediate-feature loss
+supervises in training (`training.heads`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers.models.llama.modeling_llama import (
+    LlamaDecoderLayer,
+    LlamaMLP,
+    LlamaRMSNorm,
+    LlamaRotaryEmbedding,
+)
+
+from mmspec.decoding.drafters.eagle import EagleDrafter, EagleHeadConfig
+
+
+class DreamHeadConfig(EagleHeadConfig):
+    """EAGLE's head config plus DREAM's switches (ablations)."""
+
+    model_type = "mmspec_dream"
+
+    def __init__(self, cross: bool = True, **kw):
+        super().__init__(**kw)
+        self.cross = cross  # False: DREAM without its cross-attention block
+
+
+class CrossAttention(nn.Module):
+    """Gated cross-attention of the entry stream (queries) over the target's features."""
+
+    def __init__(self, config):
+        super().__init__()
+        hidden, heads = config.hidden_size, config.num_attention_heads
+        self.heads, self.dim = heads, hidden // heads
+        self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.memory_norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.q = nn.Linear(hidden, hidden, bias=False)
+        self.kv = nn.Linear(hidden, 2 * hidden, bias=False)
+        self.o = nn.Linear(hidden, hidden, bias=False)
+        self.q_norm = LlamaRMSNorm(self.dim, eps=config.rms_norm_eps)
+        self.k_norm = LlamaRMSNorm(self.dim, eps=config.rms_norm_eps)
+        self.mlp_norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.mlp = LlamaMLP(config)
+        self.attn_gate = nn.Parameter(torch.zeros(1))
+        self.mlp_gate = nn.Parameter(torch.zeros(1))
+
+    def project(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [..., heads, M, dim] of memory features [..., M, H]."""
+        k, v = self.kv(self.memory_norm(features)).chunk(2, dim=-1)
+        shape = (*features.shape[:-1], self.heads, self.dim)
+        k = self.k_norm(k.reshape(shape)).transpose(-3, -2)
+        return k, v.reshape(shape).transpose(-3, -2)
+
+    def forward(self, hidden, keys, values, visible) -> torch.Tensor:
+        """hidden [B, n, H]; keys, values [B, heads, M, dim]; visible [B, n, M] bool."""
+        b, n, _ = hidden.shape
+        q = self.q(self.norm(hidden)).view(b, n, self.heads, self.dim)
+        q = self.q_norm(q).transpose(1, 2)
+        mask = torch.zeros(visible.shape, dtype=q.dtype, device=q.device)
+        mask = mask.masked_fill(~visible, torch.finfo(q.dtype).min).unsqueeze(1)
+        out = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        out = self.o(out.transpose(1, 2).reshape(b, n, -1))
+        hidden = hidden + torch.tanh(self.attn_gate) * out
+        return hidden + torch.tanh(self.mlp_gate) * self.mlp(self.mlp_norm(hidden))
+
+
+class DreamStack(nn.Module):
+    """Initial decoder block -> cross-attention block -> final decoder block -> norm, with the
+    interface of a Llama stack (so `Decoder` runs it with its KV cache and masks). The memory
+    (keys, values and the target positions they hold) is set by the caller before a forward."""
+
+    def __init__(self, config: DreamHeadConfig):
+        super().__init__()
+        self.config = config
+        self.first = LlamaDecoderLayer(config, 0)
+        self.cross = CrossAttention(config) if config.cross else None
+        self.final = LlamaDecoderLayer(config, 1)
+        self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.rotary_emb = LlamaRotaryEmbedding(config)
+        self.memory = None  # (keys, values [heads, M, dim], positions [M])
+        self.intermediate = None  # the last forward's stream after the cross block
+
+    def forward(
+        self,
+        inputs_embeds,
+        attention_mask=None,
+        position_ids=None,
+        past_key_values=None,
+        use_cache=False,
+        output_hidden_states=False,
+        memory=None,
+    ):
+        """`memory` (training): (keys, values [B, heads, M, dim], positions [B, M]); default
+        the memory set on the stack (decoding, one sequence)."""
+        if position_ids is None:
+            past = past_key_values.get_seq_length() if past_key_values is not None else 0
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
+            position_ids = (position_ids + past).unsqueeze(0)
+        mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            position_ids=position_ids,
+        )
+        rotary = self.rotary_emb(inputs_embeds, position_ids=position_ids)
+        layer = dict(
+            attention_mask=mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            position_embeddings=rotary,
+        )
+        hidden = self.first(inputs_embeds, **layer)
+        if self.cross is not None:
+            keys, values, positions = memory if memory is not None else self._memory(hidden)
+            # entry j reads the target's features of positions <= j (its own feature included)
+            visible = positions.unsqueeze(-2) <= position_ids.unsqueeze(-1)
+            hidden = self.cross(hidden, keys, values, visible.expand(hidden.shape[0], -1, -1))
+        self.intermediate = hidden
+        hidden = self.final(hidden, **layer)
+        return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden))
+
+    def _memory(self, hidden):
+        keys, values, positions = self.memory
+        rows = hidden.shape[0]
+        expand = lambda t: t.unsqueeze(0).expand(rows, *t.shape)  # noqa: E731
+        return expand(keys), expand(values), positions.unsqueeze(0)
+
+
+class DreamHead(PreTrainedModel):
+    """fc(2H -> H) over [token embedding, target feature], then the `DreamStack`."""
+
+    config_class = DreamHeadConfig
+    base_model_prefix = "head"
+    _no_split_modules = ["LlamaDecoderLayer"]
+
+    def __init__(self, config: DreamHeadConfig):
+        super().__init__(config)
+        hidden = config.hidden_size
+        self.fc = nn.Linear(2 * hidden, hidden, bias=True)
+        self.model = DreamStack(config)
+        self.post_init()
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, CrossAttention):  # the gates start closed (DREAM's release)
+            module.attn_gate.data.zero_()
+            module.mlp_gate.data.zero_()
+
+    def inputs(self, embeds: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.cat([embeds, features.to(embeds.dtype)], dim=-1))
+
+    def forward(self, embeds, features, attention_mask=None):
+        """(predicted next features, intermediate stream) [B, n, H], training: the memory is
+        the sequence's own features, entry j reading positions <= j."""
+        positions = torch.arange(features.shape[1], device=features.device)
+        memory = None
+        if self.model.cross is not None:
+            keys, values = self.model.cross.project(features.to(embeds.dtype))
+            memory = (keys, values, positions.unsqueeze(0).expand(features.shape[0], -1))
+            if attention_mask is not None:  # padding never enters the memory
+                pad = attention_mask == 0
+                memory = (keys, values, memory[2].masked_fill(pad, torch.iinfo(torch.long).max))
+        out = self.model(
+            inputs_embeds=self.inputs(embeds, features),
+            attention_mask=attention_mask,
+            position_ids=positions.unsqueeze(0).expand(features.shape[0], -1),
+            memory=memory,
+        )
+        return out.last_hidden_state, self.model.intermediate
+
+
+class DreamDrafter(EagleDrafter):
+    """EAGLE's drafting over a `DreamHead`, with the target's verified features as the
+    cross-attention memory (visual tokens compressed to the share `vtc` at prefill)."""
+
+    def __init__(self, head: DreamHead, target, temperature: float, vtc: float = 1.0):
+        super().__init__(head, target, temperature)
+        self.vtc = vtc
+        self.stack = head.model
+        self.memory_positions = 0  # target positions the memory covers (the next one to add)
+
+    def start(self, prompts, first_token: int, target) -> None:
+        super().start(prompts, first_token, target)
+        if self.stack.cross is None:
+            return
+        prompt = prompts[0]
+        kept = torch.ones(len(prompt), dtype=torch.bool)
+        attention = prompts.visual_attention
+        if self.vtc < 1 and attention is not None and prompt.n_visual:
+            visual = torch.nonzero(prompt.visual.cpu()).flatten()
+            keep = max(1, round(len(visual) * self.vtc))
+            dropped = visual[attention.cpu().argsort(descending=True)[keep:]]
+            kept[dropped] = False
+        positions = torch.nonzero(kept).flatten()
+        self.stack.memory = None
+        self._remember(target.hidden[positions.to(target.hidden.device)], positions)
+        self.memory_positions = len(prompt)
+
+    @torch.inference_mode()
+    def _remember(self, features: torch.Tensor, positions: torch.Tensor) -> None:
+        keys, values = self.stack.cross.project(features.to(self.head.dtype))
+        positions = positions.to(keys.device)
+        if self.stack.memory is not None:
+            old_k, old_v, old_p = self.stack.memory
+            keys, values = torch.cat([old_k, keys], 1), torch.cat([old_v, values], 1)
+            positions = torch.cat([old_p, positions])
+        self.stack.memory = (keys, values, positions)
+
+    def commit(self, tree, path: list[int], next_token: int, target) -> None:
+        """EAGLE's commit; the verified features (root and accepted nodes) join the memory."""
+        super().commit(tree, path, next_token, target)
+        if self.stack.cross is None:
+            return
+        n = target.hidden.shape[0]
+        positions = torch.arange(self.memory_positions, self.memory_positions + n)
+        self._remember(target.hidden, positions)
+        self.memory_positions += n

@@ -46,7 +46,8 @@ def _trained(tiny, method: str, **hparams):
         )
     torch.manual_seed(0)
     head = build_head("dream", target.config, spec, "tiny").float()
-    curve = train_head(head, copy.deepcopy(target.lm_head).float(), sequences, spec, 0, kind="dream")
+    lm_head = copy.deepcopy(target.lm_head).float()
+    curve = train_head(head, lm_head, sequences, spec, 0, kind="dream")
     return spec, head.double().eval(), curve
 
 

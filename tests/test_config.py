@@ -45,13 +45,14 @@ def _by(cells, pair):
 
 def test_default_config_is_a_tour_of_every_paper():
     cells = mmconfig.cells(mmconfig.load("config/config.yaml"))
-    assert len({c.path for c in cells}) == len(cells) <= 36
+    assert len({c.path for c in cells}) == len(cells) <= 38
     # TABED: M vs T on captions and on five-image stories, with the adaptive ensemble; DREAM's
     # baselines: EAGLE's trained head against a draft model, over a chain and EAGLE-2 trees
     tabed = {"ar", "m", "t", "mt", "tabed_mt"}
-    heads = {"sd_chain", "eagle_chain", "eagle2_tree", "eagle2"}
+    heads = {"sd_chain", "eagle_chain", "dream_chain", "eagle2_tree", "eagle2", "dream"}
     assert _by(cells, "toy") == {"toy_caption": tabed | heads, "toy_story": tabed}
-    assert {c.spec["drafter"] for c in cells if c.method.startswith("eagle")} == {"eagle", "model"}
+    drafters = {c.spec["drafter"] for c in cells if c.method.startswith(("eagle", "dream"))}
+    assert drafters == {"eagle", "dream", "model"}
     # SAGE / SpecVLM / EAGLE-2: every tree method on a caption and the video; LVSpec and random
     # relaxation against exact SD over K = 10 on the video, whose answers the judge scores
     loose = {"sd10", "lvspec", "random_relax"}

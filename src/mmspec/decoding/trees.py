@@ -43,14 +43,19 @@ def _top(q: torch.Tensor, k: int) -> tuple[list, list]:
 
 @dataclass
 class ChainPolicy(TreePolicy):
-    """chain(gamma): gamma tokens in a line (standard speculative decoding)."""
+    """chain(gamma): gamma tokens in a line (standard speculative decoding); with
+    `exit_below`, drafting stops early before a position whose draft top-1 probability is
+    below it (Kangaroo's early exit; the first position is always drafted)."""
 
     gamma: int
+    exit_below: float = 0.0
 
     def propose(self, drafter, sampler, room: int) -> Proposal:
         q, chain, qs = drafter.root(sampler), Proposal(), []
         gamma = min(self.gamma, room)
         for i in range(gamma):
+            if i and self.exit_below and float(q.max()) < self.exit_below:
+                break
             if drafter.temperature > 0:
                 chain.add(sampler.categorical(q), i - 1)
                 qs.append(q)
@@ -281,7 +286,7 @@ def full_tree(width: int, depth: int) -> list[tuple[int, ...]]:
 
 def make_tree_policy(spec: dict) -> TreePolicy:
     if spec["tree"] == "chain":
-        return ChainPolicy(int(spec["gamma"]))
+        return ChainPolicy(int(spec["gamma"]), float(spec.get("kangaroo_exit", 0.0)))
     if spec["tree"] == "static":
         return StaticTree([tuple(p) for p in spec["paths"]])
     if spec["tree"] == "dynamic":

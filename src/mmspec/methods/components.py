@@ -20,7 +20,7 @@ WEIGHT_POLICIES = ("static", "random", "kld", "tvd", "grid", "softmax", "adaboos
 DRAFTERS_WITH_MODEL = frozenset({"model"})
 # Drafters that are heads trained on the target's own features (stage train_drafter; the pair
 # needs no draft model): EAGLE (decoding.drafters.eagle), DREAM (decoding.drafters.dream).
-HEAD_DRAFTERS = frozenset({"eagle", "dream"})
+HEAD_DRAFTERS = frozenset({"eagle", "dream", "medusa", "hydra", "kangaroo"})
 # How a head is trained (method hyperparameters, so that a changed one retrains that head
 # only). Defaults from EAGLE's release (`train/main.py`, its train_config: lr 3e-5, batch 4,
 # AdamW betas (0.9, 0.95), gradient clip 0.5, uniform feature noise of width 0.2); `head_data`
@@ -42,8 +42,14 @@ HEAD_TRAINING = {
 DREAM_TRAINING = {"dream_cross": True, "dream_intermediate": "entropy"}
 DREAM_DEFAULTS = {**DREAM_TRAINING, "dream_vtc": 0.75}
 DREAM_INTERMEDIATE = ("entropy", "fixed", "none")
+# Medusa and Hydra: 5 heads (Medusa's vicuna-7b release; enough for the 5 levels of its tree,
+# `mc_sim_7b_63` = EAGLE_TREE). Kangaroo (its release for 7B models): the target's first 2
+# layers and an adapter; drafting stops below a top-1 probability of 0.6 or after 6 tokens.
+MULTI_HEAD_TRAINING = {"medusa_heads": 5}
+KANGAROO_TRAINING = {"kangaroo_layers": 2}
+KANGAROO_DEFAULTS = {**KANGAROO_TRAINING, "kangaroo_exit": 0.6}
 # Every hyperparameter a head is trained with (what its folder is keyed by).
-HEAD_TRAINING_KEYS = (*HEAD_TRAINING, *DREAM_TRAINING)
+HEAD_TRAINING_KEYS = (*HEAD_TRAINING, *DREAM_TRAINING, *MULTI_HEAD_TRAINING, *KANGAROO_TRAINING)
 # Self-SD (LVSpec's and SpecVLM's setting): a pair's `draft: self` drafts with the target itself
 # (config resolves it to the target's reference; the job loads the weights once).
 SELF_DRAFT = "self"

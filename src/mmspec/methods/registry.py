@@ -18,8 +18,10 @@ from mmspec.methods.components import (
     EAGLE_TREE,
     FLY_DEFAULTS,
     HEAD_DRAFTING,
+    KANGAROO_DEFAULTS,
     LANTERN_DEFAULTS,
     LVSPEC_DEFAULTS,
+    MULTI_HEAD_TRAINING,
     PROXIMITIES,
     RANDOM_RELAX_DEFAULTS,
     SAGE_DEFAULTS,
@@ -217,6 +219,30 @@ def _head_rows() -> list[Method]:
             {**HEAD_DRAFTING, "drafter": "eagle", "tree": "dynamic"},
             "EAGLE-2",
         ),
+        Method(
+            "medusa",
+            "Medusa: K heads on the target's last feature, head k drafting the token k ahead "
+            "independently of the others; Medusa's tree (mc_sim_7b_63)",
+            {**HEAD_DRAFTING, "drafter": "medusa", "tree": "static", "paths": EAGLE_TREE,
+             **MULTI_HEAD_TRAINING},
+            "Medusa",
+        ),
+        Method(
+            "hydra",
+            "Hydra: Medusa's heads made sequentially dependent (head k also reads the tokens "
+            "drafted before it); Medusa's tree",
+            {**HEAD_DRAFTING, "drafter": "hydra", "tree": "static", "paths": EAGLE_TREE,
+             **MULTI_HEAD_TRAINING},
+            "Hydra",
+        ),
+        Method(
+            "kangaroo",
+            "Kangaroo: self-speculative drafting with the target's first layers and a trained "
+            "adapter; a chain of at most 6 tokens that stops below a top-1 probability of 0.6",
+            {**HEAD_DRAFTING, "drafter": "kangaroo", "tree": "chain", "gamma": 6,
+             **KANGAROO_DEFAULTS},
+            "Kangaroo",
+        ),
         *_dream_rows(),
     ]
 
@@ -278,6 +304,13 @@ METHODS = {
             "speculative decoding: a draft model proposes a chain of gamma tokens from its views",
         ),
         *_tabed_rows(),
+        _drafting(
+            "spd",
+            "SPD",
+            "SPD (Gagrani et al. 2024; DREAM's Table 1 baseline): a small language model drafts "
+            "from the text alone (view T), a chain of gamma tokens",
+            views="T",
+        ),
         _drafting(
             "sd_chain",
             "SD-chain",
@@ -386,6 +419,9 @@ TYPES = {
     "dream_cross": bool,
     "dream_intermediate": str,
     "dream_vtc": (int, float),
+    "medusa_heads": int,
+    "kangaroo_layers": int,
+    "kangaroo_exit": (int, float),
 }
 # Keys every method accepts on top of its defaults.
 COMMON_KEYS = {"temperature"}
@@ -445,6 +481,8 @@ def _check_ranges(spec: dict) -> None:
         "head_steps",
         "head_batch_size",
         "head_layers",
+        "medusa_heads",
+        "kangaroo_layers",
         *[k for k in SAGE_DEFAULTS if k != "sage_low"],
     )
     for key in positive:
@@ -471,6 +509,10 @@ def _check_ranges(spec: dict) -> None:
     ]:
         if spec.get(key) is not None and spec[key] < 1:
             raise ValueError(f"{key} is {what} and must be >= 1, got {spec[key]}")
+    if spec.get("kangaroo_exit") is not None and not 0 <= spec["kangaroo_exit"] <= 1:
+        raise ValueError(
+            f"kangaroo_exit is a probability and must be in [0, 1], got {spec['kangaroo_exit']}"
+        )
     if spec.get("dream_vtc") is not None and not 0 < spec["dream_vtc"] <= 1:
         raise ValueError(
             f"dream_vtc is the share of visual tokens kept and must be in (0, 1], "
@@ -543,11 +585,29 @@ def _check_combination(spec: dict, hparams: dict) -> None:
             raise ValueError(
                 f"{given[0]} is read only by tree {other!r}, but this method drafts tree {tree!r}"
             )
+    heads = spec.get("medusa_heads") if spec["drafter"] in ("medusa", "hydra") else None
+    if heads is not None and tree_depth(spec) is not None and tree_depth(spec) > heads:
+        raise ValueError(
+            f"a {spec['drafter']} head drafts at most medusa_heads={heads} tokens deep, and tree "
+            f"{tree!r} drafts {tree_depth(spec)}"
+        )
     if spec["acceptance"] == "greedy" and spec["temperature"] > 0:
         raise ValueError(
             f"acceptance 'greedy' with temperature {spec['temperature']}: greedy acceptance "
             "decodes the target's argmax; to sample at temperature > 0 use acceptance 'sampling'"
         )
+
+
+def tree_depth(spec: dict) -> int | None:
+    """How deep a spec's proposals can be (None: the policy decides as it drafts)."""
+    tree = spec["tree"]
+    if tree == "chain":
+        return spec["gamma"]
+    if tree == "static":
+        return max(len(p) for p in spec["paths"])
+    if tree == "dynamic":
+        return spec["depth"] + 1
+    return spec.get("sage_d_max")
 
 
 def label(entry: str, method: str) -> str:

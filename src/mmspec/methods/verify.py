@@ -93,11 +93,16 @@ def build_head(spec: dict, target, seed: int):
     from mmspec.decoding.drafters.heads import build_head as new_head
 
     torch.manual_seed(seed)
+    layers = target.config.text_config.num_hidden_layers
+    # Kangaroo's exit layer must lie inside the tiny target (2 layers)
+    spec = {**spec, "kangaroo_layers": min(spec.get("kangaroo_layers", 1), layers - 1)}
     head = new_head(spec["drafter"], target.config, spec, "verify").double().eval()
     with torch.no_grad():
         for name, parameter in head.named_parameters():
             if name.endswith("_gate"):
                 parameter.fill_(0.5)
+            elif "blocks" in name and name.endswith("weight"):  # Medusa's zero-initialised heads
+                parameter.normal_(0, 0.5)
     return head
 
 

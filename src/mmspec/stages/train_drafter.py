@@ -77,11 +77,14 @@ def collect(params: dict, prepared: str, target_visual: str, device, stored=None
     if stored is not None:
         return runner.target, stored
     intermediate = params["training"].get("dream_intermediate", "none")
+    exit_layer = params["training"].get("kangaroo_layers", 0) if params["kind"] == "kangaroo" else 0
     for row in tqdm(rows, desc="train_drafter: the target answers"):
         sample = work.sample(row)
         answer = work.decode_ar(sample, seeded(0)).tokens
         prompt = runner.target_prompt(sample)
-        sequences.append(collect_sequence(runner.target, prompt, answer, intermediate))
+        sequences.append(
+            collect_sequence(runner.target, prompt, answer, intermediate, exit_layer)
+        )
     return runner.target, sequences
 
 

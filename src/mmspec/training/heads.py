@@ -30,7 +30,14 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 # kind -> weights of (feature, intermediate, distribution) losses
-LOSS_WEIGHTS = {"eagle": (1.0, 0.0, 0.1), "dream": (0.2, 0.2, 1.0)}
+LOSS_WEIGHTS = {
+    "eagle": (1.0, 0.0, 0.1),
+    "dream": (0.2, 0.2, 1.0),
+    "medusa": (0.0, 0.0, 1.0),
+    "hydra": (0.0, 0.0, 1.0),
+    "kangaroo": (0.0, 0.0, 1.0),
+}
+MULTI_TOKEN = ("medusa", "hydra")
 BETAS = (0.9, 0.95)
 GRAD_CLIP = 0.5
 HELD_OUT = 0.1  # share of training sequences kept for the agreement curve
@@ -46,6 +53,7 @@ class Sequence:
     answer_from: int
     intermediate: torch.Tensor | None = None  # [n, H] the intermediate feature (DREAM)
     layers: torch.Tensor | None = None  # [n] the target layer each intermediate comes from
+    shallow: torch.Tensor | None = None  # [n, H] the output of the exit layer (Kangaroo)
 
 
 def candidate_layers(n_layers: int, mode: str) -> list[int]:
@@ -55,24 +63,39 @@ def candidate_layers(n_layers: int, mode: str) -> list[int]:
     return list(range(1, min(n_layers - 1, max(2, int(0.4 * n_layers) - 2)) + 1)) or [1]
 
 
-def collect_sequence(target, prompt, answer: list[int], intermediate: str = "none") -> Sequence:
+def collect_sequence(
+    target, prompt, answer: list[int], intermediate: str = "none", exit_layer: int = 0
+) -> Sequence:
     """The target's features over `prompt` (a `Prompt`) and its own `answer` tokens, from one
     prefill and one teacher-forced extend of the target's `Decoder`; with `intermediate`
-    ("entropy" or "fixed", DREAM) also its intermediate features."""
+    ("entropy" or "fixed", DREAM) also its intermediate features, with `exit_layer` (Kangaroo)
+    the output of that layer."""
+    layers = (exit_layer,) if exit_layer else ()
     with torch.inference_mode():
-        head = target.prefill(prompt).hidden[0]
-        tail = target.extend(answer).hidden[0] if answer else head[:0]
+        first = target.prefill(prompt, layers=layers)
+        rest = target.extend(answer, layers=layers) if answer else None
         ids = torch.as_tensor(answer, dtype=torch.long, device=target.device)
         embeds = torch.cat([prompt.embeds.to(target.device), target.embed(ids)])
-        features = torch.cat([head, tail])
-    inter = layers = None
+
+    def joined(part):
+        return torch.cat([part(first)[0], part(rest)[0]]) if rest else part(first)[0]
+
+    features = joined(lambda f: f.hidden)
+    shallow = joined(lambda f: f.layers[exit_layer])[:-1].float().cpu() if exit_layer else None
+    inter = chosen = None
     if intermediate != "none":
-        inter, layers = intermediate_features(target.model, prompt, answer, intermediate)
-        inter, layers = inter[:-1].float().cpu(), layers[:-1]
+        inter, chosen = intermediate_features(target.model, prompt, answer, intermediate)
+        inter, chosen = inter[:-1].float().cpu(), chosen[:-1]
     # entry j pairs embeds[j + 1] with features[j]; the entry at the prompt's last position
     # but one predicts the feature that emits the first answer token
-    n = len(prompt) - 2
-    return Sequence(embeds[1:].float().cpu(), features[:-1].float().cpu(), n, inter, layers)
+    return Sequence(
+        embeds[1:].float().cpu(),
+        features[:-1].float().cpu(),
+        len(prompt) - 2,
+        inter,
+        chosen,
+        shallow,
+    )
 
 
 def intermediate_features(model, prompt, answer: list[int], mode: str):
@@ -112,50 +135,113 @@ def intermediate_features(model, prompt, answer: list[int], mode: str):
     return per_layer[chosen.to(per_layer.device), positions.to(per_layer.device)], layers
 
 
-def _batch(sequences: list[Sequence], noise: float, generator: torch.Generator):
-    """Right-padded inputs, next features, loss mask and attention mask of a batch."""
+@dataclass
+class Batch:
+    """Right-padded training tensors [B, W, H] of a batch: `embeds` (entry j: the embedding of
+    token j + 1), `features` (f_j, with the input noise), `clean` (f_j), `targets` (f_{j+1}),
+    `intermediate` (DREAM's, at j + 1), `shallow` (Kangaroo's layer output at j); `mask` [B, W]
+    the entries whose loss counts, `attention` [B, W] the real (not padding) entries."""
+
+    embeds: torch.Tensor
+    features: torch.Tensor
+    clean: torch.Tensor
+    targets: torch.Tensor
+    mask: torch.Tensor
+    attention: torch.Tensor
+    intermediate: torch.Tensor | None = None
+    shallow: torch.Tensor | None = None
+
+
+def _batch(sequences: list[Sequence], noise: float, generator: torch.Generator) -> Batch:
     width = max(len(s.embeds) for s in sequences)
     hidden = sequences[0].embeds.shape[-1]
-    embeds = torch.zeros(len(sequences), width, hidden)
-    features = torch.zeros(len(sequences), width, hidden)
-    targets = torch.zeros(len(sequences), width, hidden)
-    loss_mask = torch.zeros(len(sequences), width, dtype=torch.bool)
-    attention = torch.zeros(len(sequences), width, dtype=torch.long)
-    inter = None
+
+    def zeros():
+        return torch.zeros(len(sequences), width, hidden)
+
+    batch = Batch(zeros(), zeros(), zeros(), zeros(),
+                  torch.zeros(len(sequences), width, dtype=torch.bool),
+                  torch.zeros(len(sequences), width, dtype=torch.long))
     if sequences[0].intermediate is not None:
-        inter = torch.zeros(len(sequences), width, hidden)
+        batch.intermediate = zeros()
+    if sequences[0].shallow is not None:
+        batch.shallow = zeros()
     for b, s in enumerate(sequences):
         n = len(s.embeds)
-        embeds[b, :n] = s.embeds
-        features[b, :n] = s.features
+        batch.embeds[b, :n] = s.embeds
+        batch.clean[b, :n] = s.features
         # the feature entry j predicts is the input feature of entry j + 1
-        targets[b, : n - 1] = s.features[1:]
-        if inter is not None:
-            inter[b, : n - 1] = s.intermediate[1:]
-        loss_mask[b, max(s.answer_from, 0) : n - 1] = True
-        attention[b, :n] = 1
+        batch.targets[b, : n - 1] = s.features[1:]
+        if batch.intermediate is not None:
+            batch.intermediate[b, : n - 1] = s.intermediate[1:]
+        if batch.shallow is not None:
+            batch.shallow[b, :n] = s.shallow
+        batch.mask[b, max(s.answer_from, 0) : n - 1] = True
+        batch.attention[b, :n] = 1
+    batch.features = batch.clean
     if noise > 0:
-        features = features + (torch.rand(features.shape, generator=generator) - 0.5) * noise
-    return embeds, features, targets, loss_mask, attention, inter
+        uniform = torch.rand(batch.clean.shape, generator=generator) - 0.5
+        batch.features = batch.clean + uniform * noise
+    return batch
 
 
-def losses(head, lm_head, batch) -> tuple[torch.Tensor, ...]:
-    """(feature loss, intermediate loss (0 without), KL from the target's distribution, top-1
-    agreement with the target) over the masked entries."""
-    embeds, features, targets, mask, attention, inter = batch
-    out = head(embeds, features, attention_mask=attention)
-    predicted, stream = out if isinstance(out, tuple) else (out, None)
-    predicted, true = predicted[mask], targets[mask]
-    feature_loss = F.smooth_l1_loss(predicted, true)
-    inter_loss = torch.zeros((), dtype=predicted.dtype)
-    if stream is not None and inter is not None:
-        inter_loss = F.smooth_l1_loss(stream[mask], inter[mask])
+def _kl(lm_head, predicted: torch.Tensor, true: torch.Tensor):
+    """(KL of the read-out of `predicted` from that of `true` features, top-1 agreement)."""
     with torch.no_grad():
         target_logp = torch.log_softmax(lm_head(true), -1)
     logits = lm_head(predicted)
     kl = (target_logp.exp() * (target_logp - torch.log_softmax(logits, -1))).sum(-1).mean()
     agreement = (logits.argmax(-1) == target_logp.argmax(-1)).float().mean()
+    return kl, agreement
+
+
+def losses(head, lm_head, batch: Batch, kind: str = "eagle") -> tuple[torch.Tensor, ...]:
+    """(feature loss, intermediate loss, KL from the target's distribution, top-1 agreement
+    with the target at the first drafted position) over the masked entries; 0 for a loss a
+    kind does not have."""
+    zero = torch.zeros(())
+    if kind in MULTI_TOKEN:
+        kl, agreement = _multi_token(head, lm_head, batch)
+        return zero, zero, kl, agreement
+    if kind == "kangaroo":
+        # the adapter over the target's shallow states at j reads out what f_j reads out
+        out = head(batch.shallow, attention_mask=batch.attention)
+        kl, agreement = _kl(lm_head, out[batch.mask], batch.clean[batch.mask])
+        return zero, zero, kl, agreement
+    out = head(batch.embeds, batch.features, attention_mask=batch.attention)
+    predicted, stream = out if isinstance(out, tuple) else (out, None)
+    predicted, true = predicted[batch.mask], batch.targets[batch.mask]
+    feature_loss = F.smooth_l1_loss(predicted, true)
+    inter_loss = zero
+    if stream is not None and batch.intermediate is not None:
+        inter_loss = F.smooth_l1_loss(stream[batch.mask], batch.intermediate[batch.mask])
+    kl, agreement = _kl(lm_head, predicted, true)
     return feature_loss, inter_loss, kl, agreement
+
+
+def _multi_token(head, lm_head, batch: Batch):
+    """Medusa's and Hydra's loss: head k (0-based) on f_j against the target's read-out of
+    f_{j+k+1} (which predicts token j + k + 2), weighted 0.8^k (Medusa, Section 2.2.1);
+    Hydra's head k also reads the embeddings of tokens j + 2 .. j + k + 1 (teacher-forced)."""
+    width = batch.mask.shape[1]
+    total, agreement = torch.zeros(()), None
+    for k in range(head.config.heads):
+        if width - k < 1:
+            break
+        mask = batch.mask[:, : width - k] & batch.mask[:, k:]
+        if not mask.any():
+            continue
+        ancestors = None
+        if head.config.sequential and k:
+            ancestors = torch.stack(
+                [batch.embeds[:, 1 + i : width - k + 1 + i] for i in range(k)], dim=2
+            )
+            ancestors = ancestors[mask]
+        predicted = head.head(k, batch.features[:, : width - k][mask], ancestors)
+        kl, agree = _kl(lm_head, predicted, batch.targets[:, k:][mask])
+        total = total + 0.8**k * kl
+        agreement = agree if agreement is None else agreement
+    return total, agreement if agreement is not None else torch.zeros(())
 
 
 def split(sequences: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
@@ -204,7 +290,7 @@ def train_head(
     while step < steps:
         head.train()
         batch = _batch(picker.sample(train, size), float(hp["head_noise"]), generator)
-        feature_loss, inter_loss, kl, _ = losses(head, lm_head, batch)
+        feature_loss, inter_loss, kl, _ = losses(head, lm_head, batch, kind)
         loss = w_feature * feature_loss + w_inter * inter_loss + w_kl * kl
         optimiser.zero_grad()
         loss.backward()
@@ -213,7 +299,7 @@ def train_head(
         step += 1
         progress.update()
         if step % eval_every == 0 or step == steps:
-            held_out = evaluate(head, lm_head, held)
+            held_out = evaluate(head, lm_head, held, kind)
             curve.append({"step": step, "loss": loss.detach().item(), **held_out})
             if save is not None:
                 save(
@@ -232,8 +318,8 @@ def train_head(
 
 
 @torch.no_grad()
-def evaluate(head, lm_head, held: list[Sequence]) -> dict:
-    """Held-out feature loss, cross entropy and top-1 agreement, weighted by entries."""
+def evaluate(head, lm_head, held: list[Sequence], kind: str = "eagle") -> dict:
+    """Held-out losses and top-1 agreement, weighted by entries."""
     head.eval()
     totals = {
         "heldout_feature_loss": 0.0,
@@ -244,10 +330,10 @@ def evaluate(head, lm_head, held: list[Sequence]) -> dict:
     entries = 0
     for s in held:
         batch = _batch([s], 0.0, torch.Generator())
-        n = int(batch[3].sum())
+        n = int(batch.mask.sum())
         if n == 0:
             continue
-        values = losses(head, lm_head, batch)
+        values = losses(head, lm_head, batch, kind)
         for key, value in zip(totals, values, strict=True):
             totals[key] += float(value) * n
         entries += n

@@ -13,11 +13,16 @@ import torch
 
 from mmspec.decoding.drafters.dream import DreamDrafter, DreamHead, DreamHeadConfig
 from mmspec.decoding.drafters.eagle import EagleDrafter, EagleHead, EagleHeadConfig, head_config
+from mmspec.decoding.drafters.kangaroo import KangarooAdapter, KangarooConfig, KangarooDrafter
+from mmspec.decoding.drafters.medusa import MultiHead, MultiHeadConfig, MultiHeadDrafter
 
 # kind -> (head class, config class, decoder blocks of its stack)
 HEADS = {
     "eagle": (EagleHead, EagleHeadConfig, None),  # None: `head_layers`
     "dream": (DreamHead, DreamHeadConfig, 2),  # initial and final blocks around the cross block
+    "medusa": (MultiHead, MultiHeadConfig, 0),
+    "hydra": (MultiHead, MultiHeadConfig, 0),
+    "kangaroo": (KangarooAdapter, KangarooConfig, 1),  # the adapter's one layer
 }
 
 
@@ -28,7 +33,11 @@ def build_head(kind: str, target_config, spec: dict, target: str):
     extra = {}
     if kind == "dream":
         extra["cross"] = bool(spec.get("dream_cross", True))
-    layers = blocks or int(spec.get("head_layers", 1))
+    if kind in ("medusa", "hydra"):
+        extra.update(heads=int(spec["medusa_heads"]), sequential=kind == "hydra")
+    if kind == "kangaroo":
+        extra["exit_layer"] = int(spec["kangaroo_layers"])
+    layers = int(spec.get("head_layers", 1)) if blocks is None else blocks
     training = {k: v for k, v in spec.items() if k.startswith(("head_", "dream_"))}
     config = head_config(
         target_config, layers, config_class, target=target, kind=kind, training=training, **extra
@@ -43,6 +52,10 @@ def make_head_drafter(spec: dict, head, target, temperature: float):
         return EagleDrafter(head, target, temperature)
     if kind == "dream":
         return DreamDrafter(head, target, temperature, float(spec.get("dream_vtc", 1.0)))
+    if kind in ("medusa", "hydra"):
+        return MultiHeadDrafter(head, target, temperature)
+    if kind == "kangaroo":
+        return KangarooDrafter(head, target, temperature)
     raise ValueError(f"unknown drafter head kind {kind!r}")
 
 

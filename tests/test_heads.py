@@ -1,5 +1,6 @@
-"""The EAGLE head: lossless drafting on tiny models, training on the target's own features,
-resuming an interrupted training run, and loading a head for the wrong target."""
+"""Trained drafter heads (EAGLE, Medusa, Hydra, Kangaroo; DREAM in test_dream.py): lossless
+drafting on tiny models, training on the target's own features, resuming an interrupted
+training run, and loading a head for the wrong target."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from mmspec.decoding.drafters.eagle import EagleHead, head_config
-from mmspec.decoding.drafters.heads import load_head
+from mmspec.decoding.drafters.heads import build_head, load_head
 from mmspec.decoding.sampler import seeded
 from mmspec.methods import registry, verify
 from mmspec.methods.runtime import MethodRunner, Sample
@@ -41,12 +42,13 @@ def _head(target, seed=1):
     return EagleHead(head_config(target.config, target="tiny")).double().eval()
 
 
-def _sequences(tokenizer, target, samples, n_new=16):
+def _sequences(tokenizer, target, samples, n_new=16, exit_layer=0):
     runner = MethodRunner(registry.resolve("ar", {}), target, None, tokenizer, "<image>")
     out = []
     for sample in samples:
         answer = runner.decode_ar(sample, n_new, set(), seeded(0)).tokens
-        out.append(collect_sequence(runner.target, runner.target_prompt(sample), answer))
+        prompt = runner.target_prompt(sample)
+        out.append(collect_sequence(runner.target, prompt, answer, exit_layer=exit_layer))
     return runner, out
 
 
@@ -60,15 +62,27 @@ def _spec(method: str, **hparams) -> dict:
         ("eagle", {"tree": "chain", "gamma": 4}),
         ("eagle", {}),  # EAGLE's 25-node static tree
         ("eagle2", {"depth": 3, "top_k": 3, "total_tokens": 10}),
+        ("medusa", {}),  # Medusa's tree over 5 heads
+        ("medusa", {"tree": "dynamic", "depth": 2, "top_k": 3, "total_tokens": 8}),
+        ("hydra", {"tree": "chain", "gamma": 4, "medusa_heads": 4}),
+        ("kangaroo", {"kangaroo_layers": 1}),  # the chain's early exit at 0.6
     ],
 )
-def test_greedy_eagle_equals_ar_token_for_token(tiny, method, hparams):
+def test_greedy_head_drafting_equals_ar_token_for_token(tiny, method, hparams):
     tokenizer, target, samples = tiny
-    _, sequences = _sequences(tokenizer, target, samples)
-    head = _head(target).float()
-    train_head(head, _lm_head(target), sequences, TRAINING, seed=0)
+    spec = _spec(method, **hparams)
+    kind = spec["drafter"]
+    _, sequences = _sequences(
+        tokenizer,
+        target,
+        samples,
+        exit_layer=spec.get("kangaroo_layers", 0) if kind == "kangaroo" else 0,
+    )
+    torch.manual_seed(1)
+    head = build_head(kind, target.config, spec, "tiny").float()
+    train_head(head, _lm_head(target), sequences, TRAINING, seed=0, kind=kind)
     head = head.double().eval()
-    runner = MethodRunner(_spec(method, **hparams), target, None, tokenizer, "<image>", head=head)
+    runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head)
     accepted = 0
     for sample in samples:
         ar = runner.decode_ar(sample, 24, set(), seeded(0))
@@ -83,8 +97,8 @@ def _lm_head(target):
     return lm_head
 
 
-@pytest.mark.parametrize("method", ["eagle", "eagle2"])
-def test_eagle_sampling_is_lossless_by_exact_enumeration(method):
+@pytest.mark.parametrize("method", ["eagle", "eagle2", "medusa", "hydra", "kangaroo"])
+def test_head_sampling_is_lossless_by_exact_enumeration(method):
     verdict = verify.verify_method(method, {"head_data": "x"}, seed=5)
     assert verdict.tvd <= verify.TOLERANCE and verdict.greedy_equal, verdict
 
@@ -110,8 +124,15 @@ def test_resumed_training_ends_where_an_uninterrupted_run_does(tiny):
 
     states = []
     cut = _head(target).float()
-    train_head(cut, _lm_head(target), sequences, {**hp, "head_steps": 30}, seed=3,
-               save=lambda s: states.append(copy.deepcopy(s)), eval_every=10)
+    train_head(
+        cut,
+        _lm_head(target),
+        sequences,
+        {**hp, "head_steps": 30},
+        seed=3,
+        save=lambda s: states.append(copy.deepcopy(s)),
+        eval_every=10,
+    )
     resumed = _head(target).float()  # a fresh process: another head, the state of step 10
     train_head(resumed, _lm_head(target), sequences, hp, seed=3, state=states[0], eval_every=10)
     for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
@@ -128,3 +149,22 @@ def test_a_head_for_another_target_is_refused(tiny, tmp_path):
         load_head(tmp_path / "head", "org/other", "cpu", torch.float32, "eagle")
     with pytest.raises(ValueError, match="no trained drafter head"):
         load_head(tmp_path / "missing", "toy:target", "cpu", torch.float32, "eagle")
+
+
+def test_a_multi_token_head_refuses_trees_deeper_than_its_heads():
+    with pytest.raises(ValueError, match="at most medusa_heads=3 tokens deep"):
+        _spec("medusa", medusa_heads=3)  # Medusa's tree is 5 deep
+    assert _spec("hydra", medusa_heads=3, tree="chain", gamma=3)["gamma"] == 3
+
+
+def test_kangaroo_exits_early_on_low_confidence(tiny):
+    tokenizer, target, samples = tiny
+    spec = _spec("kangaroo", kangaroo_layers=1, kangaroo_exit=1.0)  # exits after one token
+    head = build_head("kangaroo", target.config, spec, "tiny").double().eval()
+    runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head)
+    out = runner.decode(samples[0], 12, set(), seeded(0))
+    assert {step.drafted for step in out.steps} == {1}
+    spec = _spec("kangaroo", kangaroo_layers=1, kangaroo_exit=0.0)  # never exits early
+    runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head)
+    out = runner.decode(samples[0], 30, set(), seeded(0))
+    assert max(step.drafted for step in out.steps) == 6

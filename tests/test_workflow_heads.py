@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 import yaml
 from workflow_cli import job_counts, snakemake_cmd
 
@@ -54,7 +55,8 @@ def test_head_cells_are_lossless(run_dir):
 
 def test_report_shows_each_heads_training(run_dir):
     html = (run_dir / "reports/index.html").read_text()
-    assert "Trained drafter heads" in html and "held-out top-1 agreement" in html
+    assert "Trained drafters (DREAM" in html and "held-out top-1 agreement" in html
+    assert "T=0 · toy_caption · τ" in html  # DREAM's Table 1 layout
     assert html.count("toy/eagle/head_batch_size-4") == 2  # one table row per head
 
 
@@ -102,3 +104,55 @@ def test_a_head_over_an_image_generator_is_refused():
     cfg["sweep"] = [{"datasets": ["toy_imagegen"], "pairs": ["toy_image"], "methods": ["eagle2"]}]
     with pytest.raises(mmconfig.ConfigError, match="reads the hidden states .* generates images"):
         mmconfig.validate(cfg)
+
+
+def test_a_killed_training_job_resumes_from_its_checkpoint(run_dir, tmp_path):
+    """`mmspec train_drafter` killed (SIGKILL) after its first checkpoint resumes from it and
+    ends with the weights of an uninterrupted run."""
+    import os
+    import signal
+    import time
+
+    from safetensors.torch import load_file
+
+    from mmspec import config as mmconfig
+
+    cfg = mmconfig.validate(mmconfig.load_as_snakemake(HEADS))
+    cell = next(c for c in mmconfig.cells(cfg) if c.method == "eagle_long")
+    training = {**mmconfig.head_training(cell.spec), "head_steps": 400}
+    params = {
+        "pair": cfg["pairs"]["toy"],
+        "kind": "eagle",
+        "training": training,
+        "generation": cfg["generation"],
+        "seed": 0,
+    }
+    inputs = [
+        "--prepared", str(run_dir / "results/prepared/toy_caption_train.parquet"),
+        "--target-visual", str(run_dir / "results/visual/toy-target/toy_caption_train.parquet"),
+    ]
+
+    def command(out):
+        return ["mmspec", "train_drafter", "--params", json.dumps(params), *inputs, "--out", out]
+
+    whole = tmp_path / "whole"
+    done = subprocess.run(command(str(whole)), cwd=run_dir, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    cut = tmp_path / "cut"
+    state = tmp_path / "cut.partial" / "state.pt"
+    job = subprocess.Popen(command(str(cut)), cwd=run_dir, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not state.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job.poll() is None, "the job ended before its first checkpoint"
+    os.kill(job.pid, signal.SIGKILL)
+    job.wait()
+    assert not cut.exists() and state.exists()
+    resumed = subprocess.run(command(str(cut)), cwd=run_dir, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "train_drafter:" in resumed.stderr and not state.parent.exists()
+    a, b = load_file(whole / "model.safetensors"), load_file(cut / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key

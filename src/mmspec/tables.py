@@ -210,6 +210,7 @@ CELLS = pa.schema(
     CELL_COLUMNS
     + [
         ("label", pa.string()),  # display name: the paper's row name for registry methods
+        ("registry_method", pa.string()),  # the registry method the config entry names
         ("group", pa.string()),  # the dataset's group in averages (config `group`: benchmark, ood)
         ("views", pa.string()),  # drafter views, one letter each ("MT"), U with its keep ratio
         ("weights", pa.string()),  # ensemble weight policy

@@ -1,8 +1,11 @@
-"""Trained drafter heads: how each head's training went (EAGLE's and DREAM's drafters).
+"""Trained drafters (DREAM's Table 1 and its baselines): the methods side by side, and how each
+trained head's training went.
 
-One row per head folder (results/drafters/<pair>/<kind>/<training>/): its target, training
-settings, sequences and time, and the held-out top-1 agreement with the target at the end; the
-figure draws that agreement over the training steps (`curves.parquet`), one line per head.
+The table follows DREAM's Table 1: for every pair with a trained head, one row per speculative
+method, and per temperature and dataset its speedup and tau (means over seeds), the best of a
+column in bold. Below it one row per head folder (results/drafters/<pair>/<kind>/<training>/):
+its target, training settings, sequences and time, and the held-out top-1 agreement with the
+target at the end; the figure draws that agreement over the training steps (`curves.parquet`).
 """
 
 from __future__ import annotations
@@ -10,14 +13,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import plotly.graph_objects as go
 
+from mmspec.methods.components import HEAD_DRAFTERS
+from mmspec.methods.registry import METHODS
+from mmspec.report.cells import dataset_order, labelled, sort_cells, without_ar
 from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
-from mmspec.report.formatting import esc, fmt_num, heading
+from mmspec.report.formatting import esc, fmt_num, heading, label_html, rank_marks
 from mmspec.tables import HEAD_CURVES, read_table
 
 ANCHOR = "drafter-heads"
-TITLE = "Trained drafter heads"
+TITLE = "Trained drafters (DREAM's Table 1)"
+TABLE_CAPTION = (
+    "DREAM's Table 1 layout: each speculative method of a pair with a trained head (the rows "
+    "that need no head, such as SPD's text-only draft, beside them), its speedup S over AR and "
+    "mean accepted length τ per temperature and dataset (means over seeds); the best of a "
+    "column is bold."
+)
 CAPTION = (
     "Each head was trained by stage train_drafter on its target's own answers to the training "
     "dataset (head_data) and its features. top-1 agreement: how often the head's most likely "
@@ -43,10 +56,76 @@ def _name(head: dict) -> str:
     return "/".join(parts[-3:])  # pair/kind/training
 
 
-def render(heads: list[dict]) -> str:
-    """The section, or "" without trained heads."""
-    if not heads:
+def uses_head(method: str) -> bool:
+    registered = METHODS.get(method)
+    return registered is not None and registered.defaults.get("drafter") in HEAD_DRAFTERS
+
+
+def _rows(cells: pd.DataFrame) -> list[str]:
+    """Each cell's row in the table: its method's paper name (so a method's greedy and sampling
+    entries share a row), with the hp slug when the name has several cells at one temperature
+    and dataset (a grid)."""
+    names = [
+        METHODS[m].label if m in METHODS and METHODS[m].label else entry
+        for m, entry in zip(cells["registry_method"], cells["method"], strict=True)
+    ]
+    named = cells.assign(_label=names)
+    counts = named.groupby(["_label", "temperature", "dataset"])["hp"].nunique()
+    grids = {label for (label, _, _), n in counts.items() if n > 1}
+    return [
+        f"{label} · {hp}" if label in grids else label
+        for label, hp in zip(named["_label"], named["hp"], strict=True)
+    ]
+
+
+def table1(cells: pd.DataFrame) -> str:
+    """DREAM's Table 1 per pair with a head method: S and τ per temperature and dataset."""
+    if cells.empty or "registry_method" not in cells:
         return ""
+    pairs = sorted(cells.loc[cells["registry_method"].map(uses_head), "pair"].unique())
+    parts = []
+    for pair in pairs:
+        drafted = without_ar(labelled(cells[cells["pair"] == pair]))
+        drafted = drafted.assign(hp=drafted["hp"].fillna(""), _row=_rows(drafted))
+        datasets, _ = dataset_order(drafted)
+        temperatures = sorted(drafted["temperature"].dropna().unique())
+        columns = [(t, d, m) for t in temperatures for d in datasets for m in ("speedup", "tau")]
+        means = drafted.groupby(["_row", "temperature", "dataset"])[["speedup", "tau"]].mean()
+        shown = {}
+        for label in dict.fromkeys(sort_cells(drafted)["_row"]):
+            shown[label] = [
+                means.loc[(label, t, d), m] if (label, t, d) in means.index else None
+                for t, d, m in columns
+            ]
+        marks = [rank_marks([row[i] for row in shown.values()]) for i in range(len(columns))]
+        head = "".join(
+            f"<th>T={float(t):g} · {esc(d)} · {'S' if m == 'speedup' else 'τ'}</th>"
+            for t, d, m in columns
+        )
+        body = []
+        for r, (label, row) in enumerate(shown.items()):
+            tds = []
+            for i, value in enumerate(row):
+                text = fmt_num(value)
+                text = f"<b>{text}</b>" if marks[i][r] == "best" else text
+                tds.append(f"<td class='num'>{text}</td>")
+            body.append(f"<tr><td>{label_html(label)}</td>{''.join(tds)}</tr>")
+        parts.append(
+            f"<h3>{esc(pair)}</h3><div class='scroll'><table class='tau-table'><thead><tr>"
+            f"<th>method</th>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+        )
+    if not parts:
+        return ""
+    return "\n".join([f"<p class='caption'>{TABLE_CAPTION}</p>", *parts])
+
+
+def render(cells: pd.DataFrame, heads: list[dict]) -> str:
+    """The section, or "" without trained heads or cells drafting with one."""
+    comparison = table1(cells)
+    if not heads and not comparison:
+        return ""
+    if not heads:
+        return "\n".join([heading(ANCHOR, TITLE), comparison])
     fig = go.Figure()
     for i, head in enumerate(heads):
         curve = head["curve"]
@@ -91,6 +170,8 @@ def render(heads: list[dict]) -> str:
     return "\n".join(
         [
             heading(ANCHOR, TITLE),
+            comparison,
+            "<h3>Training of the heads</h3>",
             f"<p class='caption'>{CAPTION}</p>",
             f"<div class='figs'>{figure_html(fig)}</div>",
             table,

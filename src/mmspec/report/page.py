@@ -240,7 +240,7 @@ def render_page(
         (acceptance.ANCHOR, acceptance.TITLE, acceptance.render(cells, stats_by_cell, colors)),
         (trees.ANCHOR, trees.TITLE, trees.render(cells, stats_by_cell)),
         (weights.ANCHOR, weights.TITLE, weights_html),
-        (heads_section.ANCHOR, heads_section.TITLE, heads_section.render(heads or [])),
+        (heads_section.ANCHOR, heads_section.TITLE, heads_section.render(cells, heads or [])),
         (summary.ANCHOR, summary.TITLE, summary.render(cells)),
     ]
     toc = [(anchor, title) for anchor, title, html in sections if html]

@@ -21,6 +21,8 @@ def test_every_lossless_registry_method_passes(seed):
     rows = [line.split() for line in out.stdout.splitlines()[2:]]
     assert [r[0] for r in rows] == verify.lossless_methods()
     assert {"sd_chain", "sd_tree", "eagle2_tree", "sage", "tabed_mtcp"} <= {r[0] for r in rows}
+    # every trained head, with a random head on the tiny target
+    assert {"eagle", "eagle2", "dream", "medusa", "hydra", "kangaroo"} <= {r[0] for r in rows}
     for row in rows:
         assert float(row[1]) <= 1e-9 and row[2] == "==AR" and "ok" in row, row
 

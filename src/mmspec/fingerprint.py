@@ -115,7 +115,13 @@ STAGE_CODE = {
         "methods/components.py",
         "tables.py",
     ],
-    "report": ["stages/report.py", "report", "methods/components.py", "tables.py"],
+    "report": [
+        "stages/report.py",
+        "report",
+        "methods/components.py",
+        "methods/registry.py",  # the heads' section names the registry's head methods
+        "tables.py",
+    ],
 }
 
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-STACKS = ("LlamaModel",)  # decoder stacks whose forward this reproduces
+# decoder stacks whose forward this reproduces (DREAM's head: two Llama layers around its
+# cross-attention block, which the stack runs between them: `between`)
+STACKS = ("LlamaModel", "DreamStack")
 
 
 def supports(model, stack) -> bool:
@@ -64,6 +66,8 @@ class LeanStack:
         self.scale = self.head_dim**-0.5
         self.rope_table = None  # (cos, sin) [max positions, head_dim], made on first use
         self.final_norm = _norm_parts(stack.norm)
+        # layer index -> a callable (x, position_ids [B, n]) -> x run before that layer
+        self.between = stack.lean_between() if hasattr(stack, "lean_between") else {}
         self.layers = []
         for layer in stack.layers:
             attn, mlp = layer.self_attn, layer.mlp
@@ -145,6 +149,10 @@ class LeanStack:
         states = {wanted[0]: embeds} if 0 in wanted else {}
         x = embeds
         for i, (norm1, qkv_w, o_w, norm2, gate_up_w, down_w) in enumerate(self.layers):
+            if i in self.between:
+                if position_ids is None:
+                    position_ids = torch.arange(start, start + n, device=x.device).view(1, -1)
+                x = self.between[i](x, position_ids)
             h = self._norm(x, norm1)
             qkv = F.linear(h, qkv_w).view(rows, n, -1, self.head_dim).transpose(1, 2)
             qk, v = qkv[:, :q_kv], qkv[:, q_kv:]

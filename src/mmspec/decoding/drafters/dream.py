@@ -100,6 +100,24 @@ class DreamStack(nn.Module):
         self.memory = None  # (keys, values [heads, M, dim], positions [M])
         self.intermediate = None  # the last forward's stream after the cross block
 
+    @property
+    def layers(self) -> list:
+        """The decoder blocks in order (what a Llama stack's `layers` are to its cache)."""
+        return [self.first, self.final]
+
+    def lean_between(self) -> dict:
+        """The cross-attention block, run by the lean forward before the final block."""
+        return {1: self._fuse} if self.cross is not None else {}
+
+    def _fuse(self, hidden, position_ids, memory=None):
+        """The cross-attention block over the memory; entry j reads the target's features of
+        positions <= j (its own feature included)."""
+        keys, values, positions = memory if memory is not None else self._memory(hidden)
+        visible = positions.unsqueeze(-2) <= position_ids.unsqueeze(-1)
+        hidden = self.cross(hidden, keys, values, visible.expand(hidden.shape[0], -1, -1))
+        self.intermediate = hidden
+        return hidden
+
     def forward(
         self,
         inputs_embeds,
@@ -116,13 +134,20 @@ class DreamStack(nn.Module):
             past = past_key_values.get_seq_length() if past_key_values is not None else 0
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
             position_ids = (position_ids + past).unsqueeze(0)
-        mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            position_ids=position_ids,
-        )
+        mask = attention_mask
+        if (
+            attention_mask is None
+            and inputs_embeds.shape[1] > 1
+            or attention_mask is not None
+            and attention_mask.dim() == 2
+        ):
+            mask = create_causal_mask(
+                config=self.config,
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                past_key_values=past_key_values,
+                position_ids=position_ids,
+            )
         rotary = self.rotary_emb(inputs_embeds, position_ids=position_ids)
         layer = dict(
             attention_mask=mask,
@@ -132,12 +157,9 @@ class DreamStack(nn.Module):
             position_embeddings=rotary,
         )
         hidden = self.first(inputs_embeds, **layer)
-        if self.cross is not None:
-            keys, values, positions = memory if memory is not None else self._memory(hidden)
-            # entry j reads the target's features of positions <= j (its own feature included)
-            visible = positions.unsqueeze(-2) <= position_ids.unsqueeze(-1)
-            hidden = self.cross(hidden, keys, values, visible.expand(hidden.shape[0], -1, -1))
         self.intermediate = hidden
+        if self.cross is not None:
+            hidden = self._fuse(hidden, position_ids, memory)
         hidden = self.final(hidden, **layer)
         return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden))
 
@@ -153,6 +175,7 @@ class DreamHead(PreTrainedModel):
 
     config_class = DreamHeadConfig
     base_model_prefix = "head"
+    _supports_sdpa = True  # its layers attend with SDPA, as the target's do
     _no_split_modules = ["LlamaDecoderLayer"]
 
     def __init__(self, config: DreamHeadConfig):

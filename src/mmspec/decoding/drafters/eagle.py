@@ -47,6 +47,7 @@ class EagleHead(PreTrainedModel):
 
     config_class = EagleHeadConfig
     base_model_prefix = "head"
+    _supports_sdpa = True  # its layers attend with SDPA, as the target's do
     _no_split_modules = ["LlamaDecoderLayer"]
 
     def __init__(self, config: EagleHeadConfig):

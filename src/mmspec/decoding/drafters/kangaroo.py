@@ -36,6 +36,7 @@ class KangarooAdapter(PreTrainedModel):
 
     config_class = KangarooConfig
     base_model_prefix = "head"
+    _supports_sdpa = True  # its layers attend with SDPA, as the target's do
     _no_split_modules = ["LlamaDecoderLayer"]
 
     def __init__(self, config: KangarooConfig):

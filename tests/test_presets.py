@@ -220,3 +220,27 @@ def test_lvspec_preset_resolves_into_the_papers_grid_and_dry_runs(tmp_path):
     judged = [c for c in cells if c.dataset in ("vdc", "vdd", "moviechat")]
     assert jobs["judge"] == len(judged)
     assert not (tmp_path / "results").exists()
+
+
+DREAM = ROOT / "config" / "presets" / "dream.yaml"
+
+
+def test_dream_preset_resolves_into_the_papers_table_and_dry_runs(tmp_path):
+    cfg = mmconfig.load(DREAM)
+    cells = mmconfig.cells(cfg)
+    main = {c.spec["method"] for c in cells if c.pair == "llava16_7b"}
+    table1 = {"spd", "kangaroo", "medusa", "hydra", "eagle", "eagle2", "dream"}
+    assert table1 | {"ar", "dream_nocross", "dream_fixed", "dream_nointer"} == main
+    for pair in ("llava16_13b", "pixtral_12b", "smolvlm_2b", "gemma3_12b"):
+        assert {c.spec["method"] for c in cells if c.pair == pair} == {"ar", "eagle2", "dream"}
+    assert {c.spec["temperature"] for c in cells if c.spec["method"] == "dream"} == {0.0, 1.0}
+    assert {c.spec["dream_vtc"] for c in cells if c.method == "dream_vtc"} == {1.0, 0.5, 0.25}
+    heads = {mmconfig.drafter_dir(c) for c in cells} - {None}
+    assert all(c.spec["head_steps"] == 68000 and c.spec["head_lr"] == 3e-5 for c in cells
+               if mmconfig.drafter_dir(c))
+    jobs = _dry_run_jobs(DREAM, tmp_path)
+    assert jobs["generate"] == jobs["score"] == len(cells)
+    # one head per (pair, kind, training): DREAM's ablations train their own, VTC does not
+    # (7B: Kangaroo, Medusa, Hydra, EAGLE for both EAGLE rows, DREAM and its three ablations)
+    assert jobs["train_drafter"] == len(heads) == 8 + 4 * 2
+    assert not (tmp_path / "results").exists()

@@ -54,6 +54,11 @@ def _norm_parts(norm) -> tuple:
     return norm.weight, tuple(norm.weight.shape), norm.variance_epsilon
 
 
+def rms_norm(x: torch.Tensor, norm) -> torch.Tensor:
+    """An RMSNorm module's arithmetic (`LeanStack._norm`), without the module call."""
+    return LeanStack._norm(x, _norm_parts(norm))
+
+
 class LeanStack:
     """The forward of one Llama stack over a `DynamicCache` of `GrowingLayer`s."""
 

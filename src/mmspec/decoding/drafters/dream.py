@@ -21,6 +21,7 @@ supervises in training (`training.heads`).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.masking_utils import create_causal_mask
@@ -33,6 +34,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from mmspec.decoding.drafters.eagle import EagleDrafter, EagleHeadConfig
+from mmspec.decoding.lean_stack import rms_norm
 
 
 class DreamHeadConfig(EagleHeadConfig):
@@ -66,22 +68,26 @@ class CrossAttention(nn.Module):
 
     def project(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values [..., heads, M, dim] of memory features [..., M, H]."""
-        k, v = self.kv(self.memory_norm(features)).chunk(2, dim=-1)
+        k, v = self.kv(rms_norm(features, self.memory_norm)).chunk(2, dim=-1)
         shape = (*features.shape[:-1], self.heads, self.dim)
-        k = self.k_norm(k.reshape(shape)).transpose(-3, -2)
+        k = rms_norm(k.reshape(shape), self.k_norm).transpose(-3, -2)
         return k, v.reshape(shape).transpose(-3, -2)
 
     def forward(self, hidden, keys, values, visible) -> torch.Tensor:
-        """hidden [B, n, H]; keys, values [B, heads, M, dim]; visible [B, n, M] bool."""
+        """hidden [B, n, H]; keys, values [B, heads, M, dim]; visible [B, n, M] bool.
+
+        The norms run as functions (the lean forward's arithmetic): a draft forward is a few
+        small kernels, whose module-call overhead would otherwise dominate on a CPU."""
         b, n, _ = hidden.shape
-        q = self.q(self.norm(hidden)).view(b, n, self.heads, self.dim)
-        q = self.q_norm(q).transpose(1, 2)
-        mask = torch.zeros(visible.shape, dtype=q.dtype, device=q.device)
-        mask = mask.masked_fill(~visible, torch.finfo(q.dtype).min).unsqueeze(1)
-        out = nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        out = self.o(out.transpose(1, 2).reshape(b, n, -1))
+        q = F.linear(rms_norm(hidden, self.norm), self.q.weight).view(b, n, self.heads, self.dim)
+        q = rms_norm(q, self.q_norm).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible.unsqueeze(1))
+        out = F.linear(out.transpose(1, 2).reshape(b, n, -1), self.o.weight)
         hidden = hidden + torch.tanh(self.attn_gate) * out
-        return hidden + torch.tanh(self.mlp_gate) * self.mlp(self.mlp_norm(hidden))
+        x = rms_norm(hidden, self.mlp_norm)
+        mlp = self.mlp
+        gated = F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight)
+        return hidden + torch.tanh(self.mlp_gate) * F.linear(gated, mlp.down_proj.weight)
 
 
 class DreamStack(nn.Module):

@@ -878,6 +878,26 @@ def _check_head(config: dict, cell) -> None:
             f"{where}: a {kind} head reads the hidden states of a language model, and pair "
             f"{cell.pair!r}'s target {target!r} is an image generator"
         )
+    layers = _language_layers(config, target)
+    exit_layer = cell.spec.get("kangaroo_layers")
+    if kind == "kangaroo" and layers is not None and not exit_layer < layers:
+        raise ConfigError(
+            f"{where}: kangaroo_layers={exit_layer} must be below the {layers} layers of pair "
+            f"{cell.pair!r}'s target {target!r} (the draft runs its first layers, then the "
+            "adapter)"
+        )
+
+
+def _language_layers(config: dict, ref: str) -> int | None:
+    """The decoder layers of a toy recipe or a local model's language model (None: unknown
+    before its files are at hand)."""
+    if ref.startswith(TOY_PREFIX):
+        return config["toy"]["models"][ref[len(TOY_PREFIX) :]].get("layers")
+    config_file = Path(ref).expanduser() / "config.json"
+    if not config_file.is_file():
+        return None
+    model = json.loads(config_file.read_text())
+    return (model.get("text_config") or model).get("num_hidden_layers")
 
 
 def dataset_task(config: dict, name: str) -> str:

@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from test_heads import assert_greedy_equals_ar
 
 from mmspec.decoding.drafters.heads import build_head
 from mmspec.decoding.sampler import seeded
@@ -64,13 +65,7 @@ def test_greedy_dream_equals_ar_token_for_token(tiny, method, hparams):
     spec, head, curve = _trained(tiny, method, **hparams)
     assert curve[-1]["heldout_top1"] > 0.5
     runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head)
-    accepted = 0
-    for sample in samples:
-        ar = runner.decode_ar(sample, 24, set(), seeded(0))
-        sd = runner.decode(sample, 24, set(), seeded(0))
-        assert sd.tokens == ar.tokens
-        accepted += sum(step.accepted for step in sd.steps)
-    assert accepted > 0
+    assert_greedy_equals_ar(runner, samples)
 
 
 def test_vtc_keeps_the_share_of_visual_tokens_in_the_memory(tiny):
@@ -104,8 +99,9 @@ def test_intermediate_features_come_from_the_lowest_entropy_layer():
     embeds = model.get_input_embeddings()(ids)[0].detach()
     from mmspec.decoding.prompt import as_prompt
 
-    features, layers = intermediate_features(model, as_prompt(embeds[:5]), ids[0, 5:].tolist(),
-                                             "entropy")
+    features, layers = intermediate_features(
+        model, as_prompt(embeds[:5]), ids[0, 5:].tolist(), "entropy"
+    )
     stack = model.model.language_model
     stack.config._attn_implementation = "eager"
     with torch.no_grad():

@@ -159,9 +159,14 @@ def _batch(sequences: list[Sequence], noise: float, generator: torch.Generator) 
     def zeros():
         return torch.zeros(len(sequences), width, hidden)
 
-    batch = Batch(zeros(), zeros(), zeros(), zeros(),
-                  torch.zeros(len(sequences), width, dtype=torch.bool),
-                  torch.zeros(len(sequences), width, dtype=torch.long))
+    batch = Batch(
+        zeros(),
+        zeros(),
+        zeros(),
+        zeros(),
+        torch.zeros(len(sequences), width, dtype=torch.bool),
+        torch.zeros(len(sequences), width, dtype=torch.long),
+    )
     if sequences[0].intermediate is not None:
         batch.intermediate = zeros()
     if sequences[0].shallow is not None:

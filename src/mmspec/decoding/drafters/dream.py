@@ -23,7 +23,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedModel
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.llama.modeling_llama import (
@@ -33,7 +32,7 @@ from transformers.models.llama.modeling_llama import (
     LlamaRotaryEmbedding,
 )
 
-from mmspec.decoding.drafters.eagle import EagleDrafter, EagleHeadConfig
+from mmspec.decoding.drafters.eagle import EagleDrafter, EagleHead, EagleHeadConfig
 from mmspec.decoding.lean_stack import rms_norm
 
 
@@ -140,20 +139,13 @@ class DreamStack(nn.Module):
             past = past_key_values.get_seq_length() if past_key_values is not None else 0
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device)
             position_ids = (position_ids + past).unsqueeze(0)
-        mask = attention_mask
-        if (
-            attention_mask is None
-            and inputs_embeds.shape[1] > 1
-            or attention_mask is not None
-            and attention_mask.dim() == 2
-        ):
-            mask = create_causal_mask(
-                config=self.config,
-                inputs_embeds=inputs_embeds,
-                attention_mask=attention_mask,
-                past_key_values=past_key_values,
-                position_ids=position_ids,
-            )
+        mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            position_ids=position_ids,
+        )
         rotary = self.rotary_emb(inputs_embeds, position_ids=position_ids)
         layer = dict(
             attention_mask=mask,
@@ -176,29 +168,20 @@ class DreamStack(nn.Module):
         return expand(keys), expand(values), positions.unsqueeze(0)
 
 
-class DreamHead(PreTrainedModel):
-    """fc(2H -> H) over [token embedding, target feature], then the `DreamStack`."""
+class DreamHead(EagleHead):
+    """EAGLE's fc(2H -> H) over [token embedding, target feature], then the `DreamStack`."""
 
     config_class = DreamHeadConfig
-    base_model_prefix = "head"
-    _supports_sdpa = True  # its layers attend with SDPA, as the target's do
-    _no_split_modules = ["LlamaDecoderLayer"]
 
-    def __init__(self, config: DreamHeadConfig):
-        super().__init__(config)
-        hidden = config.hidden_size
-        self.fc = nn.Linear(2 * hidden, hidden, bias=True)
-        self.model = DreamStack(config)
-        self.post_init()
+    @staticmethod
+    def build_stack(config) -> nn.Module:
+        return DreamStack(config)
 
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, CrossAttention):  # the gates start closed (DREAM's release)
             module.attn_gate.data.zero_()
             module.mlp_gate.data.zero_()
-
-    def inputs(self, embeds: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-        return self.fc(torch.cat([embeds, features.to(embeds.dtype)], dim=-1))
 
     def forward(self, embeds, features, attention_mask=None):
         """(predicted next features, intermediate stream) [B, n, H], training: the memory is

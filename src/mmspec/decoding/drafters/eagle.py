@@ -54,8 +54,13 @@ class EagleHead(PreTrainedModel):
         super().__init__(config)
         hidden = config.hidden_size
         self.fc = nn.Linear(2 * hidden, hidden, bias=True)
-        self.model = LlamaModel(config)
+        self.model = self.build_stack(config)
         self.post_init()
+
+    @staticmethod
+    def build_stack(config) -> nn.Module:
+        """The stack after `fc` (DREAM's head builds its own)."""
+        return LlamaModel(config)
 
     def inputs(self, embeds: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """Entry vectors [..., H] from next-token embeddings and target features [..., H]."""
@@ -107,7 +112,6 @@ class EagleDrafter(Drafter):
         self.fed: list[int] = []
         self.first = 0  # head position of depth-1 nodes in the current proposal
 
-    @torch.inference_mode()
     def _embed(self, tokens: list[int]) -> torch.Tensor:
         ids = torch.as_tensor(tokens, dtype=torch.long, device=self.decoder.device)
         return self.embed(ids)
@@ -121,7 +125,6 @@ class EagleDrafter(Drafter):
         self.pending = (embeds, target.hidden)
         self.started = False
 
-    @torch.inference_mode()
     def _forward(self, vectors: torch.Tensor, **tree) -> torch.Tensor:
         """Feed entry vectors [n, H] (timed); the predicted features [n, H]."""
         start = time.perf_counter()
@@ -135,31 +138,29 @@ class EagleDrafter(Drafter):
         self.forwards += 1
         return hidden
 
-    @torch.inference_mode()
     def _q(self, features: torch.Tensor) -> torch.Tensor:
         return distribution(self.decoder.head_logits(features), self.q_temperature)
 
+    @torch.inference_mode()
     def root(self, sampler) -> torch.Tensor:
         """Feed the queued entries (true features); the first drafted position's q."""
         embeds, features = self.pending
-        with torch.inference_mode():
-            vectors = self.head.inputs(embeds, features)
-        predicted = self._forward(vectors)[-1:]
+        predicted = self._forward(self.head.inputs(embeds, features))[-1:]
         self.out, self.fed = {ROOT: predicted[0]}, []
         self.first = self.decoder.length
         return self._q(predicted)[0]
 
+    @torch.inference_mode()
     def expand(self, tree, nodes: list[int]) -> torch.Tensor:
         """Feed `nodes` (each with its parent's predicted feature); q after each [n, V]."""
-        parents = [tree.parents[n] for n in nodes]
-        features = torch.stack([self.out[p] for p in parents])
-        with torch.inference_mode():
-            vectors = self.head.inputs(self._embed([tree.tokens[n] for n in nodes]), features)
+        features = torch.stack([self.out[tree.parents[n]] for n in nodes])
+        vectors = self.head.inputs(self._embed([tree.tokens[n] for n in nodes]), features)
         predicted = self._forward(vectors, **tree_feed(tree, nodes, self.fed, self.first))
         self.fed.extend(nodes)
         self.out.update(zip(nodes, predicted, strict=True))
         return self._q(predicted)
 
+    @torch.inference_mode()
     def commit(self, tree, path: list[int], next_token: int, target) -> None:
         """Drop the drafted entries; queue the accepted tokens and the next one, each with the
         target's feature of the position before it."""

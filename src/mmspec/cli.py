@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+WARM_STAGES = ("generate", "cache_visual", "score")  # run by warm workers (mmspec.worker)
+
 
 def _json(text: str) -> dict:
     try:
@@ -182,7 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, warm: bool | None = None) -> int:
+    """`mmspec <argv>` (the command line when None). `warm`: hand a generate job to a warm
+    worker (`mmspec.worker`); by default only from the command line, not from Python."""
+    if warm is None:
+        warm = argv is None
+    argv = sys.argv[1:] if argv is None else argv
+    if warm and argv and argv[0] in WARM_STAGES:
+        from mmspec import worker
+
+        if worker.enabled() and (code := worker.delegate(argv)) is not None:
+            return code
     args = build_parser().parse_args(argv)
     try:
         if args.stage == "verify-lossless":

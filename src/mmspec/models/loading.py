@@ -16,6 +16,59 @@ import torch
 TOY_PREFIX = "toy:"
 TOY_DIR = Path("results/models/toy")
 
+# A warm worker's (mmspec.worker) loaded models and processors: key -> (files' stamp, object).
+# None outside a worker, where every job loads its own.
+_kept: dict | None = None
+_used: set = set()
+
+
+def keep_loaded(on: bool) -> None:
+    """Keep what loads for the next job of this process (a warm worker), until it loads
+    something else (`release_unused`)."""
+    global _kept
+    _kept = {} if on else None
+    _used.clear()
+
+
+def release_unused(job_done: bool = True) -> None:
+    """Drop what this job has not loaded (so far; all of the last job's once it is done)."""
+    if _kept is None:
+        return
+    for key in set(_kept) - _used:
+        del _kept[key]
+    if job_done:
+        _used.clear()
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _stamp(path: str) -> list:
+    """A local folder's files with their sizes and times (a retrained model is reloaded); a hub
+    id is its own stamp."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return [path]
+    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir())
+
+
+def _kept_or_load(kind: str, path: str, args: tuple, load):
+    if _kept is None:
+        return load()
+    key = (kind, str(Path(path).resolve()) if Path(path).exists() else path, *args)
+    stamp = _stamp(path)
+    _used.add(key)
+    if key in _kept and _kept[key][0] == stamp:
+        print(f"{path}: {kind} kept loaded from an earlier job", file=sys.stderr)
+        return _kept[key][1]
+    _kept.pop(key, None)
+    release_unused(job_done=False)  # another pair's models leave the GPU before these load
+    loaded = load()
+    _kept[key] = (stamp, loaded)
+    return loaded
+
 
 def resolve_ref(ref: str) -> str:
     """The `from_pretrained` argument for a model reference."""
@@ -41,11 +94,20 @@ def load_model(
     With a `device_map` ("auto", "balanced", ... or module name -> device) accelerate places
     the weights as they load, over several GPUs (`device` is then unused); its hooks move each
     module's inputs to that module's device, and `input_device` tells where inputs start."""
+    path = resolve_ref(ref)
+    return _kept_or_load(
+        "model",
+        path,
+        (str(device), dtype, check_family, json.dumps(device_map)),
+        lambda: _load_model(ref, path, device, dtype, check_family, device_map),
+    )
+
+
+def _load_model(ref, path, device, dtype, check_family, device_map):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     from mmspec.models import families
 
-    path = resolve_ref(ref)
     folder = families.local_files(path)
     if check_family and folder is not None:  # before transformers reads the config
         families.check_config_dict(json.loads((folder / "config.json").read_text()), ref)
@@ -93,9 +155,13 @@ def load_processor(ref: str):
     from mmspec.models import processors
 
     path = resolve_ref(ref)
-    if not hasattr(AutoConfig.from_pretrained(path), "vision_config"):
-        return AutoTokenizer.from_pretrained(path)
-    return processors.load(path)
+
+    def load():
+        if not hasattr(AutoConfig.from_pretrained(path), "vision_config"):
+            return AutoTokenizer.from_pretrained(path)
+        return processors.load(path)
+
+    return _kept_or_load("processor", path, (), load)
 
 
 @contextmanager

@@ -1,0 +1,229 @@
+"""Warm workers: a `mmspec generate` job (also cache_visual and score: `cli.WARM_STAGES`) hands
+its command line to a long-lived worker process that has torch and transformers imported and
+keeps the last job's models loaded.
+
+A generate job otherwise spends most of a toy cell's time starting up (imports, model loading)
+and, on a cluster, loads a multi-GB target once per cell. Here the job is a thin client: it takes
+one of the numbered slots of its machine and working directory (a lock file held while it runs),
+connects to the slot's worker (spawning it if there is none), passes it its stdin/stdout/stderr,
+environment and arguments, and exits with the worker's exit code. Slots keep concurrent jobs
+apart, so a worker runs one job at a time and timings stay those of one process per core. The
+worker runs the job exactly as a fresh process would; the outputs are the same
+(tests/test_worker.py). A worker exits after `MMSPEC_WORKER_IDLE` seconds without a job
+(default 30), and at once when its job's client dies (Snakemake killed it, or the user), so a
+cancelled job never keeps writing. `MMSPEC_WORKER=0` runs every job in its own process.
+
+Within a packed Slurm job (slurm/config.yaml: a group of generate cells on one GPU) the group's
+cells run one after another on one slot, so the models shared by its cells load once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+IDLE_S = 30.0  # a worker's life without a job (MMSPEC_WORKER_IDLE overrides)
+START_S = 300.0  # the longest a client waits for a new worker to listen (imports)
+SLOTS = 256
+# the environment that decides what a worker computes: jobs differing here get other workers
+KEYED_ENV = (
+    "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+    "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "PYTORCH_CUDA_ALLOC_CONF",
+    "SLURM_JOB_ID", "MMSPEC_TRACEBACK",
+)  # fmt: skip
+_HEADER = struct.Struct("!Q")
+
+
+def enabled() -> bool:
+    return os.environ.get("MMSPEC_WORKER", "1") != "0" and hasattr(socket, "AF_UNIX")
+
+
+def delegate(argv: list[str]) -> int | None:
+    """Run `mmspec <argv>` in a warm worker; its exit code, or None to run it in this process
+    (no slot free, or a worker could not start or died: a line on stderr says which)."""
+    folder = _folder()
+    key = _key()
+    for slot in range(SLOTS):
+        lock = open(folder / f"{key}-{slot}.lock", "a")  # noqa: SIM115 (held across the job)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        try:
+            return _run_in(folder / f"{key}-{slot}", argv)
+        finally:
+            lock.close()  # releases the slot
+    return None
+
+
+def _folder() -> Path:
+    base = Path(os.environ.get("MMSPEC_WORKER_DIR") or tempfile.gettempdir())
+    folder = base / f"mmspec-workers-{os.getuid()}"
+    if len(str(folder)) > 80:  # a Unix socket's path has at most 107 bytes
+        folder = Path("/tmp") / f"mmspec-workers-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
+def _key() -> str:
+    """Workers are per working directory, Python, mmspec code and keyed environment: a worker
+    never runs a job with other code or settings than a fresh process would."""
+    package = Path(__file__).parent
+    stamp = sorted((str(p), p.stat().st_mtime_ns) for p in package.rglob("*.py"))
+    parts = [os.getcwd(), sys.executable, stamp, [os.environ.get(k) for k in KEYED_ENV]]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def _run_in(stem: Path, argv: list[str]) -> int | None:
+    address = str(stem) + ".sock"
+    conn = _connect(address)
+    if conn is None:
+        worker = _spawn(address, str(stem) + ".lock")
+        deadline = time.monotonic() + START_S
+        while conn is None and worker.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+            conn = _connect(address)
+        if conn is None:
+            worker.kill()
+            print("mmspec: the warm worker did not start; running in this process", file=sys.stderr)
+            return None
+    with conn:
+        request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)})
+        payload = request.encode()
+        socket.send_fds(conn, [_HEADER.pack(len(payload)) + payload], [0, 1, 2])
+        reply = b""
+        while chunk := conn.recv(4096):
+            reply += chunk
+    if not reply:
+        print("mmspec: the warm worker died during the job; running it in this process",
+              file=sys.stderr)  # fmt: skip
+        return None
+    return int(json.loads(reply)["rc"])
+
+
+def _connect(address: str) -> socket.socket | None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(address)
+        return conn
+    except (FileNotFoundError, ConnectionRefusedError):
+        conn.close()
+        return None
+
+
+def _spawn(address: str, lock: str) -> subprocess.Popen:
+    """A worker in its own session (Snakemake does not wait for it), with no inherited pipes."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mmspec.worker", address, lock],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def serve(address: str, lock: str) -> None:
+    """The worker: import what jobs need, then run one job per connection until idle."""
+    from mmspec import cli
+    from mmspec.models import loading
+    from mmspec.stages import generate  # noqa: F401 (the imports a job would pay for)
+
+    loading.keep_loaded(True)
+    idle = float(os.environ.get("MMSPEC_WORKER_IDLE", IDLE_S))
+    Path(address).unlink(missing_ok=True)  # a dead worker's socket
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(address)
+    server.listen(1)
+    server.settimeout(idle)
+    jobs = 0
+    while True:
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            if _no_client(lock):  # no job holds or waits on this slot: leave
+                Path(address).unlink(missing_ok=True)
+                return
+            continue
+        with conn:
+            conn.settimeout(None)
+            jobs += 1
+            rc = _serve_one(conn, cli, jobs)
+            conn.sendall(json.dumps({"rc": rc}).encode())
+            conn.shutdown(socket.SHUT_RDWR)  # the end of the reply, and wakes the watcher
+        loading.release_unused()
+
+
+def _no_client(lock: str) -> bool:
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True  # the socket is removed before this lock is released (on close)
+
+
+def _serve_one(conn: socket.socket, cli, job: int) -> int:
+    """Run one job with the client's stdio, environment and directory, then restore ours."""
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    size = _HEADER.unpack(data[: _HEADER.size])[0]
+    data = data[_HEADER.size :]
+    while len(data) < size:
+        data += conn.recv(size - len(data))
+    request = json.loads(data)
+    done = threading.Event()
+    threading.Thread(target=_exit_with_client, args=(conn, done), daemon=True).start()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(fd) for fd in (0, 1, 2)]
+    env, cwd = dict(os.environ), os.getcwd()
+    for fd, theirs in enumerate(fds):
+        os.dup2(theirs, fd)
+        os.close(theirs)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    try:
+        print(f"mmspec: warm worker {os.getpid()}, its job {job}", file=sys.stderr)
+        os.chdir(request["cwd"])
+        return cli.main(request["argv"], warm=False)
+    except SystemExit as stop:  # argparse's usage errors
+        return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    except BaseException:  # noqa: BLE001 (the job's failure is reported, the worker lives on)
+        import traceback
+
+        traceback.print_exc()
+        return 1
+    finally:
+        done.set()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, ours in enumerate(saved):
+            os.dup2(ours, fd)
+            os.close(ours)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+
+
+def _exit_with_client(conn: socket.socket, done: threading.Event) -> None:
+    """A client sends nothing after its request: end of stream before the job is done means it
+    died (killed with its job), and the job it asked for must not go on writing."""
+    try:
+        if conn.recv(1, socket.MSG_PEEK) == b"" and not done.is_set():
+            os._exit(1)
+    except OSError:
+        return  # closed: the job finished and its reply went out
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], sys.argv[2])

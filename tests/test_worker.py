@@ -94,7 +94,9 @@ def test_cells_in_a_warm_worker_equal_fresh_processes(inputs, tmp_path):
         if i:  # the same target and draft: not loaded again
             assert warm.stderr.count("model kept loaded from an earlier job") == 2, warm.stderr
         cold_env = {**env, "MMSPEC_WORKER": "0"}
-        cold = _mmspec(_argv(inputs, method, tmp_path / f"cold{i}.parquet", **hp), cold_env, tmp_path)
+        cold = _mmspec(
+            _argv(inputs, method, tmp_path / f"cold{i}.parquet", **hp), cold_env, tmp_path
+        )
         assert cold.returncode == 0, cold.stderr[-2000:]
         assert "warm worker" not in cold.stderr
         assert _deterministic(tmp_path / f"warm{i}.parquet") == _deterministic(

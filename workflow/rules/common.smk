@@ -7,6 +7,7 @@ from mmspec.fingerprint import fingerprint
 from mmspec.data.media import IMAGE_GENERATION
 from mmspec.methods.components import IMAGE_VIEWS  # views that read the draft's cache
 from mmspec.models import footprint
+from mmspec.stages import toy_model
 
 # Validation runs at parse time, so a bad config stops the run before any job starts.
 try:

@@ -17,6 +17,14 @@ TRAINERS = {
 }
 
 
+def priority(spec: dict) -> int:
+    """A job's scheduling priority: its training work (steps x batch x layers x width^2, in
+    units of 10^7), so the longest trainings start first and the short ones fill the other
+    cores, rather than a long one starting last and holding up the run's end."""
+    work = spec["steps"] * spec["batch_size"] * spec["layers"] * spec["hidden"] ** 2
+    return work // 10**7
+
+
 def run(name: str, spec: dict, out_dir: str, seed: int, threads: int) -> dict:
     kind = spec.get("kind", "captioner")
     if kind not in TRAINERS:

@@ -1,4 +1,4 @@
-"""Warm workers: a `mmspec generate` job (also cache_visual and score: `cli.WARM_STAGES`) hands
+"""Warm workers: a `mmspec generate` job (also cache_visual: `cli.WARM_STAGES`) hands
 its command line to a long-lived worker process that has torch and transformers imported and
 keeps the last job's models loaded.
 

@@ -157,6 +157,14 @@ def test_workflow_through_slurm(slurm_cluster, tmp_path):
     assert 1 < n_cells and len(groups) == -(-n_cells // 8), f"{n_cells} cells in {groups}\n{diag}"
     # in series: a group asks for its cells' runtimes summed (60 minutes each in the profile)
     assert sum(int(j["timelimit"]) for j in groups) == 60 * n_cells, f"{groups}\n{diag}"
+    # a group's cells ran on one warm worker, which loaded their shared models once
+    worker_lines = [
+        re.search(r"^mmspec: warm worker (\d+), its job (\d+)$", p.read_text(), flags=re.M)
+        for p in (workdir / "logs" / "generate").rglob("*.log")
+    ]
+    assert all(worker_lines), f"a generate job did not run on a warm worker\n{diag}"
+    assert len({m[1] for m in worker_lines}) == len(groups), f"{worker_lines}\n{diag}"
+    assert max(int(m[2]) for m in worker_lines) == min(8, n_cells), f"{worker_lines}\n{diag}"
     assert len(jobs) == n_submitted, f"{len(jobs)} jobs in sacct, {n_submitted} submitted\n{diag}"
     bad = [j for j in jobs if j["state"] != "COMPLETED"]
     assert not bad, f"jobs not COMPLETED: {bad}\n{diag}"

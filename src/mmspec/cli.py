@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-WARM_STAGES = ("generate", "cache_visual")  # run by warm workers (mmspec.worker)
+WARM_STAGES = ("generate", "cache_visual", "score")  # run by warm workers (mmspec.worker)
 
 
 def _json(text: str) -> dict:

@@ -1,4 +1,4 @@
-"""Warm workers: a `mmspec generate` job (also cache_visual: `cli.WARM_STAGES`) hands
+"""Warm workers: a `mmspec generate` job (also cache_visual, score: `cli.WARM_STAGES`) hands
 its command line to a long-lived worker process that has torch and transformers imported and
 keeps the last job's models loaded.
 
@@ -139,14 +139,14 @@ def serve(address: str, lock: str) -> None:
     from mmspec.models import loading
     from mmspec.stages import generate  # noqa: F401 (the imports a job would pay for)
 
-    loading.keep_loaded(True)
     idle = float(os.environ.get("MMSPEC_WORKER_IDLE", IDLE_S))
     Path(address).unlink(missing_ok=True)  # a dead worker's socket
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(address)
     server.listen(1)
     server.settimeout(idle)
-    jobs = 0
+    jobs, stage = 0, None
+    loading.keep_loaded(True)
     while True:
         try:
             conn, _ = server.accept()
@@ -157,8 +157,12 @@ def serve(address: str, lock: str) -> None:
             continue
         with conn:
             conn.settimeout(None)
+            request, fds = _receive(conn)
+            if request["argv"][:1] != [stage]:  # another stage's models leave memory first
+                loading.release_all()
+                stage = request["argv"][0]
             jobs += 1
-            rc = _serve_one(conn, cli, jobs)
+            rc = _serve_one(conn, request, fds, cli, jobs)
             conn.sendall(json.dumps({"rc": rc}).encode())
             conn.shutdown(socket.SHUT_RDWR)  # the end of the reply, and wakes the watcher
         loading.release_unused()
@@ -173,14 +177,18 @@ def _no_client(lock: str) -> bool:
         return True  # the socket is removed before this lock is released (on close)
 
 
-def _serve_one(conn: socket.socket, cli, job: int) -> int:
-    """Run one job with the client's stdio, environment and directory, then restore ours."""
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    """A client's request (argv, cwd, env) and its stdin/stdout/stderr."""
     data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
     size = _HEADER.unpack(data[: _HEADER.size])[0]
     data = data[_HEADER.size :]
     while len(data) < size:
         data += conn.recv(size - len(data))
-    request = json.loads(data)
+    return json.loads(data), fds
+
+
+def _serve_one(conn: socket.socket, request: dict, fds: list[int], cli, job: int) -> int:
+    """Run one job with the client's stdio, environment and directory, then restore ours."""
     done = threading.Event()
     threading.Thread(target=_exit_with_client, args=(conn, done), daemon=True).start()
     sys.stdout.flush()

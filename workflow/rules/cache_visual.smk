@@ -6,6 +6,8 @@ rule cache_visual:
         "results/visual/{model}/{dataset}.parquet",
     log:
         "logs/cache_visual/{model}/{dataset}.log",
+    # before cells: a few seconds, and every cell of its dataset waits on it
+    priority: 50
     conda:
         "../../envs/mmspec.yaml"
     threads: 1

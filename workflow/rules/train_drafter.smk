@@ -5,6 +5,8 @@ rule train_drafter:
         directory("results/drafters/{pair}/{kind}/{hp}"),
     log:
         "logs/train_drafter/{pair}/{kind}/{hp}.log",
+    # before cells: its head's cells wait on it, and it is among the longest jobs
+    priority: 50
     conda:
         "../../envs/mmspec.yaml"
     threads: 1

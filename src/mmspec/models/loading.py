@@ -38,6 +38,17 @@ def release_unused(job_done: bool = True) -> None:
         del _kept[key]
     if job_done:
         _used.clear()
+    _free()
+
+
+def release_all() -> None:
+    """Drop everything kept (a job of another stage comes)."""
+    if _kept:
+        _kept.clear()
+        _free()
+
+
+def _free() -> None:
     import gc
 
     gc.collect()

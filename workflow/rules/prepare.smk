@@ -3,6 +3,8 @@ rule prepare:
         "results/prepared/{dataset}.parquet",
     log:
         "logs/prepare/{dataset}.log",
+    # first: a second each, and everything of its dataset waits on it
+    priority: 100
     conda:
         "../../envs/mmspec.yaml"
     threads: 1

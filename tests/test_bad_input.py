@@ -100,8 +100,11 @@ def test_a_toy_dataset_without_the_toy_prefix_is_rejected_too():
 def test_unknown_scenario_of_a_toy_model_is_rejected():
     cfg = changed()
     cfg["toy"]["models"]["draft"]["text_scenarios"] = ["toy_diff", "toy_dif"]
-    with pytest.raises(mmconfig.ConfigError, match=r"toy.models.draft.text_scenarios: unknown "
-                       r"toy scenario 'toy_dif'; known: \['toy_caption'"):
+    with pytest.raises(
+        mmconfig.ConfigError,
+        match=r"toy.models.draft.text_scenarios: unknown "
+        r"toy scenario 'toy_dif'; known: \['toy_caption'",
+    ):
         mmconfig.validate(cfg)
 
 
@@ -142,8 +145,19 @@ def test_snakemake_rejects_empty_overrides(tmp_path, args, expected):
     partial = tmp_path / "partial.yaml"
     partial.write_text("methods: {}\n")
     args = [str(partial) if a == "PARTIAL" else a for a in args]
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--dry-run",
-           "--cores", "1", "--directory", str(tmp_path), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "--dry-run",
+        "--cores",
+        "1",
+        "--directory",
+        str(tmp_path),
+        *args,
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert out.returncode != 0
     assert expected in out.stdout + out.stderr
@@ -186,8 +200,9 @@ def test_cells_reads_a_file_with_datasets_as_a_whole_sweep(tmp_path):
 
 
 def test_cells_help_says_how_a_partial_file_is_read():
-    out = subprocess.run([sys.executable, "-m", "mmspec.cli", "cells", "--help"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "mmspec.cli", "cells", "--help"], capture_output=True, text=True
+    )
     assert "merged over" in " ".join(out.stdout.split())
 
 
@@ -252,8 +267,22 @@ def test_corrupt_parquet_names_the_file_and_how_to_rebuild_it(tmp_path, keep):
 def test_corrupt_parquet_is_one_line_from_a_stage(tmp_path):
     bad = tmp_path / "x.parquet"
     bad.write_bytes(b"PAR1 not really")
-    cmd = [sys.executable, "-m", "mmspec.cli", "score", "--samples", str(bad), "--ar-samples",
-           str(bad), "--prepared", str(bad), "--metric", "toy", "--out", str(tmp_path / "o")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mmspec.cli",
+        "score",
+        "--samples",
+        str(bad),
+        "--ar-samples",
+        str(bad),
+        "--prepared",
+        str(bad),
+        "--metric",
+        "toy",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [

@@ -50,13 +50,17 @@ def test_default_config_is_a_tour_of_every_paper():
     # baselines: EAGLE's trained head against a draft model, over a chain and EAGLE-2 trees
     tabed = {"ar", "m", "t", "mt", "tabed_mt"}
     heads = {"eagle_chain", "dream_chain", "eagle2", "dream"}
-    assert _by(cells, "toy") == {"toy_caption": tabed, "toy_story": tabed}
+    assert not _by(cells, "toy")  # the tour trains one draft: TABED runs on toy_vdraft
     drafters = {c.spec["drafter"] for c in cells if c.method.startswith(("eagle", "dream"))}
     assert drafters == {"eagle", "dream", "model"}
     # SAGE / SpecVLM / EAGLE-2: every tree method on a caption and the video; LVSpec and random
     # relaxation against exact SD over K = 10 on the video, whose answers the judge scores
     loose = {"sd10", "lvspec", "random_relax"}
-    assert _by(cells, "toy_vdraft") == {"toy_caption": TREES | heads, "toy_video": TREES | loose}
+    assert _by(cells, "toy_vdraft") == {
+        "toy_caption": TREES | heads | tabed,
+        "toy_story": tabed,
+        "toy_video": TREES | loose,
+    }
     cfg = mmconfig.load("config/config.yaml")
     assert mmconfig.judged_datasets(cfg) == ["toy_video"]
     assert {c.spec["weights"] for c in cells if c.method == "tabed_mt"} == {"grid"}
@@ -64,8 +68,20 @@ def test_default_config_is_a_tour_of_every_paper():
 
 def test_toy_presets_hold_each_papers_full_toy_study():
     tabed = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_tabed.yaml"))
-    rows = {"ar", "m", "t", "c", "p", "mt", "mtcp", "random_mt", "tabed_mt", "tabed_mtcp",
-            "tabed_adaboost", "tabed_tree"}
+    rows = {
+        "ar",
+        "m",
+        "t",
+        "c",
+        "p",
+        "mt",
+        "mtcp",
+        "random_mt",
+        "tabed_mt",
+        "tabed_mtcp",
+        "tabed_adaboost",
+        "tabed_tree",
+    }
     by_dataset = _by(tabed, "toy")
     for dataset in ["toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story"]:
         assert rows <= by_dataset[dataset], dataset
@@ -73,11 +89,20 @@ def test_toy_presets_hold_each_papers_full_toy_study():
     assert sd == {("M", g) for g in (1, 3, 7)}
     assert _by(tabed, "toy_weak") == {"toy_caption": {"ar", "sd_weak"}}
     assert {c.spec["weights"] for c in tabed if c.method.startswith("tabed")} == {
-        "grid", "softmax", "adaboost"}
+        "grid",
+        "softmax",
+        "adaboost",
+    }
     trees = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_specvlm_sage.yaml"))
     found = _by(trees, "toy_vdraft")
-    assert set(found) == {"toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story",
-                          "toy_video"}
+    assert set(found) == {
+        "toy_caption",
+        "toy_vqa",
+        "toy_diff",
+        "toy_multiturn",
+        "toy_story",
+        "toy_video",
+    }
     assert all(methods == TREES for methods in found.values())
     assert {c.pair for c in trees} == {"toy_vdraft"}
     lantern = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_lantern.yaml"))
@@ -94,7 +119,11 @@ def test_toy_presets_hold_each_papers_full_toy_study():
         (k, d) for k in (4, 16, 64) for d in (0.05, 0.1, 0.2, 0.4)
     }
     ablations = {c.spec["method"] for c in lantern} & {
-        "lantern_cosine", "lantern_random", "lantern_jsd", "lantern_tree", "sd_chain"
+        "lantern_cosine",
+        "lantern_random",
+        "lantern_jsd",
+        "lantern_tree",
+        "sd_chain",
     }
     assert len(ablations) == 5
     loose = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_lvspec.yaml"))
@@ -114,7 +143,11 @@ def test_toy_presets_hold_each_papers_full_toy_study():
 def test_grid_expands_to_cartesian_product():
     cells = mmconfig.cells(mmconfig.validate(BASE))
     assert sorted(c.hp for c in cells) == [
-        "default", "gamma-1_views-M", "gamma-1_views-T", "gamma-3_views-M", "gamma-3_views-T",
+        "default",
+        "gamma-1_views-M",
+        "gamma-1_views-T",
+        "gamma-3_views-M",
+        "gamma-3_views-T",
     ]
     one = next(c for c in cells if c.hp == "gamma-3_views-T")
     assert one.path == "dataset=toy_caption/pair=toy/method=sd/hp=gamma-3_views-T/seed=0"
@@ -163,15 +196,17 @@ def test_components_that_cannot_run_are_rejected_before_any_job(entry, expected)
 
 def test_static_tree_paths_are_one_value_and_a_list_of_trees_a_grid():
     one = with_change(["methods", "sd"], {"tree": "static", "paths": [[0], [1], [0, 0]]})
-    assert [c.spec["paths"] for c in mmconfig.cells(mmconfig.validate(one)) if c.method == "sd"] \
-        == [[[0], [1], [0, 0]]]
+    assert [
+        c.spec["paths"] for c in mmconfig.cells(mmconfig.validate(one)) if c.method == "sd"
+    ] == [[[0], [1], [0, 0]]]
     two = with_change(["methods", "sd"], {"tree": "static", "paths": [[[0]], [[0], [0, 0]]]})
     assert len([c for c in mmconfig.cells(mmconfig.validate(two)) if c.method == "sd"]) == 2
 
 
 def test_sampling_at_temperature_and_a_pair_without_draft():
-    ok = mmconfig.validate(with_change(["methods", "sd"], {"acceptance": "sampling",
-                                                           "temperature": 0.7}))
+    ok = mmconfig.validate(
+        with_change(["methods", "sd"], {"acceptance": "sampling", "temperature": 0.7})
+    )
     assert {c.spec["temperature"] for c in mmconfig.cells(ok) if c.method == "sd"} == {0.7}
     cfg = with_change(["pairs", "toy"], {"target": "toy:target"})
     with pytest.raises(mmconfig.ConfigError, match="pairs.toy.draft: method 'sd' drafts with"):

@@ -116,7 +116,11 @@ def test_nested_lists_refs_and_pattern_properties():
     }
     value = {"tree": [["0"], ["1", "0"]], "n_keep": "0.5", "flag": "true", "n_x": "abc"}
     assert mmconfig.coerce(value, schema) == {
-        "tree": [[0], [1, 0]], "n_keep": 0.5, "flag": True, "n_x": "abc"}
+        "tree": [[0], [1, 0]],
+        "n_keep": 0.5,
+        "flag": True,
+        "n_x": "abc",
+    }
 
 
 def test_one_of_takes_the_branch_the_value_then_satisfies():
@@ -124,9 +128,19 @@ def test_one_of_takes_the_branch_the_value_then_satisfies():
     assert mmconfig.coerce("all", schema) == "all"
     assert mmconfig.coerce(["1", "2"], schema) == [1, 2]
     datasets = mmconfig.coerce(
-        {"datasets": {"toy_vqa": {"source": "toy", "samples": "4", "seed": "1"},
-                      "hub": {"source": "hf", "id": "org/data", "split": "test", "limit": "5",
-                              "columns": {"question": "q", "answer": "a"}}}})["datasets"]
+        {
+            "datasets": {
+                "toy_vqa": {"source": "toy", "samples": "4", "seed": "1"},
+                "hub": {
+                    "source": "hf",
+                    "id": "org/data",
+                    "split": "test",
+                    "limit": "5",
+                    "columns": {"question": "q", "answer": "a"},
+                },
+            }
+        }
+    )["datasets"]
     assert datasets["toy_vqa"] == {"source": "toy", "samples": 4, "seed": 1}
     assert datasets["hub"]["limit"] == 5 and datasets["hub"]["split"] == "test"
 
@@ -146,13 +160,21 @@ def test_one_of_that_fails_keeps_the_coercion_of_the_closest_branch():
 
 
 def test_method_hyperparameters_grids_and_trees_are_read_as_the_registry_types():
-    methods = mmconfig.coerce({"methods": {
-        "sd": {"gamma": ["3", "5"], "views": ["M", "T"], "acceptance": "greedy"},
-        "mine": {"method": "sd", "views": "U", "keep": "0.5", "temperature": "0"},
-        "tree": {"method": "sd", "tree": "static", "paths": [["0"], ["1"], ["0", "0"]]},
-        "trees": {"method": "sd", "tree": "static", "paths": [[["0"]], [["0"], ["0", "1"]]]},
-        "sage": {"sage_low": "2.5", "sage_d_max": "4"},
-    }})["methods"]
+    methods = mmconfig.coerce(
+        {
+            "methods": {
+                "sd": {"gamma": ["3", "5"], "views": ["M", "T"], "acceptance": "greedy"},
+                "mine": {"method": "sd", "views": "U", "keep": "0.5", "temperature": "0"},
+                "tree": {"method": "sd", "tree": "static", "paths": [["0"], ["1"], ["0", "0"]]},
+                "trees": {
+                    "method": "sd",
+                    "tree": "static",
+                    "paths": [[["0"]], [["0"], ["0", "1"]]],
+                },
+                "sage": {"sage_low": "2.5", "sage_d_max": "4"},
+            }
+        }
+    )["methods"]
     assert methods["sd"] == {"gamma": [3, 5], "views": ["M", "T"], "acceptance": "greedy"}
     assert methods["mine"] == {"method": "sd", "views": "U", "keep": 0.5, "temperature": 0}
     assert methods["tree"]["paths"] == [[0], [1], [0, 0]]
@@ -161,16 +183,23 @@ def test_method_hyperparameters_grids_and_trees_are_read_as_the_registry_types()
 
 
 def test_device_map_devices_are_gpu_indices():
-    pairs = mmconfig.coerce({"pairs": {"p": {"target": "org/m", "target_device_map": {
-        "": "0", "lm_head": "cuda:1"}}}})["pairs"]
+    pairs = mmconfig.coerce(
+        {"pairs": {"p": {"target": "org/m", "target_device_map": {"": "0", "lm_head": "cuda:1"}}}}
+    )["pairs"]
     assert pairs["p"]["target_device_map"] == {"": 0, "lm_head": "cuda:1"}
     auto = mmconfig.coerce({"pairs": {"p": {"target": "org/m", "target_device_map": "auto"}}})
     assert auto["pairs"]["p"]["target_device_map"] == "auto"
 
 
 @pytest.mark.parametrize(
-    "path", ["config/config.yaml", "tests/configs/tiny.yaml", "config/presets/sage.yaml",
-             "config/presets/specvlm.yaml"])
+    "path",
+    [
+        "config/config.yaml",
+        "tests/configs/tiny.yaml",
+        "config/presets/sage.yaml",
+        "config/presets/specvlm.yaml",
+    ],
+)
 def test_a_config_read_with_every_scalar_a_string_validates_as_the_typed_one(path):
     """BaseLoader is what Snakemake reads --config mappings with: every scalar a string."""
     text = (ROOT / path).read_text()
@@ -183,9 +212,14 @@ def test_a_config_read_with_every_scalar_a_string_validates_as_the_typed_one(pat
 
 
 def test_config_overrides_with_nested_numbers_plan_their_cells(tmp_path):
-    out = dry_run(tmp_path, TINY, "generation={max_new_tokens: 16}", "seeds=[0,1]",
-                  "timing={threads: 2}",
-                  "methods={sd: {gamma: [3, 5]}, mine: {method: sd, views: U, keep: 0.5}}")
+    out = dry_run(
+        tmp_path,
+        TINY,
+        "generation={max_new_tokens: 16}",
+        "seeds=[0,1]",
+        "timing={threads: 2}",
+        "methods={sd: {gamma: [3, 5]}, mine: {method: sd, views: U, keep: 0.5}}",
+    )
     jobs = job_counts(out)
     # the same overrides typed, merged into the config file as Snakemake merges mappings
     expected = yaml.safe_load(TINY.read_text())
@@ -202,8 +236,11 @@ def test_config_overrides_with_nested_numbers_plan_their_cells(tmp_path):
     assert {p["generation"]["max_new_tokens"] for p in params} == {16}
     assert {p["timing"]["threads"] for p in params} == {2}
     assert {p["cell"]["seed"] for p in params} == {0, 1}
-    sd = {(p["cell"]["spec"]["views"], p["cell"]["spec"]["gamma"])
-          for p in params if p["cell"]["method"] == "sd"}
+    sd = {
+        (p["cell"]["spec"]["views"], p["cell"]["spec"]["gamma"])
+        for p in params
+        if p["cell"]["method"] == "sd"
+    }
     assert sd == {(v, g) for v in "MT" for g in (3, 5)}
     mine = [p["cell"]["spec"] for p in params if p["cell"]["method"] == "mine"]
     assert len(mine) == 2 and all(s["keep"] == 0.5 and s["views"] == "U" for s in mine)
@@ -230,8 +267,11 @@ def _write_model(folder: Path) -> None:
 
 
 def _pair_config(path: Path, target: str, captioner: str | None = None) -> dict:
-    cfg = {"datasets": {"toy_caption": {"source": "toy", "samples": 2}},
-           "pairs": {"p": {"target": target}}, "methods": {"ar": {}}}
+    cfg = {
+        "datasets": {"toy_caption": {"source": "toy", "samples": 2}},
+        "pairs": {"p": {"target": target}},
+        "methods": {"ar": {}},
+    }
     if captioner:
         cfg["captioner"] = {"model": captioner}
     path.write_text(yaml.safe_dump(cfg))
@@ -258,22 +298,34 @@ def test_a_missing_local_model_fails_naming_pair_role_and_path(tmp_path):
     _pair_config(tmp_path / "c.yaml", "./models/nope")
     out = dry_run(tmp_path, tmp_path / "c.yaml")
     assert out.returncode != 0
-    assert "config key pairs.p.target: pair 'p', role target: local model path './models/nope' " \
+    assert (
+        "config key pairs.p.target: pair 'p', role target: local model path './models/nope' "
         "does not exist" in out.stdout + out.stderr
+    )
     assert "Job stats:" not in out.stdout + out.stderr
 
 
 @pytest.mark.parametrize(
-    "ref", ["./nope", "../nope", "/nonexistent/mmspec/model", "~/nonexistent-mmspec-model",
-            "models/sub/nope", "nope", "org/na--me", "org/.name"])
-def test_references_that_can_only_be_missing_local_paths_are_rejected(ref, tmp_path,
-                                                                      monkeypatch):
+    "ref",
+    [
+        "./nope",
+        "../nope",
+        "/nonexistent/mmspec/model",
+        "~/nonexistent-mmspec-model",
+        "models/sub/nope",
+        "nope",
+        "org/na--me",
+        "org/.name",
+    ],
+)
+def test_references_that_can_only_be_missing_local_paths_are_rejected(ref, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = _pair_config(tmp_path / "c.yaml", ref)
     with pytest.raises(mmconfig.ConfigError) as error:
         mmconfig.validate(cfg)
-    assert f"config key pairs.p.target: pair 'p', role target: local model path {ref!r}" \
-        in str(error.value)
+    assert f"config key pairs.p.target: pair 'p', role target: local model path {ref!r}" in str(
+        error.value
+    )
     draft = dict(cfg, pairs={"p": {"target": "org/model", "draft": ref}})
     with pytest.raises(mmconfig.ConfigError, match="pairs.p.draft: pair 'p', role draft"):
         mmconfig.validate(draft)
@@ -285,8 +337,11 @@ def test_references_that_can_only_be_missing_local_paths_are_rejected(ref, tmp_p
 def test_hub_ids_that_are_not_cached_still_validate(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
-    cfg = _pair_config(tmp_path / "c.yaml", "some-org/not-cached.v1.5",
-                       captioner="florence-community/Florence-2-large-ft")
+    cfg = _pair_config(
+        tmp_path / "c.yaml",
+        "some-org/not-cached.v1.5",
+        captioner="florence-community/Florence-2-large-ft",
+    )
     got = mmconfig.validate(cfg)
     assert got["pairs"]["p"]["target"] == "some-org/not-cached.v1.5"
     assert got["captioner"]["model"] == "florence-community/Florence-2-large-ft"

@@ -299,7 +299,10 @@ def test_multi_turn_conversations_give_a_row_per_turn(tmp_path, offline):
     assert prepare_hf("conv", {**CONVERSATION_SPEC, "id": dataset_id}, out) == 4
     rows = read_table(out, PREPARED).to_pylist()
     assert [(r["sample_id"], r["turn"], r["reference"]) for r in rows] == [
-        ("conv-a", 0, "red"), ("conv-a", 1, "blue"), ("conv-b", 0, "green"), ("conv-b", 1, "no")
+        ("conv-a", 0, "red"),
+        ("conv-a", 1, "blue"),
+        ("conv-b", 0, "green"),
+        ("conv-b", 1, "no"),
     ]
     # turn 1 of row a: turn 0 answered by the dataset, then the question with the second image
     assert json.loads(rows[1]["messages"]) == [
@@ -322,8 +325,11 @@ def test_conversation_errors_name_the_row(tmp_path, offline):
     with pytest.raises(ValueError, match=r"\(id 'a'\), column 'conversations'\[1\]: two user"):
         prepare_hf("conv", {**CONVERSATION_SPEC, "id": dataset_id}, tmp_path / "x.parquet")
     with pytest.raises(ValueError, match="`conversation.column` names column 'turns'"):
-        prepare_hf("conv", {**CONVERSATION_SPEC, "id": dataset_id,
-                            "conversation": {"column": "turns"}}, tmp_path / "x.parquet")
+        prepare_hf(
+            "conv",
+            {**CONVERSATION_SPEC, "id": dataset_id, "conversation": {"column": "turns"}},
+            tmp_path / "x.parquet",
+        )
 
 
 def test_image_generation_rows_are_captions_with_a_reference_image(tmp_path, offline):

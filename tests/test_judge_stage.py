@@ -39,8 +39,9 @@ def cell_tables(tmp_path):
     for i, row in enumerate(rows):
         wrong = "the red circle stays at the top left ."  # states no motion of the video
         text = row["reference"] if i % 2 == 0 else wrong
-        samples.append({**CELL, "seed": 0, "sample_id": row["sample_id"], "turn": 0,
-                        "output_text": text})
+        samples.append(
+            {**CELL, "seed": 0, "sample_id": row["sample_id"], "turn": 0, "output_text": text}
+        )
     path = tmp_path / "samples.parquet"
     write_table(pa.Table.from_pylist(samples, schema=SAMPLES), path, SAMPLES)
     return str(path), str(prepared)
@@ -70,17 +71,31 @@ def test_a_refused_endpoint_stops_the_job_and_writes_nothing(cell_tables, tmp_pa
     url = f"http://127.0.0.1:{port}/v1"
     out = tmp_path / "j.parquet"
     with pytest.raises(JudgeUnreachable, match=f"127.0.0.1:{port}"):
-        judge.run(samples, prepared, "vdd", {**SETTINGS, "endpoint": url},
-                  str(tmp_path / "cache.parquet"), str(out))
+        judge.run(
+            samples,
+            prepared,
+            "vdd",
+            {**SETTINGS, "endpoint": url},
+            str(tmp_path / "cache.parquet"),
+            str(out),
+        )
     assert not out.exists()
 
 
 def test_score_reads_judgements_and_failures_stay_null(tmp_path):
     def table(path, scores):
         rows = [
-            {**CELL, "seed": 0, "sample_id": f"s{i}", "turn": 0, "judge_model": "j",
-             "template": "vdd", "judge_score": s, "judge_error": None if s is not None else "boom",
-             "cached": False}
+            {
+                **CELL,
+                "seed": 0,
+                "sample_id": f"s{i}",
+                "turn": 0,
+                "judge_model": "j",
+                "template": "vdd",
+                "judge_score": s,
+                "judge_error": None if s is not None else "boom",
+                "cached": False,
+            }
             for i, s in enumerate(scores)
         ]
         write_table(pa.Table.from_pylist(rows, schema=JUDGEMENTS), path, JUDGEMENTS)
@@ -98,11 +113,13 @@ def test_score_reads_judgements_and_failures_stay_null(tmp_path):
 
 
 def test_question_is_the_last_user_text():
-    messages = json.dumps([
-        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "first ?"}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "an answer ."}]},
-        {"role": "user", "content": [{"type": "text", "text": "describe the video ."}]},
-    ])
+    messages = json.dumps(
+        [
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "first ?"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "an answer ."}]},
+            {"role": "user", "content": [{"type": "text", "text": "describe the video ."}]},
+        ]
+    )
     question = media.prompt_text(json.loads(messages), "prepared.parquet", text_only=False)
     assert question == "describe the video ."
 
@@ -114,15 +131,31 @@ def test_aggregate_counts_failures_and_takes_retention_over_both_judged(tmp_path
     def scores(method, judged):
         rows = []
         for i, (score, ar_score) in enumerate(judged):
-            rows.append({
-                **CELL, "method": method, "seed": 0, "sample_id": f"s{i}", "turn": 0,
-                "registry_method": method, "acceptance": "lvspec", "temperature": 0.0,
-                "steps": 4, "new_tokens": 8, "accepted_sum": 4, "relaxed_sum": 1,
-                "drafted_sum": 8, "decode_s": 1.0, "ar_decode_s": 2.0, "ar_n_tokens": 9,
-                "quality": 1.0, "ar_quality": 1.0, "judge_score": score,
-                "ar_judge_score": ar_score,
-                "judge_error": "timed out" if score is None and ar_score is not None else None,
-            })
+            rows.append(
+                {
+                    **CELL,
+                    "method": method,
+                    "seed": 0,
+                    "sample_id": f"s{i}",
+                    "turn": 0,
+                    "registry_method": method,
+                    "acceptance": "lvspec",
+                    "temperature": 0.0,
+                    "steps": 4,
+                    "new_tokens": 8,
+                    "accepted_sum": 4,
+                    "relaxed_sum": 1,
+                    "drafted_sum": 8,
+                    "decode_s": 1.0,
+                    "ar_decode_s": 2.0,
+                    "ar_n_tokens": 9,
+                    "quality": 1.0,
+                    "ar_quality": 1.0,
+                    "judge_score": score,
+                    "ar_judge_score": ar_score,
+                    "judge_error": "timed out" if score is None and ar_score is not None else None,
+                }
+            )
         path = tmp_path / f"{method}.parquet"
         write_table(pa.Table.from_pylist(rows, schema=SCORES), path, SCORES)
         return str(path)

@@ -53,7 +53,10 @@ def test_plan_counts_done_cells_and_estimates_from_earlier_ones(tiny_run):
 def test_plan_command_without_earlier_runs(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "mmspec.cli", "plan", str(TINY), "--results", str(tmp_path)],
-        capture_output=True, text=True, cwd=ROOT, check=True,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
     ).stdout
     n = len(mmconfig.cells(mmconfig.load(TINY)))
     assert out.startswith(f"cells: {n} (0 done, {n} to run)")

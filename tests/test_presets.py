@@ -12,10 +12,31 @@ from mmspec import config as mmconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TABED = ROOT / "config" / "presets" / "tabed.yaml"
-TABED_ROWS = ["m", "t", "c", "p", "mt", "mtc", "mtp", "mtcp", "random_mt", "tabed_mt",
-              "tabed_mtcp", "tabed_adaboost"]
-DATASETS = ["llava_bench", "docvqa", "pope", "mmvet", "iedit", "magicbrush", "spot_the_diff",
-            "pororo", "vist"]
+TABED_ROWS = [
+    "m",
+    "t",
+    "c",
+    "p",
+    "mt",
+    "mtc",
+    "mtp",
+    "mtcp",
+    "random_mt",
+    "tabed_mt",
+    "tabed_mtcp",
+    "tabed_adaboost",
+]
+DATASETS = [
+    "llava_bench",
+    "docvqa",
+    "pope",
+    "mmvet",
+    "iedit",
+    "magicbrush",
+    "spot_the_diff",
+    "pororo",
+    "vist",
+]
 
 
 def test_tabed_preset_resolves_into_the_papers_grid():
@@ -38,8 +59,11 @@ def test_tabed_preset_resolves_into_the_papers_grid():
     assert {n for n, g in groups.items() if g == "ood"} == {"pororo", "vist"}
     targets = {p["target"] for p in cfg["pairs"].values()}
     drafts = {p["draft"] for p in cfg["pairs"].values()}
-    assert targets == {"llava-hf/llava-1.5-7b-hf", "llava-hf/llava-1.5-13b-hf",
-                       "llava-hf/llava-v1.6-vicuna-7b-hf"}
+    assert targets == {
+        "llava-hf/llava-1.5-7b-hf",
+        "llava-hf/llava-1.5-13b-hf",
+        "llava-hf/llava-v1.6-vicuna-7b-hf",
+    }
     assert drafts == {"mjbooo/lvlm68m", "mjbooo/lvlm160m-bf16", "mjbooo/lvlm68m-ov"}
     others = {c.method for c in cells if c.pair != "llava15_7b_68m"}
     assert others == {"ar", "m", "t", "tabed_mt"}
@@ -60,8 +84,17 @@ SPECVLM = ROOT / "config" / "presets" / "specvlm.yaml"
 LLAVA_OV = ("llava-hf/llava-onevision-qwen2-72b-ov-hf", "llava-hf/llava-onevision-qwen2-7b-ov-hf")
 SAGE_IMAGE = ["textvqa", "gqa", "chartqa", "seed_bench"]
 SAGE_VIDEO = ["video_detail_caption", "mvbench", "mlvu", "longvideobench"]
-SAGE_TREE = {"sage_d_min": 3, "sage_d_max": 8, "sage_w_min": 2, "sage_w_max": 10, "sage_k": 10,
-             "sage_n_max": 64, "sage_window": 10, "sage_low": 2.0, "sage_high": 3.0}
+SAGE_TREE = {
+    "sage_d_min": 3,
+    "sage_d_max": 8,
+    "sage_w_min": 2,
+    "sage_w_max": 10,
+    "sage_k": 10,
+    "sage_n_max": 64,
+    "sage_window": 10,
+    "sage_low": 2.0,
+    "sage_high": 3.0,
+}
 
 
 def _dry_run_jobs(preset, tmp_path):
@@ -94,12 +127,14 @@ def test_sage_preset_resolves_into_the_papers_grid():
         assert cfg["datasets"][name]["video"]["frames"] == 16
     rows = {"ar", "sd_chain", "sd_tree", "specvlm", "sage"}
     for dataset in SAGE_IMAGE + SAGE_VIDEO:
-        methods = {c.spec["method"] for c in cells
-                   if c.pair == "llava_ov_72b_7b" and c.dataset == dataset}
+        methods = {
+            c.spec["method"] for c in cells if c.pair == "llava_ov_72b_7b" and c.dataset == dataset
+        }
         assert methods == rows, dataset
     qwen = {(c.dataset, c.spec["method"]) for c in cells if c.pair == "qwen25vl_72b_7b"}
-    assert qwen == {(d, m) for d in ["video_detail_caption", "mvbench", "longvideobench"]
-                    for m in rows}  # Table 2
+    assert qwen == {
+        (d, m) for d in ["video_detail_caption", "mvbench", "longvideobench"] for m in rows
+    }  # Table 2
     pruned = [c for c in cells if c.spec["method"] in ("specvlm", "sage")]
     for cell in pruned:  # 80% of the visual tokens pruned on image tasks, 90% on video tasks
         assert cell.spec["views"] == "S"
@@ -111,8 +146,9 @@ def test_sage_preset_resolves_into_the_papers_grid():
     for cell in (c for c in cells if c.spec["method"] == "sage"):
         assert cell.spec["tree"] == "sage"
         assert {k: cell.spec[k] for k in SAGE_TREE} == SAGE_TREE
-    assert all(len(c.spec["paths"]) == 25 for c in cells
-               if c.spec["method"] in ("sd_tree", "specvlm"))
+    assert all(
+        len(c.spec["paths"]) == 25 for c in cells if c.spec["method"] in ("sd_tree", "specvlm")
+    )
     assert {c.spec["tree"] for c in cells if c.spec["method"] == "sd_chain"} == {"chain"}
     assert all(c.spec["temperature"] == 0 for c in cells)
     assert cfg["generation"]["max_new_tokens"] == 256
@@ -202,7 +238,10 @@ def test_lvspec_preset_resolves_into_the_papers_grid_and_dry_runs(tmp_path):
     # Std.-SD and Self-SD (the target drafting for itself, loaded once)
     assert cfg["pairs"]["self_qwen25vl_7b"]["draft"] == cfg["pairs"]["self_qwen25vl_7b"]["target"]
     assert {c.pair for c in cells} == {
-        "qwen25vl_32b_7b", "llava_ov_72b_7b", "self_qwen25vl_7b", "self_llava_ov_7b"
+        "qwen25vl_32b_7b",
+        "llava_ov_72b_7b",
+        "self_qwen25vl_7b",
+        "self_llava_ov_7b",
     }
     # Table 4's frames; K = 10; lambda 0.7 and N 10 with PST in the main rows
     frames = {d: cfg["datasets"][d]["video"]["frames"] for d in cfg["datasets"]}
@@ -236,8 +275,11 @@ def test_dream_preset_resolves_into_the_papers_table_and_dry_runs(tmp_path):
     assert {c.spec["temperature"] for c in cells if c.spec["method"] == "dream"} == {0.0, 1.0}
     assert {c.spec["dream_vtc"] for c in cells if c.method == "dream_vtc"} == {1.0, 0.5, 0.25}
     heads = {mmconfig.drafter_dir(c) for c in cells} - {None}
-    assert all(c.spec["head_steps"] == 68000 and c.spec["head_lr"] == 3e-5 for c in cells
-               if mmconfig.drafter_dir(c))
+    assert all(
+        c.spec["head_steps"] == 68000 and c.spec["head_lr"] == 3e-5
+        for c in cells
+        if mmconfig.drafter_dir(c)
+    )
     jobs = _dry_run_jobs(DREAM, tmp_path)
     assert jobs["generate"] == jobs["score"] == len(cells)
     # one head per (pair, kind, training): DREAM's ablations train their own, VTC does not

@@ -804,9 +804,18 @@ def loose_rows() -> list[dict]:
 
     def loose(rule, label, hp, speedup, tau, relaxed, retention, judge_score, **more):
         return cell(
-            **{**base, **more}, method=rule, label=label, hp=hp, acceptance=rule,
-            lossless_rule=False, speedup=speedup, tau=tau, relaxed_share=relaxed,
-            retention=retention, judge_score=judge_score, judge_retention=judge_score / 3.0,
+            **{**base, **more},
+            method=rule,
+            label=label,
+            hp=hp,
+            acceptance=rule,
+            lossless_rule=False,
+            speedup=speedup,
+            tau=tau,
+            relaxed_share=relaxed,
+            retention=retention,
+            judge_score=judge_score,
+            judge_retention=judge_score / 3.0,
         )
 
     judged = dict(judge_score=3.0, judge_retention=1.0)

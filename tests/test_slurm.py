@@ -159,7 +159,7 @@ def test_workflow_through_slurm(slurm_cluster, tmp_path):
     assert sum(int(j["timelimit"]) for j in groups) == 60 * n_cells, f"{groups}\n{diag}"
     # a group's cells ran on one warm worker, which loaded their shared models once
     worker_lines = [
-        re.search(r"^mmspec: warm worker (\d+), its job (\d+)$", p.read_text(), flags=re.M)
+        re.search(r"^mmspec: warm worker (\d+), its job (\d+);", p.read_text(), flags=re.M)
         for p in (workdir / "logs" / "generate").rglob("*.log")
     ]
     assert all(worker_lines), f"a generate job did not run on a warm worker\n{diag}"

@@ -119,8 +119,18 @@ def test_greedy_tree_decoding_equals_ar(target_model):
     vocab = target_model.get_output_embeddings().out_features
     ar = decode_ar(Decoder(target_model), prompt, 30, set(), 0.0, None)
     drafter = OracleTreeDrafter(ar.tokens, vocab)
-    sd = decode_speculative(Decoder(target_model), prompt, drafter, [], OraclePolicy(),
-                            accept_greedy, 30, set(), 0.0, None)
+    sd = decode_speculative(
+        Decoder(target_model),
+        prompt,
+        drafter,
+        [],
+        OraclePolicy(),
+        accept_greedy,
+        30,
+        set(),
+        0.0,
+        None,
+    )
     assert sd.tokens == ar.tokens
     # the right token is always in the tree, so all 3 levels are accepted (the last step may be
     # cut at max_new)
@@ -152,8 +162,18 @@ def _greedy_tree_run(processor, target_model, draft_model, policy, views, seed):
     target_prompt, drafts = prompts(processor, target_model, draft_model, seed)
     ar = decode_ar(Decoder(target_model), target_prompt, 40, stop, 0.0, None)
     drafter = ModelDrafter(Decoder(draft_model), 0.0)
-    sd = decode_speculative(Decoder(target_model), target_prompt, drafter,
-                            [drafts[v] for v in views], policy, accept_greedy, 40, stop, 0.0, None)
+    sd = decode_speculative(
+        Decoder(target_model),
+        target_prompt,
+        drafter,
+        [drafts[v] for v in views],
+        policy,
+        accept_greedy,
+        40,
+        stop,
+        0.0,
+        None,
+    )
     assert sd.tokens == ar.tokens
     return sd, drafter
 
@@ -163,8 +183,18 @@ def test_self_drafted_tree_accepts_its_deepest_path(processor, target_model):
     target_prompt, _ = prompts(processor, target_model, target_model)
     policy = StaticTree(TREES["mixed"])
     drafter = ModelDrafter(Decoder(target_model), 0.0)
-    sd = decode_speculative(Decoder(target_model), target_prompt, drafter, [target_prompt],
-                            policy, accept_greedy, 26, set(), 0.0, None)
+    sd = decode_speculative(
+        Decoder(target_model),
+        target_prompt,
+        drafter,
+        [target_prompt],
+        policy,
+        accept_greedy,
+        26,
+        set(),
+        0.0,
+        None,
+    )
     assert [s.accepted for s in sd.steps[:-1]] == [4] * (len(sd.steps) - 1)
 
 
@@ -258,8 +288,9 @@ def test_sage_history_lowers_and_raises_the_max_depth():
 
 @pytest.mark.parametrize("policy", ["grid", "kld"])
 @pytest.mark.parametrize("tree", ["spine", "dynamic", "sage"])
-def test_history_weights_over_trees_are_lossless(processor, target_model, draft_model, policy,
-                                                 tree):
+def test_history_weights_over_trees_are_lossless(
+    processor, target_model, draft_model, policy, tree
+):
     """TABED's adaptive weights with token trees (its Table 2): the history gains the positions
     after the root and after each accepted drafted node, and stays lossless."""
     from mmspec.decoding.weights import make_policy
@@ -275,9 +306,18 @@ def test_history_weights_over_trees_are_lossless(processor, target_model, draft_
     ar = decode_ar(Decoder(target_model), target_prompt, 40, stop, 0.0, None)
     vocab = draft_model.get_output_embeddings().out_features
     drafter = ModelDrafter(Decoder(draft_model), 0.0, make_policy({"weights": policy}, vocab))
-    sd = decode_speculative(Decoder(target_model), target_prompt, drafter,
-                            [drafts["M"], drafts["T"]], shapes[tree], accept_greedy, 40, stop,
-                            0.0, None)
+    sd = decode_speculative(
+        Decoder(target_model),
+        target_prompt,
+        drafter,
+        [drafts["M"], drafts["T"]],
+        shapes[tree],
+        accept_greedy,
+        40,
+        stop,
+        0.0,
+        None,
+    )
     assert sd.tokens == ar.tokens
     # one history position per step at least (after the root), more when nodes were accepted
     assert len(drafter.history) >= len(sd.steps)
@@ -322,6 +362,16 @@ def test_a_head_on_the_target_features_runs_under_every_tree(processor, target_m
     stop = {processor.tokenizer.eos_token_id}
     target_prompt, _ = prompts(processor, target_model, target_model, 2)
     ar = decode_ar(Decoder(target_model), target_prompt, 40, stop, 0.0, None)
-    sd = decode_speculative(Decoder(target_model), target_prompt, FeatureHead(target_model), [],
-                            policy, accept_greedy, 40, stop, 0.0, None)
+    sd = decode_speculative(
+        Decoder(target_model),
+        target_prompt,
+        FeatureHead(target_model),
+        [],
+        policy,
+        accept_greedy,
+        40,
+        stop,
+        0.0,
+        None,
+    )
     assert sd.tokens == ar.tokens and len(sd.steps) < len(ar.steps) + 1

@@ -31,8 +31,9 @@ def test_trees_three_levels_deep():
     """Four tokens (the prefill's and three more): proposals up to three levels deep."""
     methods = ["sd_tree", "eagle2_tree", "sage"]
     args = ["mmspec", "verify-lossless", "--seed", "2", "--tokens", "3"]
-    out = subprocess.run(args + [a for m in methods for a in ("--method", m)],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        args + [a for m in methods for a in ("--method", m)], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     rows = [line.split() for line in out.stdout.splitlines()[2:]]
     assert [r[0] for r in rows] == methods and all(int(r[3]) == 2 * 8**4 for r in rows)
@@ -65,9 +66,7 @@ def test_the_verifier_catches_pruning_by_drawn_identity(monkeypatch):
 
 def test_the_verifier_catches_a_wrong_residual(monkeypatch):
     """Sampling from p instead of norm(max(0, p - q)) after a rejection is biased."""
-    monkeypatch.setattr(
-        "mmspec.decoding.acceptance.sampling._residual", lambda p, q: p / p.sum()
-    )
+    monkeypatch.setattr("mmspec.decoding.acceptance.sampling._residual", lambda p, q: p / p.sum())
     verdict = verify.verify_method("sd", {}, seed=1)
     assert verdict.tvd > 1e-3 and verdict.greedy_equal
 

@@ -9,8 +9,16 @@ import torch
 from mmspec.models import toy_processor, toy_training
 from mmspec.stages import cache_visual, generate, prepare
 
-TINY = {"hidden": 32, "layers": 1, "heads": 2, "vision_hidden": 64, "steps": 2, "batch_size": 2,
-        "lr": 1e-3, "scenarios": ["toy_diff"]}
+TINY = {
+    "hidden": 32,
+    "layers": 1,
+    "heads": 2,
+    "vision_hidden": 64,
+    "steps": 2,
+    "batch_size": 2,
+    "lr": 1e-3,
+    "scenarios": ["toy_diff"],
+}
 
 
 @pytest.fixture()
@@ -44,8 +52,14 @@ def test_generate_never_runs_the_vision_tower(workdir, monkeypatch):
 
     spec = dict(resolve("sd", {"views": "MP", "gamma": 3}), method="sd", temperature=0.0)
     params = {
-        "cell": {"dataset": "toy_diff", "pair": "toy", "method": "sd", "hp": "x", "seed": 0,
-                 "spec": spec},
+        "cell": {
+            "dataset": "toy_diff",
+            "pair": "toy",
+            "method": "sd",
+            "hp": "x",
+            "seed": 0,
+            "spec": spec,
+        },
         "pair": {"target": "toy:target", "draft": "toy:draft", "dtype": "float32"},
         "generation": {"max_new_tokens": 6, "temperature": 0.0},
         "timing": {"warmup_samples": 1, "threads": 1},

@@ -132,8 +132,10 @@ def test_a_killed_training_job_resumes_from_its_checkpoint(run_dir, tmp_path):
         "seed": 0,
     }
     inputs = [
-        "--prepared", str(run_dir / "results/prepared/toy_caption_train.parquet"),
-        "--target-visual", str(run_dir / "results/visual/toy-target/toy_caption_train.parquet"),
+        "--prepared",
+        str(run_dir / "results/prepared/toy_caption_train.parquet"),
+        "--target-visual",
+        str(run_dir / "results/visual/toy-target/toy_caption_train.parquet"),
     ]
 
     def command(out):

@@ -13,8 +13,18 @@ ROOT = Path(__file__).resolve().parents[1]
 def snakemake_cmd(workdir: Path, configfile: Path, *extra: str, cores: int = 2) -> list[str]:
     """`python -m snakemake` with this repository's Snakefile, run in `workdir`."""
     return [
-        sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--cores", str(cores),
-        "--directory", str(workdir), "--configfile", str(configfile), *extra,
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "--cores",
+        str(cores),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        *extra,
     ]
 
 

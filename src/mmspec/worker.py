@@ -162,7 +162,7 @@ def serve(address: str, lock: str) -> None:
                 loading.release_all()
                 stage = request["argv"][0]
             jobs += 1
-            rc = _serve_one(conn, request, fds, cli, jobs)
+            rc = _serve_one(conn, request, fds, cli, loading, jobs)
             conn.sendall(json.dumps({"rc": rc}).encode())
             conn.shutdown(socket.SHUT_RDWR)  # the end of the reply, and wakes the watcher
         loading.release_unused()
@@ -187,7 +187,7 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(data), fds
 
 
-def _serve_one(conn: socket.socket, request: dict, fds: list[int], cli, job: int) -> int:
+def _serve_one(conn: socket.socket, request: dict, fds: list[int], cli, loading, job: int) -> int:
     """Run one job with the client's stdio, environment and directory, then restore ours."""
     done = threading.Event()
     threading.Thread(target=_exit_with_client, args=(conn, done), daemon=True).start()
@@ -201,9 +201,16 @@ def _serve_one(conn: socket.socket, request: dict, fds: list[int], cli, job: int
     os.environ.clear()
     os.environ.update(request["env"])
     try:
-        print(f"mmspec: warm worker {os.getpid()}, its job {job}", file=sys.stderr)
         os.chdir(request["cwd"])
-        return cli.main(request["argv"], warm=False)
+        rc = cli.main(request["argv"], warm=False)
+        kept = loading.reused()
+        if rc == 0:  # (a failed job's log stays its one-line error)
+            print(
+                f"mmspec: warm worker {os.getpid()}, its job {job}; kept from an earlier job: "
+                + (", ".join(kept) or "nothing"),
+                file=sys.stderr,
+            )
+        return rc
     except SystemExit as stop:  # argparse's usage errors
         return stop.code if isinstance(stop.code, int) else int(stop.code is not None)
     except BaseException:  # noqa: BLE001 (the job's failure is reported, the worker lives on)

@@ -391,8 +391,13 @@ def qa_pairs(where: str, value: Any) -> str:
             value = json.loads(value)
         except json.JSONDecodeError as e:
             raise ValueError(f"{where}: not JSON ({e}); expected question/answer pairs") from None
-    ok = isinstance(value, list) and value and all(
-        isinstance(q, dict) and isinstance(q.get("question"), str) and "answer" in q for q in value
+    ok = (
+        isinstance(value, list)
+        and value
+        and all(
+            isinstance(q, dict) and isinstance(q.get("question"), str) and "answer" in q
+            for q in value
+        )
     )
     if not ok:
         raise ValueError(

@@ -223,24 +223,39 @@ def _head_rows() -> list[Method]:
             "medusa",
             "Medusa: K heads on the target's last feature, head k drafting the token k ahead "
             "independently of the others; Medusa's tree (mc_sim_7b_63)",
-            {**HEAD_DRAFTING, "drafter": "medusa", "tree": "static", "paths": EAGLE_TREE,
-             **MULTI_HEAD_TRAINING},
+            {
+                **HEAD_DRAFTING,
+                "drafter": "medusa",
+                "tree": "static",
+                "paths": EAGLE_TREE,
+                **MULTI_HEAD_TRAINING,
+            },
             "Medusa",
         ),
         Method(
             "hydra",
             "Hydra: Medusa's heads made sequentially dependent (head k also reads the tokens "
             "drafted before it); Medusa's tree",
-            {**HEAD_DRAFTING, "drafter": "hydra", "tree": "static", "paths": EAGLE_TREE,
-             **MULTI_HEAD_TRAINING},
+            {
+                **HEAD_DRAFTING,
+                "drafter": "hydra",
+                "tree": "static",
+                "paths": EAGLE_TREE,
+                **MULTI_HEAD_TRAINING,
+            },
             "Hydra",
         ),
         Method(
             "kangaroo",
             "Kangaroo: self-speculative drafting with the target's first layers and a trained "
             "adapter; a chain of at most 6 tokens that stops below a top-1 probability of 0.6",
-            {**HEAD_DRAFTING, "drafter": "kangaroo", "tree": "chain", "gamma": 6,
-             **KANGAROO_DEFAULTS},
+            {
+                **HEAD_DRAFTING,
+                "drafter": "kangaroo",
+                "tree": "chain",
+                "gamma": 6,
+                **KANGAROO_DEFAULTS,
+            },
             "Kangaroo",
         ),
         *_dream_rows(),

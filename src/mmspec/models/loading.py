@@ -20,6 +20,7 @@ TOY_DIR = Path("results/models/toy")
 # None outside a worker, where every job loads its own.
 _kept: dict | None = None
 _used: set = set()
+_reused: list[str] = []  # what this job found kept ("model <path>"), for the worker's log line
 
 
 def keep_loaded(on: bool) -> None:
@@ -39,6 +40,13 @@ def release_unused(job_done: bool = True) -> None:
     if job_done:
         _used.clear()
     _free()
+
+
+def reused() -> list[str]:
+    """What this job took from the kept models (and forget it, for the next job)."""
+    taken = list(_reused)
+    _reused.clear()
+    return taken
 
 
 def release_all() -> None:
@@ -72,7 +80,7 @@ def _kept_or_load(kind: str, path: str, args: tuple, load):
     stamp = _stamp(path)
     _used.add(key)
     if key in _kept and _kept[key][0] == stamp:
-        print(f"{path}: {kind} kept loaded from an earlier job", file=sys.stderr)
+        _reused.append(f"{kind} {path}")
         return _kept[key][1]
     _kept.pop(key, None)
     release_unused(job_done=False)  # another pair's models leave the GPU before these load

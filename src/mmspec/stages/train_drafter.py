@@ -82,9 +82,7 @@ def collect(params: dict, prepared: str, target_visual: str, device, stored=None
         sample = work.sample(row)
         answer = work.decode_ar(sample, seeded(0)).tokens
         prompt = runner.target_prompt(sample)
-        sequences.append(
-            collect_sequence(runner.target, prompt, answer, intermediate, exit_layer)
-        )
+        sequences.append(collect_sequence(runner.target, prompt, answer, intermediate, exit_layer))
     return runner.target, sequences
 
 

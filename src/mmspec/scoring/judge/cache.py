@@ -29,6 +29,7 @@ from mmspec.tables import write_table
 if TYPE_CHECKING:
     from mmspec.scoring.judge.client import JudgeItem
 
+
 class JudgeCacheError(RuntimeError):
     """The cache file cannot be read as a judgement cache."""
 

@@ -57,10 +57,19 @@ def decode(results: Path, method: str, hparams: dict, rule=None) -> tuple[float,
     """(tau, rubric quality) of one rule over the preset's samples."""
     spec = registry.resolve(method, {**hparams, "temperature": 0.0})
     params = {
-        "cell": {"dataset": DATASET, "pair": "p", "method": method, "hp": "h", "seed": 0,
-                 "spec": spec},
-        "pair": {**PAIR, "target": str(results / "models/toy/vtarget"),
-                 "draft": str(results / "models/toy/vdraft")},
+        "cell": {
+            "dataset": DATASET,
+            "pair": "p",
+            "method": method,
+            "hp": "h",
+            "seed": 0,
+            "spec": spec,
+        },
+        "pair": {
+            **PAIR,
+            "target": str(results / "models/toy/vtarget"),
+            "draft": str(results / "models/toy/vdraft"),
+        },
         "task": "answer",
         "generation": {"max_new_tokens": 96, "temperature": 0.0, "cfg": 3.0, "top_k": 0},
         "timing": {"warmup_samples": 0, "threads": 2},
@@ -73,13 +82,16 @@ def decode(results: Path, method: str, hparams: dict, rule=None) -> tuple[float,
             out = f"{tmp}/samples.parquet"
             visual = str(results / f"visual/toy-vtarget/{DATASET}.parquet")
             draft_visual = str(results / f"visual/toy-vdraft/{DATASET}.parquet")
-            generate.run(params, str(results / f"prepared/{DATASET}.parquet"), visual,
-                         draft_visual, out)
+            generate.run(
+                params, str(results / f"prepared/{DATASET}.parquet"), visual, draft_visual, out
+            )
             rows = pq.read_table(out).to_pylist()
     finally:
         runtime.make_rule = original
-    prepared = {r["sample_id"]: r for r in pq.read_table(
-        results / f"prepared/{DATASET}.parquet").to_pylist()}
+    prepared = {
+        r["sample_id"]: r
+        for r in pq.read_table(results / f"prepared/{DATASET}.parquet").to_pylist()
+    }
     for r in rows:
         r["reference"], r["scenario"] = prepared[r["sample_id"]]["reference"], DATASET
     tau = sum(r["n_tokens"] - 1 for r in rows) / sum(len(r["step_accepted"]) for r in rows)
@@ -99,10 +111,16 @@ def main() -> None:
         "AR": ("ar", {}, None),
         "SD (K=10)": ("sd_chain", {"gamma": 10, "views": "M"}, None),
         f"LVSpec lambda {args.lam} (w/o PST)": (
-            "lvspec_nopst", {"views": "M", "lvspec_lambda": args.lam}, None),
+            "lvspec_nopst",
+            {"views": "M", "lvspec_lambda": args.lam},
+            None,
+        ),
         f"random rho {args.rho}": ("random_relax", {"views": "M", "relax_rho": args.rho}, None),
-        "oracle (non-visual tokens)": ("sd_chain", {"gamma": 10, "views": "M"},
-                                       oracle_rule(tokenizer)),
+        "oracle (non-visual tokens)": (
+            "sd_chain",
+            {"gamma": 10, "views": "M"},
+            oracle_rule(tokenizer),
+        ),
     }
     measured = {name: decode(results, *run) for name, run in runs.items()}
     ar_quality = measured["AR"][1]

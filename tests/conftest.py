@@ -40,6 +40,25 @@ def model_dirs(tmp_path_factory):
     }
 
 
+@pytest.fixture(scope="session")
+def tiny_cell(tmp_path_factory):
+    """The inputs of a generate job, made once: (folder, target, draft), the folder holding a
+    prepared toy_diff dataset of 7 samples (prepared.parquet) and the visual caches of a tiny
+    Qwen2.5-VL target and its one-layer draft (target.parquet, draft.parquet)."""
+    from mmspec.models import tiny
+    from mmspec.stages import cache_visual, prepare
+
+    root = tmp_path_factory.mktemp("cell")
+    target = tiny.save("qwen2_5_vl", root / "target", seed=0)
+    draft = tiny.save("qwen2_5_vl", root / "draft", layers=1, seed=1)
+    prepare.run("toy_diff", {"source": "toy", "samples": 7}, str(root / "prepared.parquet"), 0)
+    for path, name in ((target, "target"), (draft, "draft")):
+        cache_visual.run(
+            str(path), str(root / "prepared.parquet"), str(root / f"{name}.parquet"), "float32", 1
+        )
+    return root, target, draft
+
+
 TINY_IMAGEGEN = dict(
     hidden=32, layers=1, heads=2, steps=60, batch_size=8, lr=3e-3, codes=32, patch=4,
     cfg_dropout=0.25, vq_images=60,

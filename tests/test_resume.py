@@ -17,8 +17,7 @@ import yaml
 from workflow_cli import snakemake_cmd
 
 from mmspec.methods.runtime import MethodRunner
-from mmspec.models import tiny
-from mmspec.stages import cache_visual, generate, prepare
+from mmspec.stages import generate
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"
@@ -44,15 +43,8 @@ def _deterministic(path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def cell_inputs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("resume")
-    target = tiny.save("qwen2_5_vl", root / "target", seed=0)
-    draft = tiny.save("qwen2_5_vl", root / "draft", layers=1, seed=1)
-    prepare.run("toy_diff", {"source": "toy", "samples": 7}, str(root / "prepared.parquet"), 0)
-    for path, name in ((target, "target"), (draft, "draft")):
-        cache_visual.run(
-            str(path), str(root / "prepared.parquet"), str(root / f"{name}.parquet"), "float32", 1
-        )
+def cell_inputs(tiny_cell):
+    root, target, draft = tiny_cell
     from mmspec.methods.registry import resolve
 
     spec = dict(resolve("sd_chain", {"gamma": 3}), method="sd_chain", temperature=0.0)

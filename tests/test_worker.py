@@ -11,31 +11,15 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from test_resume import _deterministic
 
 from mmspec import worker
 from mmspec.methods.registry import resolve
 from mmspec.models import loading, tiny
-from mmspec.stages import cache_visual, prepare
 
 
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
-    """A prepared dataset, a tiny target and draft and their visual caches."""
-    root = tmp_path_factory.mktemp("worker")
-    target = tiny.save("qwen2_5_vl", root / "target", seed=0)
-    draft = tiny.save("qwen2_5_vl", root / "draft", layers=1, seed=1)
-    prepare.run("toy_caption", {"source": "toy", "samples": 6}, str(root / "prepared.parquet"), 0)
-    for path, name in ((target, "target"), (draft, "draft")):
-        cache_visual.run(
-            str(path), str(root / "prepared.parquet"), str(root / f"{name}.parquet"), "float32", 1
-        )
-    return root, target, draft
-
-
-def _argv(inputs, method: str, out: Path, max_new: int = 8, **hp) -> list[str]:
-    root, target, draft = inputs
+def _argv(tiny_cell, method: str, out: Path, max_new: int = 8, **hp) -> list[str]:
+    root, target, draft = tiny_cell
     spec = dict(resolve(method, hp), method=method, temperature=0.0)
     params = {
         "cell": {"dataset": "d", "pair": "p", "method": method, "hp": "h", "seed": 0, "spec": spec},
@@ -97,22 +81,22 @@ def _wait_gone(pid: int, seconds: float) -> bool:
     return False
 
 
-def test_cells_in_a_warm_worker_equal_fresh_processes(inputs, tmp_path):
+def test_cells_in_a_warm_worker_equal_fresh_processes(tiny_cell, tmp_path):
     env = _env(tmp_path)
     runs = [("sd_chain", {"gamma": 3}), ("sd_tree", {}), ("sd_chain", {"gamma": 2})]
     pids = []
     for i, (method, hp) in enumerate(runs):
-        warm = _mmspec(_argv(inputs, method, tmp_path / f"warm{i}.parquet", **hp), env, tmp_path)
+        warm = _mmspec(_argv(tiny_cell, method, tmp_path / f"warm{i}.parquet", **hp), env, tmp_path)
         assert warm.returncode == 0, warm.stderr[-2000:]
         pids.append(_worker_pid(warm.stderr))
         kept = warm.stderr.split("kept from an earlier job: ")[1]
         if i:  # the same target and draft: not loaded again
-            assert f"model {inputs[1]}" in kept and f"model {inputs[2]}" in kept, warm.stderr
+            assert f"model {tiny_cell[1]}" in kept and f"model {tiny_cell[2]}" in kept, warm.stderr
         else:
             assert kept.strip() == "nothing"
         cold_env = {**env, "MMSPEC_WORKER": "0"}
         cold = _mmspec(
-            _argv(inputs, method, tmp_path / f"cold{i}.parquet", **hp), cold_env, tmp_path
+            _argv(tiny_cell, method, tmp_path / f"cold{i}.parquet", **hp), cold_env, tmp_path
         )
         assert cold.returncode == 0, cold.stderr[-2000:]
         assert "warm worker" not in cold.stderr
@@ -123,9 +107,9 @@ def test_cells_in_a_warm_worker_equal_fresh_processes(inputs, tmp_path):
     os.kill(pids[0], signal.SIGTERM)
 
 
-def test_a_failing_job_reports_its_error_and_the_worker_lives_on(inputs, tmp_path):
+def test_a_failing_job_reports_its_error_and_the_worker_lives_on(tiny_cell, tmp_path):
     env = _env(tmp_path)
-    argv = _argv(inputs, "sd_chain", tmp_path / "out.parquet", gamma=3)
+    argv = _argv(tiny_cell, "sd_chain", tmp_path / "out.parquet", gamma=3)
     bad = list(argv)
     bad[bad.index("--prepared") + 1] = str(tmp_path / "missing.parquet")
     failed = _mmspec(bad, env, tmp_path)
@@ -142,11 +126,11 @@ def test_a_failing_job_reports_its_error_and_the_worker_lives_on(inputs, tmp_pat
     os.kill(_worker_pid(ok.stderr), signal.SIGTERM)
 
 
-def test_a_killed_job_stops_its_worker_before_it_writes(inputs, tmp_path):
+def test_a_killed_job_stops_its_worker_before_it_writes(tiny_cell, tmp_path):
     env = _env(tmp_path)
     out = tmp_path / "out.parquet"
     log = tmp_path / "job.log"
-    cmd = [str(Path(sys.executable).parent / "mmspec"), *_argv(inputs, "ar", out, max_new=400)]
+    cmd = [str(Path(sys.executable).parent / "mmspec"), *_argv(tiny_cell, "ar", out, max_new=400)]
     with open(log, "w") as err:
         job = subprocess.Popen(cmd, env=env, cwd=tmp_path, stderr=err)
         deadline = time.time() + 120
@@ -158,18 +142,18 @@ def test_a_killed_job_stops_its_worker_before_it_writes(inputs, tmp_path):
     assert _wait_gone(pid, 10), "the worker went on with a killed job"
     assert not out.exists()
     # the next job finds the dead worker's socket, starts another and runs
-    again = _mmspec(_argv(inputs, "ar", out), env, tmp_path)
+    again = _mmspec(_argv(tiny_cell, "ar", out), env, tmp_path)
     assert again.returncode == 0, again.stderr[-2000:]
     assert _worker_pid(again.stderr) != pid and out.exists()
     os.kill(_worker_pid(again.stderr), signal.SIGTERM)
 
 
-def test_concurrent_jobs_take_separate_workers_and_idle_workers_leave(inputs, tmp_path):
+def test_concurrent_jobs_take_separate_workers_and_idle_workers_leave(tiny_cell, tmp_path):
     env = _env(tmp_path, MMSPEC_WORKER_IDLE="1")
     cmd = [str(Path(sys.executable).parent / "mmspec")]
     jobs = [
         subprocess.Popen(
-            cmd + _argv(inputs, "ar", tmp_path / f"{i}.parquet", max_new=64),
+            cmd + _argv(tiny_cell, "ar", tmp_path / f"{i}.parquet", max_new=64),
             env=env,
             cwd=tmp_path,
             stderr=subprocess.PIPE,
@@ -188,12 +172,12 @@ def test_concurrent_jobs_take_separate_workers_and_idle_workers_leave(inputs, tm
     assert not list(tmp_path.glob("mmspec-workers-*/*.sock"))
 
 
-def test_no_worker_when_switched_off_or_from_python(inputs, tmp_path, monkeypatch, capsys):
+def test_no_worker_when_switched_off_or_from_python(tiny_cell, tmp_path, monkeypatch, capsys):
     from mmspec import cli
 
     monkeypatch.setenv("MMSPEC_WORKER_DIR", str(tmp_path))
     out = tmp_path / "py.parquet"
-    assert cli.main(_argv(inputs, "ar", out)) == 0  # Python callers run in their own process
+    assert cli.main(_argv(tiny_cell, "ar", out)) == 0  # Python callers run in their own process
     assert "warm worker" not in capsys.readouterr().err
     assert not list(tmp_path.glob("mmspec-workers-*/*.sock"))
     monkeypatch.setenv("MMSPEC_WORKER", "0")

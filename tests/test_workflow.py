@@ -68,6 +68,7 @@ def test_end_to_end_writes_cells_and_report(run_dir):
         assert c["n_samples"] == 3 and c["tau"] >= 1.0
         assert c["tau"] == pytest.approx(c["new_tokens"] / c["steps"])  # pooled, emitted only
         assert c["speedup"] > 0 and c["speedup_eq1"] > 0
+        assert c["verify_cost"] > 0 and c["speedup_eq1_verify"] > 0
         # the embedded judge scored every answer of every cell, the AR cell's too
         assert c["judge_failures"] == 0 and 0 <= c["judge_score"] <= 5, c
     assert (run_dir / "results/judge/cache.parquet").is_file()

@@ -138,6 +138,8 @@ SCORES = pa.schema(
         ("accepted_sum", pa.int64()),  # sum over steps of accepted and emitted draft tokens
         ("relaxed_sum", pa.int64()),  # of which a lossy rule relaxed (accepted on a mismatch)
         ("drafted_sum", pa.int64()),
+        # time of the steps' verifications (target forward, acceptance, cache commit), summed
+        ("verify_s", pa.float64()),
         ("step_drafted", pa.list_(pa.int32())),
         ("step_accepted", pa.list_(pa.int32())),
         ("step_weights", pa.list_(pa.list_(pa.float32()))),
@@ -239,8 +241,14 @@ CELLS = pa.schema(
         ("speedup_low", pa.float64()),
         ("speedup_high", pa.float64()),
         ("speedup_eq1", pa.float64()),  # tau / (k * c + 1), k = draft forwards per step
+        # Eq. 1 with the measured cost v of a verification step in place of one AR step:
+        # tau / (k * c + v); its gap to speedup is what the steps spend outside the draft's and
+        # the verification's own time (the draft loop's bookkeeping)
+        ("speedup_eq1_verify", pa.float64()),
         ("draft_forwards_per_step", pa.float64()),
         ("latency_ratio", pa.float64()),  # c = T_q / T_p
+        # v = mean verification step time (forward, acceptance, commit) / T_p
+        ("verify_cost", pa.float64()),
         ("lossless_rate", pa.float64()),
         ("first_divergence_mean", pa.float64()),
         ("quality", pa.float64()),

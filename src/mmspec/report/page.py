@@ -82,13 +82,26 @@ METRIC_DEFINITIONS = [
     (
         "speedup_eq1",
         "tau / (k * c + 1) with c = T_q / T_p measured in the same job and k the draft forwards "
-        "per step (gamma for a chain; TABED eq. 1) — "
-        "the gap to measured speedup is engine overhead.",
+        "per step (gamma for a chain; TABED eq. 1), which assumes a verification costs one AR "
+        "step; on a GPU it about does, on a CPU verifying several tokens costs more (see "
+        "verify_cost).",
+    ),
+    (
+        "speedup_eq1_verify",
+        "tau / (k * c + v): Eq. 1 with the verification's measured cost v (verify_cost) in "
+        "place of 1. Its gap to measured speedup is what a step spends beyond its draft forwards "
+        "and its verification: the drafting loop's own overhead.",
     ),
     (
         "latency_ratio",
         "c = T_q / T_p: the mean time of one draft forward over the mean time of one AR target "
         "forward, both measured in the cell's own job (the c of speedup_eq1).",
+    ),
+    (
+        "verify_cost",
+        "v: the mean time of a verification step (the target's forward over the proposal, the "
+        "acceptance rule, the cache commit) over the mean time of one AR step, both measured in "
+        "the cell's own job (AR: 1 within timing noise).",
     ),
     (
         "lossless_rate",

@@ -37,6 +37,7 @@ SELECT
   (sum(ar_decode_s) / nullif(sum(ar_n_tokens - 1), 0))
     / nullif(sum(decode_s) / nullif(sum(new_tokens), 0), 0) AS speedup,
   avg(t_q_s) / nullif(avg(t_p_s), 0) AS latency_ratio,
+  sum(verify_s) / nullif(sum(steps), 0) / nullif(avg(t_p_s), 0) AS verify_cost,
   avg(draft_forwards_per_step) AS draft_forwards_per_step,
   avg(CAST(lossless AS DOUBLE)) AS lossless_rate,
   avg(first_divergence) AS first_divergence_mean,
@@ -119,6 +120,7 @@ def run(score_files: list[str], out: str, blocks_out: str, groups: dict | None =
     # TABED eq. 1: tau / (k * c + 1) with k the draft forwards per step (gamma for a chain; the
     # drafted levels for a tree); AR has no draft, so its estimate is its tau (1).
     table = table.append_column("speedup_eq1", _eq1(table))
+    table = table.append_column("speedup_eq1_verify", _eq1(table, "verify_cost"))
     low, high = _speedup_intervals(table)
     table = table.append_column("speedup_low", low)
     table = table.append_column("speedup_high", high)
@@ -165,18 +167,24 @@ def _speedup_intervals(table) -> tuple[pa.Array, pa.Array]:
     return pa.array(low, pa.float64()), pa.array(high, pa.float64())
 
 
-def _eq1(table):
+def _eq1(table, verify: str | None = None):
+    """tau / (k * c + v) per cell, v = 1 (Eq. 1: a verification costs one AR step) or the
+    cell's column `verify` (its measured cost)."""
+    costs = table.column(verify).to_pylist() if verify else [1.0] * table.num_rows
     values = []
-    for tau, k, c in zip(
+    for tau, k, c, v in zip(
         table.column("tau").to_pylist(),
         table.column("draft_forwards_per_step").to_pylist(),
         table.column("latency_ratio").to_pylist(),
+        costs,
         strict=True,
     ):
         if tau is None:
             values.append(None)
         elif k is None or math.isnan(k):
             values.append(tau)  # no draft (AR)
+        elif c is None or v is None:
+            values.append(None)
         else:
-            values.append(tau / (k * c + 1) if c is not None else None)
+            values.append(tau / (k * c + v))
     return pa.array(values, pa.float64())

@@ -77,6 +77,7 @@ def run(
                 "accepted_sum": sum(row["step_accepted"]),
                 "relaxed_sum": sum(row["step_relaxed"] or []),
                 "drafted_sum": sum(row["step_drafted"]),
+                "verify_s": sum(row["step_verify_s"]),
                 **{k: row[k] for k in STEP_COLUMNS},
                 "caption_s": row["caption_s"],
                 "lossless": (divergence is None) if checked else None,

@@ -101,12 +101,20 @@ def test_bad_head_settings_fail_before_any_job(tmp_path, change, message):
     assert out.returncode != 0 and message in out.stdout + out.stderr
 
 
-def test_a_head_over_an_image_generator_is_refused():
+@pytest.mark.parametrize(
+    "method, message",
+    [
+        # EAGLE's head drafts images too, but learns them from images, not from captions' text
+        ("eagle2", "head_data 'toy_caption_train' must be a dataset of the cell's own task"),
+        ("dream", "a dream head drafts text, and dataset 'toy_imagegen' .* generates images"),
+    ],
+)
+def test_a_text_head_over_an_image_generator_is_refused(method, message):
     from mmspec import config as mmconfig
 
     cfg = mmconfig.load_as_snakemake("config/config.yaml")
-    cfg["sweep"] = [{"datasets": ["toy_imagegen"], "pairs": ["toy_image"], "methods": ["eagle2"]}]
-    with pytest.raises(mmconfig.ConfigError, match="reads the hidden states .* generates images"):
+    cfg["sweep"] = [{"datasets": ["toy_imagegen"], "pairs": ["toy_image"], "methods": [method]}]
+    with pytest.raises(mmconfig.ConfigError, match=message):
         mmconfig.validate(cfg)
 
 

@@ -57,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train_drafter", help="train a drafter head on the target's features")
     p.add_argument("--params", type=_json, required=True, help="pair, kind, training, generation")
     p.add_argument("--prepared", required=True, help="the training dataset")
-    p.add_argument("--target-visual", required=True, help="the target's visual cache of it")
+    p.add_argument(
+        "--target-visual", default=None, help="the target's visual cache of it (image prompts)"
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True)
 

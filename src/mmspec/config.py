@@ -22,6 +22,7 @@ from mmspec.methods.components import (
     DRAFTERS_WITH_MODEL,
     HEAD_DRAFTERS,
     HEAD_TRAINING_KEYS,
+    IMAGE_HEAD_DRAFTERS,
     SELF_DRAFT,
     VISUAL_RULES,
 )
@@ -849,8 +850,9 @@ def drafter_dir(cell) -> str | None:
 
 
 def _check_head(config: dict, cell) -> None:
-    """A head drafter trains on a text dataset of the config, over a target with hidden
-    states of its language model (not an image generator's codes)."""
+    """A head drafter trains on a dataset of the config of the cell's task: text answers over
+    a language model's hidden states, or (EAGLE's head only, LANTERN's drafter) images over an
+    image generator's."""
     kind = cell.spec["drafter"]
     if kind not in HEAD_DRAFTERS:
         return
@@ -866,14 +868,20 @@ def _check_head(config: dict, cell) -> None:
             f"{where}: head_data {data!r} names no dataset (known: {sorted(config['datasets'])})"
         )
     target = config["pairs"][cell.pair]["target"]
-    for name in (cell.dataset, data):
-        if dataset_task(config, name) == IMAGE_GENERATION:
-            raise ConfigError(
-                f"{where}: a {kind} head reads the hidden states of the target's language model "
-                f"over text, and dataset {name!r} (pair {cell.pair!r}, target {target!r}) "
-                "generates images; sweep it over datasets with text answers"
-            )
-    if model_kind(config, target) == "image_generator":
+    images = dataset_task(config, cell.dataset) == IMAGE_GENERATION
+    if images and kind not in IMAGE_HEAD_DRAFTERS:
+        raise ConfigError(
+            f"{where}: a {kind} head drafts text, and dataset {cell.dataset!r} (pair "
+            f"{cell.pair!r}, target {target!r}) generates images; image generation drafts with "
+            f"a draft generator or a head of kind {' or '.join(IMAGE_HEAD_DRAFTERS)}"
+        )
+    if dataset_task(config, data) != dataset_task(config, cell.dataset):
+        task = "generates images" if images else "answers in text"
+        raise ConfigError(
+            f"{where}: head_data {data!r} must be a dataset of the cell's own task: the head "
+            f"learns the target's behaviour there, and dataset {cell.dataset!r} {task}"
+        )
+    if not images and model_kind(config, target) == "image_generator":
         raise ConfigError(
             f"{where}: a {kind} head reads the hidden states of a language model, and pair "
             f"{cell.pair!r}'s target {target!r} is an image generator"

@@ -128,7 +128,8 @@ def generate_params(w):
 
 
 def optional_inputs(w, input):
-    """The generate options for the visual caches and captions, when the cell reads them."""
+    """The options of a generate or train_drafter job for the inputs it reads when it has them
+    (visual caches, captions, a trained head)."""
     args = []
     if "target_visual" in input.keys():
         args.append(f"--target-visual {input.target_visual}")
@@ -150,11 +151,10 @@ def train_drafter_inputs(w):
     cell = head_cell(w)
     target = CONFIG["pairs"][cell.pair]["target"]
     data = cell.spec["head_data"]
-    return {
-        "prepared": f"results/prepared/{data}.parquet",
-        "target_visual": visual_path(target, data),
-        "models": toy_dir(target),
-    }
+    inputs = {"prepared": f"results/prepared/{data}.parquet", "models": toy_dir(target)}
+    if not makes_images(data):  # image generation's prompts are captions
+        inputs["target_visual"] = visual_path(target, data)
+    return inputs
 
 
 def train_drafter_params(w):
@@ -163,6 +163,7 @@ def train_drafter_params(w):
         "pair": CONFIG["pairs"][cell.pair],
         "kind": cell.spec["drafter"],
         "training": mmconfig.head_training(cell.spec),
+        "task": mmconfig.dataset_task(CONFIG, cell.spec["head_data"]),
         "generation": CONFIG["generation"],
         "seed": CONFIG["toy"]["seed"],
     }

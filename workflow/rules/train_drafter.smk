@@ -15,7 +15,8 @@ rule train_drafter:
         gpu_mem_mb=lambda w: target_memory(w).gpu_mb,
     params:
         head=train_drafter_params,
+        optional=optional_inputs,
         code=fingerprint("train_drafter"),
     shell:
         "mmspec train_drafter --params {params.head:q} --prepared {input.prepared}"
-        " --target-visual {input.target_visual} --threads {threads} --out {output} 2> {log}"
+        " {params.optional} --threads {threads} --out {output} 2> {log}"

@@ -33,16 +33,21 @@ class Forward:
     layers: dict[int, torch.Tensor] = field(default_factory=dict)
     # prefill with `score_visual`: the attention each visual position receives, [n_visual]
     visual_attention: torch.Tensor | None = None
+    # guided decoding (`GuidedDecoder`): the unconditional row's last-layer states, shaped as
+    # `hidden` (whose states are the conditional row's); what a drafter head under guidance reads
+    unconditional: torch.Tensor | None = None
 
     def row(self, b: int) -> Forward:
         """Row b of a batched forward (drops the batch dimension)."""
         layers = {k: v[b] for k, v in self.layers.items()}
-        return Forward(self.logits[b], self.hidden[b], layers, self.visual_attention)
+        uncond = self.unconditional[b] if self.unconditional is not None else None
+        return Forward(self.logits[b], self.hidden[b], layers, self.visual_attention, uncond)
 
     def select(self, positions: list[int]) -> Forward:
         """The given positions of a one-row forward."""
         layers = {k: v[positions] for k, v in self.layers.items()}
-        return Forward(self.logits[positions], self.hidden[positions], layers)
+        uncond = self.unconditional[positions] if self.unconditional is not None else None
+        return Forward(self.logits[positions], self.hidden[positions], layers, None, uncond)
 
 
 def language_parts(model) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module]:
@@ -253,9 +258,12 @@ class Decoder:
         past: torch.Tensor | None = None,
         positions: list[int] | None = None,
     ) -> Forward:
-        """`extend` with input vectors [n, H] in place of token embeddings (a drafter head
-        whose inputs mix embeddings with the target's features)."""
-        embeds = vectors.to(self.device).unsqueeze(0).expand(self.rows, -1, -1)
+        """`extend` with input vectors [n, H] (the same for every row) or [B, n, H] (one set
+        per row) in place of token embeddings (a drafter head whose inputs mix embeddings with
+        the target's features)."""
+        embeds = vectors.to(self.device)
+        if embeds.dim() == 2:
+            embeds = embeds.unsqueeze(0).expand(self.rows, -1, -1)
         return self._run(embeds, attention, past, positions)
 
     def head_logits(self, hidden: torch.Tensor) -> torch.Tensor:

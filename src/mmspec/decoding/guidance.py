@@ -57,8 +57,11 @@ class GuidedDecoder:
         out = self.decoder.extend(tokens, attention, past, positions, layers)
         return self._guide(out)
 
-    def _guide(self, out: Forward) -> Forward:
-        cond, uncond = out.logits[0].float(), out.logits[1].float()
+    def guide(self, cond: torch.Tensor, uncond: torch.Tensor) -> torch.Tensor:
+        """The guided logits of a (conditional, unconditional) pair of logits [..., V]: also what
+        a drafter head under guidance presents (it reads out both rows as the target does)."""
+        dtype = torch.promote_types(cond.dtype, torch.float32)  # at least float32
+        cond, uncond = cond.to(dtype), uncond.to(dtype)
         guided = uncond + self.scale * (cond - uncond)
         if self.allowed is not None:
             start, stop = self.allowed
@@ -68,8 +71,12 @@ class GuidedDecoder:
         if 0 < self.top_k < guided.shape[-1]:
             kth = guided.topk(self.top_k, dim=-1).values[..., -1:]
             guided = guided.masked_fill(guided < kth, torch.finfo(guided.dtype).min)
+        return guided
+
+    def _guide(self, out: Forward) -> Forward:
+        guided = self.guide(out.logits[0], out.logits[1])
         layers = {k: v[:1] for k, v in out.layers.items()}
-        return Forward(guided.unsqueeze(0), out.hidden[:1], layers)
+        return Forward(guided.unsqueeze(0), out.hidden[:1], layers, unconditional=out.hidden[1:])
 
     def truncate(self, length: int) -> None:
         self.decoder.truncate(length)

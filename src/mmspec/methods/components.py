@@ -21,6 +21,8 @@ DRAFTERS_WITH_MODEL = frozenset({"model"})
 # Drafters that are heads trained on the target's own features (stage train_drafter; the pair
 # needs no draft model): EAGLE (decoding.drafters.eagle), DREAM (decoding.drafters.dream).
 HEAD_DRAFTERS = frozenset({"eagle", "dream", "medusa", "hydra", "kangaroo"})
+# Of those, the heads that also draft image codes under guidance (LANTERN drafts with EAGLE-2's)
+IMAGE_HEAD_DRAFTERS = ("eagle",)
 # How a head is trained (method hyperparameters, so that a changed one retrains that head
 # only). Defaults from EAGLE's release (`train/main.py`, its train_config: lr 3e-5, batch 4,
 # AdamW betas (0.9, 0.95), gradient clip 0.5, uniform feature noise of width 0.2); `head_data`

@@ -3,7 +3,9 @@
 Target and draft are guided (`decoding.guidance`): each decodes a conditional and an
 unconditional row in one batched forward and presents the guided logits, restricted to the image
 codes, as one row. The loops, tree policies and acceptance rules are the text path's, unchanged;
-LANTERN's rule reads the target's codebook.
+LANTERN's rule reads the target's codebook. The drafter is a draft generator sharing the
+target's codes, or EAGLE's head trained on the target's own features (LANTERN's setting), which
+reads both of the target's rows and is guided as the target is.
 """
 
 from __future__ import annotations
@@ -13,11 +15,13 @@ from dataclasses import dataclass
 import torch
 
 from mmspec.decoding.acceptance import make_rule
+from mmspec.decoding.drafters.eagle import EagleDrafter
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.guidance import GuidedDecoder
 from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
 from mmspec.decoding.trees import make_tree_policy
 from mmspec.decoding.weights import make_policy
+from mmspec.methods.components import HEAD_DRAFTERS, IMAGE_HEAD_DRAFTERS
 from mmspec.methods.runtime import DraftCounters
 from mmspec.methods.spec import MethodSpec
 from mmspec.models.image_generation import ImageGenerator
@@ -44,7 +48,9 @@ class ImageMethodRunner(DraftCounters):
         draft: ImageGenerator | None,
         cfg: float,
         top_k: int = 0,
+        head=None,
     ):
+        """`head`: the trained head of a method that drafts with one (EAGLE's)."""
         self.spec = spec
         self.method = MethodSpec.parse(spec)
         self.temperature = self.method.temperature
@@ -69,10 +75,20 @@ class ImageMethodRunner(DraftCounters):
             self.drafter = ModelDrafter(
                 decoder, self.temperature, make_policy(spec, draft.vocab), int(spec["window"])
             )
-            self.policy = make_tree_policy(spec)
-            self.rule = make_rule(spec, codebook=target.codebook())
+        elif spec["drafter"] in IMAGE_HEAD_DRAFTERS:
+            if head is None:
+                raise ValueError(f"method {spec['method']!r} needs its trained head")
+            self.drafter = EagleDrafter(head, self.target, self.temperature)
+        elif spec["drafter"] in HEAD_DRAFTERS:
+            raise ValueError(
+                f"method {spec['method']!r} drafts with a {spec['drafter']} head; image "
+                f"generation drafts with a draft generator or a head of {IMAGE_HEAD_DRAFTERS}"
+            )
         elif spec["drafter"] != "none":
             raise ValueError(f"unknown drafter {spec['drafter']!r}")
+        if self.drafter is not None:
+            self.policy = make_tree_policy(spec)
+            self.rule = make_rule(spec, codebook=target.codebook())
         # prompts are text: no visual tokens on either side (columns of the samples table)
         self.last_draft_visual = self.last_target_visual = 0
 
@@ -81,8 +97,10 @@ class ImageMethodRunner(DraftCounters):
         return self.generator.grid
 
     def prompt(self, caption: str) -> ImagePrompt:
-        draft = self.draft.prompt_embeds(caption) if self.drafter is not None else []
-        return ImagePrompt(caption, self.generator.prompt_embeds(caption), draft)
+        target = self.generator.prompt_embeds(caption)
+        # a head reads the target's own prompt pair
+        draft = self.draft.prompt_embeds(caption) if self.draft is not None else target
+        return ImagePrompt(caption, target, draft if self.drafter is not None else [])
 
     def decode(self, prompt: ImagePrompt, sampler) -> Generation:
         """One image's codes with this method."""

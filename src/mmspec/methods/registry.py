@@ -108,7 +108,8 @@ def _tabed_rows() -> list[Method]:
 
 
 def _lantern_rows() -> list[Method]:
-    """LANTERN (image generation) over a draft model's chain and EAGLE-2 trees, and the paper's
+    """LANTERN (image generation) over a draft model's chain and EAGLE-2 trees, over EAGLE's
+    head (the paper's drafter: EAGLE-2 on LlamaGen), and the paper's
     ablations of the neighbourhood (Table 4: cosine and random proximity; JSD for TVD). The
     defaults are the release's (components.LANTERN_DEFAULTS): k 1000 of LlamaGen's 16384 codes,
     so a smaller codebook sets lantern_k below its size."""
@@ -129,6 +130,20 @@ def _lantern_rows() -> list[Method]:
             "paper's drafter shape)",
             tree="dynamic",
             **lantern,
+        ),
+        Method(
+            "lantern_eagle2",
+            "LANTERN's relaxed acceptance over EAGLE-2: EAGLE's head trained on the image "
+            "target's own features, guided as the target, growing dynamic trees (the paper's "
+            "drafter, Section 4.1)",
+            {**HEAD_DRAFTING, "drafter": "eagle", "tree": "dynamic", **lantern},
+            "LANTERN (EAGLE-2 head)",
+        ),
+        Method(
+            "lantern_eagle",
+            "LANTERN's relaxed acceptance over a chain of gamma codes from EAGLE's head",
+            {**HEAD_DRAFTING, "drafter": "eagle", "tree": "chain", **lantern},
+            "LANTERN (EAGLE head)",
         ),
         *[
             _drafting(

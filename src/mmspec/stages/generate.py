@@ -208,16 +208,23 @@ class ImageWork:
     """A cell of image generation: each prepared row's caption in, a grid of codes out, with
     classifier-free guidance at `generation.cfg` on target and draft."""
 
-    def __init__(self, params, prepared, out, device):
-        pair, spec = params["pair"], params["cell"]["spec"]
+    def __init__(self, params, prepared, out, device, drafter=None):
+        cell, pair, spec = params["cell"], params["pair"], params["cell"]["spec"]
         with loading.about(pair["target"]):
             target = ImageGenerator.load(pair["target"], device, pair["dtype"])
-        draft = None
+        draft = head = None
         if spec["drafter"] in DRAFTERS_WITH_MODEL:
             with loading.about(pair["draft"]):
                 draft = ImageGenerator.load(pair["draft"], device, pair["dtype"])
+        if spec["drafter"] in HEAD_DRAFTERS:
+            if drafter is None:
+                raise ValueError(f"method {cell['method']!r} needs its trained head (--drafter)")
+            dtype = target.model.dtype
+            head = load_head(drafter, pair["target"], device, dtype, spec["drafter"])
         gen = params["generation"]
-        self.runner = ImageMethodRunner(spec, target, draft, gen["cfg"], gen.get("top_k", 0))
+        self.runner = ImageMethodRunner(
+            spec, target, draft, gen["cfg"], gen.get("top_k", 0), head=head
+        )
         self.generator, self.out = target, out  # `out`: the table errors name
         self.prepared = prepared
 
@@ -260,7 +267,7 @@ def run(
     if not rows:
         raise ValueError(f"{prepared}: no samples to decode")
     if params.get("task") == media.IMAGE_GENERATION:
-        work = ImageWork(params, prepared, out, device)
+        work = ImageWork(params, prepared, out, device, drafter)
     else:
         if target_visual is None:
             raise ValueError(f"cell {cell['dataset']}: a visual cache of the target is needed")

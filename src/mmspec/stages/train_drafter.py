@@ -3,7 +3,8 @@
 -> results/drafters/<pair>/<kind>/<hp>/: the head (`save_pretrained`, its config naming the
 target), `curves.parquet` (training and held-out curves) and `training.json`. The target
 answers every prompt of the training dataset (greedy AR, as in a generate job: same prompts,
-same visual cache), then `training.heads` fits the head. A killed job resumes: the collected
+same visual cache; an image generator draws each caption's image, `collect_images`), then
+`training.heads` fits the head. A killed job resumes: the collected
 sequences and the training state are kept in `<out>.partial/` (the state every tenth of the
 steps), under a key of the job's parameters and inputs, so a changed job starts afresh.
 """
@@ -20,7 +21,10 @@ import pyarrow as pa
 import torch
 from tqdm import tqdm
 
+from mmspec.data import media
 from mmspec.decoding.drafters.heads import build_head
+from mmspec.decoding.loops import decode_ar
+from mmspec.decoding.prompt import as_prompt
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.timing import pick_device
 from mmspec.stages.checkpoints import job_key
@@ -57,10 +61,13 @@ class Partial:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def collect(params: dict, prepared: str, target_visual: str, device, stored=None):
+def collect(params: dict, prepared: str, target_visual: str | None, device, stored=None):
     """(target `Decoder`, training sequences): the target's greedy answers and its features
     (`stored`: those of an interrupted run of the same job, kept)."""
     from mmspec.stages.generate import TextWork
+
+    if params.get("task") == media.IMAGE_GENERATION:
+        return collect_images(params, prepared, device, stored)
 
     work = TextWork(
         {"cell": {"spec": AR_SPEC}, "pair": params["pair"], "generation": params["generation"]},
@@ -86,6 +93,40 @@ def collect(params: dict, prepared: str, target_visual: str, device, stored=None
     return runner.target, sequences
 
 
+def collect_images(params: dict, prepared: str, device, stored=None):
+    """(the target's `Decoder`, training sequences) of an image generator: per caption, the
+    target's guided greedy image and one guided sample (temperature 1, the generation's top-k:
+    image generators decode both ways), each teacher-forced behind the conditional and behind
+    the unconditional prompt, since a head under guidance runs both rows."""
+    from mmspec.stages.generate import ImageWork, sample_sampler
+
+    work = ImageWork(
+        {"cell": {"spec": AR_SPEC}, "pair": params["pair"], "generation": params["generation"]},
+        prepared,
+        prepared,
+        device,
+    )
+    runner = work.runner
+    decoder = runner.target.decoder
+    if stored is not None:
+        return decoder, stored
+    rows = read_table(prepared, PREPARED).to_pylist()
+    if len(rows) < 2:
+        raise ValueError(f"{prepared}: a drafter head needs at least 2 training samples")
+    sequences = []
+    for row in tqdm(rows, desc="train_drafter: the target draws"):
+        prompt = work.sample(row)
+        sampler = sample_sampler(params["seed"], row["sample_id"], row["turn"], "head")
+        images = [
+            decode_ar(runner.target, prompt.target, runner.grid, set(), temperature, sampler)
+            for temperature in (0.0, 1.0)
+        ]
+        for image in images:
+            for embeds in prompt.target:  # conditional, then unconditional
+                sequences.append(collect_sequence(decoder, as_prompt(embeds), image.tokens))
+    return decoder, sequences
+
+
 def _layer_counts(sequences) -> dict[str, int]:
     counts: dict[str, int] = {}
     for s in sequences:
@@ -96,7 +137,7 @@ def _layer_counts(sequences) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
 
 
-def run(params: dict, prepared: str, target_visual: str, out: str, threads: int = 1) -> dict:
+def run(params: dict, prepared: str, target_visual: str | None, out: str, threads: int = 1) -> dict:
     """Train the head `params` names (pair, kind, training, generation, seed) into `out`."""
     started = time.perf_counter()
     torch.set_num_threads(threads)

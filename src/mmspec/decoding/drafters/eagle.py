@@ -24,6 +24,7 @@ from transformers import LlamaConfig, LlamaModel, PreTrainedModel
 
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import Drafter, tree_feed
+from mmspec.decoding.guidance import GuidedDecoder
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT
 from mmspec.decoding.timing import sync
@@ -98,17 +99,27 @@ def head_config(target_config, layers: int = 1, config_class=None, **extra) -> E
 
 class EagleDrafter(Drafter):
     """Drafts with an `EagleHead` over the target's features; the target's embedding and
-    `lm_head` are shared (what the head's `Decoder` runs with)."""
+    `lm_head` are shared (what the head's `Decoder` runs with).
 
-    def __init__(self, head: EagleHead, target: Decoder, temperature: float):
+    Under classifier-free guidance (a `GuidedDecoder` target: image generation) the head runs
+    two rows, fed the target's conditional and unconditional features, and
+    presents the guided distribution of its two read-outs, as the target does (LANTERN's
+    drafter: EAGLE-2's head over LlamaGen, guided on both sides). Entries, predicted features
+    and pending inputs carry a leading row dimension: one row, or those two.
+    """
+
+    def __init__(self, head: EagleHead, target: Decoder | GuidedDecoder, temperature: float):
         super().__init__(temperature)
         self.head = head
-        self.decoder = Decoder(head, parts=(head.model, target.lm_head, target.embed))
-        self.embed = target.embed
+        self.guidance = target if isinstance(target, GuidedDecoder) else None
+        inner = target.decoder if self.guidance is not None else target
+        self.decoder = Decoder(head, parts=(head.model, inner.lm_head, inner.embed))
+        self.embed = inner.embed
         self.q_temperature = temperature if temperature > 0 else 1.0
-        self.pending: tuple[torch.Tensor, torch.Tensor] | None = None  # (embeds, features)
+        # per row: (embeds [n, H], features [n, H]) of the entries to feed next
+        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.started = False
-        self.out: dict[int, torch.Tensor] = {}  # node (ROOT too) -> the head's predicted feature
+        self.out: dict[int, torch.Tensor] = {}  # node (ROOT too) -> predicted features [R, H]
         self.fed: list[int] = []
         self.first = 0  # head position of depth-1 nodes in the current proposal
 
@@ -116,22 +127,34 @@ class EagleDrafter(Drafter):
         ids = torch.as_tensor(tokens, dtype=torch.long, device=self.decoder.device)
         return self.embed(ids)
 
+    def _rows(self, target) -> list[torch.Tensor]:
+        """The target's features per row of a `Forward` row: [n, H] each."""
+        if self.guidance is None:
+            return [target.hidden]
+        return [target.hidden, target.unconditional]
+
     @torch.inference_mode()
     def start(self, prompts, first_token: int, target) -> None:
-        """Queue one entry per prompt position: the next position's input embedding (the first
-        token's after the last) with the target's prefill feature of this one."""
-        prompt = prompts[0]
-        embeds = torch.cat([prompt.embeds[1:].to(self.decoder.device), self._embed([first_token])])
-        self.pending = (embeds, target.hidden)
+        """Queue one entry per prompt position and row: the next position's input embedding
+        (the first token's after the last) with the target's prefill feature of this one.
+        Unguided, `prompts` holds the target's prompt; guided, its (conditional,
+        unconditional) pair, whose prefill left-padded the shorter row."""
+        rows = [prompts[0].embeds] if self.guidance is None else list(prompts)
+        first = self._embed([first_token])
+        self.pending = [
+            (torch.cat([embeds[1:].to(self.decoder.device), first]), features[-len(embeds) :])
+            for embeds, features in zip(rows, self._rows(target), strict=True)
+        ]
         self.started = False
 
-    def _forward(self, vectors: torch.Tensor, **tree) -> torch.Tensor:
-        """Feed entry vectors [n, H] (timed); the predicted features [n, H]."""
+    def _forward(self, vectors: list[torch.Tensor], **tree) -> torch.Tensor:
+        """Feed entry vectors ([n, H] per row; timed); the predicted features [R, n, H] (at
+        a prefill, of the last n positions of every row)."""
         start = time.perf_counter()
         if self.started:
-            hidden = self.decoder.extend_vectors(vectors, **tree).hidden[0]
+            hidden = self.decoder.extend_vectors(torch.stack(vectors), **tree).hidden
         else:
-            hidden = self.decoder.prefill(vectors).hidden[0]
+            hidden = self.decoder.prefill(vectors).hidden
             self.started = True
         sync(self.decoder.device)
         self.forward_s += time.perf_counter() - start
@@ -139,31 +162,38 @@ class EagleDrafter(Drafter):
         return hidden
 
     def _q(self, features: torch.Tensor) -> torch.Tensor:
-        return distribution(self.decoder.head_logits(features), self.q_temperature)
+        """The draft distribution(s) of predicted features [R, ..., H]."""
+        logits = self.decoder.head_logits(features)
+        if self.guidance is not None:
+            logits = self.guidance.guide(logits[0], logits[1])
+        else:
+            logits = logits[0]
+        return distribution(logits, self.q_temperature)
 
     @torch.inference_mode()
     def root(self, sampler) -> torch.Tensor:
         """Feed the queued entries (true features); the first drafted position's q."""
-        embeds, features = self.pending
-        predicted = self._forward(self.head.inputs(embeds, features))[-1:]
-        self.out, self.fed = {ROOT: predicted[0]}, []
+        vectors = [self.head.inputs(embeds, features) for embeds, features in self.pending]
+        predicted = self._forward(vectors)[:, -1]  # [R, H]
+        self.out, self.fed = {ROOT: predicted}, []
         self.first = self.decoder.length
-        return self._q(predicted)[0]
+        return self._q(predicted)
 
     @torch.inference_mode()
     def expand(self, tree, nodes: list[int]) -> torch.Tensor:
         """Feed `nodes` (each with its parent's predicted feature); q after each [n, V]."""
-        features = torch.stack([self.out[tree.parents[n]] for n in nodes])
-        vectors = self.head.inputs(self._embed([tree.tokens[n] for n in nodes]), features)
+        features = torch.stack([self.out[tree.parents[n]] for n in nodes], dim=1)  # [R, n, H]
+        embeds = self._embed([tree.tokens[n] for n in nodes])
+        vectors = [self.head.inputs(embeds, row) for row in features]
         predicted = self._forward(vectors, **tree_feed(tree, nodes, self.fed, self.first))
         self.fed.extend(nodes)
-        self.out.update(zip(nodes, predicted, strict=True))
+        self.out.update(zip(nodes, predicted.transpose(0, 1), strict=True))
         return self._q(predicted)
 
     @torch.inference_mode()
     def commit(self, tree, path: list[int], next_token: int, target) -> None:
         """Drop the drafted entries; queue the accepted tokens and the next one, each with the
-        target's feature of the position before it."""
+        target's feature of the position before it (in every row)."""
         self.decoder.truncate(self.first)
-        tokens = [tree.tokens[i] for i in path] + [next_token]
-        self.pending = (self._embed(tokens), target.hidden)
+        embeds = self._embed([tree.tokens[i] for i in path] + [next_token])
+        self.pending = [(embeds, features) for features in self._rows(target)]

@@ -61,6 +61,10 @@ def test_default_config_is_a_tour_of_every_paper():
         "toy_story": tabed,
         "toy_video": TREES | loose,
     }
+    # LANTERN over the paper's drafter: exact and relaxed verification of one EAGLE head's chain
+    assert _by(cells, "toy_image") == {"toy_imagegen": {"ar", "eagle_image", "lantern_eagle"}}
+    image_heads = {mmconfig.drafter_dir(c) for c in cells if c.pair == "toy_image"} - {None}
+    assert len(image_heads) == 1
     cfg = mmconfig.load("config/config.yaml")
     assert mmconfig.judged_datasets(cfg) == ["toy_video"]
     assert {c.spec["weights"] for c in cells if c.method == "tabed_mt"} == {"grid"}
@@ -126,6 +130,19 @@ def test_toy_presets_hold_each_papers_full_toy_study():
         "sd_chain",
     }
     assert len(ablations) == 5
+    # the same study over the paper's drafter: every cell of EAGLE's head shares one head
+    relaxed = {
+        (c.spec["temperature"], c.spec["lantern_k"], c.spec["lantern_delta"])
+        for c in lantern
+        if c.spec["method"] == "lantern_eagle"
+    }
+    deltas = (0.05, 0.1, 0.2, 0.4, 0.8)
+    assert relaxed == {(t, k, d) for t in (0.0, 1.0) for k in (16, 64) for d in deltas} | {
+        (0.0, k, 0.0) for k in (16, 64)
+    }
+    heads = {mmconfig.drafter_dir(c) for c in lantern if c.spec["drafter"] == "eagle"}
+    assert len(heads) == 1
+    assert {"eagle", "eagle2", "lantern_eagle2"} <= {c.spec["method"] for c in lantern}
     loose = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_lvspec.yaml"))
     assert {(c.dataset, c.pair) for c in loose} == {("toy_vdesc", "toy_vdesc_pair")}
     lambdas = {c.spec["lvspec_lambda"] for c in loose if c.method == "lvspec_nopst"}

@@ -36,7 +36,7 @@ def test_lossless_cells_draw_the_ar_images(run_dir):
     ar = cells[("ar", None)]
     assert ar["fid"] is not None and ar["fid"] == ar["ar_fid"] and ar["fid_retention"] == 1.0
     # greedy SD and LANTERN at delta 0 are lossless: the same codes, so the same images and FID
-    for key in [("sd_chain", None), ("lantern", 0.0)]:
+    for key in [("sd_chain", None), ("lantern", 0.0), ("eagle_image", None)]:
         cell = cells[key]
         assert cell["lossless_rule"] and cell["lossless_rate"] == 1.0, key
         assert cell["fid"] == ar["fid"] and cell["quality"] == ar["quality"], key
@@ -45,7 +45,7 @@ def test_lossless_cells_draw_the_ar_images(run_dir):
 
 def test_relaxed_cells_are_lossy_not_failed(run_dir):
     cells = _cells(run_dir)
-    for key in [("lantern", 0.3), ("lantern_tree", 0.1)]:
+    for key in [("lantern", 0.3), ("lantern_tree", 0.1), ("lantern_eagle", 0.3)]:
         cell = cells[key]
         assert cell["lossless_rule"] is False and cell["lossless_rate"] is None, key
         assert cell["fid"] is not None and cell["quality"] is not None, key
@@ -64,8 +64,18 @@ def test_outputs_are_full_code_grids_with_thumbnails(run_dir):
         assert len(images) == 4 and all(i.shape == (32, 32, 3) for i in images)
 
 
+def test_one_eagle_head_trains_on_the_targets_draws_of_the_training_split(run_dir):
+    heads = list((run_dir / "results/drafters/toy_image/eagle").iterdir())
+    assert len(heads) == 1  # exact and relaxed verification share the head
+    record = json.loads((heads[0] / "training.json").read_text())
+    # two draws per caption (greedy, sampled), each behind the conditional and unconditional
+    # prompt
+    assert record["sequences"] == 6 * 4 and record["target"] == "toy:image_target"
+    assert not (run_dir / "results/visual").exists()  # nor does the head read a visual cache
+
+
 def test_report_has_the_image_section(run_dir):
     html = (run_dir / "reports/index.html").read_text()
     assert "id='image-generation'" in html or 'id="image-generation"' in html
-    assert html.count("alt='generated image") == 4 * 5  # four thumbnails of each cell
+    assert html.count("alt='generated image") == 4 * 7  # four thumbnails of each cell
     assert "fid_retention" in html

@@ -97,7 +97,11 @@ def collect_images(params: dict, prepared: str, device, stored=None):
     """(the target's `Decoder`, training sequences) of an image generator: per caption, the
     target's guided greedy image and one guided sample (temperature 1, the generation's top-k:
     image generators decode both ways), each teacher-forced behind the conditional and behind
-    the unconditional prompt, since a head under guidance runs both rows."""
+    the unconditional prompt, since a head under guidance runs both rows.
+
+    LANTERN's drafter (its Appendix C) trains instead on 100k LAION-COCO images, dropping 10% of
+    the conditions as the target's training did; here the target's own draws stand for a data
+    set (its text heads train on the target's answers too) and every draw trains both rows."""
     from mmspec.stages.generate import ImageWork, sample_sampler
 
     work = ImageWork(

@@ -169,18 +169,24 @@ def main(argv=None) -> int:
 
     secs, toks = dict.fromkeys(RUNNERS, 0.0), dict.fromkeys(RUNNERS, 0)
     mismatch, steps = dict.fromkeys(["ours_ar", "ours_sd", "hf_assisted"], 0), []
+    decode = {"ours_ar": [0.0, 0, 0], "ours_sd": [0.0, 0, 0]}  # seconds, new tokens, steps
     with torch.inference_mode():
         bench.check_assistant_view(samples[0])
         for s in samples[: args.warmup]:
             for name in RUNNERS:
                 timed(name, s)
         bench.hf_target_forwards = 0
+        bench.drafter.forwards, bench.drafter.forward_s = 0, 0.0
         for i, s in enumerate(samples):
             out = {}
             for name in RUNNERS[i % 4 :] + RUNNERS[: i % 4]:
                 result, seconds = timed(name, s)
                 if name == "ours_sd":
                     steps += result.steps
+                if name.startswith("ours"):  # decode only, for Eq. 1 (its T_p: AR steps)
+                    decode[name][0] += result.decode_s
+                    decode[name][1] += len(result.tokens) - 1
+                    decode[name][2] += len(result.steps)
                 out[name] = result.tokens if name.startswith("ours") else result
                 secs[name] += seconds
                 toks[name] += len(out[name])
@@ -189,6 +195,22 @@ def main(argv=None) -> int:
 
     def ratio(a: str, b: str) -> float:
         return secs[a] / secs[b]
+
+    # TABED's Eq. 1 from this run's own timings: c = T_q / T_p with T_p an AR decoding step
+    (ar_s, ar_new, ar_steps), (sd_s, sd_new, sd_steps) = decode["ours_ar"], decode["ours_sd"]
+    t_p = ar_s / ar_steps
+    c = bench.drafter.forward_s / bench.drafter.forwards / t_p
+    k = bench.drafter.forwards / sd_steps
+    tau = sd_new / sd_steps
+    verify = sum(step.verify_s for step in steps) / sd_steps / t_p
+    decode_speedup = (ar_s / ar_new) / (sd_s / sd_new)
+    eq1 = {
+        "c": c,
+        "verify_cost": verify,
+        "decode_speedup": decode_speedup,
+        "speedup_eq1": tau / (k * c + 1),
+        "speedup_eq1_verify": tau / (k * c + verify),
+    }
 
     report = {
         "runners": {
@@ -200,7 +222,12 @@ def main(argv=None) -> int:
             "ours_sd / hf_assisted": ratio("ours_sd", "hf_assisted"),
             "ours_sd speedup (ours_ar / ours_sd)": ratio("ours_ar", "ours_sd"),
             "hf_assisted speedup (hf_generate / hf_assisted)": ratio("hf_generate", "hf_assisted"),
+            "ours_sd decode speedup / Eq. 1": decode_speedup / eq1["speedup_eq1"],
+            "ours_sd decode speedup / Eq. 1 with verify_cost": (
+                decode_speedup / eq1["speedup_eq1_verify"]
+            ),
         },
+        "eq1": eq1,
         "ours_sd_tau": sum(s.accepted + 1 for s in steps) / max(len(steps), 1),
         "tokens_per_target_forward": {  # ours: one prefill per sample + one per verification
             "ours_sd": toks["ours_sd"] / (len(samples) + len(steps)),
@@ -226,6 +253,11 @@ def main(argv=None) -> int:
     print(
         f"tokens per target forward: ours_sd {per_fwd['ours_sd']:.2f}, "
         f"hf_assisted {per_fwd['hf_assisted']:.2f}"
+    )
+    print(
+        f"Eq. 1: c {c:.3f}, verify_cost {verify:.2f} AR steps, decode speedup "
+        f"{decode_speedup:.2f}, estimate {eq1['speedup_eq1']:.2f} (verification = 1 AR step), "
+        f"{eq1['speedup_eq1_verify']:.2f} (its measured cost)"
     )
     print("samples whose output differs from hf_generate:", mismatch)
     if args.json:

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Stop the daemons started by tests/slurm/start_slurm.sh (by their pid files only).
+# Stop the daemons started by tests/slurm/start_slurm.sh (by their pid files only), and take
+# back the /etc/slurm symlinks that point into the scratch folder: with no controller behind
+# them, every Slurm client (`scontrol`, which Snakemake's Slurm plugin runs at each start to
+# pick its status command) would retry it for 10 s. start_slurm.sh lays them again.
 #   tests/slurm/stop_slurm.sh           # stop; keep state, database and logs
-#   tests/slurm/stop_slurm.sh --purge   # stop, then delete the scratch folder and the
-#                                       # /etc/slurm symlinks that point into it
+#   tests/slurm/stop_slurm.sh --purge   # stop, then delete the scratch folder
 set -euo pipefail
 S=${MMSPEC_SLURM_DIR:-/tmp/mmspec-slurm}
 
@@ -32,13 +34,14 @@ stop "slurmd:$S/run/slurmd.pid" "slurmctld:$S/run/slurmctld.pid" "slurmdbd:$S/ru
 stop "mariadbd:$S/run/mariadb.pid" "munged:$S/munge/munged.pid"
 rm -f "$S/run/munged.pid"
 
+for f in slurm.conf gres.conf; do
+    if [[ -L /etc/slurm/$f && $(readlink "/etc/slurm/$f") == "$S/etc/$f" ]]; then
+        rm -f "/etc/slurm/$f"
+        if [[ -e /etc/slurm/$f.before-mmspec ]]; then mv "/etc/slurm/$f.before-mmspec" "/etc/slurm/$f"; fi
+    fi
+done
+
 if [[ ${1:-} == --purge ]]; then
-    for f in slurm.conf gres.conf; do
-        if [[ -L /etc/slurm/$f && $(readlink "/etc/slurm/$f") == "$S/etc/$f" ]]; then
-            rm -f "/etc/slurm/$f"
-            if [[ -e /etc/slurm/$f.before-mmspec ]]; then mv "/etc/slurm/$f.before-mmspec" "/etc/slurm/$f"; fi
-        fi
-    done
     rm -rf "$S"
     echo "stop_slurm: removed $S"
 fi

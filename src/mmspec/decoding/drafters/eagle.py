@@ -147,12 +147,14 @@ class EagleDrafter(Drafter):
         ]
         self.started = False
 
-    def _forward(self, vectors: list[torch.Tensor], **tree) -> torch.Tensor:
-        """Feed entry vectors ([n, H] per row; timed); the predicted features [R, n, H] (at
-        a prefill, of the last n positions of every row)."""
+    def _forward(self, vectors: torch.Tensor | list[torch.Tensor], **tree) -> torch.Tensor:
+        """Feed entry vectors ([R, n, H], or [n, H] per row; timed); the predicted features
+        [R, n, H] (at a prefill, of the last n positions of every row)."""
         start = time.perf_counter()
         if self.started:
-            hidden = self.decoder.extend_vectors(torch.stack(vectors), **tree).hidden
+            if isinstance(vectors, list):
+                vectors = torch.stack(vectors)
+            hidden = self.decoder.extend_vectors(vectors, **tree).hidden
         else:
             hidden = self.decoder.prefill(vectors).hidden
             self.started = True
@@ -183,8 +185,8 @@ class EagleDrafter(Drafter):
     def expand(self, tree, nodes: list[int]) -> torch.Tensor:
         """Feed `nodes` (each with its parent's predicted feature); q after each [n, V]."""
         features = torch.stack([self.out[tree.parents[n]] for n in nodes], dim=1)  # [R, n, H]
-        embeds = self._embed([tree.tokens[n] for n in nodes])
-        vectors = [self.head.inputs(embeds, row) for row in features]
+        embeds = self._embed([tree.tokens[n] for n in nodes]).expand(len(features), -1, -1)
+        vectors = self.head.inputs(embeds, features)
         predicted = self._forward(vectors, **tree_feed(tree, nodes, self.fed, self.first))
         self.fed.extend(nodes)
         self.out.update(zip(nodes, predicted.transpose(0, 1), strict=True))

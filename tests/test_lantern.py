@@ -203,9 +203,76 @@ def test_lantern_keys_join_a_method_that_verifies_with_it():
     assert (spec["lantern_k"], spec["lantern_delta"], spec["proximity"]) == (1000, 0.2, "l2")
     with pytest.raises(ValueError, match="lantern_k is read only by acceptance 'lantern'"):
         resolve("sd_chain", {"lantern_k": 3})
+    # a LANTERN method made exact keeps no delta (its cell would read as a relaxed one)
+    exact = resolve("lantern_eagle", {"acceptance": "sampling", "temperature": 1.0})
+    assert not {"lantern_k", "lantern_delta", "proximity", "divergence"} & set(exact)
+    with pytest.raises(ValueError, match="verifies with 'sampling' here"):
+        resolve("lantern_eagle", {"acceptance": "sampling", "lantern_delta": 0.2})
     with pytest.raises(ValueError, match=r"lantern_delta .* must be in \[0, 1\]"):
         resolve("sd_chain", {"acceptance": "lantern", "lantern_delta": 1.5})
     with pytest.raises(ValueError, match="divergence='kl' is not one of"):
         resolve("sd_chain", {"acceptance": "lantern", "divergence": "kl"})
     with pytest.raises(ValueError, match="this target has none"):
         make_rule(spec)  # no codebook: a text-only target
+
+
+def _expected(run) -> tuple[float, float]:
+    """(E[accepted length], E[relaxed nodes]) of `run(sampler) -> (path, token, relaxed)` over
+    every outcome of its coins and draws."""
+    length = relaxed = 0.0
+    for prob, (path, _, count) in outcomes(run):
+        length += prob * len(path)
+        relaxed += prob * count
+    return length, relaxed
+
+
+@pytest.mark.parametrize("delta", [0.0, 0.1, 0.4])
+def test_relaxed_nodes_are_those_the_same_draw_would_have_rejected_exactly(delta):
+    """A chain drawn from q: position i is reached with probability prod_{j<i} b_j and accepted
+    by relaxing with b_i - a_i (b: LANTERN's min(1, p(A)/q), a: the lossless min(1, p/q)).
+    A one-level tree of point masses: sibling s is reached after the earlier ones were rejected
+    and accepted by relaxing with p(A_s) - p_s(x_s) under the residual p_s."""
+    rule = _rule(6, delta)
+    relax = lantern._Relax(rule.params["neighbours"], delta, "tvd")
+    logits, q, tokens = _case(5)
+    logits, q = logits.double(), q.double()
+    p_rows = torch.softmax(logits, -1)
+    chain = Proposal.chain(tokens, q)
+    reach = want_length = want_relaxed = 0.0
+    reach = 1.0
+    for i, x in enumerate(tokens):
+        a = min(1.0, float(p_rows[i, x] / q[i, x]))
+        b = min(1.0, float(relax(p_rows[i], x)[1] / q[i, x]))
+        want_relaxed += reach * (b - a)
+        reach *= b
+        want_length += reach
+    length, relaxed = _expected(lambda s: rule.verdict(chain, logits, 1.0, s))
+    assert math.isclose(length, want_length, rel_tol=1e-9)
+    assert math.isclose(relaxed, want_relaxed, rel_tol=1e-9, abs_tol=1e-12)
+    assert (relaxed > 0.01) == (delta > 0)
+
+    tree = Proposal()
+    siblings = p_rows[0].topk(3).indices.tolist()
+    for t in siblings:
+        tree.add(t, ROOT)
+    p, reach, want_relaxed = p_rows[0], 1.0, 0.0
+    for x in siblings:
+        chance, rest = relax.point_mass(p, x)
+        want_relaxed += reach * (chance - float(p[x]))
+        reach *= 1 - chance
+        p = rest
+    _, relaxed = _expected(lambda s: rule.verdict(tree, logits[:4], 1.0, s))
+    assert math.isclose(relaxed, want_relaxed, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_greedy_counts_an_accepted_neighbour_of_the_argmax_as_relaxed():
+    table = _neighbours(3)
+    x = OFFSET + 2
+    near = table.of(x).tolist()
+    logits = torch.full((2, OFFSET + 24), -9.0)
+    logits[0, near[0]], logits[0, x] = 2.0, 1.9  # the argmax is x's nearest neighbour
+    chain = Proposal.chain([x])
+    assert _rule(3, 0.0).verdict(chain, logits, 0.0, None)[::2] == ([], 0)
+    assert _rule(3, 0.6).verdict(chain, logits, 0.0, None)[::2] == ([0], 1)
+    exact = Proposal.chain([near[0]])
+    assert _rule(3, 0.6).verdict(exact, logits, 0.0, None)[::2] == ([0], 0)

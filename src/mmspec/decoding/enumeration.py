@@ -69,6 +69,21 @@ class ScriptedSampler(Sampler):
     def coins(self, probabilities: torch.Tensor) -> torch.Tensor:
         return torch.tensor([self.accept(a) for a in probabilities.double().tolist()])
 
+    def graded_accept(self, exact: float, relaxed: float) -> tuple[bool, bool]:
+        b = min(max(float(relaxed), 0.0), 1.0)
+        a = min(max(float(exact), 0.0), b)
+        return self._choose([((True, False), a), ((True, True), b - a), ((False, False), 1.0 - b)])
+
+    def graded_first_rejection(self, exact: torch.Tensor, relaxed: torch.Tensor):
+        # one graded coin per entry up to the first rejection: the same law as one choice of k
+        count = 0
+        for k, (a, b) in enumerate(zip(exact.tolist(), relaxed.tolist(), strict=True)):
+            accepted, by_relaxing = self.graded_accept(a, b)
+            if not accepted:
+                return k, count
+            count += by_relaxing
+        return len(exact), count
+
     def dirichlet(self, m: int) -> torch.Tensor:
         draws = -torch.rand(m, generator=self.weights).clamp_min(1e-12).log()
         return draws / draws.sum()

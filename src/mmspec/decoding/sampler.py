@@ -30,6 +30,17 @@ class Sampler:
         """The coins `first_rejection` flips, all of them (bool, one per entry)."""
         raise NotImplementedError
 
+    def graded_accept(self, exact: float, relaxed: float) -> tuple[bool, bool]:
+        """`accept(relaxed)` with the same draw graded: (accepted, accepted only because the
+        probability was raised from `exact` to `relaxed`). A lossy rule that raises acceptance
+        probabilities counts its relaxed tokens this way without changing what it decides."""
+        raise NotImplementedError
+
+    def graded_first_rejection(self, exact: torch.Tensor, relaxed: torch.Tensor):
+        """`first_rejection(relaxed)` with the same draws graded: (k, how many of the k accepted
+        entries a coin of probability `exact` would have rejected)."""
+        raise NotImplementedError
+
     def dirichlet(self, m: int) -> torch.Tensor:
         """m non-negative weights summing to one, uniform over the simplex (Dirichlet(1, ...))."""
         raise NotImplementedError
@@ -51,8 +62,20 @@ class TorchSampler(Sampler):
         return int(self.coins(probabilities).int().cumprod(0).sum())
 
     def coins(self, probabilities: torch.Tensor) -> torch.Tensor:
-        draws = torch.rand(probabilities.shape, generator=self.generator, dtype=probabilities.dtype)
-        return draws.to(probabilities.device) < probabilities
+        return self._uniforms(probabilities) < probabilities
+
+    def _uniforms(self, like: torch.Tensor) -> torch.Tensor:
+        draws = torch.rand(like.shape, generator=self.generator, dtype=like.dtype)
+        return draws.to(like.device)
+
+    def graded_accept(self, exact: float, relaxed: float) -> tuple[bool, bool]:
+        u = float(torch.rand((), generator=self.generator, dtype=torch.float64))
+        return u < relaxed, exact <= u < relaxed
+
+    def graded_first_rejection(self, exact: torch.Tensor, relaxed: torch.Tensor):
+        u = self._uniforms(relaxed)
+        k = int((u < relaxed).int().cumprod(0).sum())
+        return k, int((u[:k] >= exact[:k]).sum())
 
     def dirichlet(self, m: int) -> torch.Tensor:
         draws = -torch.rand(m, generator=self.generator).clamp_min(1e-12).log()

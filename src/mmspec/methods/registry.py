@@ -494,11 +494,30 @@ def resolve(method_name: str, hparams: dict, temperature: float = 0.0) -> dict:
         ):
             raise ValueError(f"{key}={value!r} should be of type {TYPES[key]}")
         spec[key] = value
+    _drop_other_rules_keys(spec, hparams, method_name)
     spec.setdefault("temperature", temperature)
     spec["method"] = method_name
     _check_ranges(spec)
     _check_combination(spec, hparams)
     return spec
+
+
+def _drop_other_rules_keys(spec: dict, hparams: dict, method_name: str) -> None:
+    """A method whose acceptance is overridden keeps none of its default rule's keys (a
+    `lantern_eagle` verifying with `sampling` is exact, and its cell must not carry a delta);
+    such a key set explicitly is an error."""
+    rule = spec.get("acceptance")
+    read = ACCEPTANCE_DEFAULTS.get(rule, {})
+    for other, keys in ACCEPTANCE_DEFAULTS.items():
+        for key in keys:
+            if other == rule or key in read or key not in spec:
+                continue
+            if key in hparams:
+                raise ValueError(
+                    f"{key} is read only by acceptance {other!r}, but method {method_name!r} "
+                    f"verifies with {rule!r} here"
+                )
+            del spec[key]
 
 
 def _check_ranges(spec: dict) -> None:

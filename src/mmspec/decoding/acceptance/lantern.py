@@ -27,6 +27,12 @@ lossless one it extends, draw for draw (tests check it, and the exact output dis
 enumeration). For delta > 0, delta bounds how far each distorted target p' lies from p (the
 paper's bound, given the drafted token); the emitted tokens' distribution is not bounded by it,
 so quality is measured (FID, CLIP score), not guaranteed.
+
+Each step reports its relaxed tokens (the cells table's `relaxed_share`): those the lossless rule
+would have rejected where LANTERN accepted them. Greedy: an accepted child other than the
+target's argmax. Sampling: an accepted token whose coin, the same draw, fell at or above the
+lossless acceptance probability (p(x) / q(x) on a chain, p(x) for a point mass); the grading
+reads the draw LANTERN flips anyway, so counting changes nothing it decides.
 """
 
 from __future__ import annotations
@@ -171,7 +177,7 @@ def _greedy(proposal: Proposal, logits: torch.Tensor, relax: _Relax):
     rule does (so delta 0 is that rule)."""
     target = logits.argmax(dim=-1)
     p_rows = torch.softmax(logits.float(), dim=-1)
-    children, path, node = proposal.children(), [], ROOT
+    children, path, node, relaxed = proposal.children(), [], ROOT, 0
     while True:
         want, p = int(target[node + 1]), p_rows[node + 1]
         match = None
@@ -183,10 +189,10 @@ def _greedy(proposal: Proposal, logits: torch.Tensor, relax: _Relax):
             else:
                 hit = int(distorted(p, kept, mass).argmax()) == token
             if hit:
-                match = child
+                match, relaxed = child, relaxed + (token != want)
                 break
         if match is None:
-            return path, want
+            return path, want, relaxed
         path.append(match)
         node = match
 
@@ -194,7 +200,8 @@ def _greedy(proposal: Proposal, logits: torch.Tensor, relax: _Relax):
 def _drawn_chain(proposal: Proposal, p_rows: torch.Tensor, sampler, relax: _Relax):
     """A chain drawn from q: min(1, p(A_i) / q_i(x_i)) as one vector and one comparison, as the
     lossless rule flips its coins, then the residual of the distorted target at the first
-    rejection."""
+    rejection. An accepted token is relaxed when its coin fell at or above p(x_i) / q_i(x_i),
+    where the lossless rule would have rejected it."""
     if not proposal.is_chain:
         raise ValueError("draws from q are verified only on chains; trees are point masses")
     n = len(proposal.tokens)
@@ -202,8 +209,12 @@ def _drawn_chain(proposal: Proposal, p_rows: torch.Tensor, sampler, relax: _Rela
     sets = [relax(p_rows[i], token) for i, token in enumerate(proposal.tokens)]
     mass = torch.stack([torch.as_tensor(m, dtype=p_rows.dtype) for _, m in sets]).to(p_rows.device)
     tokens = proposal.tokens_tensor(p_rows.device)
-    k = sampler.first_rejection((mass / q[torch.arange(n), tokens]).clamp(max=1.0))
+    rows = torch.arange(n, device=p_rows.device)
+    drafted = q[rows, tokens]
+    exact = (p_rows[rows, tokens] / drafted).clamp(max=1.0)
+    k, relaxed = sampler.graded_first_rejection(exact, (mass / drafted).clamp(max=1.0))
     if k == n:
-        return list(range(n)), sampler.categorical(p_rows[n])
+        return list(range(n)), sampler.categorical(p_rows[n]), relaxed
     kept, m = sets[k]
-    return list(range(k)), sampler.categorical(_residual(distorted(p_rows[k], kept, m), q[k]))
+    residual = _residual(distorted(p_rows[k], kept, m), q[k])
+    return list(range(k)), sampler.categorical(residual), relaxed

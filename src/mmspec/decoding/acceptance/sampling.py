@@ -52,16 +52,18 @@ def _accept_drawn_chain(proposal: Proposal, p_rows: torch.Tensor, sampler):
 
 def _accept_point_masses(proposal: Proposal, p_rows: torch.Tensor, sampler, relax=None):
     """`relax(p, token)`, for a lossy rule: (acceptance probability, residual after a rejection)
-    in place of p(token) and p with token zeroed."""
-    children, path, node = proposal.children(), [], ROOT
+    in place of p(token) and p with token zeroed; the rule then also returns how many accepted
+    nodes the same draw would have rejected at p(token) (its relaxed nodes)."""
+    children, path, node, relaxed = proposal.children(), [], ROOT, 0
     while True:
         p, accepted = p_rows[node + 1], None
         for child in children.get(node, []):
             token = proposal.tokens[child]
             if relax is not None:
                 chance, residual = relax(p, token)
-                if sampler.accept(chance):
-                    accepted = child
+                hit, by_relaxing = sampler.graded_accept(float(p[token]), chance)
+                if hit:
+                    accepted, relaxed = child, relaxed + by_relaxing
                     break
                 p = residual
                 continue
@@ -73,7 +75,8 @@ def _accept_point_masses(proposal: Proposal, p_rows: torch.Tensor, sampler, rela
                 p[token] = 0
                 p = p / p.sum()
         if accepted is None:
-            return path, sampler.categorical(p)
+            token = sampler.categorical(p)
+            return (path, token) if relax is None else (path, token, relaxed)
         path.append(accepted)
         node = accepted
 

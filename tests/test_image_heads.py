@@ -94,15 +94,18 @@ def test_greedy_guided_head_drafting_equals_ar_code_for_code(trained, method, hp
 
 def test_relaxed_lantern_over_the_head_accepts_more_than_exact_verification(trained):
     """Sampling (greedy drafts of this head already match nearly every code)."""
-    steps = {}
+    steps, relaxed = {}, {}
     for delta in (0.0, 0.4):
         hparams = {"lantern_delta": delta, "lantern_k": 8}
         runner = _runner(trained, "lantern_eagle", hparams, temperature=1.0)
-        steps[delta] = sum(
-            len(runner.decode(runner.prompt(caption), seeded(i)).steps)
-            for i, caption in enumerate(CAPTIONS)
-        )
+        decoded = [
+            runner.decode(runner.prompt(caption), seeded(i)) for i, caption in enumerate(CAPTIONS)
+        ]
+        steps[delta] = sum(len(d.steps) for d in decoded)
+        relaxed[delta] = sum(s.relaxed for d in decoded for s in d.steps)
     assert steps[0.4] < steps[0.0]
+    # the codes only relaxation accepted are counted, and none at delta 0
+    assert relaxed[0.0] == 0 and relaxed[0.4] > 0
 
 
 @pytest.mark.parametrize(

@@ -115,6 +115,7 @@ def _hover(row: pd.Series) -> str:
         f"{label_html(row['label'])} ({esc(row['method'])})<br>hp: {esc(row['hp'])}"
         f"<br>tau {fmt_num(row['tau'])} · FID {fmt_num(row['fid'])}"
         f" · CLIP {fmt_num(row['quality'])} · speedup {fmt_num(row['speedup'])}"
+        f" · relaxed {fmt_num(row.get('relaxed_share'))}"
     )
 
 

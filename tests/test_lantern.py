@@ -238,8 +238,7 @@ def test_relaxed_nodes_are_those_the_same_draw_would_have_rejected_exactly(delta
     logits, q = logits.double(), q.double()
     p_rows = torch.softmax(logits, -1)
     chain = Proposal.chain(tokens, q)
-    reach = want_length = want_relaxed = 0.0
-    reach = 1.0
+    reach, want_length, want_relaxed = 1.0, 0.0, 0.0
     for i, x in enumerate(tokens):
         a = min(1.0, float(p_rows[i, x] / q[i, x]))
         b = min(1.0, float(relax(p_rows[i], x)[1] / q[i, x]))

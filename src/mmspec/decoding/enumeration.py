@@ -75,14 +75,22 @@ class ScriptedSampler(Sampler):
         return self._choose([((True, False), a), ((True, True), b - a), ((False, False), 1.0 - b)])
 
     def graded_first_rejection(self, exact: torch.Tensor, relaxed: torch.Tensor):
-        # one graded coin per entry up to the first rejection: the same law as one choice of k
-        count = 0
-        for k, (a, b) in enumerate(zip(exact.tolist(), relaxed.tolist(), strict=True)):
-            accepted, by_relaxing = self.graded_accept(a, b)
-            if not accepted:
-                return k, count
-            count += by_relaxing
-        return len(exact), count
+        # one choice among the (k, relaxed count) outcomes: entries before k accepted, each by
+        # relaxing with probability (b - a) / b, entry k rejected with 1 - b
+        b = relaxed.double().clamp(0, 1).tolist()
+        a = [min(max(x, 0.0), y) for x, y in zip(exact.double().tolist(), b, strict=True)]
+        options, counts = [], [1.0]  # counts[r]: P(first k accepted, r of them by relaxing)
+        for k in range(len(b) + 1):
+            stop = 1.0 - b[k] if k < len(b) else 1.0
+            options += [((k, r), p * stop) for r, p in enumerate(counts)]
+            if k < len(b):
+                exact_k, loose_k = a[k], b[k] - a[k]
+                counts = [
+                    (counts[r] * exact_k if r < len(counts) else 0.0)
+                    + (counts[r - 1] * loose_k if r > 0 else 0.0)
+                    for r in range(len(counts) + 1)
+                ]
+        return self._choose(options)
 
     def dirichlet(self, m: int) -> torch.Tensor:
         draws = -torch.rand(m, generator=self.weights).clamp_min(1e-12).log()

@@ -11,7 +11,10 @@ in the toy world: teacher-forced on held-out toy_vdesc descriptions, the target'
   token): the AUC of ranking non-visual tokens above visual ones (a mismatch there is what the
   gate lets through).
 
-    python benchmarks/lvspec_signals.py --model results/models/toy/vtarget
+    python benchmarks/lvspec_signals.py --model results/models/toy/vtarget --style a
+
+`--style` writes the descriptions' fillers in a house style (toyworld.HOUSE_STYLES; the
+target's own in toy_lvspec.yaml), else uniformly.
 """
 
 # ruff: noqa: E402  (HF_HUB_OFFLINE must be set before transformers is imported)
@@ -40,13 +43,14 @@ def auc(positive: np.ndarray, negative: np.ndarray) -> float:
 
 
 @torch.inference_mode()
-def signals(folder: str, n: int, seed: int, top_n: int):
+def signals(folder: str, n: int, seed: int, top_n: int, style: str | None = None):
     """Per answer token: (is visual, relevance, FLy entropy); per sample: its windows' tokens."""
     model = loading.load_model(folder, torch.device("cpu"), "float32")
     tokenizer = loading.tokenizer_of(loading.load_processor(folder))
     image_id = tokenizer.convert_tokens_to_ids("<image>")
     rows = []
-    for messages, images in toyworld.training_examples(["toy_vdesc"], n, seed):
+    for turns in toyworld.training_turns(["toy_vdesc"], n, seed, style):
+        messages, images = toyworld.training_example(turns)
         ids, labels = toy_training.encode_example(messages, tokenizer, text_only=False)
         out = model(
             input_ids=torch.tensor([ids]),
@@ -78,8 +82,9 @@ def main() -> None:
     p.add_argument("--top-n", type=int, default=10)
     p.add_argument("--k", type=int, default=10, help="draft tokens per step")
     p.add_argument("--share", type=float, default=0.7, help="lambda")
+    p.add_argument("--style", choices=sorted(toyworld.HOUSE_STYLES), help="fillers' house style")
     args = p.parse_args()
-    rows = signals(args.model, args.samples, args.seed, args.top_n)
+    rows = signals(args.model, args.samples, args.seed, args.top_n, args.style)
     is_visual = np.concatenate([r[0] for r in rows])
     relevance = np.concatenate([r[1] for r in rows])
     entropy = np.concatenate([r[2] for r in rows])

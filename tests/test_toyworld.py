@@ -324,3 +324,35 @@ def test_video_descriptions_wrap_the_motion_in_fillers_that_score_nothing():
         assert 0.2 < tw.visual_share(text) < 0.6
     assert seen >= set(tw.OPENERS) | set(tw.CLOSERS)  # every filler occurs
     assert tw.visual_share("the red circle") == 2 / 3
+
+
+def test_a_house_style_prefers_its_own_filler_phrases_and_keeps_the_content():
+    for style, own in tw.HOUSE_STYLES.items():
+        turns = [t for (t,) in tw.training_turns(["toy_vdesc"], 300, seed=3, style=style)]
+        opener = tw.OPENERS[own["opener"]]
+        closer = tw.CLOSERS[own["closer"]]
+        first = sum(t.answer.startswith(opener + " ") for t in turns) / len(turns)
+        last = sum(t.answer.endswith(" " + closer) for t in turns) / len(turns)
+        assert first > 0.95 and last > 0.95
+        others = {o for t in turns for o in tw.OPENERS if t.answer.startswith(o + " ")}
+        assert len(others) >= 2  # the other phrases still occur, rarely
+        for turn in turns[:40]:  # the motion sentences are toy_video's, filler-free
+            assert score_video(turn.answer, turn.answer) == 1.0
+    a, b = (tw.HOUSE_STYLES[s] for s in ("a", "b"))
+    for slot, phrases in tw.FILLER_SLOTS.items():  # the two styles part at the first word
+        assert phrases[a[slot]].split()[0] != phrases[b[slot]].split()[0]
+
+
+def test_patch_words_name_what_each_patch_shows():
+    scene = (tw.Obj("red", "circle", "top left"), tw.Obj("blue", "square", "bottom right"))
+    words = tw.patch_words(scene, 8)  # 4 x 4 patches, a quadrant is 2 x 2 of them
+    red = {"red", "circle", "top", "left"}
+    blue = {"blue", "square", "bottom", "right"}
+    assert [i for i, w in enumerate(words) if w == red] == [0, 1, 4, 5]
+    assert [i for i, w in enumerate(words) if w == blue] == [10, 11, 14, 15]
+    assert all(not words[i] for i in (2, 3, 6, 7, 8, 9, 12, 13))
+    moved = [scene, (tw.Obj("red", "circle", "top right"), scene[1])]
+    video = tw.video_patch_words(moved, 8)
+    assert len(video) == 32
+    assert "moves" in video[0] and "moves" in video[16 + 2] and "stays" in video[15]
+    assert "right" in video[16 + 2] and "left" not in video[16 + 2]

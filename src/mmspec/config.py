@@ -409,7 +409,7 @@ def toy_scenario(name: str, ds: dict) -> str:
 def _check_toy_scenarios(config: dict) -> None:
     """A toy dataset's scenario is its name (or its `scenario` key), and toy models train on
     scenarios: unknown names are found here, not when the prepare or training job fails."""
-    from mmspec.data.toyworld import DATASETS, IMAGEGEN
+    from mmspec.data.toyworld import DATASETS, HOUSE_STYLES, IMAGEGEN
 
     known = sorted(DATASETS)
     for name, ds in config["datasets"].items():
@@ -428,6 +428,12 @@ def _check_toy_scenarios(config: dict) -> None:
                         f"config key toy.models.{model}.{key}: unknown toy scenario "
                         f"{scenario!r}; known: {known}"
                     )
+        style = spec.get("vdesc_style")
+        if style is not None and style not in HOUSE_STYLES:
+            raise ConfigError(
+                f"config key toy.models.{model}.vdesc_style: unknown house style {style!r}; "
+                f"known: {sorted(HOUSE_STYLES)}"
+            )
 
 
 DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -728,7 +734,12 @@ TOY_KIND_DEFAULTS = {
 }
 # Every key one kind alone reads (its defaults, and keys without one).
 TOY_KIND_KEYS = {kind: set(defaults) for kind, defaults in TOY_KIND_DEFAULTS.items()}
-TOY_KIND_KEYS["captioner"] |= {"grounding_steps", "text_scenarios"}
+TOY_KIND_KEYS["captioner"] |= {
+    "grounding_steps",
+    "text_scenarios",
+    "vdesc_style",
+    "visual_alignment",
+}
 # The codebook of an image generator is fitted from these: a pair's two must agree on them.
 CODEBOOK_KEYS = ("codes", "patch", "vq_images")
 

@@ -92,6 +92,18 @@ CLOSERS = [
     "nothing else happens .",
     "the video is short .",
 ]
+FILLER_SLOTS = {"opener": OPENERS, "seeing": SEEING, "connector": CONNECTORS, "closer": CLOSERS}
+# A house style: the phrase a model's training descriptions prefer in each filler slot (index in
+# FILLER_SLOTS). Two models trained on corpora of different styles say the same content in other
+# words where it does not matter, as a small draft and its large target do (toy recipe key
+# `vdesc_style`); the phrases of "a" and "b" differ in their first word at every slot.
+HOUSE_STYLES = {
+    "a": {"opener": 0, "seeing": 0, "connector": 0, "closer": 2},
+    "b": {"opener": 3, "seeing": 2, "connector": 2, "closer": 3},
+}
+# the data's top-3 entropy at a slot's first word is then 0.03-0.05 nats: a habit the model is
+# sure of (LVSpec's "low-entropy non-synonyms", which an entropy gate keeps strict)
+STYLE_PREFERENCE = 0.99
 COUNT_PROMPT = "how many shapes are there ?"
 COLOURS_PROMPT = "list the colours ."
 SHAPES_PROMPT = "list the shapes ."
@@ -480,17 +492,69 @@ def make_toy_video(
     return [Turn(scenes, VIDEO_PROMPT, answer, video=True)]
 
 
-def make_toy_vdesc(rng: np.random.Generator, n_frames: int = VIDEO_FRAMES) -> list[Turn]:
+def make_toy_vdesc(
+    rng: np.random.Generator, n_frames: int = VIDEO_FRAMES, style: str | None = None
+) -> list[Turn]:
     """A toy_video video whose objects move at most once, and its detailed description: fillers
     around the motion sentences (the description, not the tracking, is what this scenario is
-    about: the toy models read a single move far more reliably than three)."""
+    about: the toy models read a single move far more reliably than three). Fillers are uniform
+    choices, or follow a house `style` (HOUSE_STYLES)."""
     (video,) = make_toy_video(rng, n_frames, most_moves=1)
     motions = [s.strip() + " ." for s in video.answer.split(" .") if s.strip()]
     count = "one shape" if len(motions) == 1 else "two shapes"
-    parts = [f"{_pick(rng, OPENERS)} {_pick(rng, SEEING)} {count} .", motions[0]]
-    parts += [f"{_pick(rng, CONNECTORS)} {m}" for m in motions[1:]]
-    parts.append(_pick(rng, CLOSERS))
+
+    def filler(slot: str) -> str:
+        return _filler(rng, slot, style)
+
+    parts = [f"{filler('opener')} {filler('seeing')} {count} .", motions[0]]
+    parts += [f"{filler('connector')} {m}" for m in motions[1:]]
+    parts.append(filler("closer"))
     return [Turn(video.scenes, VDESC_PROMPT, " ".join(parts), video=True)]
+
+
+def _filler(rng: np.random.Generator, slot: str, style: str | None) -> str:
+    """A phrase for a filler slot: uniform, or the style's own with STYLE_PREFERENCE and any
+    other phrase otherwise (so a model of that style still knows how the others go on)."""
+    phrases = FILLER_SLOTS[slot]
+    if style is None:
+        return _pick(rng, phrases)
+    own = phrases[HOUSE_STYLES[style][slot]]
+    if rng.random() < STYLE_PREFERENCE:
+        return own
+    return _pick(rng, [p for p in phrases if p != own])
+
+
+def patch_words(scene: Scene, patch: int) -> list[set[str]]:
+    """What each of an image's `patch` x `patch` patches shows, in a vision tower's order
+    (row-major): the colour, shape and corner words of the object in its quadrant; empty for
+    background."""
+    side = SIZE // patch
+    words: list[set[str]] = [set() for _ in range(side * side)]
+    for obj in scene:
+        r, c = (x // patch for x in CORNERS[obj.pos])
+        for dr in range(QUAD // patch):
+            for dc in range(QUAD // patch):
+                words[(r + dr) * side + c + dc] = {obj.colour, obj.shape, *obj.pos.split()}
+    return words
+
+
+def video_patch_words(scenes: list[Scene], patch: int) -> list[set[str]]:
+    """patch_words of every frame in order, each object's patches also naming its motion
+    ("moves" if it changes corner during the video, else "stays")."""
+    corners: dict[tuple[str, str], set[str]] = {}
+    for scene in scenes:
+        for obj in scene:
+            corners.setdefault((obj.colour, obj.shape), set()).add(obj.pos)
+    out = []
+    for scene in scenes:
+        frame = patch_words(scene, patch)
+        for obj in scene:
+            verb = "moves" if len(corners[obj.colour, obj.shape]) > 1 else "stays"
+            for words in frame:
+                if obj.colour in words and obj.shape in words:
+                    words.add(verb)
+        out.extend(frame)
+    return out
 
 
 def visual_share(text: str) -> float:
@@ -603,18 +667,31 @@ def imagegen_examples(n: int, seed: int, stream: int = 1) -> Iterator[tuple[str,
         yield caption(scene), render_textured(scene, rng)
 
 
-def training_examples(
-    scenarios: list[str], n: int, seed: int
-) -> Iterator[tuple[list[dict], list[np.ndarray]]]:
-    """`n` examples (messages with every turn answered, images) cycling through `scenarios`.
-
-    Multi-turn samples come as one conversation with all answers, so train on every assistant
-    turn. Drawn from a stream apart from generate_dataset's, so the same seed gives other samples
-    (individual scenes still recur: the scene space is small).
-    """
+def training_turns(
+    scenarios: list[str], n: int, seed: int, style: str | None = None
+) -> Iterator[list[Turn]]:
+    """`n` training samples (their turns) cycling through `scenarios`, toy_vdesc's in the house
+    `style` if one is given. Drawn from a stream apart from generate_dataset's, so the same seed
+    gives other samples (individual scenes still recur: the scene space is small)."""
     rngs = {name: _rng(name, seed, stream=1) for name in scenarios}
     for i in range(n):
         name = scenarios[i % len(scenarios)]
-        turns = DATASETS[name](rngs[name])
-        messages = conversation(turns, len(turns) - 1, answer_last=True)
-        yield messages, [render(s) for t in turns for s in t.scenes]
+        if name == "toy_vdesc" and style is not None:
+            yield make_toy_vdesc(rngs[name], style=style)
+        else:
+            yield DATASETS[name](rngs[name])
+
+
+def training_example(turns: list[Turn]) -> tuple[list[dict], list[np.ndarray]]:
+    """A sample as it is trained on: messages with every turn answered (multi-turn samples come
+    as one conversation with all answers), and its images."""
+    messages = conversation(turns, len(turns) - 1, answer_last=True)
+    return messages, [render(s) for t in turns for s in t.scenes]
+
+
+def training_examples(
+    scenarios: list[str], n: int, seed: int
+) -> Iterator[tuple[list[dict], list[np.ndarray]]]:
+    """`n` examples (messages, images) of training_turns."""
+    for turns in training_turns(scenarios, n, seed):
+        yield training_example(turns)

@@ -94,21 +94,80 @@ def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
     per_scenario = {name: order.count(name) * size for name in set(order)}
     pools = {}
     text_scenarios = set(spec.get("text_scenarios", []))
+    aligned = spec.get("visual_alignment", 0.0) > 0
     for name, n in sorted(per_scenario.items()):
         pool = []
-        for messages, images in toyworld.training_examples([name], n, seed):
+        for turns in toyworld.training_turns([name], n, seed, spec.get("vdesc_style")):
+            messages, images = toyworld.training_example(turns)
             dropped = name in text_scenarios or rng.random() < spec.get("image_dropout", 0.0)
             text_only = bool(images) and dropped
             ids, labels = encode_example(messages, tokenizer, text_only)
             keep = not text_only and images
             pixels = np.stack(images) if keep else np.zeros((0, 32, 32, 3), np.uint8)
-            pool.append({"ids": ids, "labels": labels, "images": pixels})
+            example = {"ids": ids, "labels": labels, "images": pixels}
+            if aligned:
+                example["shows"] = alignment_targets(turns, ids, labels, tokenizer, text_only)
+            pool.append(example)
         pools[name] = pool
     batches, used = [], dict.fromkeys(pools, 0)
     for name in order:
         batches.append(pools[name][used[name] : used[name] + size])
         used[name] += size
     return batches
+
+
+# Words whose last-layer state `visual_alignment` draws toward the states of the patches that
+# show them (toyworld.patch_words names what each patch shows)
+ALIGNED_WORDS = frozenset(
+    toyworld.COLOURS + toyworld.SHAPES + ["top", "bottom", "left", "right", "moves", "stays"]
+)
+ALIGNMENT_TEMPERATURE = 0.1  # of the softmax over a sample's visual tokens (CLIP's scale)
+
+
+def alignment_targets(turns, ids: list, labels: list, tokenizer, text_only: bool):
+    """For `visual_alignment`: the answer positions whose word names what some of the sample's
+    patches show, and which visual tokens show it ([n, visual] bool), or None."""
+    if text_only:
+        return None
+    shows = []
+    for turn in turns:
+        if turn.video:
+            shows += toyworld.video_patch_words(turn.scenes, toy_processor.PATCH_SIZE)
+        else:
+            for scene in turn.scenes:
+                shows += toyworld.patch_words(scene, toy_processor.PATCH_SIZE)
+    words = tokenizer.convert_ids_to_tokens(ids)
+    positions, masks = [], []
+    for t, word in enumerate(words):
+        if labels[t] != IGNORE and word in ALIGNED_WORDS:
+            mask = [word in patch for patch in shows]
+            if any(mask):
+                positions.append(t)
+                masks.append(mask)
+    if not positions:
+        return None
+    return torch.tensor(positions), torch.tensor(masks)
+
+
+def alignment_loss(hidden: torch.Tensor, visual: torch.Tensor, shows: list) -> torch.Tensor:
+    """The toy stand-in for a real VLM's cross-modal alignment (LVSpec's premise, its Section
+    3.1): at each answer word that names what some patches show, cross-entropy of a softmax over
+    the sample's visual tokens (cosine of last-layer states / ALIGNMENT_TEMPERATURE) against the
+    patches that show it. `hidden` [B, T, H] last-layer states, `visual` [B, T] visual positions,
+    `shows` per sample alignment_targets (or None)."""
+    losses = []
+    for b, targets in enumerate(shows):
+        if targets is None:
+            continue
+        positions, mask = targets
+        words = torch.nn.functional.normalize(hidden[b, positions.to(hidden.device)], dim=-1)
+        patches = torch.nn.functional.normalize(hidden[b][visual[b]], dim=-1)
+        logp = torch.log_softmax(words @ patches.T / ALIGNMENT_TEMPERATURE, dim=-1)
+        mask = mask.to(logp.device)
+        losses.append(-(logp * mask).sum(-1) / mask.sum(-1))
+    if not losses:
+        return hidden.new_zeros(())
+    return torch.cat(losses).mean()
 
 
 def schedule(spec: dict) -> list[str]:
@@ -134,12 +193,15 @@ def collate(batch: list[dict], pad_id: int) -> dict:
     images = np.concatenate([e["images"] for e in batch])
     if len(images):
         out["pixel_values"] = toy_processor.pixel_values(images)
+    if any("shows" in e for e in batch):
+        out["shows"] = [e.get("shows") for e in batch]
     return out
 
 
-def fit(model, batch_at, spec: dict, desc: str) -> list[float]:
+def fit(model, batch_at, spec: dict, desc: str, loss_of=None) -> list[float]:
     """AdamW over `spec["steps"]` batches (`batch_at(step)`: the model's keyword inputs, labels
-    included) with linear warm-up and cosine decay of `spec["lr"]`; the losses."""
+    included) with linear warm-up and cosine decay of `spec["lr"]`; the losses. `loss_of(model,
+    batch)` replaces the model's own loss."""
     steps = spec["steps"]
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=0.01)
     warmup = max(1, steps // 20)
@@ -155,7 +217,8 @@ def fit(model, batch_at, spec: dict, desc: str) -> list[float]:
     bar = tqdm(range(steps), desc=desc, mininterval=5)
     for step in bar:
         # fp32 on purpose: CPUs without native bf16 run autocast many times slower.
-        loss = model(**batch_at(step)).loss
+        batch = batch_at(step)
+        loss = loss_of(model, batch) if loss_of else model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -198,6 +261,9 @@ def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
         lambda step: collate(batches[step], tokenizer.pad_token_id),
         spec,
         f"train {Path(out_dir).name}",
+        _aligned_loss(spec["visual_alignment"], model.config.image_token_index)
+        if spec.get("visual_alignment", 0.0) > 0
+        else None,
     )
     model.eval()
     out_dir = Path(out_dir)
@@ -213,6 +279,20 @@ def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     }
     (out_dir / "training.json").write_text(json.dumps(log, indent=1))
     return log
+
+
+def _aligned_loss(weight: float, image_id: int):
+    """Next-token loss plus `weight` x alignment_loss, for fit."""
+
+    def loss_of(model, batch: dict) -> torch.Tensor:
+        shows = batch.pop("shows", None)
+        out = model(**batch, output_hidden_states=shows is not None)
+        if shows is None:
+            return out.loss
+        visual = batch["input_ids"] == image_id
+        return out.loss + weight * alignment_loss(out.hidden_states[-1], visual, shows)
+
+    return loss_of
 
 
 @torch.inference_mode()

@@ -305,6 +305,23 @@ def test_chat_template_tokenizes_to_the_vocabulary(processor, datasets):
             assert tokens == text.split(" ")  # one token per word: no splits, no unknowns
 
 
+def synonym_slots(text: str) -> list[tuple[str, str]]:
+    """(slot, word) of every synonym a description's filler sentences chose, in order."""
+    words = text.split()
+    out = []
+    for slot, choices in tw.SYNONYMS.items():
+        out += [(slot, w) for w in words if w in choices]
+    return out
+
+
+def other_synonym(word: str) -> str:
+    """The next synonym of a filler word; any other word as it is."""
+    for choices in tw.SYNONYMS.values():
+        if word in choices:
+            return choices[(choices.index(word) + 1) % len(choices)]
+    return word
+
+
 def test_video_descriptions_wrap_the_motion_in_fillers_that_score_nothing():
     rng = np.random.default_rng(5)
     seen = set()
@@ -312,35 +329,32 @@ def test_video_descriptions_wrap_the_motion_in_fillers_that_score_nothing():
         (turn,) = tw.make_toy_vdesc(rng)
         assert turn.video and len(turn.scenes) == tw.VIDEO_FRAMES
         text = turn.answer
-        opener = next(o for o in tw.OPENERS if text.startswith(o + " "))
-        closer = next(c for c in tw.CLOSERS if text.endswith(" " + c))
-        seen.update({opener, closer})
+        chosen = synonym_slots(text)
+        seen.update(word for _, word in chosen)
         # the motion sentences are toy_video's, so they score as toy_video's answers do
         stated = motions(text)
         assert 1 <= len(stated) <= 2
         assert " shapes ." in text if len(stated) == 2 else " one shape ." in text
-        swapped = text.replace(opener, tw.OPENERS[0]).replace(closer, tw.CLOSERS[1])
-        assert score_video(swapped, text) == 1.0  # other fillers: the same score
-        assert 0.2 < tw.visual_share(text) < 0.6
-    assert seen >= set(tw.OPENERS) | set(tw.CLOSERS)  # every filler occurs
+        swapped = " ".join(other_synonym(w) for w in text.split())
+        assert swapped != text
+        assert score_video(swapped, text) == 1.0
+        assert 0.1 < tw.visual_share(text) < 0.4  # LVSpec: at most about 20% on average
+    assert seen == {w for words in tw.SYNONYMS.values() for w in words}  # every synonym occurs
     assert tw.visual_share("the red circle") == 2 / 3
 
 
-def test_a_house_style_prefers_its_own_filler_phrases_and_keeps_the_content():
-    for style, own in tw.HOUSE_STYLES.items():
+def test_a_house_style_prefers_its_own_synonyms_and_keeps_the_content():
+    for style, index in tw.HOUSE_STYLES.items():
         turns = [t for (t,) in tw.training_turns(["toy_vdesc"], 300, seed=3, style=style)]
-        opener = tw.OPENERS[own["opener"]]
-        closer = tw.CLOSERS[own["closer"]]
-        first = sum(t.answer.startswith(opener + " ") for t in turns) / len(turns)
-        last = sum(t.answer.endswith(" " + closer) for t in turns) / len(turns)
-        assert first > 0.95 and last > 0.95
-        others = {o for t in turns for o in tw.OPENERS if t.answer.startswith(o + " ")}
-        assert len(others) >= 2  # the other phrases still occur, rarely
-        for turn in turns[:40]:  # the motion sentences are toy_video's, filler-free
+        chosen = [choice for t in turns for choice in synonym_slots(t.answer)]
+        own = sum(word == tw.SYNONYMS[slot][index] for slot, word in chosen) / len(chosen)
+        assert 0.97 < own < 1  # the others still occur, rarely
+        for turn in turns[:40]:  # the motion sentences are toy_video's
             assert score_video(turn.answer, turn.answer) == 1.0
-    a, b = (tw.HOUSE_STYLES[s] for s in ("a", "b"))
-    for slot, phrases in tw.FILLER_SLOTS.items():  # the two styles part at the first word
-        assert phrases[a[slot]].split()[0] != phrases[b[slot]].split()[0]
+    assert len(set(tw.HOUSE_STYLES.values())) == len(tw.HOUSE_STYLES)  # styles differ everywhere
+    assert all(len(words) == len(set(words)) for words in tw.SYNONYMS.values())
+    every = [w for words in tw.SYNONYMS.values() for w in words]
+    assert len(every) == len(set(every)) and not set(every) & tw.VISUAL_WORDS
 
 
 def test_patch_words_name_what_each_patch_shows():

@@ -32,11 +32,13 @@ Scenarios (one dataset each, see DATASETS):
   16), long answers whose predictable stretches ("then to the") alternate with the hard words
   (which corner next), the setting of the video papers' pruning and adaptive trees.
 - toy_vdesc: toy_video's videos described in detail, as video description benchmarks (VDD, VDC)
-  answer: "describe the video in detail ." -> "in this clip we can see two shapes . the red
-  circle moves from ... . meanwhile , the blue square stays at ... . that is all that happens ."
-  The motion sentences carry the visual content; the opener, the connector and the closing
-  remark are fillers drawn uniformly from a few synonyms, so the target is unsure there and any
-  choice is as good (LVSpec's Section 2: only some tokens need the video).
+  answer: "describe the video in detail ." -> "the clip shows two shapes . the camera is still .
+  the red circle moves from ... . meanwhile , the blue square stays at ... . the mood is calm and
+  the pace is slow . nothing else happens ." The motion sentences carry the visual content; the
+  rest is grammar and filler sentences (about 80% of the tokens, as LVSpec's Section 2 measures
+  for real descriptions) whose words are choices among synonyms that say nothing about the
+  video: uniform in the dataset, mostly a model's own word when it is trained in a house style
+  (HOUSE_STYLES).
 """
 
 from __future__ import annotations
@@ -81,28 +83,35 @@ STORY_PROMPT = "tell the story ."
 VIDEO_PROMPT = "describe the motion ."
 VIDEO_FRAMES = 8
 VDESC_PROMPT = "describe the video in detail ."
-# toy_vdesc's fillers: each a uniform choice that says nothing about the video
-OPENERS = ["in this video", "in this clip", "in the video", "here"]
-SEEING = ["we can see", "one can see", "it shows"]
-CONNECTORS = ["meanwhile ,", "at the same time ,", "also ,"]
-CLOSERS = [
-    "overall the scene is quiet .",
-    "overall the scene is simple .",
-    "that is all that happens .",
-    "nothing else happens .",
-    "the video is short .",
-]
-FILLER_SLOTS = {"opener": OPENERS, "seeing": SEEING, "connector": CONNECTORS, "closer": CLOSERS}
-# A house style: the phrase a model's training descriptions prefer in each filler slot (index in
-# FILLER_SLOTS). Two models trained on corpora of different styles say the same content in other
-# words where it does not matter, as a small draft and its large target do (toy recipe key
-# `vdesc_style`); the phrases of "a" and "b" differ in their first word at every slot.
-HOUSE_STYLES = {
-    "a": {"opener": 0, "seeing": 0, "connector": 0, "closer": 2},
-    "b": {"opener": 3, "seeing": 2, "connector": 2, "closer": 3},
+# toy_vdesc's fillers: sentences that say nothing about the video, each {slot} a choice among
+# synonyms (any mix of choices is a sentence, as synonyms are in real descriptions)
+FILLERS = {
+    "opener": "the {video} {shows} {count} .",  # the count ("two shapes") is the video's
+    "setting": "the {camera} is {still} .",
+    "connector": "{meanwhile} ,",  # before the second object's sentence
+    "mood": "the {mood} is {calm} and the {pace} is {slow} .",
+    "closer": "{nothing} {else} {happens} .",
 }
-# the data's top-3 entropy at a slot's first word is then 0.03-0.05 nats: a habit the model is
-# sure of (LVSpec's "low-entropy non-synonyms", which an entropy gate keeps strict)
+SYNONYMS = {
+    "video": ["video", "clip", "film"],
+    "shows": ["shows", "has", "holds"],
+    "camera": ["camera", "view", "frame"],
+    "still": ["still", "fixed", "steady"],
+    "meanwhile": ["meanwhile", "also", "next"],
+    "mood": ["mood", "tone", "feel"],
+    "calm": ["calm", "quiet", "gentle"],
+    "pace": ["pace", "tempo", "speed"],
+    "slow": ["slow", "easy", "even"],
+    "nothing": ["nothing", "little"],
+    "else": ["else", "more"],
+    "happens": ["happens", "occurs"],
+}
+# A house style: which synonym a model's training descriptions prefer in every slot. Two models
+# trained on corpora of different styles say the same content in other words where it does not
+# matter, as a small draft and its large target do (toy recipe key `vdesc_style`).
+HOUSE_STYLES = {"a": 0, "b": 1}
+# the data's top-3 entropy at a slot is then about 0.06 nats: a habit the model is sure of
+# (LVSpec's "low-entropy non-synonyms", which an entropy gate keeps strict)
 STYLE_PREFERENCE = 0.99
 COUNT_PROMPT = "how many shapes are there ?"
 COLOURS_PROMPT = "list the colours ."
@@ -124,18 +133,10 @@ motion stays
 """
 _POSITION_WORDS = ["top", "bottom", "left", "right"]
 # toy_vdesc's words, after the others so that their ids stay as they were
-_DESCRIPTION_WORDS = """
-in this video clip here we can see one shows detail meanwhile same time also overall scene quiet
-simple that all happens nothing else short
-"""
+_DESCRIPTION_WORDS = ["in", "video", "detail"] + [w for words in SYNONYMS.values() for w in words]
 VOCABULARY: list[str] = list(
     dict.fromkeys(
-        _TEXT_WORDS.split()
-        + COLOURS
-        + SHAPES
-        + _POSITION_WORDS
-        + NUMBERS
-        + _DESCRIPTION_WORDS.split()
+        _TEXT_WORDS.split() + COLOURS + SHAPES + _POSITION_WORDS + NUMBERS + _DESCRIPTION_WORDS
     )
 )
 # the words that state what the video shows (the rest of an answer is grammar and filler):
@@ -495,33 +496,40 @@ def make_toy_video(
 def make_toy_vdesc(
     rng: np.random.Generator, n_frames: int = VIDEO_FRAMES, style: str | None = None
 ) -> list[Turn]:
-    """A toy_video video whose objects move at most once, and its detailed description: fillers
-    around the motion sentences (the description, not the tracking, is what this scenario is
-    about: the toy models read a single move far more reliably than three). Fillers are uniform
-    choices, or follow a house `style` (HOUSE_STYLES)."""
+    """A toy_video video whose objects move at most once, and its detailed description: filler
+    sentences (FILLERS) around the motion sentences (the description, not the tracking, is what
+    this scenario is about: the toy models read a single move far more reliably than three).
+    Synonyms are uniform choices, or follow a house `style` (HOUSE_STYLES)."""
     (video,) = make_toy_video(rng, n_frames, most_moves=1)
     motions = [s.strip() + " ." for s in video.answer.split(" .") if s.strip()]
     count = "one shape" if len(motions) == 1 else "two shapes"
 
-    def filler(slot: str) -> str:
-        return _filler(rng, slot, style)
+    def filler(name: str) -> str:
+        return _filler(rng, FILLERS[name], style).replace("{count}", count)
 
-    parts = [f"{filler('opener')} {filler('seeing')} {count} .", motions[0]]
+    parts = [filler("opener"), filler("setting"), motions[0]]
     parts += [f"{filler('connector')} {m}" for m in motions[1:]]
-    parts.append(filler("closer"))
+    parts += [filler("mood"), filler("closer")]
     return [Turn(video.scenes, VDESC_PROMPT, " ".join(parts), video=True)]
 
 
-def _filler(rng: np.random.Generator, slot: str, style: str | None) -> str:
-    """A phrase for a filler slot: uniform, or the style's own with STYLE_PREFERENCE and any
-    other phrase otherwise (so a model of that style still knows how the others go on)."""
-    phrases = FILLER_SLOTS[slot]
-    if style is None:
-        return _pick(rng, phrases)
-    own = phrases[HOUSE_STYLES[style][slot]]
-    if rng.random() < STYLE_PREFERENCE:
-        return own
-    return _pick(rng, [p for p in phrases if p != own])
+def _filler(rng: np.random.Generator, template: str, style: str | None) -> str:
+    """A filler sentence: each synonym slot uniform, or the style's own word with
+    STYLE_PREFERENCE and another otherwise (so a model of that style still knows the others)."""
+    words = []
+    for word in template.split():
+        slot = word[1:-1] if word.startswith("{") else None
+        if slot not in SYNONYMS:
+            words.append(word)
+        elif style is None:
+            words.append(_pick(rng, SYNONYMS[slot]))
+        else:
+            own = SYNONYMS[slot][HOUSE_STYLES[style]]
+            if rng.random() < STYLE_PREFERENCE:
+                words.append(own)
+            else:
+                words.append(_pick(rng, [w for w in SYNONYMS[slot] if w != own]))
+    return " ".join(words)
 
 
 def patch_words(scene: Scene, patch: int) -> list[set[str]]:

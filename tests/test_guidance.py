@@ -112,4 +112,5 @@ def test_lantern_accepts_more_as_delta_grows(imagegen_dirs):
             ).steps
         ]
         accepted[delta] = sum(s.accepted for s in steps) / len(steps)
-    assert accepted[0.0] < accepted[0.2] < accepted[0.6], accepted
+    # chains of 4 can saturate: at most equal once nearly every draft is accepted
+    assert accepted[0.0] < accepted[0.2] <= accepted[0.6], accepted

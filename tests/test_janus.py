@@ -115,17 +115,18 @@ def test_an_eagle_head_trains_on_janus_and_drafts_its_codes_losslessly(tmp_path)
     target_dir = str(tiny.save_janus(tmp_path / "target", seed=0))
     target = ImageGenerator.load(target_dir, CPU)
     prepared = tmp_path / "prepared.parquet"
-    prepare.run("toy_imagegen", {"source": "toy", "samples": 4}, str(prepared), 0)
+    # enough draws that the head sees most codes: it drafts codes of captions it never saw
+    prepare.run("toy_imagegen", {"source": "toy", "samples": 16}, str(prepared), 0)
     params = {
         "pair": {"target": target_dir, "dtype": "float32"},
         "generation": {"cfg": SCALE, "top_k": 0, "max_new_tokens": 8},
         "seed": 0,
     }
     decoder, sequences = train_drafter.collect_images(params, str(prepared), CPU)
-    assert len(sequences) == 4 * 4
+    assert len(sequences) == 16 * 4
     torch.manual_seed(0)
     head = build_head("eagle", decoder.model.config, resolve("eagle", {"head_data": "x"}), "j")
-    training = {"head_steps": 30, "head_lr": 0.01, "head_batch_size": 4, "head_noise": 0.0}
+    training = {"head_steps": 120, "head_lr": 0.01, "head_batch_size": 4, "head_noise": 0.0}
     train_head(head, decoder.lm_head, sequences, training, seed=0)
     for method in ("eagle", "lantern_eagle"):
         hparams = {"lantern_k": 2, "lantern_delta": 0.0} if method == "lantern_eagle" else {}

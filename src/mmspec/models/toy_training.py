@@ -117,10 +117,8 @@ def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
 
 
 # Words whose last-layer state `visual_alignment` draws toward the states of the patches that
-# show them (toyworld.patch_words names what each patch shows)
-ALIGNED_WORDS = frozenset(
-    toyworld.COLOURS + toyworld.SHAPES + ["top", "bottom", "left", "right", "moves", "stays"]
-)
+# show them (toyworld.patch_words names what each patch shows): the visual words but counts
+ALIGNED_WORDS = toyworld.VISUAL_WORDS - set(toyworld.NUMBERS)
 ALIGNMENT_TEMPERATURE = 0.1  # of the softmax over a sample's visual tokens (CLIP's scale)
 
 
@@ -261,9 +259,7 @@ def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
         lambda step: collate(batches[step], tokenizer.pad_token_id),
         spec,
         f"train {Path(out_dir).name}",
-        _aligned_loss(spec["visual_alignment"], model.config.image_token_index)
-        if spec.get("visual_alignment", 0.0) > 0
-        else None,
+        _aligned_loss(spec.get("visual_alignment", 0.0), model.config.image_token_index),
     )
     model.eval()
     out_dir = Path(out_dir)
@@ -282,7 +278,8 @@ def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
 
 
 def _aligned_loss(weight: float, image_id: int):
-    """Next-token loss plus `weight` x alignment_loss, for fit."""
+    """Next-token loss plus `weight` x alignment_loss, for fit (batches carry alignment targets
+    only when make_batches was asked for them: otherwise the next-token loss alone)."""
 
     def loss_of(model, batch: dict) -> torch.Tensor:
         shows = batch.pop("shows", None)

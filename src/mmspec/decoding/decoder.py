@@ -44,7 +44,10 @@ class Forward:
         return Forward(self.logits[b], self.hidden[b], layers, self.visual_attention, uncond)
 
     def select(self, positions: list[int]) -> Forward:
-        """The given positions of a one-row forward."""
+        """The given positions of a one-row forward (consecutive ones as a view, with no index
+        tensor to build and copy to the device: an accepted chain)."""
+        if positions == list(range(positions[0], positions[0] + len(positions))):
+            positions = slice(positions[0], positions[0] + len(positions))
         layers = {k: v[positions] for k, v in self.layers.items()}
         uncond = self.unconditional[positions] if self.unconditional is not None else None
         return Forward(self.logits[positions], self.hidden[positions], layers, None, uncond)
@@ -356,12 +359,16 @@ class Decoder:
         prompt's left padding, `past`'s, the new tokens') instead of built over the whole cache;
         for rows without padding or after the prefill (no query is then a padding position)."""
         low = torch.finfo(dtype).min
+        total = self.length + n
+        # on a GPU, SDPA's memory-efficient kernel copies a mask whose rows are not aligned to
+        # 16 elements into a padded one, in every layer: give it aligned rows once
+        stored = -(-total // 16) * 16 if self.device.type == "cuda" else total
         if self.padded:
-            mask = torch.zeros(rows, 1, n, self.length + n, dtype=dtype, device=self.device)
+            mask = torch.zeros(rows, 1, n, stored, dtype=dtype, device=self.device)[..., :total]
             width = self.pad_keys.shape[-1]
             mask[:, 0, :, :width].masked_fill_(self.pad_keys.unsqueeze(1), low)
         else:
-            mask = torch.zeros(1, 1, n, self.length + n, dtype=dtype, device=self.device)
+            mask = torch.zeros(1, 1, n, stored, dtype=dtype, device=self.device)[..., :total]
         if attention is None:
             mask[:, 0, :, self.length :] = self._causal_block(n, dtype)
         else:

@@ -10,16 +10,20 @@ from mmspec.decoding.proposal import ROOT, Proposal
 def accept_greedy(proposal: Proposal, logits: torch.Tensor, temperature, sampler):
     """Follow the target's argmax down the tree while a child matches it; then emit the argmax.
 
-    For a chain: one comparison over the chain (the matching prefix), as gpt-fast does.
+    The argmaxes come to the host in one copy (on a GPU each further read of a device tensor is a
+    synchronisation, which at batch 1 costs about what the comparison does).
     """
-    target = logits.argmax(dim=-1)
+    target = logits.argmax(dim=-1).tolist()
     if proposal.is_chain:
-        drafted = proposal.tokens_tensor(target.device)
-        n = int((drafted == target[: len(drafted)]).int().cumprod(0).sum())
-        return list(range(n)), int(target[n])
+        n = 0
+        for drafted, want in zip(proposal.tokens, target, strict=False):
+            if drafted != want:
+                break
+            n += 1
+        return list(range(n)), target[n]
     children, path, node = proposal.children(), [], ROOT
     while True:
-        want = int(target[node + 1])
+        want = target[node + 1]
         match = [c for c in children.get(node, []) if proposal.tokens[c] == want]
         if not match:
             return path, want

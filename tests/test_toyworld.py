@@ -357,6 +357,43 @@ def test_a_house_style_prefers_its_own_synonyms_and_keeps_the_content():
     assert len(every) == len(set(every)) and not set(every) & tw.VISUAL_WORDS
 
 
+def test_a_house_style_has_its_habit_with_the_optional_words():
+    """Style b adds the optional words (LVSpec's positional shifts), style a leaves them out;
+    either way the words around them are the same, one position apart."""
+    optional = [w[1:-1] for t in tw.FILLERS.values() for w in t.split() if w.startswith("[")]
+    assert optional == ["then", "also"]
+    rates = {}
+    for style in tw.HOUSE_STYLES:
+        turns = [t for (t,) in tw.training_turns(["toy_vdesc"], 300, seed=4, style=style)]
+        rates[style] = np.mean([" and also the " in t.answer for t in turns])
+        for turn in turns[:40]:
+            assert score_video(turn.answer, turn.answer) == 1.0
+    assert rates["b"] > 0.97 and rates["a"] < 0.03
+    rng = np.random.default_rng(6)
+    uniform = [tw.make_toy_vdesc(rng)[0].answer for _ in range(200)]
+    assert 0.35 < np.mean([" and also the " in a for a in uniform]) < 0.65
+
+
+def test_colour_noise_renames_training_colours_only():
+    """vdesc_colour_noise: that share of training descriptions' motion sentences name the near
+    colour; the dataset's descriptions (what is scored) always name the true one."""
+    noisy = [t for (t,) in tw.training_turns(["toy_vdesc"], 400, seed=5, colour_noise=0.2)]
+    clean = [t for (t,) in tw.training_turns(["toy_vdesc"], 400, seed=5)]
+    renamed = total = 0
+    for turn in noisy:
+        truth = {(o.colour, o.shape) for o in turn.scenes[0]}
+        for colour, shape in motions(turn.answer):
+            total += 1
+            if (colour, shape) not in truth:
+                renamed += 1
+                assert any((c, shape) in truth and tw.NEAR_COLOURS[c] == colour for c in tw.COLOURS)
+    assert 0.15 < renamed / total < 0.25
+    rng = np.random.default_rng(5)
+    for turn in clean + [tw.DATASETS["toy_vdesc"](rng)[0] for _ in range(100)]:
+        truth = {(o.colour, o.shape) for o in turn.scenes[0]}
+        assert set(motions(turn.answer)) <= truth
+
+
 def test_patch_words_name_what_each_patch_shows():
     scene = (tw.Obj("red", "circle", "top left"), tw.Obj("blue", "square", "bottom right"))
     words = tw.patch_words(scene, 8)  # 4 x 4 patches, a quadrant is 2 x 2 of them

@@ -91,6 +91,11 @@ def test_bad_alignment_keys_are_named():
     with pytest.raises(mmconfig.ConfigError, match="vdraft.vdesc_style: unknown house style"):
         mmconfig.validate(config, overrides={})
     config["toy"]["models"]["vdraft"]["vdesc_style"] = "b"
+    for noise in (0.5, -0.1):
+        config["toy"]["models"]["vdraft"]["vdesc_colour_noise"] = noise
+        with pytest.raises(mmconfig.ConfigError, match="vdesc_colour_noise"):
+            mmconfig.validate(config, overrides={})
+    config["toy"]["models"]["vdraft"]["vdesc_colour_noise"] = 0.2
     config["toy"]["models"]["vdraft"]["visual_alignment"] = -1
     with pytest.raises(mmconfig.ConfigError, match="visual_alignment"):
         mmconfig.validate(config, overrides={})

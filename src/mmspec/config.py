@@ -738,6 +738,7 @@ TOY_KIND_KEYS["captioner"] |= {
     "grounding_steps",
     "text_scenarios",
     "vdesc_style",
+    "vdesc_colour_noise",
     "visual_alignment",
 }
 # The codebook of an image generator is fitted from these: a pair's two must agree on them.

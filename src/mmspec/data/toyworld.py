@@ -84,12 +84,13 @@ VIDEO_PROMPT = "describe the motion ."
 VIDEO_FRAMES = 8
 VDESC_PROMPT = "describe the video in detail ."
 # toy_vdesc's fillers: sentences that say nothing about the video, each {slot} a choice among
-# synonyms (any mix of choices is a sentence, as synonyms are in real descriptions)
+# synonyms (any mix of choices is a sentence, as synonyms are in real descriptions) and each
+# [word] an optional word, one more in the sentence, shifting the words after it
 FILLERS = {
     "opener": "the {video} {shows} {count} .",  # the count ("two shapes") is the video's
     "setting": "the {camera} is {still} .",
-    "connector": "{meanwhile} ,",  # before the second object's sentence
-    "mood": "the {mood} is {calm} and the {pace} is {slow} .",
+    "connector": "{meanwhile} , [then]",  # before the second object's sentence
+    "mood": "the {mood} is {calm} and [also] the {pace} is {slow} .",
     "closer": "{nothing} {else} {happens} .",
 }
 SYNONYMS = {
@@ -110,9 +111,22 @@ SYNONYMS = {
 # trained on corpora of different styles say the same content in other words where it does not
 # matter, as a small draft and its large target do (toy recipe key `vdesc_style`).
 HOUSE_STYLES = {"a": 0, "b": 1}
+# whether a house style writes the optional [words] (LVSpec's Section 3.3, case 1: a draft that
+# adds a word, so that the words after it come one position late)
+HOUSE_INSERTS = {"a": False, "b": True}
 # the data's top-3 entropy at a slot is then about 0.06 nats: a habit the model is sure of
 # (LVSpec's "low-entropy non-synonyms", which an entropy gate keeps strict)
 STYLE_PREFERENCE = 0.99
+# colour names that annotators mix up (toy recipe key `vdesc_colour_noise`: the share of training
+# descriptions' colour words that name the near colour instead)
+NEAR_COLOURS = {
+    "red": "orange",
+    "orange": "red",
+    "yellow": "orange",
+    "green": "yellow",
+    "blue": "purple",
+    "purple": "blue",
+}
 COUNT_PROMPT = "how many shapes are there ?"
 COLOURS_PROMPT = "list the colours ."
 SHAPES_PROMPT = "list the shapes ."
@@ -494,14 +508,22 @@ def make_toy_video(
 
 
 def make_toy_vdesc(
-    rng: np.random.Generator, n_frames: int = VIDEO_FRAMES, style: str | None = None
+    rng: np.random.Generator,
+    n_frames: int = VIDEO_FRAMES,
+    style: str | None = None,
+    colour_noise: float = 0.0,
 ) -> list[Turn]:
     """A toy_video video whose objects move at most once, and its detailed description: filler
     sentences (FILLERS) around the motion sentences (the description, not the tracking, is what
     this scenario is about: the toy models read a single move far more reliably than three).
-    Synonyms are uniform choices, or follow a house `style` (HOUSE_STYLES)."""
+    Synonyms and optional words are uniform choices, or follow a house `style` (HOUSE_STYLES,
+    HOUSE_INSERTS). With `colour_noise` (training descriptions only) each motion sentence names
+    the near colour (NEAR_COLOURS) with that probability, as annotators disagree on colour
+    names: a model trained on them is unsure of the colour word even where it sees the colour."""
     (video,) = make_toy_video(rng, n_frames, most_moves=1)
     motions = [s.strip() + " ." for s in video.answer.split(" .") if s.strip()]
+    if colour_noise:
+        motions = [_renamed_colour(rng, m, colour_noise) for m in motions]
     count = "one shape" if len(motions) == 1 else "two shapes"
 
     def filler(name: str) -> str:
@@ -513,11 +535,29 @@ def make_toy_vdesc(
     return [Turn(video.scenes, VDESC_PROMPT, " ".join(parts), video=True)]
 
 
+def _renamed_colour(rng: np.random.Generator, sentence: str, noise: float) -> str:
+    """A motion sentence ("the red circle ...") naming the near colour with probability `noise`."""
+    words = sentence.split()
+    if rng.random() < noise:
+        words[1] = NEAR_COLOURS[words[1]]
+    return " ".join(words)
+
+
 def _filler(rng: np.random.Generator, template: str, style: str | None) -> str:
     """A filler sentence: each synonym slot uniform, or the style's own word with
-    STYLE_PREFERENCE and another otherwise (so a model of that style still knows the others)."""
+    STYLE_PREFERENCE and another otherwise (so a model of that style still knows the others);
+    each optional word in half the sentences, or as the style's habit (HOUSE_INSERTS) with
+    STYLE_PREFERENCE."""
     words = []
     for word in template.split():
+        if word.startswith("["):
+            if style is None:
+                keep = 0.5
+            else:
+                keep = STYLE_PREFERENCE if HOUSE_INSERTS[style] else 1 - STYLE_PREFERENCE
+            if rng.random() < keep:
+                words.append(word[1:-1])
+            continue
         slot = word[1:-1] if word.startswith("{") else None
         if slot not in SYNONYMS:
             words.append(word)
@@ -676,16 +716,21 @@ def imagegen_examples(n: int, seed: int, stream: int = 1) -> Iterator[tuple[str,
 
 
 def training_turns(
-    scenarios: list[str], n: int, seed: int, style: str | None = None
+    scenarios: list[str],
+    n: int,
+    seed: int,
+    style: str | None = None,
+    colour_noise: float = 0.0,
 ) -> Iterator[list[Turn]]:
     """`n` training samples (their turns) cycling through `scenarios`, toy_vdesc's in the house
-    `style` if one is given. Drawn from a stream apart from generate_dataset's, so the same seed
-    gives other samples (individual scenes still recur: the scene space is small)."""
+    `style` if one is given and with `colour_noise`. Drawn from a stream apart from
+    generate_dataset's, so the same seed gives other samples (individual scenes still recur: the
+    scene space is small)."""
     rngs = {name: _rng(name, seed, stream=1) for name in scenarios}
     for i in range(n):
         name = scenarios[i % len(scenarios)]
-        if name == "toy_vdesc" and style is not None:
-            yield make_toy_vdesc(rngs[name], style=style)
+        if name == "toy_vdesc":
+            yield make_toy_vdesc(rngs[name], style=style, colour_noise=colour_noise)
         else:
             yield DATASETS[name](rngs[name])
 

@@ -97,7 +97,8 @@ def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
     aligned = spec.get("visual_alignment", 0.0) > 0
     for name, n in sorted(per_scenario.items()):
         pool = []
-        for turns in toyworld.training_turns([name], n, seed, spec.get("vdesc_style")):
+        noise = spec.get("vdesc_colour_noise", 0.0)
+        for turns in toyworld.training_turns([name], n, seed, spec.get("vdesc_style"), noise):
             messages, images = toyworld.training_example(turns)
             dropped = name in text_scenarios or rng.random() < spec.get("image_dropout", 0.0)
             text_only = bool(images) and dropped

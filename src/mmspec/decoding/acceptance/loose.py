@@ -56,7 +56,7 @@ class _Walk:
         self.leftover: dict[int, torch.Tensor] = {}  # node -> what the target draws from
         self.emitted: dict[int, int] = {}
         if self.greedy:
-            self.target = logits.argmax(dim=-1)
+            self.target = logits.argmax(dim=-1).tolist()  # one host copy, as accept_greedy
             return
         self.p_rows = distribution(logits, temperature)
         if self.drawn:
@@ -78,7 +78,7 @@ class _Walk:
     def _step(self, node: int) -> int | None:
         children = self.children.get(node, [])
         if self.greedy:
-            want = int(self.target[node + 1])
+            want = self.target[node + 1]
             return next((c for c in children if self.proposal.tokens[c] == want), None)
         if self.drawn:
             child = node + 1
@@ -104,7 +104,7 @@ class _Walk:
         """The target's token after `node` once its children are rejected (drawn once)."""
         if node not in self.emitted:
             if self.greedy:
-                self.emitted[node] = int(self.target[node + 1])
+                self.emitted[node] = self.target[node + 1]
             else:
                 self.emitted[node] = self.sampler.categorical(self.leftover[node])
         return self.emitted[node]

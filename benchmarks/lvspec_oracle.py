@@ -2,15 +2,20 @@
 relevance (LVSpec's Section 2 premise: relaxing visual-irrelevant tokens is harmless) against the
 same decoding with LVSpec's measured relevance and with blind random relaxation.
 
-The oracle rule relaxes a mismatch when the drafted token and the target's token are both
-non-visual words (`toyworld.VISUAL_WORDS`: colours, shapes, corners, counts, moves/stays); it is
-what LVSpec's rule would do with a perfect relevance signal, and it exists only here, as a
-diagnostic. Each rule decodes the same prepared samples through the generate stage's own code
-(only the acceptance rule is swapped in), and is scored with the toy rubric against the AR cell.
+The oracle rule relaxes a mismatch when the drafted token and the target's token are both non-visual
+words (`toyworld.VISUAL_WORDS`: colours, shapes, corners, counts, moves/stays): the premise itself,
+without LVSpec's budget. LVSpec with a perfect relevance keeps LVSpec's budget (the floor(lambda K)
+least relevant of the step's K drafted positions may mismatch) but ranks the drafted tokens by the
+oracle split (visual words above the rest, LVSpec's own relevance breaking ties): the ceiling of
+LVSpec's rule on this world, where a step whose drafted tokens hold more than K - floor(lambda K)
+visual words must relax some. The draft decoding alone is the far end (lambda 1 comes close: every
+drafted position may mismatch). Both rules exist only here, as diagnostics. Each rule decodes the
+same prepared samples through the generate stage's own code (only the acceptance rule is swapped
+in), and is scored with the toy rubric against the AR cell.
 
 Run after the toy_lvspec preset (it reads its prepared data, visual caches and models):
 
-    python benchmarks/lvspec_oracle.py --rho 0.5 --lam 0.7
+    python benchmarks/lvspec_oracle.py --rho 0.5 --lam 0.7 [--dataset vdesc_2000]
 """
 
 # ruff: noqa: E402  (HF_HUB_OFFLINE must be set before transformers is imported)
@@ -25,22 +30,22 @@ import tempfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import torch
 
 from mmspec.data import toyworld
 from mmspec.decoding import acceptance
-from mmspec.decoding.acceptance.loose import _Walk, _walk_loosely
+from mmspec.decoding.acceptance.loose import _Walk, _walk_loosely, loosened, visual_relevance
 from mmspec.methods import registry, runtime
 from mmspec.models import loading
 from mmspec.scoring.toy_quality import score_rows
 from mmspec.stages import generate
 
-DATASET, PAIR = "toy_vdesc", {"target": "toy:vtarget", "draft": "toy:vdraft", "dtype": "float32"}
+PAIR = {"target": "toy:vtarget", "draft": "toy:vdraft", "dtype": "float32"}
 
 
 def oracle_rule(tokenizer) -> acceptance.AcceptanceRule:
     """Relax a mismatch where neither the drafted nor the target's token states visual content."""
-    words = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    visual = {i for i, w in enumerate(words) if w in toyworld.VISUAL_WORDS}
+    visual = _visual_ids(tokenizer)
 
     def judge(proposal, logits, temperature, sampler):
         walk = _Walk(proposal, logits, temperature, sampler)
@@ -53,12 +58,40 @@ def oracle_rule(tokenizer) -> acceptance.AcceptanceRule:
     return acceptance.AcceptanceRule("oracle", judge, lossless=False)
 
 
-def decode(results: Path, method: str, hparams: dict, rule=None) -> tuple[float, float]:
-    """(tau, rubric quality) of one rule over the preset's samples."""
+def perfectly_ranked_rule(tokenizer, share: float, n: int) -> acceptance.AcceptanceRule:
+    """LVSpec's rule (Eqs. 9-10, without PST) over the oracle split's ranking; named `lvspec`
+    so that the decoding hands it the target's states, as it does LVSpec's."""
+    visual_ids = _visual_ids(tokenizer)
+
+    def judge(proposal, logits, temperature, sampler, *, hidden, visual):
+        walk = _Walk(proposal, logits, temperature, sampler)
+        measured = visual_relevance(hidden, visual, n).cpu()  # within [-1, 1]: breaks ties only
+        split = torch.tensor([4.0 * (t in visual_ids) for t in proposal.tokens])
+        loose = loosened(split + measured, share)
+        return _walk_loosely(walk, lambda walk, parent, child: child in loose)
+
+    return acceptance.AcceptanceRule("lvspec", judge, lossless=False)
+
+
+def _visual_ids(tokenizer) -> set[int]:
+    words = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return {i for i, w in enumerate(words) if w in toyworld.VISUAL_WORDS}
+
+
+def decode(
+    results: Path,
+    dataset: str,
+    method: str,
+    hparams: dict,
+    rule=None,
+    target="vtarget",
+    draft="vdraft",
+) -> tuple[float, float]:
+    """(tau, rubric quality) of one rule over a toy_vdesc dataset of the preset."""
     spec = registry.resolve(method, {**hparams, "temperature": 0.0})
     params = {
         "cell": {
-            "dataset": DATASET,
+            "dataset": dataset,
             "pair": "p",
             "method": method,
             "hp": "h",
@@ -67,8 +100,8 @@ def decode(results: Path, method: str, hparams: dict, rule=None) -> tuple[float,
         },
         "pair": {
             **PAIR,
-            "target": str(results / "models/toy/vtarget"),
-            "draft": str(results / "models/toy/vdraft"),
+            "target": str(results / f"models/toy/{target}"),
+            "draft": str(results / f"models/toy/{draft}"),
         },
         "task": "answer",
         "generation": {"max_new_tokens": 96, "temperature": 0.0, "cfg": 3.0, "top_k": 0},
@@ -80,20 +113,20 @@ def decode(results: Path, method: str, hparams: dict, rule=None) -> tuple[float,
     try:
         with tempfile.TemporaryDirectory() as tmp:
             out = f"{tmp}/samples.parquet"
-            visual = str(results / f"visual/toy-vtarget/{DATASET}.parquet")
-            draft_visual = str(results / f"visual/toy-vdraft/{DATASET}.parquet")
+            visual = str(results / f"visual/toy-{target}/{dataset}.parquet")
+            draft_visual = str(results / f"visual/toy-{draft}/{dataset}.parquet")
             generate.run(
-                params, str(results / f"prepared/{DATASET}.parquet"), visual, draft_visual, out
+                params, str(results / f"prepared/{dataset}.parquet"), visual, draft_visual, out
             )
             rows = pq.read_table(out).to_pylist()
     finally:
         runtime.make_rule = original
     prepared = {
         r["sample_id"]: r
-        for r in pq.read_table(results / f"prepared/{DATASET}.parquet").to_pylist()
+        for r in pq.read_table(results / f"prepared/{dataset}.parquet").to_pylist()
     }
     for r in rows:
-        r["reference"], r["scenario"] = prepared[r["sample_id"]]["reference"], DATASET
+        r["reference"], r["scenario"] = prepared[r["sample_id"]]["reference"], "toy_vdesc"
     tau = sum(r["n_tokens"] - 1 for r in rows) / sum(len(r["step_accepted"]) for r in rows)
     quality = sum(score_rows(rows)) / len(rows)
     return tau, quality
@@ -104,16 +137,23 @@ def main() -> None:
     parser.add_argument("--results", default="results")
     parser.add_argument("--rho", type=float, default=0.5)
     parser.add_argument("--lam", type=float, default=0.7)
+    parser.add_argument("--dataset", default="toy_vdesc", help="a toy_vdesc dataset of the run")
     args = parser.parse_args()
     results = Path(args.results)
     tokenizer = loading.tokenizer_of(loading.load_processor(str(results / "models/toy/vtarget")))
     runs = {
         "AR": ("ar", {}, None),
+        "draft alone (AR)": ("ar", {}, None, "vdraft", "vdraft"),
         "SD (K=10)": ("sd_chain", {"gamma": 10, "views": "M"}, None),
         f"LVSpec lambda {args.lam} (w/o PST)": (
             "lvspec_nopst",
             {"views": "M", "lvspec_lambda": args.lam},
             None,
+        ),
+        f"LVSpec lambda {args.lam}, perfect relevance": (
+            "lvspec_nopst",
+            {"views": "M", "lvspec_lambda": args.lam},
+            perfectly_ranked_rule(tokenizer, args.lam, registry.resolve("lvspec", {})["lvspec_n"]),
         ),
         f"random rho {args.rho}": ("random_relax", {"views": "M", "relax_rho": args.rho}, None),
         "oracle (non-visual tokens)": (
@@ -122,11 +162,11 @@ def main() -> None:
             oracle_rule(tokenizer),
         ),
     }
-    measured = {name: decode(results, *run) for name, run in runs.items()}
+    measured = {name: decode(results, args.dataset, *run) for name, run in runs.items()}
     ar_quality = measured["AR"][1]
-    print(f"{'rule':32s} {'tau':>6s} {'quality':>8s} {'retention':>9s}")
+    print(f"{'rule':44s} {'tau':>6s} {'quality':>8s} {'retention':>9s}")
     for name, (tau, quality) in measured.items():
-        print(f"{name:32s} {tau:6.2f} {quality:8.3f} {quality / ar_quality:9.3f}")
+        print(f"{name:44s} {tau:6.2f} {quality:8.3f} {quality / ar_quality:9.3f}")
 
 
 if __name__ == "__main__":

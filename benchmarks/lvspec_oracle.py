@@ -81,6 +81,7 @@ def _visual_ids(tokenizer) -> set[int]:
 def decode(
     results: Path,
     dataset: str,
+    threads: int,
     method: str,
     hparams: dict,
     rule=None,
@@ -105,7 +106,7 @@ def decode(
         },
         "task": "answer",
         "generation": {"max_new_tokens": 96, "temperature": 0.0, "cfg": 3.0, "top_k": 0},
-        "timing": {"warmup_samples": 0, "threads": 2},
+        "timing": {"warmup_samples": 0, "threads": threads},
     }
     original = runtime.make_rule
     if rule is not None:
@@ -138,6 +139,7 @@ def main() -> None:
     parser.add_argument("--rho", type=float, default=0.5)
     parser.add_argument("--lam", type=float, default=0.7)
     parser.add_argument("--dataset", default="toy_vdesc", help="a toy_vdesc dataset of the run")
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     results = Path(args.results)
     tokenizer = loading.tokenizer_of(loading.load_processor(str(results / "models/toy/vtarget")))
@@ -162,7 +164,9 @@ def main() -> None:
             oracle_rule(tokenizer),
         ),
     }
-    measured = {name: decode(results, args.dataset, *run) for name, run in runs.items()}
+    measured = {
+        name: decode(results, args.dataset, args.threads, *run) for name, run in runs.items()
+    }
     ar_quality = measured["AR"][1]
     print(f"{'rule':44s} {'tau':>6s} {'quality':>8s} {'retention':>9s}")
     for name, (tau, quality) in measured.items():

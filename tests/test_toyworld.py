@@ -20,7 +20,7 @@ N_IMAGES = {
     "toy_multiturn": 1,
     "toy_story": 5,
     "toy_video": tw.VIDEO_FRAMES,
-    "toy_vdesc": tw.VIDEO_FRAMES,
+    "toy_vdesc": tw.VDESC_FRAMES,
 }
 N_IMAGES_MULTITURN_NEW = 2  # a toy_multiturn turn 1 of kind "image" brings a second one
 MIXES = {"red blue": "purple", "red yellow": "orange", "blue yellow": "green"}
@@ -327,7 +327,7 @@ def test_video_descriptions_wrap_the_motion_in_fillers_that_score_nothing():
     seen = set()
     for _ in range(60):
         (turn,) = tw.make_toy_vdesc(rng)
-        assert turn.video and len(turn.scenes) == tw.VIDEO_FRAMES
+        assert turn.video and len(turn.scenes) == tw.VDESC_FRAMES
         text = turn.answer
         chosen = synonym_slots(text)
         seen.update(word for _, word in chosen)

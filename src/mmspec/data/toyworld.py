@@ -31,13 +31,14 @@ Scenarios (one dataset each, see DATASETS):
   then to the bottom right . the blue square stays at the bottom left ." Many visual tokens (8 x
   16), long answers whose predictable stretches ("then to the") alternate with the hard words
   (which corner next), the setting of the video papers' pruning and adaptive trees.
-- toy_vdesc: toy_video's videos described in detail, as video description benchmarks (VDD, VDC)
-  answer: "describe the video in detail ." -> "the clip shows two shapes . the camera is still .
-  the red circle moves from ... . meanwhile , the blue square stays at ... . the mood is calm and
-  the pace is slow . nothing else happens ." The motion sentences carry the visual content; the
-  rest is grammar and filler sentences (about 80% of the tokens, as LVSpec's Section 2 measures
-  for real descriptions) whose words are choices among synonyms that say nothing about the
-  video: uniform in the dataset, mostly a model's own word when it is trained in a house style
+- toy_vdesc: toy_video's kind of video (four frames, each object moving at most once) described
+  in detail, as video description benchmarks (VDD, VDC) answer: "describe the video in detail ."
+  -> "the clip shows two shapes . the camera is still . the red circle moves from ... .
+  meanwhile , the blue square stays at ... . the mood is calm and the pace is slow . nothing else
+  happens ." The motion sentences carry the visual content; the rest is grammar and filler
+  sentences (about 80% of the tokens, as LVSpec's Section 2 measures for real descriptions)
+  whose words are choices among synonyms that say nothing about the video: uniform in the
+  dataset, mostly a model's own word when it is trained in a house style
   (HOUSE_STYLES).
 """
 
@@ -82,6 +83,10 @@ DIFF_PROMPT = "what changed ?"
 STORY_PROMPT = "tell the story ."
 VIDEO_PROMPT = "describe the motion ."
 VIDEO_FRAMES = 8
+# toy_vdesc's videos are shorter: with a single move per object, four frames show it, and the
+# toy models learn to read whether an object moved far more reliably from four frames than from
+# eight (README "Video descriptions")
+VDESC_FRAMES = 4
 VDESC_PROMPT = "describe the video in detail ."
 # toy_vdesc's fillers: sentences that say nothing about the video, each {slot} a choice among
 # synonyms (any mix of choices is a sentence, as synonyms are in real descriptions) and each
@@ -509,13 +514,14 @@ def make_toy_video(
 
 def make_toy_vdesc(
     rng: np.random.Generator,
-    n_frames: int = VIDEO_FRAMES,
+    n_frames: int = VDESC_FRAMES,
     style: str | None = None,
     colour_noise: float = 0.0,
 ) -> list[Turn]:
-    """A toy_video video whose objects move at most once, and its detailed description: filler
-    sentences (FILLERS) around the motion sentences (the description, not the tracking, is what
-    this scenario is about: the toy models read a single move far more reliably than three).
+    """A toy_video video of `n_frames` whose objects move at most once, and its detailed
+    description: filler sentences (FILLERS) around the motion sentences (the description, not the
+    tracking, is what this scenario is about: the toy models read a single move far more
+    reliably than three).
     Synonyms and optional words are uniform choices, or follow a house `style` (HOUSE_STYLES,
     HOUSE_INSERTS). With `colour_noise` (training descriptions only) each motion sentence names
     the near colour (NEAR_COLOURS) with that probability, as annotators disagree on colour

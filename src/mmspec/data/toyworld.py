@@ -83,9 +83,9 @@ DIFF_PROMPT = "what changed ?"
 STORY_PROMPT = "tell the story ."
 VIDEO_PROMPT = "describe the motion ."
 VIDEO_FRAMES = 8
-# toy_vdesc's videos are shorter: with a single move per object, four frames show it, and the
-# toy models learn to read whether an object moved far more reliably from four frames than from
-# eight (README "Video descriptions")
+# toy_vdesc's videos are shorter: with a single move per object, four frames show it, and a
+# target trains on them in about 60% of the time eight frames take (README "Video descriptions":
+# what teaches the models to read a move is toy_video in their training mix, not the frame count)
 VDESC_FRAMES = 4
 VDESC_PROMPT = "describe the video in detail ."
 # toy_vdesc's fillers: sentences that say nothing about the video, each {slot} a choice among

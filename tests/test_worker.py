@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from test_resume import _deterministic
 
 from mmspec import worker
@@ -214,3 +215,33 @@ def test_kept_models_reload_when_their_files_change(tmp_path, capsys):
     finally:
         loading.keep_loaded(False)
     assert loading.load_model(str(folder), cpu) is not loading.load_model(str(folder), cpu)
+
+
+def test_a_toy_model_trained_in_a_warm_worker_equals_a_fresh_process(tiny_cell, tmp_path):
+    """Training runs in the worker too (after a generate job there): the same weights, bit for
+    bit, as a training in its own process."""
+    from safetensors.torch import load_file
+
+    env = _env(tmp_path)
+    cell = _mmspec(_argv(tiny_cell, "sd_chain", tmp_path / "cell.parquet", gamma=3), env, tmp_path)
+    assert cell.returncode == 0, cell.stderr[-2000:]
+    spec = {
+        "hidden": 32, "layers": 1, "heads": 2, "vision_hidden": 32, "steps": 12,
+        "grounding_steps": 4, "batch_size": 4, "lr": 0.002, "image_dropout": 0.5,
+        "scenarios": ["toy_caption", "toy_vqa"],
+    }  # fmt: skip
+
+    def train(out: Path, environment: dict) -> subprocess.CompletedProcess:
+        argv = ["toy_model", "--name", "tiny", "--spec", json.dumps(spec), "--seed", "3"]
+        return _mmspec([*argv, "--threads", "1", "--out", str(out)], environment, tmp_path)
+
+    warm = train(tmp_path / "warm", env)
+    assert warm.returncode == 0, warm.stderr[-2000:]
+    assert _worker_pid(warm.stderr) == _worker_pid(cell.stderr)  # the generate job's worker
+    cold = train(tmp_path / "cold", {**env, "MMSPEC_WORKER": "0"})
+    assert cold.returncode == 0 and "warm worker" not in cold.stderr, cold.stderr[-2000:]
+    a = load_file(tmp_path / "warm" / "model.safetensors")
+    b = load_file(tmp_path / "cold" / "model.safetensors")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[key], b[key]) for key in a)
+    os.kill(_worker_pid(warm.stderr), signal.SIGTERM)

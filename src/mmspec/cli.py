@@ -8,7 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-WARM_STAGES = ("generate", "cache_visual", "score")  # run by warm workers (mmspec.worker)
+# run by warm workers (mmspec.worker): the stages run many times per sweep, whose jobs would
+# otherwise spend seconds importing torch and transformers before any work
+WARM_STAGES = ("generate", "cache_visual", "score", "toy_model", "train_drafter")
 
 
 def _json(text: str) -> dict:

@@ -1,6 +1,6 @@
-"""Warm workers: a `mmspec generate` job (also cache_visual, score: `cli.WARM_STAGES`) hands
-its command line to a long-lived worker process that has torch and transformers imported and
-keeps the last job's models loaded.
+"""Warm workers: a `mmspec generate` job (also cache_visual, score, toy_model, train_drafter:
+`cli.WARM_STAGES`) hands its command line to a long-lived worker process that has torch and
+transformers imported and keeps the last job's models loaded.
 
 A generate job otherwise spends most of a toy cell's time starting up (imports, model loading)
 and, on a cluster, loads a multi-GB target once per cell. Here the job is a thin client: it takes

@@ -31,6 +31,13 @@ def test_alignment_targets_mark_the_patches_that_show_each_word(tokenizer):
     for t, row in zip(positions.tolist(), mask, strict=True):
         assert row.tolist() == [words[t] in patch for patch in shows]
     assert toy_training.alignment_targets(turns, ids, labels, tokenizer, True) is None
+    null_positions, null_mask = toy_training.alignment_targets(
+        turns, ids, labels, tokenizer, False, null=True
+    )
+    others = {t for t in answer if words[t] not in tw.VISUAL_WORDS}
+    assert set(null_positions.tolist()) == named | others
+    for t, row in zip(null_positions.tolist(), null_mask, strict=True):
+        assert row.any() == (t in named)
 
 
 def test_alignment_loss_rewards_states_near_the_patches_that_show_the_word():
@@ -42,6 +49,24 @@ def test_alignment_loss_rewards_states_near_the_patches_that_show_the_word():
     near[0, 4] = hidden[0, 1]  # the word's state is the showing patch's
     assert toy_training.alignment_loss(near, visual, shows) < far
     assert toy_training.alignment_loss(hidden, visual, [None]) == 0
+
+
+def test_the_null_choice_rewards_a_non_visual_word_far_from_every_patch():
+    hidden = torch.randn(1, 6, 8, generator=torch.Generator().manual_seed(1))
+    visual = torch.tensor([[True, True, True, False, False, False]])
+    filler = [(torch.tensor([5]), torch.tensor([[False, False, False]]))]
+    near = hidden.clone()
+    near[0, 5] = hidden[0, 2]  # the filler's state is a patch's
+    away = hidden.clone()
+    away[0, 5] = -hidden[0, :3].sum(0)  # opposite to the patches
+    loss = lambda h: toy_training.alignment_loss(h, visual, filler)  # noqa: E731
+    assert loss(away) < loss(hidden) and loss(away) < loss(near)
+    both = [(torch.tensor([4, 5]), torch.tensor([[False, True, False], [False, False, False]]))]
+    named = hidden.clone()
+    named[0, 4] = hidden[0, 1] * 3  # the word at its patch, far above the null's cosine
+    assert toy_training.alignment_loss(named, visual, both) < toy_training.alignment_loss(
+        hidden, visual, both
+    )
 
 
 def test_training_with_alignment_raises_the_relevance_of_visual_words(tmp_path, tokenizer):

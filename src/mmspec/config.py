@@ -740,6 +740,7 @@ TOY_KIND_KEYS["captioner"] |= {
     "vdesc_style",
     "vdesc_colour_noise",
     "visual_alignment",
+    "alignment_null",
 }
 # The codebook of an image generator is fitted from these: a pair's two must agree on them.
 CODEBOOK_KEYS = ("codes", "patch", "vq_images")

@@ -121,7 +121,8 @@ def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
             pixels = np.stack(images) if keep else np.zeros((0, 32, 32, 3), np.uint8)
             example = {"ids": ids, "labels": labels, "images": pixels}
             if aligned:
-                example["shows"] = alignment_targets(turns, ids, labels, tokenizer, text_only)
+                null = spec.get("alignment_null", False)
+                example["shows"] = alignment_targets(turns, ids, labels, tokenizer, text_only, null)
             pool.append(example)
         pools[name] = pool
     batches, used = [], dict.fromkeys(pools, 0)
@@ -135,11 +136,15 @@ def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
 # show them (toyworld.patch_words names what each patch shows): the visual words but counts
 ALIGNED_WORDS = toyworld.VISUAL_WORDS - set(toyworld.NUMBERS)
 ALIGNMENT_TEMPERATURE = 0.1  # of the softmax over a sample's visual tokens (CLIP's scale)
+# `alignment_null`: the cosine of the "no patch" choice, which words naming nothing shown learn
+# to pick (every patch below it) and words naming something learn to rank below their patches
+ALIGNMENT_NULL_COSINE = 0.3
 
 
-def alignment_targets(turns, ids: list, labels: list, tokenizer, text_only: bool):
+def alignment_targets(turns, ids: list, labels: list, tokenizer, text_only: bool, null=False):
     """For `visual_alignment`: the answer positions whose word names what some of the sample's
-    patches show, and which visual tokens show it ([n, visual] bool), or None."""
+    patches show, and which visual tokens show it ([n, visual] bool), or None. `null`: also
+    every answer position whose word is not visual (toyworld.VISUAL_WORDS), with no patch."""
     if text_only:
         return None
     shows = []
@@ -152,11 +157,16 @@ def alignment_targets(turns, ids: list, labels: list, tokenizer, text_only: bool
     words = tokenizer.convert_ids_to_tokens(ids)
     positions, masks = [], []
     for t, word in enumerate(words):
-        if labels[t] != IGNORE and word in ALIGNED_WORDS:
+        if labels[t] == IGNORE:
+            continue
+        if word in ALIGNED_WORDS:
             mask = [word in patch for patch in shows]
             if any(mask):
                 positions.append(t)
                 masks.append(mask)
+        elif null and word not in toyworld.VISUAL_WORDS:
+            positions.append(t)
+            masks.append([False] * len(shows))
     if not positions:
         return None
     return torch.tensor(positions), torch.tensor(masks)
@@ -166,8 +176,10 @@ def alignment_loss(hidden: torch.Tensor, visual: torch.Tensor, shows: list) -> t
     """The toy stand-in for a real VLM's cross-modal alignment (LVSpec's premise, its Section
     3.1): at each answer word that names what some patches show, cross-entropy of a softmax over
     the sample's visual tokens (cosine of last-layer states / ALIGNMENT_TEMPERATURE) against the
-    patches that show it. `hidden` [B, T, H] last-layer states, `visual` [B, T] visual positions,
-    `shows` per sample alignment_targets (or None)."""
+    patches that show it. Where the targets hold rows with no patch (`alignment_null`), the
+    softmax has one more choice, "no patch" at ALIGNMENT_NULL_COSINE, the target of those rows.
+    `hidden` [B, T, H] last-layer states, `visual` [B, T] visual positions, `shows` per sample
+    alignment_targets (or None)."""
     losses = []
     for b, targets in enumerate(shows):
         if targets is None:
@@ -175,8 +187,13 @@ def alignment_loss(hidden: torch.Tensor, visual: torch.Tensor, shows: list) -> t
         positions, mask = targets
         words = torch.nn.functional.normalize(hidden[b, positions.to(hidden.device)], dim=-1)
         patches = torch.nn.functional.normalize(hidden[b][visual[b]], dim=-1)
-        logp = torch.log_softmax(words @ patches.T / ALIGNMENT_TEMPERATURE, dim=-1)
-        mask = mask.to(logp.device)
+        logits = words @ patches.T / ALIGNMENT_TEMPERATURE
+        mask = mask.to(logits.device)
+        none = ~mask.any(-1, keepdim=True)
+        if none.any():
+            null = logits.new_full((len(logits), 1), ALIGNMENT_NULL_COSINE / ALIGNMENT_TEMPERATURE)
+            logits, mask = torch.cat([logits, null], -1), torch.cat([mask, none], -1)
+        logp = torch.log_softmax(logits, dim=-1)
         losses.append(-(logp * mask).sum(-1) / mask.sum(-1))
     if not losses:
         return hidden.new_zeros(())

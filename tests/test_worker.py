@@ -83,7 +83,8 @@ def _wait_gone(pid: int, seconds: float) -> bool:
 
 
 def test_cells_in_a_warm_worker_equal_fresh_processes(tiny_cell, tmp_path):
-    env = _env(tmp_path)
+    # idle for longer than the cold runs between the warm jobs take on a loaded machine
+    env = _env(tmp_path, MMSPEC_WORKER_IDLE="600")
     runs = [("sd_chain", {"gamma": 3}), ("sd_tree", {}), ("sd_chain", {"gamma": 2})]
     pids = []
     for i, (method, hp) in enumerate(runs):
@@ -222,7 +223,7 @@ def test_a_toy_model_trained_in_a_warm_worker_equals_a_fresh_process(tiny_cell, 
     bit, as a training in its own process."""
     from safetensors.torch import load_file
 
-    env = _env(tmp_path)
+    env = _env(tmp_path, MMSPEC_WORKER_IDLE="600")  # as above
     cell = _mmspec(_argv(tiny_cell, "sd_chain", tmp_path / "cell.parquet", gamma=3), env, tmp_path)
     assert cell.returncode == 0, cell.stderr[-2000:]
     spec = {

@@ -8,8 +8,8 @@ its AR cell's, word by word (difflib over the words of each description), split 
 - other edits: insertions, deletions and unequal replacements; `visual` counts those touching a
   visual word (a motion's destination added or lost, a sentence about an object skipped).
 
-It reads a finished run of the toy_lvspec preset (results/generate); every cell of the pair on
-the dataset is listed, with its tau (as the cells table's):
+It reads a finished run of the toy_lvspec preset (results/generate, and each cell's tau from
+results/summary/cells.parquet); every cell of the pair on the dataset is listed:
 
     python benchmarks/lvspec_diffs.py --dataset toy_vdesc --pair toy_vdesc_pair
 """
@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from mmspec.data import toyworld
-
-COLUMNS = ["sample_id", "output_text", "n_tokens", "step_accepted", "hparams"]
 
 
 def edits(reference: str, output: str) -> Counter:
@@ -48,11 +45,6 @@ def edits(reference: str, output: str) -> Counter:
     return counts
 
 
-def cell_label(hparams: dict) -> str:
-    keys = ("lvspec_lambda", "fly_window", "fly_entropy", "relax_rho", "gamma")
-    return " ".join(f"{k}={hparams[k]}" for k in keys if k in hparams and hparams[k] is not None)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default="results", type=Path)
@@ -67,24 +59,22 @@ def main() -> None:
         r["sample_id"]: r["output_text"]
         for r in pq.read_table(reference_file, columns=["sample_id", "output_text"]).to_pylist()
     }
+    cells = pq.read_table(args.results / "summary" / "cells.parquet").to_pylist()
+    tau = {(c["method"], c["hp"]): c["tau"] for c in cells if c["dataset"] == args.dataset}
     keys = ["visual substitutions", "filler substitutions", "other edits", "other edits, visual"]
-    print(f"{'method':14} {'settings':40} {'tau':>5} " + " ".join(f"{k:>22}" for k in keys))
+    print(f"{'method':14} {'hp':40} {'tau':>5} " + " ".join(f"{k:>22}" for k in keys))
     for path in sorted(folder.glob("method=*/hp=*/seed=0/samples.parquet")):
         method = path.parts[-4].removeprefix("method=")
+        hp = path.parts[-3].removeprefix("hp=")
         if method == "ar":
             continue
-        rows = pq.read_table(path, columns=COLUMNS).to_pylist()
         total = Counter()
-        tokens = steps = 0
-        for row in rows:
+        for row in pq.read_table(path, columns=["sample_id", "output_text"]).to_pylist():
             if row["sample_id"] not in reference:
                 raise SystemExit(f"{path}: sample {row['sample_id']} has no AR output")
             total += edits(reference[row["sample_id"]], row["output_text"])
-            tokens += row["n_tokens"] - 1  # the prefill's first token is not a step's
-            steps += len(row["step_accepted"])
-        tau = tokens / steps  # the cells table's: new tokens / steps, pooled
-        label = cell_label(json.loads(rows[0]["hparams"]))
-        print(f"{method:14} {label:40} {tau:5.2f} " + " ".join(f"{total[k]:22d}" for k in keys))
+        cell_tau = f"{tau[(method, hp)]:5.2f}" if (method, hp) in tau else "    -"
+        print(f"{method:14} {hp:40} {cell_tau} " + " ".join(f"{total[k]:22d}" for k in keys))
 
 
 if __name__ == "__main__":

@@ -60,7 +60,11 @@ def main() -> None:
         for r in pq.read_table(reference_file, columns=["sample_id", "output_text"]).to_pylist()
     }
     cells = pq.read_table(args.results / "summary" / "cells.parquet").to_pylist()
-    tau = {(c["method"], c["hp"]): c["tau"] for c in cells if c["dataset"] == args.dataset}
+    tau = {
+        (c["method"], c["hp"]): c["tau"]
+        for c in cells
+        if c["dataset"] == args.dataset and c["pair"] == args.pair and c["seed"] == 0
+    }
     keys = ["visual substitutions", "filler substitutions", "other edits", "other edits, visual"]
     print(f"{'method':14} {'hp':40} {'tau':>5} " + " ".join(f"{k:>22}" for k in keys))
     for path in sorted(folder.glob("method=*/hp=*/seed=0/samples.parquet")):

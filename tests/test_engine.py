@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -9,7 +11,7 @@ from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
-from mmspec.decoding.enumeration import outcomes
+from mmspec.decoding.enumeration import Forker, outcomes
 from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.proposal import Proposal
 from mmspec.decoding.sampler import seeded
@@ -189,6 +191,24 @@ def test_sampling_rule_is_exactly_the_target_distribution():
         for prob, token in outcomes(run):
             got[token] += prob
         torch.testing.assert_close(got, p[0], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("view_first", [False, True])
+def test_forked_state_is_independent_and_keeps_its_views_aliased(view_first):
+    """The enumeration's forks copy plain tensors by clone(): a copy must not write through to
+    the original, a view and its base must stay one storage in the copy (whichever is met first),
+    shared model parameters stay shared, and deepcopy is itself again afterwards."""
+    model = torch.nn.Linear(2, 2)
+    cache = torch.zeros(4, 3)
+    view = cache[1:3]
+    state = {"model": model, "tensors": [view, cache] if view_first else [cache, view]}
+    forked = Forker([model])(state)
+    new_view, new_cache = forked["tensors"] if view_first else forked["tensors"][::-1]
+    new_cache[1, 0] = 7.0
+    assert new_view[0, 0] == 7.0  # still one storage
+    assert cache[1, 0] == 0.0 and view[0, 0] == 0.0  # the original untouched
+    assert forked["model"] is model
+    assert copy._deepcopy_dispatch.get(torch.Tensor) is None
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,10 @@ SNAKEMAKE_TIMEOUT_S = 900
 #   --retries 0: a failure shows at once, not masked by a retry
 #   --latency-wait 5: local disk, so a missing output is a real error
 #   --slurm-keep-successful-logs: the per-job Slurm logs stay, checked below and shown on failure
+#   --slurm-init-seconds-before-status-checks 3: the tiny jobs take seconds, and the chain of
+#     rules waits for a status check after each (the profile's 10 s suits real jobs)
 TEST_ARGS = ["--retries", "0", "--latency-wait", "5", "--slurm-keep-successful-logs"]
+TEST_ARGS += ["--slurm-init-seconds-before-status-checks", "3"]
 
 
 def _slurm_env() -> dict[str, str]:

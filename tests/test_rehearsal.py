@@ -83,8 +83,8 @@ def test_a_preset_runs_end_to_end_on_stand_ins(stand_ins, tmp_path):
             "methods": ["ar", "sd_chain", "specvlm_image", "specvlm"],
         }
     ]
-    # random stand-ins never stop early: 24 new tokens rather than the preset's 256, and no
-    # warm-up decodes (timing means nothing here), keep the run to the plumbing and exactness
+    # random stand-ins never stop early, and their timings mean nothing: 24 new tokens rather
+    # than the preset's 256 and no warm-up decodes keep the run to plumbing and exactness
     quick = ['generation={"max_new_tokens": 24}', 'timing={"warmup_samples": 0}']
     sweep_override = "sweep=" + yaml.safe_dump(sweep).strip()
     overrides = [*_overrides("sage", root, models), sweep_override, *quick]

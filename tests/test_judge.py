@@ -40,6 +40,7 @@ from mmspec.scoring.judge import (
     toy_grade,
 )
 from mmspec.scoring.judge.server import MODEL
+from mmspec.scoring.toy_quality import score_toy
 
 KEY_VAR = "MMSPEC_TEST_JUDGE_KEY"
 QUESTION = "describe the video in detail ."
@@ -142,6 +143,11 @@ def test_toy_grade_and_answer():
     assert toy_grade(HALF, REFERENCE) == 0.75  # red fully right, blue: 1 of its 2 stops
     assert toy_grade("a red circle at the top left .", "a red circle at the top left .") == 1.0
     assert toy_grade("four", "a square has four sides .") == 0.0
+    # a toy_vdesc description: the opener's list is graded beside the motions, as the rubric does
+    listed = f"the clip shows the red circle and the blue square . {REFERENCE}"
+    unlisted = listed.replace(" and the blue square", "")
+    assert toy_grade(listed, listed) == 1.0
+    assert toy_grade(unlisted, listed) == score_toy("toy_vdesc", 0, unlisted, listed) < 1.0
     assert toy_answer(HALF, "where does the blue square go ?") == (
         "the blue square stays at the top right ."
     )

@@ -113,6 +113,24 @@ def test_video_scores_each_object_path():
     assert score_toy("toy_video", 0, truncated, ref) == pytest.approx(0.5)
 
 
+def test_description_scores_the_list_beside_each_object_path():
+    ref = (
+        "the video shows the red circle and the blue square . the camera is still . "
+        "the red circle moves from the top left to the top right . meanwhile , "
+        "the blue square stays at the bottom left . nothing else happens ."
+    )
+    assert score_toy("toy_vdesc", 0, ref, ref) == 1.0
+    reordered = ref.replace(
+        "the red circle and the blue square", "the blue square and the red circle"
+    )
+    assert score_toy("toy_vdesc", 0, reordered, ref) == 1.0  # the list in any order
+    unlisted = ref.replace(" and the blue square", "")
+    assert score_toy("toy_vdesc", 0, unlisted, ref) == pytest.approx((1 + 1 / 2) / 2)
+    wrong_end = ref.replace("to the top right", "to the bottom right")
+    assert score_toy("toy_vdesc", 0, wrong_end, ref) == pytest.approx((2 / 3 + 1) / 2)
+    assert score_toy("toy_video", 0, unlisted, ref) == 1.0  # toy_video has no list to score
+
+
 def test_word_salad_never_raises(rows):
     rng = np.random.default_rng(0)
     for i in range(300):

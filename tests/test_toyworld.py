@@ -9,7 +9,7 @@ from PIL import Image
 
 from mmspec.data import media
 from mmspec.data import toyworld as tw
-from mmspec.scoring.toy_quality import motions, score_video
+from mmspec.scoring.toy_quality import listed, motions, score_video
 from mmspec.tables import PREPARED
 
 N = 60  # samples per dataset: enough to hit every branch, fast
@@ -334,7 +334,7 @@ def test_video_descriptions_wrap_the_motion_in_fillers_that_score_nothing():
         # the motion sentences are toy_video's, so they score as toy_video's answers do
         stated = motions(text)
         assert 1 <= len(stated) <= 2
-        assert " shapes ." in text if len(stated) == 2 else " one shape ." in text
+        assert set(listed(text)) == set(stated)  # the list names them
         swapped = " ".join(other_synonym(w) for w in text.split())
         assert swapped != text
         assert score_video(swapped, text) == 1.0
@@ -374,6 +374,28 @@ def test_a_house_style_has_its_habit_with_the_optional_words():
     assert 0.35 < np.mean([" and also the " in a for a in uniform]) < 0.65
 
 
+def test_a_house_style_lists_two_shapes_in_its_order():
+    """Style b lists two shapes against the order its motion sentences take them 90% of the time
+    (LVSpec's positional shifts, case 2); style a, like the dataset's descriptions, either way."""
+
+    def reversed_share(turns):
+        pairs = [t.answer for t in turns if len(motions(t.answer)) == 2]
+        flips = [listed(a) != list(motions(a)) for a in pairs]
+        return np.mean(flips), len(pairs)
+
+    for style, habit in tw.HOUSE_LISTS_REVERSED.items():
+        turns = [t for (t,) in tw.training_turns(["toy_vdesc"], 400, seed=8, style=style)]
+        share, pairs = reversed_share(turns)
+        assert pairs > 100
+        if habit is None:  # either order
+            assert 0.4 < share < 0.6
+        else:
+            assert (0.85 < share < 0.95) if habit else (0.05 < share < 0.15)  # LIST_PREFERENCE
+    rng = np.random.default_rng(9)
+    share, _ = reversed_share([tw.make_toy_vdesc(rng)[0] for _ in range(400)])
+    assert 0.35 < share < 0.65
+
+
 def test_colour_noise_renames_training_colours_only():
     """vdesc_colour_noise: that share of training descriptions' motion sentences name the near
     colour; the dataset's descriptions (what is scored) always name the true one."""
@@ -387,6 +409,7 @@ def test_colour_noise_renames_training_colours_only():
             if (colour, shape) not in truth:
                 renamed += 1
                 assert any((c, shape) in truth and tw.NEAR_COLOURS[c] == colour for c in tw.COLOURS)
+        assert set(listed(turn.answer)) == set(motions(turn.answer))
     assert 0.15 < renamed / total < 0.25
     rng = np.random.default_rng(5)
     for turn in clean + [tw.DATASETS["toy_vdesc"](rng)[0] for _ in range(100)]:

@@ -33,12 +33,12 @@ Scenarios (one dataset each, see DATASETS):
   (which corner next), the setting of the video papers' pruning and adaptive trees.
 - toy_vdesc: toy_video's kind of video (four frames, each object moving at most once) described
   in detail, as video description benchmarks (VDD, VDC) answer: "describe the video in detail ."
-  -> "the clip shows two shapes . the camera is still . the red circle moves from ... .
-  meanwhile , the blue square stays at ... . the mood is calm and the pace is slow . nothing else
-  happens ." The motion sentences carry the visual content; the rest is grammar and filler
-  sentences (about 80% of the tokens, as LVSpec's Section 2 measures for real descriptions)
-  whose words are choices among synonyms that say nothing about the video: uniform in the
-  dataset, mostly a model's own word when it is trained in a house style
+  -> "the clip shows the red circle and the blue square . the camera is still . the red circle
+  moves from ... . meanwhile , the blue square stays at ... . the mood is calm and the pace is
+  slow . nothing else happens ." The list and the motion sentences carry the visual content; the
+  rest is grammar and filler sentences (about 75% of the tokens, as LVSpec's Section 2 measures
+  for real descriptions) whose words are choices among synonyms that say nothing about the video:
+  uniform in the dataset, mostly a model's own word when it is trained in a house style
   (HOUSE_STYLES).
 """
 
@@ -92,7 +92,8 @@ VDESC_PROMPT = "describe the video in detail ."
 # synonyms (any mix of choices is a sentence, as synonyms are in real descriptions) and each
 # [word] an optional word, one more in the sentence, shifting the words after it
 FILLERS = {
-    "opener": "the {video} {shows} {count} .",  # the count ("two shapes") is the video's
+    # the list ("the red circle and the blue square") is the video's
+    "opener": "the {video} {shows} {list} .",
     "setting": "the {camera} is {still} .",
     "connector": "{meanwhile} , [then]",  # before the second object's sentence
     "mood": "the {mood} is {calm} and [also] the {pace} is {slow} .",
@@ -119,6 +120,17 @@ HOUSE_STYLES = {"a": 0, "b": 1}
 # whether a house style writes the optional [words] (LVSpec's Section 3.3, case 1: a draft that
 # adds a word, so that the words after it come one position late)
 HOUSE_INSERTS = {"a": False, "b": True}
+# whether a house style lists two shapes against the order its motion sentences take them (the
+# video's: by starting corner), None for either order: LVSpec's Section 3.3, case 2, a draft that
+# names the same things in another order, so that the target's next word is a few words further
+# on in the draft. Style a (the preset's target) lists in either order: trained to list in the
+# motion order, a target that went on from the draft's reversed list named the list's first
+# colour in its first motion sentence, a shortcut its own lists taught it (README).
+HOUSE_LISTS_REVERSED = {"a": None, "b": True}
+# how often a style with an order lists in it: 90%, so that it has seen the other order too.
+# The list's articles are "the": "a" / "an" would give the next colour's first letter away, a
+# word that names nothing visual yet fixes a visual one
+LIST_PREFERENCE = 0.9
 # the data's top-3 entropy at a slot is then about 0.06 nats: a habit the model is sure of
 # (LVSpec's "low-entropy non-synonyms", which an entropy gate keeps strict)
 STYLE_PREFERENCE = 0.99
@@ -522,18 +534,29 @@ def make_toy_vdesc(
     description: filler sentences (FILLERS) around the motion sentences (the description, not the
     tracking, is what this scenario is about: the toy models read a single move far more
     reliably than three).
-    Synonyms and optional words are uniform choices, or follow a house `style` (HOUSE_STYLES,
-    HOUSE_INSERTS). With `colour_noise` (training descriptions only) each motion sentence names
-    the near colour (NEAR_COLOURS) with that probability, as annotators disagree on colour
-    names: a model trained on them is unsure of the colour word even where it sees the colour."""
+    The opener lists the shapes, in either order (uniform), or as a house `style` lists them
+    (HOUSE_LISTS_REVERSED, LIST_PREFERENCE); synonyms and optional words are uniform choices, or
+    follow the style (HOUSE_STYLES, HOUSE_INSERTS). With `colour_noise` (training descriptions
+    only) each motion sentence, and the list with it, names the near colour (NEAR_COLOURS) with
+    that probability, as annotators disagree on colour names: a model trained on them is unsure of
+    the colour word even where it sees the colour."""
     (video,) = make_toy_video(rng, n_frames, most_moves=1)
     motions = [s.strip() + " ." for s in video.answer.split(" .") if s.strip()]
     if colour_noise:
         motions = [_renamed_colour(rng, m, colour_noise) for m in motions]
-    count = "one shape" if len(motions) == 1 else "two shapes"
+    shapes = [" ".join(m.split()[1:3]) for m in motions]  # "red circle", as the sentence names it
+    if len(shapes) == 2:
+        habit = None if style is None else HOUSE_LISTS_REVERSED[style]
+        if habit is None:
+            reverse = rng.random() < 0.5
+        else:
+            reverse = habit if rng.random() < LIST_PREFERENCE else not habit
+        shapes = shapes[::-1] if reverse else shapes
+    listed = " and ".join(f"the {s}" for s in shapes)
 
     def filler(name: str) -> str:
-        return _filler(rng, FILLERS[name], style).replace("{count}", count)
+        text = _filler(rng, FILLERS[name], style)
+        return text.replace("{list}", listed)
 
     parts = [filler("opener"), filler("setting"), motions[0]]
     parts += [f"{filler('connector')} {m}" for m in motions[1:]]

@@ -12,9 +12,10 @@ ungrammatical outputs score the facts they do state correctly and never raise.
   reasoning ("red and blue make purple .", "a square has four sides ."), by exact match of the
   normalised text.
 - toy_story: fraction right of 6 facts: (colour, shape) and the position in each of 5 frames.
-- toy_video, toy_vdesc: per object of the reference, the share of its corners (start, then each
-  stop) that the output's sentence about the same (colour, shape) states in the same place;
-  averaged (a description's fillers score nothing either way).
+- toy_video: per object of the reference, the share of its corners (start, then each stop) that
+  the output's sentence about the same (colour, shape) states in the same place; averaged.
+- toy_vdesc: as toy_video, each object with one fact more: that the opener lists it ("the clip
+  shows the red circle and ...", in any order); a description's fillers score nothing either way.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from mmspec.data.toyworld import COLOURS, POSITIONS, SHAPES
+from mmspec.data.toyworld import COLOURS, POSITIONS, SHAPES, SYNONYMS
 
 SCENARIOS = (
     "toy_caption",
@@ -57,6 +58,8 @@ MOTION = re.compile(
     rf"\bthe {C} {S} (?:stays at|moves from) the {P}((?: (?:to|, then to) the {P})*)"
 )
 HOP = re.compile(rf"to the {P}")
+SHOWS = "(?:" + "|".join(SYNONYMS["shows"]) + ")"
+LISTED = re.compile(rf"\b{SHOWS} the {C} {S}(?: and the {C} {S})?")  # toy_vdesc's list
 
 
 def normalise(text: str) -> str:
@@ -135,6 +138,29 @@ def score_video(output: str, reference: str) -> float:
     return sum(scores) / len(scores)
 
 
+def listed(text: str) -> list[tuple[str, str]]:
+    """The (colour, shape) pairs that toy_vdesc's opener lists ("the clip shows the red circle and
+    the blue square"), in order; none where it lists nothing."""
+    found = LISTED.search(text)
+    groups = found.groups() if found else ()
+    return [(groups[i], groups[i + 1]) for i in range(0, len(groups), 2) if groups[i]]
+
+
+def score_description(output: str, reference: str) -> float:
+    """toy_vdesc: per object of the reference, its facts that the output states (listed in the
+    opener, then its corners as score_video counts them) over their number; averaged."""
+    pred, ref = motions(output), motions(reference)
+    if not ref:
+        return float(output == reference)
+    named = set(listed(output))
+    scores = []
+    for what, stops in ref.items():
+        said = pred.get(what, [])
+        hits = (what in named) + sum(p == q for p, q in zip(said, stops, strict=False))
+        scores.append(hits / (1 + max(len(stops), len(said))))
+    return sum(scores) / len(scores)
+
+
 def score_follow_up(output: str, reference: str) -> float:
     """toy_multiturn turn 1, of whichever kind the reference's form gives away."""
     if any(pattern.search(reference) for pattern in VQA):  # a question about a new image
@@ -157,8 +183,10 @@ def score_toy(scenario: str, turn: int, output: str, reference: str) -> float:
         return score_diff(output, reference)
     if scenario == "toy_story":
         return score_story(output, reference)
-    if scenario in ("toy_video", "toy_vdesc"):  # a description's fillers are not scored
+    if scenario == "toy_video":
         return score_video(output, reference)
+    if scenario == "toy_vdesc":  # a description's fillers are not scored
+        return score_description(output, reference)
     raise ValueError(f"unknown toy scenario {scenario!r}; known: {SCENARIOS}")
 
 

@@ -33,10 +33,13 @@ MENTION = re.compile(rf"\b{toy_quality.C} {toy_quality.S}\b")  # "red circle"
 
 
 def toy_grade(answer: str, reference: str) -> float:
-    """The toy world's exact quality of `answer`, in [0, 1], by the reference's form: video
-    motions, else a caption's objects, else exact match of the normalised text."""
+    """The toy world's exact quality of `answer`, in [0, 1], by the reference's form: a video
+    description's list and motions, else video motions, else a caption's objects, else exact
+    match of the normalised text."""
     answer, reference = toy_quality.normalise(answer), toy_quality.normalise(reference)
     if toy_quality.motions(reference):
+        if toy_quality.LISTED.search(reference):  # toy_vdesc's opener lists the shapes
+            return toy_quality.score_description(answer, reference)
         return toy_quality.score_video(answer, reference)
     if toy_quality.objects(reference):
         return toy_quality.score_caption(answer, reference)

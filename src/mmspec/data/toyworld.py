@@ -555,8 +555,7 @@ def make_toy_vdesc(
     listed = " and ".join(f"the {s}" for s in shapes)
 
     def filler(name: str) -> str:
-        text = _filler(rng, FILLERS[name], style)
-        return text.replace("{list}", listed)
+        return _filler(rng, FILLERS[name], style).replace("{list}", listed)
 
     parts = [filler("opener"), filler("setting"), motions[0]]
     parts += [f"{filler('connector')} {m}" for m in motions[1:]]

@@ -126,15 +126,18 @@ def motions(text: str) -> dict[tuple[str, str], list[str]]:
     return found
 
 
-def score_video(output: str, reference: str) -> float:
+def score_video(output: str, reference: str, with_list: bool = False) -> float:
+    """Per object of the reference, its corners that the output states in the same place (extra
+    stops count against), and with `with_list` one fact more: that the opener lists it."""
     pred, ref = motions(output), motions(reference)
     if not ref:
         return float(output == reference)
+    named = set(listed(output)) if with_list else set()
     scores = []
     for what, stops in ref.items():
         said = pred.get(what, [])
-        hits = sum(p == q for p, q in zip(said, stops, strict=False))
-        scores.append(hits / max(len(stops), len(said)))  # extra stops count against
+        hits = (what in named) + sum(p == q for p, q in zip(said, stops, strict=False))
+        scores.append(hits / (with_list + max(len(stops), len(said))))
     return sum(scores) / len(scores)
 
 
@@ -147,18 +150,8 @@ def listed(text: str) -> list[tuple[str, str]]:
 
 
 def score_description(output: str, reference: str) -> float:
-    """toy_vdesc: per object of the reference, its facts that the output states (listed in the
-    opener, then its corners as score_video counts them) over their number; averaged."""
-    pred, ref = motions(output), motions(reference)
-    if not ref:
-        return float(output == reference)
-    named = set(listed(output))
-    scores = []
-    for what, stops in ref.items():
-        said = pred.get(what, [])
-        hits = (what in named) + sum(p == q for p, q in zip(said, stops, strict=False))
-        scores.append(hits / (1 + max(len(stops), len(said))))
-    return sum(scores) / len(scores)
+    """toy_vdesc: score_video with each object's listing in the opener as one fact more."""
+    return score_video(output, reference, with_list=True)
 
 
 def score_follow_up(output: str, reference: str) -> float:

@@ -227,3 +227,23 @@ def test_speculative_sampling_is_exactly_the_target(hparams):
     verdict = verify_method("sd", hparams, seed=3)
     assert verdict.tvd < 1e-9 and verdict.greedy_equal
     assert verdict.outcomes == 2 * 8**3  # two prompts; every 3-token sequence is possible
+
+
+def test_a_copied_cache_layer_grows_apart_from_its_original():
+    """GrowingLayer's deepcopy (every fork of exact enumeration): the copy holds the same
+    positions on buffers of its own, and appends or crops on either leave the other as it was."""
+    from mmspec.decoding.kv_cache import GrowingLayer
+
+    g = torch.Generator().manual_seed(0)
+    layer = GrowingLayer()
+    assert copy.deepcopy(layer).keys is None  # not yet initialised
+    layer.update(torch.randn(1, 2, 5, 4, generator=g), torch.randn(1, 2, 5, 4, generator=g))
+    keys, values = layer.keys.clone(), layer.values.clone()
+    twin = copy.deepcopy(layer)
+    assert torch.equal(twin.keys, keys) and torch.equal(twin.values, values)
+    assert twin.buffer_k.data_ptr() != layer.buffer_k.data_ptr()
+    twin.crop(-2)
+    twin.update(torch.ones(1, 2, 3, 4), torch.ones(1, 2, 3, 4))
+    assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
+    assert torch.equal(twin.keys[..., :3, :], keys[..., :3, :]) and twin.keys.shape[-2] == 6
+    assert twin.keys.data_ptr() == twin.buffer_k.data_ptr()  # a view on its own buffer

@@ -9,6 +9,8 @@ full) and exposes the filled part as a view; `compact` keeps a subset of positio
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
@@ -54,6 +56,20 @@ class GrowingLayer(DynamicLayer):
             raise ValueError("crop takes a negative count of positions to remove")
         if tokens_to_remove and self.is_initialized:
             self._expose(self.filled + tokens_to_remove)
+
+    def __deepcopy__(self, memo: dict) -> GrowingLayer:
+        """A copy with buffers of its own and the filled part exposed on them anew: deep-copying
+        the views themselves (`Tensor.__deepcopy__`) costs several times the buffers' clone, and
+        exact enumeration forks caches thousands of times."""
+        copied = object.__new__(type(self))
+        memo[id(self)] = copied
+        views = ("keys", "values") if getattr(self, "buffer_k", None) is not None else ()
+        for name, value in self.__dict__.items():
+            if name not in views:
+                setattr(copied, name, copy.deepcopy(value, memo))
+        if views:
+            copied._expose(self.filled)
+        return copied
 
     def compact(self, index: torch.Tensor) -> None:
         """Keep positions `index` (increasing), moved to the front in order."""

@@ -121,6 +121,11 @@ def test_bad_alignment_keys_are_named():
         with pytest.raises(mmconfig.ConfigError, match="vdesc_colour_noise"):
             mmconfig.validate(config, overrides={})
     config["toy"]["models"]["vdraft"]["vdesc_colour_noise"] = 0.2
+    for share in (1.5, -0.25):
+        config["toy"]["models"]["vtarget"]["vdesc_foreign_share"] = share
+        with pytest.raises(mmconfig.ConfigError, match="vdesc_foreign_share"):
+            mmconfig.validate(config, overrides={})
+    config["toy"]["models"]["vtarget"]["vdesc_foreign_share"] = 0.25
     config["toy"]["models"]["vdraft"]["visual_alignment"] = -1
     with pytest.raises(mmconfig.ConfigError, match="visual_alignment"):
         mmconfig.validate(config, overrides={})

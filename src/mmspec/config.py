@@ -739,6 +739,7 @@ TOY_KIND_KEYS["captioner"] |= {
     "text_scenarios",
     "vdesc_style",
     "vdesc_colour_noise",
+    "vdesc_foreign_share",
     "visual_alignment",
     "alignment_null",
 }

@@ -127,6 +127,12 @@ HOUSE_INSERTS = {"a": False, "b": True}
 # motion order, a target that went on from the draft's reversed list named the list's first
 # colour in its first motion sentence, a shortcut its own lists taught it (README).
 HOUSE_LISTS_REVERSED = {"a": None, "b": True}
+# the words a style chooses (synonym slots and optional words): what a description written in
+# another style says differently, and nothing a motion sentence or the list uses
+STYLE_WORDS = frozenset(
+    [w for words in SYNONYMS.values() for w in words]
+    + [w[1:-1] for t in FILLERS.values() for w in t.split() if w.startswith("[")]
+)
 # how often a style with an order lists in it: 90%, so that it has seen the other order too.
 # The list's articles are "the": "a" / "an" would give the next colour's first letter away, a
 # word that names nothing visual yet fixes a visual one
@@ -749,12 +755,13 @@ def training_turns(
     seed: int,
     style: str | None = None,
     colour_noise: float = 0.0,
+    stream: int = 1,
 ) -> Iterator[list[Turn]]:
     """`n` training samples (their turns) cycling through `scenarios`, toy_vdesc's in the house
-    `style` if one is given and with `colour_noise`. Drawn from a stream apart from
-    generate_dataset's, so the same seed gives other samples (individual scenes still recur: the
-    scene space is small)."""
-    rngs = {name: _rng(name, seed, stream=1) for name in scenarios}
+    `style` if one is given and with `colour_noise`. Drawn from a `stream` apart from
+    generate_dataset's (0), so the same seed gives other samples (individual scenes still recur:
+    the scene space is small)."""
+    rngs = {name: _rng(name, seed, stream=stream) for name in scenarios}
     for i in range(n):
         name = scenarios[i % len(scenarios)]
         if name == "toy_vdesc":

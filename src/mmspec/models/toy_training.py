@@ -93,7 +93,11 @@ def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
     batch keeps padding low (stories are twice as long as captions). Images are dropped
     (text-only view) at random with probability `image_dropout`, and always for
     `text_scenarios`: a draft that, like a small LM, has read every kind of text but has only
-    seen single images.
+    seen single images. A `vdesc_foreign_share` of the toy_vdesc examples are written in no house
+    style (uniform synonyms, optional words in half the sentences, lists in either order; their
+    own stream) and teach everything but the style's words (toyworld.STYLE_WORDS, unlabelled):
+    a model that has read other phrasings, as a large one has, and goes on from them, without
+    taking up their habits.
     """
     rng = np.random.default_rng(seed + 1)
     size = spec["batch_size"]
@@ -103,14 +107,24 @@ def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
     text_scenarios = set(spec.get("text_scenarios", []))
     aligned = spec.get("visual_alignment", 0.0) > 0
     null = spec.get("alignment_null", False)
+    style_ids = set(tokenizer.convert_tokens_to_ids(sorted(toyworld.STYLE_WORDS)))
     for name, n in sorted(per_scenario.items()):
         pool = []
         noise = spec.get("vdesc_colour_noise", 0.0)
-        for turns in toyworld.training_turns([name], n, seed, spec.get("vdesc_style"), noise):
+        foreign = round(n * spec.get("vdesc_foreign_share", 0.0)) if name == "toy_vdesc" else 0
+        own = toyworld.training_turns([name], n - foreign, seed, spec.get("vdesc_style"), noise)
+        others = toyworld.training_turns([name], foreign, seed, None, noise, stream=2)
+        examples = [(turns, False) for turns in own] + [(turns, True) for turns in others]
+        if foreign:  # mixed through the batches (a stream of its own: other recipes' data stays)
+            order_rng = np.random.default_rng([seed, 2])
+            examples = [examples[i] for i in order_rng.permutation(len(examples))]
+        for turns, is_foreign in examples:
             messages, images = toyworld.training_example(turns)
             dropped = name in text_scenarios or rng.random() < spec.get("image_dropout", 0.0)
             text_only = bool(images) and dropped
             ids, labels = encode_example(messages, tokenizer, text_only)
+            if is_foreign:
+                labels = [IGNORE if t in style_ids else y for t, y in zip(ids, labels, strict=True)]
             keep = not text_only and images
             pixels = np.stack(images) if keep else np.zeros((0, 32, 32, 3), np.uint8)
             example = {"ids": ids, "labels": labels, "images": pixels}

@@ -12,6 +12,7 @@ from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.enumeration import Forker, outcomes
+from mmspec.decoding.kv_cache import GrowingLayer
 from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.proposal import Proposal
 from mmspec.decoding.sampler import seeded
@@ -232,8 +233,6 @@ def test_speculative_sampling_is_exactly_the_target(hparams):
 def test_a_copied_cache_layer_grows_apart_from_its_original():
     """GrowingLayer's deepcopy (every fork of exact enumeration): the copy holds the same
     positions on buffers of its own, and appends or crops on either leave the other as it was."""
-    from mmspec.decoding.kv_cache import GrowingLayer
-
     g = torch.Generator().manual_seed(0)
     layer = GrowingLayer()
     assert copy.deepcopy(layer).keys is None  # not yet initialised

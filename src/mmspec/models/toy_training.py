@@ -107,10 +107,10 @@ def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
     text_scenarios = set(spec.get("text_scenarios", []))
     aligned = spec.get("visual_alignment", 0.0) > 0
     null = spec.get("alignment_null", False)
+    noise = spec.get("vdesc_colour_noise", 0.0)
     style_ids = set(tokenizer.convert_tokens_to_ids(sorted(toyworld.STYLE_WORDS)))
     for name, n in sorted(per_scenario.items()):
         pool = []
-        noise = spec.get("vdesc_colour_noise", 0.0)
         foreign = round(n * spec.get("vdesc_foreign_share", 0.0)) if name == "toy_vdesc" else 0
         own = toyworld.training_turns([name], n - foreign, seed, spec.get("vdesc_style"), noise)
         others = toyworld.training_turns([name], foreign, seed, None, noise, stream=2)

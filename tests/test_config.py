@@ -148,6 +148,9 @@ def test_toy_presets_hold_each_papers_full_toy_study():
     assert {(c.dataset, c.pair) for c in loose} == {("toy_vdesc", "toy_vdesc_pair")}
     lambdas = {c.spec["lvspec_lambda"] for c in loose if c.method == "lvspec_nopst"}
     assert lambdas == {0.0, 0.2, 0.5, 0.7, 0.9}
+    with_pst = {c.spec["lvspec_lambda"] for c in loose if c.method == "lvspec"}
+    assert with_pst == {0.5, 0.7, 0.9}
+    assert all(c.spec["pst"] for c in loose if c.method == "lvspec")
     fly = {
         (c.spec["fly_window"], c.spec["fly_entropy"])
         for c in loose

@@ -398,17 +398,23 @@ def test_a_house_style_lists_two_shapes_in_its_order():
 
 def test_colour_noise_renames_training_colours_only():
     """vdesc_colour_noise: that share of training descriptions' motion sentences name the near
-    colour; the dataset's descriptions (what is scored) always name the true one."""
+    colour, unless another object of the video has it; the dataset's descriptions (what is
+    scored) always name the true one."""
     noisy = [t for (t,) in tw.training_turns(["toy_vdesc"], 400, seed=5, colour_noise=0.2)]
     clean = [t for (t,) in tw.training_turns(["toy_vdesc"], 400, seed=5)]
     renamed = total = 0
     for turn in noisy:
         truth = {(o.colour, o.shape) for o in turn.scenes[0]}
+        shown = {c for c, _ in truth}
         for colour, shape in motions(turn.answer):
+            if (colour, shape) in truth:  # as shown; eligible if the near colour is not shown
+                total += tw.NEAR_COLOURS[colour] not in shown
+                continue
+            # renamed: to the near colour, and never to a colour another object of the video has
             total += 1
-            if (colour, shape) not in truth:
-                renamed += 1
-                assert any((c, shape) in truth and tw.NEAR_COLOURS[c] == colour for c in tw.COLOURS)
+            renamed += 1
+            assert colour not in shown
+            assert any((c, shape) in truth and tw.NEAR_COLOURS[c] == colour for c in tw.COLOURS)
         assert set(listed(turn.answer)) == set(motions(turn.answer))
     assert 0.15 < renamed / total < 0.25
     rng = np.random.default_rng(5)

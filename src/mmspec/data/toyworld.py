@@ -551,7 +551,7 @@ def make_toy_vdesc(
     (video,) = make_toy_video(rng, n_frames, most_moves=1)
     motions = [s.strip() + " ." for s in video.answer.split(" .") if s.strip()]
     if colour_noise:
-        shown = {m.split()[1] for m in motions}
+        shown = {obj.colour for obj in video.scenes[0]}
         motions = [_renamed_colour(rng, m, colour_noise, shown) for m in motions]
     shapes = [" ".join(m.split()[1:3]) for m in motions]  # "red circle", as the sentence names it
     if len(shapes) == 2:

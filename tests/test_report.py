@@ -13,6 +13,7 @@ from plotly.offline import get_plotlyjs
 
 import mmspec.report.acceptance as report_acceptance
 import mmspec.report.blocks as report_blocks
+import mmspec.report.loose as report_loose
 import mmspec.report.methods_table as methods_table
 import mmspec.report.weights as report_weights
 from mmspec.report.block_efficiency import tau_by_dataset
@@ -841,6 +842,25 @@ def test_loose_section_frontier_and_retention_table(tmp_path):
     assert "quality retention" in section
     sec = next(v for k, v in found.items() if k.startswith("vdd"))
     assert "judge_failures" in sec and "relaxed_share" in sec
+
+
+def test_loose_retentions_carry_their_intervals_in_table_and_figure(tmp_path):
+    rows = loose_rows()
+    rows[2].update(judge_retention_low=0.95, judge_retention_high=0.99)
+    rows[2].update(retention_low=0.9, retention_high=0.97)
+    section = sections(page_of(tmp_path, rows))["Loose verification: retention vs speedup"]
+    table = section[section.index("<table") :]
+    lvspec = next(r for r in table.split("<tr>") if "LVSpec" in r)
+    assert "[0.950, 0.990]" in lvspec and "[0.900, 0.970]" in lvspec
+    random = next(r for r in table.split("<tr>") if "Random" in r)
+    assert "[" not in random  # no interval measured, none shown
+    # the plotted (judge) retention's bar: 0.99 - 0.98 above, 0.98 - 0.95 below
+    assert '"error_y"' in section
+    cells = pd.DataFrame(rows)
+    points = cells.assign(**report_loose.retention_axis(cells)).iloc[1:]
+    figure = report_loose.retention_figure(points, points.iloc[:0], "vdd")
+    bar = next(t for t in figure.data if t.name == "lvspec").error_y
+    assert (bar.array[0], bar.arrayminus[0]) == pytest.approx((0.01, 0.03))
 
 
 def test_no_loose_section_without_loose_cells(report):

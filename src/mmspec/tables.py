@@ -254,6 +254,10 @@ CELLS = pa.schema(
         ("quality", pa.float64()),
         ("ar_quality", pa.float64()),
         ("retention", pa.float64()),
+        # the retention's 95% bootstrap interval over the cell's sample-turns, each paired with
+        # its AR answer: retentions whose intervals overlap are within sampling noise
+        ("retention_low", pa.float64()),
+        ("retention_high", pa.float64()),
         ("tokens_per_s", pa.float64()),
         ("ar_tokens_per_s", pa.float64()),
         ("prefill_s", pa.float64()),
@@ -273,6 +277,8 @@ CELLS = pa.schema(
         ("judge_score", pa.float64()),
         ("ar_judge_score", pa.float64()),
         ("judge_retention", pa.float64()),
+        ("judge_retention_low", pa.float64()),  # its 95% bootstrap interval, as retention's
+        ("judge_retention_high", pa.float64()),
         ("judge_failures", pa.int64()),
         ("device", pa.string()),
     ]

@@ -1,5 +1,6 @@
 """Loose verification (LVSpec's Figure 7): quality retention against speedup, per (dataset, pair,
-temperature), with the Pareto frontier highlighted, and the retention table under it.
+temperature), with the Pareto frontier highlighted, and the retention table under it; each
+retention with its 95% bootstrap interval over the samples.
 
 Shown only when some cell verifies with a loose rule (`methods.components.LOOSE_RULES`). The
 retention axis is the LLM judge's (judge_retention) where the dataset is judged, else the task
@@ -15,11 +16,12 @@ import plotly.graph_objects as go
 from mmspec.methods.components import LOOSE_RULES
 from mmspec.report.cells import is_ar, sort_cells
 from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
-from mmspec.report.formatting import esc, fmt_num, heading, label_html
+from mmspec.report.formatting import esc, fmt_num, heading, is_missing, label_html
 from mmspec.report.pareto import front_rows, front_trace
 
 ANCHOR = "loose-verification"
-RETENTION = "_retention"  # the plotted retention column (retention_axis)
+RETENTION = "_retention"  # the plotted retention column (retention_axis), and its interval
+RETENTION_LOW, RETENTION_HIGH = "_retention_low", "_retention_high"
 TITLE = "Loose verification: retention vs speedup"
 CAPTION = (
     "Each cell's quality retention (its mean quality / its AR cell's on the same samples: the "
@@ -27,16 +29,19 @@ CAPTION = (
     "speedup, one colour per acceptance rule, as in LVSpec's Figure 7. The dotted line and "
     "diamonds mark the Pareto frontier: no other cell is both at least as fast and retains at "
     "least as much. A loose rule accepts some mismatched draft tokens (relaxed share: of the "
-    "accepted draft tokens); lossless rules sit at the retention of exact decoding. judge "
-    "failures are judgements that failed after retries: counted, never scored."
+    "accepted draft tokens); lossless rules sit at the retention of exact decoding. The bars "
+    "and the bracketed ranges are each retention's 95% bootstrap interval, resampling the "
+    "samples with their AR answers paired: two cells whose intervals overlap are within the "
+    "samples' noise of each other. judge failures are judgements that failed after retries: "
+    "counted, never scored."
 )
-# the table's columns: (cells column, header, integer)
+# the table's columns: (cells column, header, integer); a retention shows its interval
 TABLE_COLUMNS = [
     ("tau", "τ", False),
     ("speedup", "speedup", False),
     ("relaxed_share", "relaxed share", False),
-    ("retention", "retention (metric)", False),
-    ("judge_retention", "retention (judge)", False),
+    ("retention", "retention (metric) [95% interval]", False),
+    ("judge_retention", "retention (judge) [95% interval]", False),
     ("judge_score", "judge score (0-5)", False),
     ("judge_failures", "judge failures", True),
 ]
@@ -51,7 +56,7 @@ def render(cells: pd.DataFrame) -> str:
         if not group["acceptance"].isin(LOOSE_RULES).any():
             continue
         title = f"{key[0]} · {key[1]} · T={fmt_num(key[2])}"
-        group = group.assign(**{RETENTION: retention_axis(group)})
+        group = group.assign(**retention_axis(group))
         points = group[~group["method"].map(is_ar)].dropna(subset=["speedup", RETENTION])
         front = front_rows(points, RETENTION)
         parts.append(f"<h3>{esc(title)}</h3>")
@@ -62,10 +67,17 @@ def render(cells: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
-def retention_axis(cells: pd.DataFrame) -> pd.Series:
-    """The judge's retention where any cell of the group has one, else the task metric's."""
+def retention_axis(cells: pd.DataFrame) -> dict[str, pd.Series]:
+    """The judge's retention and its interval where any cell of the group has one, else the
+    task metric's, as the columns RETENTION, RETENTION_LOW and RETENTION_HIGH."""
     judged = "judge_retention" in cells and cells["judge_retention"].notna().any()
-    return cells["judge_retention"] if judged else cells["retention"]
+    name = "judge_retention" if judged else "retention"
+    missing = pd.Series(float("nan"), index=cells.index)
+    return {
+        RETENTION: cells[name],
+        RETENTION_LOW: cells.get(f"{name}_low", missing),
+        RETENTION_HIGH: cells.get(f"{name}_high", missing),
+    }
 
 
 def retention_figure(points: pd.DataFrame, front: pd.DataFrame, title: str) -> go.Figure:
@@ -79,6 +91,14 @@ def retention_figure(points: pd.DataFrame, front: pd.DataFrame, title: str) -> g
                 mode="markers",
                 name=esc(rule),
                 marker=dict(color=PALETTE[i % len(PALETTE)], size=9),
+                error_y=dict(
+                    type="data",
+                    symmetric=False,
+                    array=group[RETENTION_HIGH] - group[RETENTION],
+                    arrayminus=group[RETENTION] - group[RETENTION_LOW],
+                    thickness=1,
+                    width=3,
+                ),
                 hovertext=[_hover(row) for _, row in group.iterrows()],
                 hovertemplate="%{hovertext}<extra></extra>",
             )
@@ -97,6 +117,7 @@ def _hover(row: pd.Series) -> str:
     return (
         f"{label_html(row['label'])} ({esc(row['method'])})<br>hp: {esc(row['hp'])}"
         f"<br>speedup {fmt_num(row['speedup'])} · retention {fmt_num(row[RETENTION])}"
+        f" [{fmt_num(row[RETENTION_LOW])}, {fmt_num(row[RETENTION_HIGH])}]"
         f"<br>tau {fmt_num(row['tau'])} · relaxed {fmt_num(row['relaxed_share'])}"
     )
 
@@ -109,10 +130,7 @@ def retention_table(cells: pd.DataFrame, front: pd.DataFrame) -> str:
     rows = []
     for _, row in sort_cells(cells).iterrows():
         mark = "◆ " if (row["method"], row["hp"], row["seed"]) in front_keys else ""
-        values = "".join(
-            f"<td class='num'>{fmt_num(row.get(c), integer)}</td>"
-            for c, _, integer in TABLE_COLUMNS
-        )
+        values = "".join(f"<td class='num'>{_value(row, c, i)}</td>" for c, _, i in TABLE_COLUMNS)
         rows.append(
             f"<tr><td>{mark}{label_html(row['label'])}</td><td>{esc(row['acceptance'])}</td>"
             f"<td class='note'>{esc(row['hp'])}</td>{values}</tr>"
@@ -121,3 +139,12 @@ def retention_table(cells: pd.DataFrame, front: pd.DataFrame) -> str:
         "<div class='scroll'><table class='retention'><thead><tr><th>cell</th><th>rule</th>"
         f"<th>hp</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
+
+
+def _value(row: pd.Series, column: str, integer: bool) -> str:
+    """The cell's value; a retention with its interval ("0.98 [0.96, 0.99]") where it has one."""
+    value = fmt_num(row.get(column), integer)
+    low, high = row.get(f"{column}_low"), row.get(f"{column}_high")
+    if not column.endswith("retention") or is_missing(low) or is_missing(high):
+        return value
+    return f"{value} <span class='note'>[{fmt_num(low)}, {fmt_num(high)}]</span>"

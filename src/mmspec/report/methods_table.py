@@ -38,6 +38,8 @@ TABLE_COLUMNS = [
     "first_divergence_mean",
     "quality",
     "retention",
+    "retention_low",
+    "retention_high",
     "tokens_per_s",
     "prefill_s",
     "caption_s",
@@ -46,7 +48,13 @@ TABLE_COLUMNS = [
 # Shown after `retention` in the sections of image generation (cells with an FID).
 IMAGE_COLUMNS = ["fid", "fid_retention"]
 # Shown after `retention` where the dataset is judged (an LLM judge scored the answers).
-JUDGE_COLUMNS = ["judge_score", "judge_retention", "judge_failures"]
+JUDGE_COLUMNS = [
+    "judge_score",
+    "judge_retention",
+    "judge_retention_low",
+    "judge_retention_high",
+    "judge_failures",
+]
 # Shown after accepted_mean where a cell verifies loosely (some accepted tokens mismatched).
 RELAXED_COLUMNS = ["relaxed_share"]
 TEXT_COLUMNS = {"label", "method", "hp", "views", "weights"}

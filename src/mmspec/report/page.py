@@ -118,6 +118,13 @@ METRIC_DEFINITIONS = [
     ("quality", "the dataset's task metric (image generation: CLIP score)."),
     ("retention", "quality / AR quality."),
     (
+        "retention_low, retention_high",
+        "the retention's 95% percentile bootstrap interval, resampling the cell's sample-turns "
+        "each with its AR answer's quality (so what a sample's difficulty shares with AR "
+        "cancels). Two cells whose intervals overlap are within the samples' noise of each "
+        "other; a greedy lossless cell's is [1, 1].",
+    ),
+    (
         "fid, fid_retention",
         "image generation: FID of the cell's images against the dataset's reference images "
         "(lower is better), and AR FID / FID.",
@@ -132,7 +139,8 @@ METRIC_DEFINITIONS = [
         "judged datasets: the LLM judge's mean 0-5 score of the cell's answers, its ratio to the "
         "AR cell's mean on the same sample-turns (both over the sample-turns whose two "
         "judgements succeeded), and the cell's judgements that failed after retries (stored "
-        "as null with their error, never scored).",
+        "as null with their error, never scored); judge_retention_low / _high: its interval, as "
+        "retention's.",
     ),
     ("tokens_per_s", "emitted tokens / decode time."),
     (

@@ -68,7 +68,12 @@ SELECT
   list(ar_decode_s ORDER BY sample_id, turn) AS timing_ar_s,
   list(ar_n_tokens - 1 ORDER BY sample_id, turn) AS timing_ar_tokens,
   list(decode_s ORDER BY sample_id, turn) AS timing_s,
-  list(new_tokens ORDER BY sample_id, turn) AS timing_tokens
+  list(new_tokens ORDER BY sample_id, turn) AS timing_tokens,
+  -- the per-sample-turn qualities the retentions pair, for their bootstrap intervals (not written)
+  list(quality ORDER BY sample_id, turn) AS paired_quality,
+  list(ar_quality ORDER BY sample_id, turn) AS paired_ar_quality,
+  list(judge_score ORDER BY sample_id, turn) AS paired_judge_score,
+  list(ar_judge_score ORDER BY sample_id, turn) AS paired_ar_judge_score
 FROM s
 GROUP BY dataset, pair, method, hp, seed
 ORDER BY dataset, pair, method, hp, seed
@@ -77,6 +82,11 @@ ORDER BY dataset, pair, method, hp, seed
 
 RESAMPLES = 2000  # bootstrap resamples of a cell's sample-turns
 CONFIDENCE = 0.95
+# (retention column, the cell's per-sample-turn quality list, its AR cell's) in CELLS_SQL
+RETENTION_PAIRS = [
+    ("retention", "paired_quality", "paired_ar_quality"),
+    ("judge_retention", "paired_judge_score", "paired_ar_judge_score"),
+]
 
 
 # One row per drafting step; `position` counts the tokens emitted before it (the first token
@@ -124,6 +134,10 @@ def run(score_files: list[str], out: str, blocks_out: str, groups: dict | None =
     low, high = _speedup_intervals(table)
     table = table.append_column("speedup_low", low)
     table = table.append_column("speedup_high", high)
+    for name, quality, ar_quality in RETENTION_PAIRS:
+        low, high = _retention_intervals(table, quality, ar_quality)
+        table = table.append_column(f"{name}_low", low)
+        table = table.append_column(f"{name}_high", high)
     table = table.append_column("label", _labels(table))
     groups = groups or {}
     group = [groups.get(d, "benchmark") for d in table.column("dataset").to_pylist()]
@@ -151,11 +165,31 @@ def speedup_interval(ar_s, ar_tokens, s, tokens, seed: int = 0) -> tuple[float, 
     a, at, m, mt = (c[picks].sum(axis=1) for c in columns)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = (a / at) / (m / mt)
-    ratios = ratios[np.isfinite(ratios)]
-    if len(ratios) == 0:
+    return _percentile_interval(ratios)
+
+
+def retention_interval(quality, ar_quality, seed: int = 0) -> tuple[float, float]:
+    """The percentile bootstrap interval (CONFIDENCE) of the retention mean(quality) /
+    mean(ar_quality), resampling sample-turns with their AR answer's quality paired (so what
+    the samples share, an easy or a hard video, cancels), over the sample-turns with both
+    (None: a failed judgement or no metric). NaN when none has both."""
+    pairs = zip(quality, ar_quality, strict=True)
+    pairs = [(q, a) for q, a in pairs if q is not None and a is not None]
+    if not pairs:
+        return math.nan, math.nan
+    q, a = np.asarray(pairs, dtype=float).T
+    picks = np.random.default_rng(seed).integers(0, len(q), size=(RESAMPLES, len(q)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = q[picks].mean(axis=1) / a[picks].mean(axis=1)
+    return _percentile_interval(ratios)
+
+
+def _percentile_interval(values: np.ndarray) -> tuple[float, float]:
+    values = values[np.isfinite(values)]
+    if len(values) == 0:
         return math.nan, math.nan
     tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(ratios, [tail, 100 - tail])
+    low, high = np.percentile(values, [tail, 100 - tail])
     return float(low), float(high)
 
 
@@ -163,6 +197,13 @@ def _speedup_intervals(table) -> tuple[pa.Array, pa.Array]:
     names = ["timing_ar_s", "timing_ar_tokens", "timing_s", "timing_tokens"]
     timings = [table.column(name).to_pylist() for name in names]
     intervals = [speedup_interval(*cell) for cell in zip(*timings, strict=True)]
+    low, high = zip(*intervals, strict=True) if intervals else ((), ())
+    return pa.array(low, pa.float64()), pa.array(high, pa.float64())
+
+
+def _retention_intervals(table, quality: str, ar_quality: str) -> tuple[pa.Array, pa.Array]:
+    columns = (table.column(quality).to_pylist(), table.column(ar_quality).to_pylist())
+    intervals = [retention_interval(q, a) for q, a in zip(*columns, strict=True)]
     low, high = zip(*intervals, strict=True) if intervals else ((), ())
     return pa.array(low, pa.float64()), pa.array(high, pa.float64())
 

@@ -151,6 +151,8 @@ def test_toy_presets_hold_each_papers_full_toy_study():
     with_pst = {c.spec["lvspec_lambda"] for c in loose if c.method == "lvspec"}
     assert with_pst == {0.5, 0.7, 0.9}
     assert all(c.spec["pst"] for c in loose if c.method == "lvspec")
+    ahead = {c.spec["lvspec_lambda"] for c in loose if c.spec.get("pst_ahead")}
+    assert ahead == {0.5, 0.7, 0.9}
     fly = {
         (c.spec["fly_window"], c.spec["fly_entropy"])
         for c in loose

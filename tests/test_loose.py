@@ -16,12 +16,12 @@ from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.prompt import Prompt
-from mmspec.decoding.proposal import Proposal
+from mmspec.decoding.proposal import ROOT, Proposal
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.trees import ChainPolicy, StaticTree
 from mmspec.decoding.views import ViewContext, make_view
 from mmspec.decoding.weights import make_policy
-from mmspec.methods.components import is_lossless
+from mmspec.methods.components import ACCEPTANCE_DEFAULTS, is_lossless
 from mmspec.methods.registry import resolve
 from mmspec.methods.spec import MethodSpec
 
@@ -39,7 +39,7 @@ def _case(seed: int, n: int = 4):
 
 
 def _rule(name: str, **params):
-    return make_rule({"acceptance": name, **params})
+    return make_rule({"acceptance": name, **ACCEPTANCE_DEFAULTS.get(name, {}), **params})
 
 
 LOSSLESS_SETTINGS = [
@@ -113,6 +113,37 @@ def test_pst_accepts_a_target_token_found_among_the_drafts():
         1,
     )
     assert not is_lossless("lvspec", {"lvspec_lambda": 0.0, "pst": True})
+
+
+def test_pst_range_and_pst_ahead_bound_the_shifts_it_tolerates():
+    # the target wants 4 at position 1, which the draft wrote two positions on
+    chain = Proposal.chain([1, 2, 3, 4])
+    logits = _greedy_logits([1, 4, 3, 9, 5])
+    states = _states([0.9, 0.1, 0.8, 0.7])
+    for pst_range, want in [(1, ([0], 4, 0)), (2, ([0, 1, 2], 9, 1)), (None, ([0, 1, 2], 9, 1))]:
+        rule = _rule("lvspec", lvspec_lambda=0.0, lvspec_n=1, pst=True, pst_range=pst_range)
+        assert rule.verdict(chain, logits, 0.0, None, **states) == want, pst_range
+    # in a tree the range counts depths: 4 drafted at depth 2 of another branch is one away
+    tree = Proposal([1, 7, 2, 4], [ROOT, ROOT, 0, 1])  # 1 -> 2, 7 -> 4; the target wants 1, 4
+    near = _rule("lvspec", lvspec_lambda=0.0, lvspec_n=1, pst=True, pst_range=1)
+    assert near.verdict(tree, _greedy_logits([1, 4, 9, 8, 9]), 0.0, None, **states) == (
+        [0, 2],
+        8,
+        1,
+    )
+    # ahead only: the target's 2 at position 3 was drafted before it, so it is not a shift
+    back = _greedy_logits([1, 2, 3, 2, 5])
+    for pst_ahead, want in [(False, ([0, 1, 2, 3], 5, 1)), (True, ([0, 1, 2], 2, 0))]:
+        rule = _rule("lvspec", lvspec_lambda=0.0, lvspec_n=1, pst=True, pst_ahead=pst_ahead)
+        assert rule.verdict(chain, back, 0.0, None, **states) == want, pst_ahead
+        assert rule.verdict(chain, logits, 0.0, None, **states) == ([0, 1, 2], 9, 1)
+    ahead_near = _rule("lvspec", lvspec_lambda=0, lvspec_n=1, pst=True, pst_ahead=True, pst_range=1)
+    assert ahead_near.verdict(chain, logits, 0.0, None, **states) == ([0], 4, 0)
+    with pytest.raises(ValueError, match="pst_range is PST's tolerable shift"):
+        resolve("lvspec", {"pst_range": 0})
+    with pytest.raises(ValueError, match="pst_range=1.5 should be of type"):
+        resolve("lvspec", {"pst_range": 1.5})
+    assert resolve("lvspec", {})["pst_range"] is None  # the paper's: the whole step
 
 
 def test_visual_relevance_is_the_mean_of_the_top_n_cosines():

@@ -92,8 +92,19 @@ LANTERN_DEFAULTS = {
 # "Implementation Details"; K 10 is the chain's gamma), PST on as in its Table 1 (the lambda
 # and N studies run without it, Table 3). FLy as LVSpec reran it (Appendix C): window 4, entropy
 # 0.2 (0.1 for Qwen2.5-VL-32B; FLy's own release: 0.3, window 6). Random relaxation: rho 0.5,
-# the middle of LVSpec's Figure 7 grid {0.25, 0.5, 0.75}.
-LVSPEC_DEFAULTS = {"lvspec_lambda": 0.7, "lvspec_n": 10, "pst": True}
+# the middle of LVSpec's Figure 7 grid {0.25, 0.5, 0.75}. PST looks for the target's token
+# across the step's whole draft ("we set the draft length K ... as the tolerable shift range",
+# Section 3.3, Eq. 11): `pst_range` None and `pst_ahead` False. Not in the paper, to study PST's
+# chance matches (a token the draft wrote elsewhere in its K for another reason): `pst_range` r
+# looks only r positions either side of the mismatch, `pst_ahead` only after it (where both of
+# the paper's Figure 5 cases find it: the draft will still write what the target meant).
+LVSPEC_DEFAULTS = {
+    "lvspec_lambda": 0.7,
+    "lvspec_n": 10,
+    "pst": True,
+    "pst_range": None,
+    "pst_ahead": False,
+}
 FLY_DEFAULTS = {"fly_entropy": 0.2, "fly_window": 4}
 RANDOM_RELAX_DEFAULTS = {"relax_rho": 0.5}
 # The hyperparameters a rule adds to a method's (with their defaults) when a method uses it.

@@ -437,6 +437,8 @@ TYPES = {
     "lvspec_lambda": (int, float),
     "lvspec_n": int,
     "pst": bool,
+    "pst_range": int,
+    "pst_ahead": bool,
     "fly_entropy": (int, float),
     "fly_window": int,
     "relax_rho": (int, float),
@@ -555,6 +557,7 @@ def _check_ranges(spec: dict) -> None:
     for key, what in [
         ("lvspec_n", "the number of most similar visual tokens averaged"),
         ("fly_window", "FLy's deferred window, counting the mismatch itself"),
+        ("pst_range", "PST's tolerable shift in positions (unset: the whole step, K)"),
     ]:
         if spec.get(key) is not None and spec[key] < 1:
             raise ValueError(f"{key} is {what} and must be >= 1, got {spec[key]}")

@@ -14,6 +14,8 @@ longest prefix whose every position matched or was relaxed (LVSpec's longest-com
   cosine similarity, mean of the top `lvspec_n` = visual relevance; the floor(lambda * K) least
   relevant of the step's K drafted positions may mismatch (Eqs. 8-10). With `pst` (Section 3.3,
   Eq. 11) a mismatch whose target token appears among the step's drafted tokens is accepted too.
+  Not in the paper, which looks across the whole step: `pst_range` r counts only the drafted
+  tokens within r positions (depths) of the mismatch, `pst_ahead` only those after it (deeper).
 - `fly` (FLy, AMD-AGI/FLy `fly/models/FLy.py`): a mismatch is accepted when the entropy of the
   target's top-3 probabilities (nats, not renormalised; raw logits) is at least `fly_entropy`
   and the next `fly_window` - 1 drafted positions match exactly (its deferred window: a window
@@ -159,17 +161,36 @@ def accept_lvspec(
     pst: bool,
     hidden: torch.Tensor,
     visual: torch.Tensor,
+    pst_range: int | None = None,
+    pst_ahead: bool = False,
 ):
     """LVSpec's loose verification; `hidden`: the target's last-layer states of the drafted
     nodes [K, H] (verification forward), `visual`: those of the prompt's visual tokens."""
     walk = _Walk(proposal, logits, temperature, sampler)
     loose = loosened(visual_relevance(hidden, visual, lvspec_n), lvspec_lambda)
-    drafted = set(proposal.tokens)
+    shifted = _shift_tolerance(proposal, pst_range, pst_ahead)
 
     def relaxes(walk, parent, child):
-        return child in loose or (pst and walk.rejected(parent) in drafted)
+        return child in loose or (pst and walk.rejected(parent) in shifted(child))
 
     return _walk_loosely(walk, relaxes)
+
+
+def _shift_tolerance(proposal: Proposal, pst_range: int | None, pst_ahead: bool):
+    """node -> the drafted tokens PST compares the target's token at `node` with: the whole
+    step's (Eq. 11), or those within `pst_range` depths of the node, and with `pst_ahead` only
+    those deeper than it."""
+    if pst_range is None and not pst_ahead:
+        drafted = set(proposal.tokens)
+        return lambda node: drafted
+    depths = proposal.depths()
+    furthest = math.inf if pst_range is None else pst_range
+    nearest = 1 if pst_ahead else -furthest  # the shifts (depth - the node's) that count
+    return lambda node: {
+        token
+        for token, depth in zip(proposal.tokens, depths, strict=True)
+        if nearest <= depth - depths[node] <= furthest
+    }
 
 
 def top_entropy(logits: torch.Tensor, top: int = FLY_TOP) -> torch.Tensor:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -246,3 +248,27 @@ def test_a_toy_model_trained_in_a_warm_worker_equals_a_fresh_process(tiny_cell, 
     assert a.keys() == b.keys()
     assert all(torch.equal(a[key], b[key]) for key in a)
     os.kill(_worker_pid(warm.stderr), signal.SIGTERM)
+
+
+def test_a_worker_that_closes_without_reading_falls_back_to_this_process(tmp_path, capsys):
+    """A job that takes the slot of a worker still exiting (its last client was killed) and
+    connects before the socket goes: the worker closes without reading the request, and the
+    job runs in its own process instead of failing on the reset."""
+    stem = tmp_path / "key-0"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(stem) + ".sock")
+    server.listen(1)
+
+    def exiting_worker():
+        conn, _ = server.accept()
+        time.sleep(0.2)  # the request arrives, unread
+        conn.close()
+
+    thread = threading.Thread(target=exiting_worker)
+    thread.start()
+    assert worker._run_in(stem, ["--version"]) is None
+    thread.join()
+    server.close()
+    assert "the warm worker died during the job; running it in this process" in (
+        capsys.readouterr().err
+    )

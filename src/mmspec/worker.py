@@ -98,13 +98,18 @@ def _run_in(stem: Path, argv: list[str]) -> int | None:
             worker.kill()
             print("mmspec: the warm worker did not start; running in this process", file=sys.stderr)
             return None
+    reply = b""
     with conn:
         request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)})
         payload = request.encode()
-        socket.send_fds(conn, [_HEADER.pack(len(payload)) + payload], [0, 1, 2])
-        reply = b""
-        while chunk := conn.recv(4096):
-            reply += chunk
+        try:
+            socket.send_fds(conn, [_HEADER.pack(len(payload)) + payload], [0, 1, 2])
+            while chunk := conn.recv(4096):
+                reply += chunk
+        except (ConnectionResetError, BrokenPipeError):
+            # the slot's worker was exiting as this job took the slot (its last client was
+            # killed): it closed without reading the request
+            reply = b""
     if not reply:
         print("mmspec: the warm worker died during the job; running it in this process",
               file=sys.stderr)  # fmt: skip

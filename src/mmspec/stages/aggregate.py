@@ -126,7 +126,7 @@ def run(score_files: list[str], out: str, blocks_out: str, groups: dict | None =
         raise FileNotFoundError(f"score files missing: {missing[:5]}")
     con = duckdb.connect()
     files = {"files": list(score_files)}
-    table = con.execute(CELLS_SQL, {**files, "thumbnails": THUMBNAILS}).to_arrow_table()
+    table = con.sql(CELLS_SQL, params={**files, "thumbnails": THUMBNAILS}).to_arrow_table()
     # TABED eq. 1: tau / (k * c + 1) with k the draft forwards per step (gamma for a chain; the
     # drafted levels for a tree); AR has no draft, so its estimate is its tau (1).
     table = table.append_column("speedup_eq1", _eq1(table))
@@ -142,7 +142,7 @@ def run(score_files: list[str], out: str, blocks_out: str, groups: dict | None =
     groups = groups or {}
     group = [groups.get(d, "benchmark") for d in table.column("dataset").to_pylist()]
     table = table.append_column("group", pa.array(group, pa.string()))
-    blocks = con.execute(BLOCKS_SQL, files).to_arrow_table()
+    blocks = con.sql(BLOCKS_SQL, params=files).to_arrow_table()
     blocks = blocks.append_column("label", _labels(blocks))
     write_table(blocks, blocks_out, BLOCKS)
     write_table(table, out, CELLS)

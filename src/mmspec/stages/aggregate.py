@@ -82,11 +82,6 @@ ORDER BY dataset, pair, method, hp, seed
 
 RESAMPLES = 2000  # bootstrap resamples of a cell's sample-turns
 CONFIDENCE = 0.95
-# (retention column, the cell's per-sample-turn quality list, its AR cell's) in CELLS_SQL
-RETENTION_PAIRS = [
-    ("retention", "paired_quality", "paired_ar_quality"),
-    ("judge_retention", "paired_judge_score", "paired_ar_judge_score"),
-]
 
 
 # One row per drafting step; `position` counts the tokens emitted before it (the first token
@@ -131,11 +126,8 @@ def run(score_files: list[str], out: str, blocks_out: str, groups: dict | None =
     # drafted levels for a tree); AR has no draft, so its estimate is its tau (1).
     table = table.append_column("speedup_eq1", _eq1(table))
     table = table.append_column("speedup_eq1_verify", _eq1(table, "verify_cost"))
-    low, high = _speedup_intervals(table)
-    table = table.append_column("speedup_low", low)
-    table = table.append_column("speedup_high", high)
-    for name, quality, ar_quality in RETENTION_PAIRS:
-        low, high = _retention_intervals(table, quality, ar_quality)
+    for name, interval, lists in INTERVALS:
+        low, high = _intervals(table, interval, lists)
         table = table.append_column(f"{name}_low", low)
         table = table.append_column(f"{name}_high", high)
     table = table.append_column("label", _labels(table))
@@ -193,17 +185,19 @@ def _percentile_interval(values: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def _speedup_intervals(table) -> tuple[pa.Array, pa.Array]:
-    names = ["timing_ar_s", "timing_ar_tokens", "timing_s", "timing_tokens"]
-    timings = [table.column(name).to_pylist() for name in names]
-    intervals = [speedup_interval(*cell) for cell in zip(*timings, strict=True)]
-    low, high = zip(*intervals, strict=True) if intervals else ((), ())
-    return pa.array(low, pa.float64()), pa.array(high, pa.float64())
+# (column, its interval function, the CELLS_SQL per-sample-turn lists it reads): written as
+# <column>_low and <column>_high
+INTERVALS = [
+    ("speedup", speedup_interval, ["timing_ar_s", "timing_ar_tokens", "timing_s", "timing_tokens"]),
+    ("retention", retention_interval, ["paired_quality", "paired_ar_quality"]),
+    ("judge_retention", retention_interval, ["paired_judge_score", "paired_ar_judge_score"]),
+]
 
 
-def _retention_intervals(table, quality: str, ar_quality: str) -> tuple[pa.Array, pa.Array]:
-    columns = (table.column(quality).to_pylist(), table.column(ar_quality).to_pylist())
-    intervals = [retention_interval(q, a) for q, a in zip(*columns, strict=True)]
+def _intervals(table, interval, names: list[str]) -> tuple[pa.Array, pa.Array]:
+    """Per cell, `interval(*lists)` of the cell's per-sample-turn lists in columns `names`."""
+    columns = [table.column(name).to_pylist() for name in names]
+    intervals = [interval(*cell) for cell in zip(*columns, strict=True)]
     low, high = zip(*intervals, strict=True) if intervals else ((), ())
     return pa.array(low, pa.float64()), pa.array(high, pa.float64())
 

@@ -110,3 +110,8 @@ def test_an_undominated_baseline_is_named_with_its_margin(tmp_path):
 def test_sets_pool_across_results_folders(tmp_path):
     out = _checked(tmp_path, random_retention=0.95, sets=2)
     assert "-3.75 points" in out and "over 16 in 2 sets; higher in 0, lower in 2" in out
+
+
+def test_equal_retentions_summed_in_another_order_count_as_dominated(tmp_path):
+    out = _checked(tmp_path, random_retention=0.98 + 1e-12)  # lambda 0.7 keeps 0.98 at tau 5.5
+    assert "dominance by retention, every LVSpec point: holds" in out

@@ -181,8 +181,8 @@ def main() -> None:
         print(
             f"  {name} vs no PST at lambda {lam:g}: {100 * diffs.mean():+.2f} points "
             f"[{100 * lo:+.2f}, {100 * hi:+.2f}] over {len(diffs)} in {len(parts)} sets; "
-            f"higher in {sum(d.mean() > 0 for d in parts)}, lower in "
-            f"{sum(d.mean() < 0 for d in parts)}"
+            f"higher in {sum(d.mean() > TIE for d in parts)}, lower in "
+            f"{sum(d.mean() < -TIE for d in parts)}"
         )
 
 

@@ -145,7 +145,11 @@ def test_toy_presets_hold_each_papers_full_toy_study():
     assert len(heads) == 1
     assert {"eagle", "eagle2", "lantern_eagle2"} <= {c.spec["method"] for c in lantern}
     loose = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_lvspec.yaml"))
-    assert {(c.dataset, c.pair) for c in loose} == {("toy_vdesc", "toy_vdesc_pair")}
+    assert {(c.dataset, c.pair) for c in loose} == {
+        ("toy_vdesc", "toy_vdesc_pair"),
+        ("toy_vdesc", "toy_vdraft_alone"),
+    }
+    assert {c.method for c in loose if c.pair == "toy_vdraft_alone"} == {"ar"}
     lambdas = {c.spec["lvspec_lambda"] for c in loose if c.method == "lvspec_nopst"}
     assert lambdas == {0.0, 0.2, 0.5, 0.7, 0.9}
     with_pst = {c.spec["lvspec_lambda"] for c in loose if c.method == "lvspec"}

@@ -31,6 +31,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mmspec.config import Cell
+from mmspec.stages.aggregate import percentile_interval
+
 BASELINES = ("fly", "fly_gate", "random_relax")
 RETENTIONS = (("retention", "quality"), ("judge_retention", "judge_score"))  # cells, scores
 PAPER_VARIANTS = ("no PST", "PST (Eq. 11)")
@@ -58,30 +61,23 @@ def load_cells(results: Path) -> pd.DataFrame:
 
 
 def scores_of(row: pd.Series) -> pd.DataFrame:
-    path = (
-        Path(row["results"])
-        / "score"
-        / f"dataset={row['dataset']}"
-        / f"pair={row['pair']}"
-        / f"method={row['method']}"
-        / f"hp={row['hp']}"
-        / f"seed={row['seed']}"
-        / "scores.parquet"
-    )
+    cell = Cell(row["dataset"], row["pair"], row["method"], row["hp"], int(row["seed"]), {})
+    path = Path(row["results"]) / "score" / cell.path / "scores.parquet"
     return pd.read_parquet(path).set_index(["sample_id", "turn"]).sort_index()
 
 
 def interval(values: np.ndarray, rng: np.random.Generator, resamples: int = 4000):
+    """The bootstrap interval of the mean of `values`."""
     picks = rng.integers(0, len(values), (resamples, len(values)))
-    return np.percentile(values[picks].mean(1), [2.5, 97.5])
+    return percentile_interval(values[picks].mean(1))
 
 
 def paired(a: pd.Series, b: pd.Series, score: str) -> np.ndarray:
     """Per sample-turn (a's quality - b's) / the AR mean, over turns both scored."""
-    sa, sb = scores_of(a), scores_of(b)
-    both = sa[score].notna() & sb[score].reindex(sa.index).notna() & sa[f"ar_{score}"].notna()
-    sa = sa[both]
-    return ((sa[score] - sb[score].reindex(sa.index)) / sa[f"ar_{score}"].mean()).to_numpy()
+    sa = scores_of(a)
+    sb = scores_of(b).reindex(sa.index)
+    both = sa[score].notna() & sb[score].notna() & sa[f"ar_{score}"].notna()
+    return ((sa[score] - sb[score])[both] / sa.loc[both, f"ar_{score}"].mean()).to_numpy()
 
 
 def fmt(row: pd.Series, col: str) -> str:
@@ -140,13 +136,12 @@ def check_group(g: pd.DataFrame, args, pooled: dict, rng) -> None:
                     f"{best['tau']:.2f} {fmt(best, col)}, margin {b[col] - best[col]:.3f}"
                 )
                 print(f"    {b['method']} {b['hp']} tau {b['tau']:.2f} {fmt(b, col)}; {against}")
-    plain = lv[lv["variant"] == "no PST"].set_index("lam")
+    plain = {r["lam"]: r for _, r in lv[lv["variant"] == "no PST"].iterrows()}
     for _, row in lv[lv["variant"] != "no PST"].sort_values(["variant", "lam"]).iterrows():
-        if row["lam"] not in plain.index:
+        if row["lam"] not in plain:
             continue
-        ref = plain.loc[row["lam"]]
-        ref = ref.iloc[0] if isinstance(ref, pd.DataFrame) else ref
-        diffs = paired(row, ref.rename(row.name), "quality")
+        ref = plain[row["lam"]]
+        diffs = paired(row, ref, "quality")
         lo, hi = interval(diffs, rng)
         key = (row["variant"], row["lam"])
         pooled.setdefault(key, []).append(diffs)

@@ -157,7 +157,7 @@ def speedup_interval(ar_s, ar_tokens, s, tokens, seed: int = 0) -> tuple[float, 
     a, at, m, mt = (c[picks].sum(axis=1) for c in columns)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = (a / at) / (m / mt)
-    return _percentile_interval(ratios)
+    return percentile_interval(ratios)
 
 
 def retention_interval(quality, ar_quality, seed: int = 0) -> tuple[float, float]:
@@ -173,10 +173,11 @@ def retention_interval(quality, ar_quality, seed: int = 0) -> tuple[float, float
     picks = np.random.default_rng(seed).integers(0, len(q), size=(RESAMPLES, len(q)))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = q[picks].mean(axis=1) / a[picks].mean(axis=1)
-    return _percentile_interval(ratios)
+    return percentile_interval(ratios)
 
 
-def _percentile_interval(values: np.ndarray) -> tuple[float, float]:
+def percentile_interval(values: np.ndarray) -> tuple[float, float]:
+    """The central CONFIDENCE interval of bootstrap statistics (non-finite ones dropped)."""
     values = values[np.isfinite(values)]
     if len(values) == 0:
         return math.nan, math.nan

@@ -316,3 +316,14 @@ def test_self_sd_pair_drafts_with_its_target():
     spec = next(c.spec for c in mmconfig.cells(cfg) if c.pair == "self" and c.method == "sd")
     assert generate_models(pair, spec) == [("toy:target", "float32")]  # loaded once
     assert mmconfig.validate(cfg)["pairs"]["self"] == pair  # validating again keeps it
+
+
+def test_a_visual_rule_on_image_generation_is_rejected_before_any_job():
+    """LVSpec compares drafted tokens with the prompt's visual tokens; a text-to-image cell's
+    prompt has none, so the config names the method and the pair before anything runs."""
+    with open("config/config.yaml") as f:
+        cfg = yaml.safe_load(f)
+    cfg["methods"]["lv"] = {"method": "lvspec", "views": "M"}
+    cfg["sweep"].append({"datasets": ["toy_imagegen"], "pairs": ["toy_image"], "methods": ["lv"]})
+    with pytest.raises(mmconfig.ConfigError, match="methods.lv: acceptance 'lvspec' compares"):
+        mmconfig.cells(mmconfig.validate(cfg))

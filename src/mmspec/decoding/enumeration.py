@@ -68,7 +68,8 @@ class ScriptedSampler(Sampler):
         return self._choose(options)
 
     def coins(self, probabilities: torch.Tensor) -> torch.Tensor:
-        return torch.tensor([self.accept(a) for a in probabilities.double().tolist()])
+        flips = [self.accept(a) for a in probabilities.double().tolist()]
+        return torch.tensor(flips, device=probabilities.device)
 
     def graded_accept(self, exact: float, relaxed: float) -> tuple[bool, bool]:
         b = min(max(float(relaxed), 0.0), 1.0)

@@ -1,6 +1,8 @@
 """Every random choice the engine makes goes through a `Sampler`.
 
-`TorchSampler` draws from a torch.Generator (reruns with the same seed draw the same numbers).
+`TorchSampler` draws from a CPU torch.Generator, on the CPU, whatever device the models run on:
+reruns with the same seed draw the same numbers on a CPU and on a GPU (where the probabilities are
+equal), and a CUDA tensor never meets the CPU generator (torch refuses that pairing).
 `mmspec verify-lossless` swaps in a sampler that enumerates every outcome of the discrete
 choices instead of drawing one (decoding.enumeration), so the engine's own code is what it checks.
 """
@@ -47,13 +49,21 @@ class Sampler:
 
 
 class TorchSampler(Sampler):
-    """Draws from `generator` (None: torch's global generator)."""
+    """Draws from `generator`, a CPU generator (None: torch's global CPU generator). Every draw
+    is taken on the CPU: a distribution on another device is copied there first (one small host
+    copy per draw; reading the drawn index back costs that synchronisation anyway), and uniforms
+    drawn here are moved to the device of the probabilities they are compared with."""
 
     def __init__(self, generator: torch.Generator | None = None):
+        if generator is not None and generator.device.type != "cpu":
+            raise ValueError(
+                f"TorchSampler draws on the CPU (the same numbers on every device); got a "
+                f"{generator.device} generator"
+            )
         self.generator = generator
 
     def categorical(self, probs: torch.Tensor) -> int:
-        return int(torch.multinomial(probs, 1, generator=self.generator))
+        return int(torch.multinomial(probs.detach().cpu(), 1, generator=self.generator))
 
     def accept(self, probability: float) -> bool:
         return float(torch.rand((), generator=self.generator, dtype=torch.float64)) < probability
@@ -65,6 +75,7 @@ class TorchSampler(Sampler):
         return self._uniforms(probabilities) < probabilities
 
     def _uniforms(self, like: torch.Tensor) -> torch.Tensor:
+        """Uniforms shaped like `like`, drawn here on the CPU, on `like`'s device."""
         draws = torch.rand(like.shape, generator=self.generator, dtype=like.dtype)
         return draws.to(like.device)
 

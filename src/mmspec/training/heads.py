@@ -151,8 +151,18 @@ class Batch:
     intermediate: torch.Tensor | None = None
     shallow: torch.Tensor | None = None
 
+    def to(self, device) -> Batch:
+        """This batch with every tensor on `device` (None: where it is)."""
+        if device is None:
+            return self
+        return Batch(**{k: None if v is None else v.to(device) for k, v in vars(self).items()})
 
-def _batch(sequences: list[Sequence], noise: float, generator: torch.Generator) -> Batch:
+
+def _batch(
+    sequences: list[Sequence], noise: float, generator: torch.Generator, device=None
+) -> Batch:
+    """The batch of `sequences`, built on the CPU (where the sequences are kept) and moved to
+    `device` (the head's)."""
     width = max(len(s.embeds) for s in sequences)
     hidden = sequences[0].embeds.shape[-1]
 
@@ -185,9 +195,10 @@ def _batch(sequences: list[Sequence], noise: float, generator: torch.Generator) 
         batch.attention[b, :n] = 1
     batch.features = batch.clean
     if noise > 0:
+        # drawn on the CPU from the CPU generator: the same noise on every device
         uniform = torch.rand(batch.clean.shape, generator=generator) - 0.5
         batch.features = batch.clean + uniform * noise
-    return batch
+    return batch.to(device)
 
 
 def _kl(lm_head, predicted: torch.Tensor, true: torch.Tensor):
@@ -204,7 +215,7 @@ def losses(head, lm_head, batch: Batch, kind: str = "eagle") -> tuple[torch.Tens
     """(feature loss, intermediate loss, KL from the target's distribution, top-1 agreement
     with the target at the first drafted position) over the masked entries; 0 for a loss a
     kind does not have."""
-    zero = torch.zeros(())
+    zero = torch.zeros((), device=batch.mask.device)
     if kind in MULTI_TOKEN:
         kl, agreement = _multi_token(head, lm_head, batch)
         return zero, zero, kl, agreement
@@ -229,7 +240,7 @@ def _multi_token(head, lm_head, batch: Batch):
     f_{j+k+1} (which predicts token j + k + 2), weighted 0.8^k (Medusa, Section 2.2.1);
     Hydra's head k also reads the embeddings of tokens j + 2 .. j + k + 1 (teacher-forced)."""
     width = batch.mask.shape[1]
-    total, agreement = torch.zeros(()), None
+    total, agreement = torch.zeros((), device=batch.mask.device), None
     for k in range(head.config.heads):
         if width - k < 1:
             break
@@ -246,7 +257,7 @@ def _multi_token(head, lm_head, batch: Batch):
         kl, agree = _kl(lm_head, predicted, batch.targets[:, k:][mask])
         total = total + 0.8**k * kl
         agreement = agree if agreement is None else agreement
-    return total, agreement if agreement is not None else torch.zeros(())
+    return total, agreement if agreement is not None else torch.zeros((), device=total.device)
 
 
 def split(sequences: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
@@ -268,8 +279,10 @@ def train_head(
 ) -> list[dict]:
     """Train `head` for hp["head_steps"] steps; the curve rows (step, losses, agreement).
 
-    `state` (from `save`'s last call) resumes a run: the step, optimiser, random streams and
-    curve continue where they stopped. `save(state)` is called every `eval_every` steps.
+    The head trains on the device of `lm_head` (the target's: a GPU where the target runs on
+    one); the sequences stay on the CPU and each batch moves there. `state` (from `save`'s last
+    call) resumes a run: the step, optimiser, random streams and curve continue where they
+    stopped. `save(state)` is called every `eval_every` steps.
     """
     w_feature, w_inter, w_kl = LOSS_WEIGHTS[kind]
     train, held = split(sequences)
@@ -277,6 +290,8 @@ def train_head(
         raise ValueError("a drafter head needs at least two training sequences")
     steps = int(hp["head_steps"])
     eval_every = eval_every or max(1, steps // 10)
+    device = next(lm_head.parameters()).device
+    head.to(device)
     lm_head.requires_grad_(False)
     params = [p for p in head.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(params, lr=float(hp["head_lr"]), betas=BETAS)
@@ -294,7 +309,9 @@ def train_head(
     progress = tqdm(total=steps, initial=step, desc="train_drafter")
     while step < steps:
         head.train()
-        batch = _batch(picker.sample(train, size), float(hp["head_noise"]), generator)
+        # Kangaroo's adapter reads the target's own shallow states: no noise (no head_noise key)
+        noise = float(hp.get("head_noise", 0.0))
+        batch = _batch(picker.sample(train, size), noise, generator, device)
         feature_loss, inter_loss, kl, _ = losses(head, lm_head, batch, kind)
         loss = w_feature * feature_loss + w_inter * inter_loss + w_kl * kl
         optimiser.zero_grad()
@@ -334,7 +351,7 @@ def evaluate(head, lm_head, held: list[Sequence], kind: str = "eagle") -> dict:
     }
     entries = 0
     for s in held:
-        batch = _batch([s], 0.0, torch.Generator())
+        batch = _batch([s], 0.0, torch.Generator(), next(lm_head.parameters()).device)
         n = int(batch.mask.sum())
         if n == 0:
             continue

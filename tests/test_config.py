@@ -45,7 +45,7 @@ def _by(cells, pair):
 
 def test_default_config_is_a_tour_of_every_paper():
     cells = mmconfig.cells(mmconfig.load("config/config.yaml"))
-    assert len({c.path for c in cells}) == len(cells) <= 34
+    assert len({c.path for c in cells}) == len(cells) <= 33
     # TABED: M vs T on captions and on five-image stories, with the adaptive ensemble; DREAM's
     # baselines: EAGLE's trained head against a draft model, over a chain and EAGLE-2 trees
     tabed = {"ar", "m", "t", "mt", "tabed_mt"}
@@ -53,11 +53,12 @@ def test_default_config_is_a_tour_of_every_paper():
     assert not _by(cells, "toy")  # the tour trains one draft: TABED runs on toy_vdraft
     drafters = {c.spec["drafter"] for c in cells if c.method.startswith(("eagle", "dream"))}
     assert drafters == {"eagle", "dream", "model"}
-    # SAGE / SpecVLM / EAGLE-2: every tree method on a caption and the video; LVSpec and random
-    # relaxation against exact SD over K = 10 on the video, whose answers the judge scores
+    # SAGE / SpecVLM / EAGLE-2: every tree method on a caption and the video (on the caption
+    # the chain over view M is TABED's `m`); LVSpec and random relaxation against exact SD over
+    # K = 10 on the video, whose answers the judge scores
     loose = {"sd10", "lvspec", "random_relax"}
     assert _by(cells, "toy_vdraft") == {
-        "toy_caption": TREES | heads | tabed,
+        "toy_caption": TREES - {"sd_chain"} | heads | tabed,
         "toy_story": tabed,
         "toy_video": TREES | loose,
     }
@@ -327,3 +328,86 @@ def test_a_visual_rule_on_image_generation_is_rejected_before_any_job():
     cfg["sweep"].append({"datasets": ["toy_imagegen"], "pairs": ["toy_image"], "methods": ["lv"]})
     with pytest.raises(mmconfig.ConfigError, match="methods.lv: acceptance 'lvspec' compares"):
         mmconfig.cells(mmconfig.validate(cfg))
+
+
+def _grid_config(methods: dict, **extra) -> dict:
+    return {**copy.deepcopy(BASE), "methods": {"ar": {}, **methods}, **extra}
+
+
+def test_grid_points_whose_components_read_the_same_values_are_one_cell():
+    """`keep` is read by view U only: under view M its two values decode the same thing."""
+    cfg = mmconfig.validate(_grid_config({"sd": {"views": ["M", "U"], "keep": [0.25, 0.5]}}))
+    expansion = mmconfig.expand(cfg)
+    assert sorted(c.hp for c in expansion.cells) == [
+        "default",
+        "keep-0.25_views-U",
+        "keep-0.5_views-U",
+        "views-M",
+    ]
+    assert expansion.grid_points == 5 and expansion.merged == 1
+    m = next(c for c in expansion.cells if c.hp == "views-M")
+    assert "keep" not in m.spec  # a cell holds only what its components read
+
+
+def test_a_big_grid_keeps_one_cell_per_distinct_decoding():
+    """Views M, T, P, U x keep x gamma: only view U reads keep, so M, T and P keep one cell per
+    gamma; and every cell decodes something no other cell decodes."""
+    keeps, gammas = [0.1, 0.3, 0.5, 0.7, 0.9], [1, 3, 5]
+    sd = {"views": ["M", "T", "P", "U"], "keep": keeps, "gamma": gammas}
+    expansion = mmconfig.expand(mmconfig.validate(_grid_config({"sd": sd})))
+    assert expansion.grid_points == 1 + 4 * 5 * 3
+    assert len(expansion.cells) == 1 + 3 * 3 + 5 * 3
+    assert_distinct_decodings(expansion.cells)
+
+
+@pytest.mark.parametrize(
+    "methods, expected",
+    [
+        ({"m": {"keep": 0.3}}, r"methods.m: keep is read only by view 'U', and method 'm' here"),
+        ({"sd": {"views": ["M", "T"], "keep": 0.3}}, "methods.sd: keep is read only by view 'U'"),
+        ({"mt": {"sage_k": 3}}, "methods.mt: sage_k is read only by tree 'sage'"),
+        ({"m": {"window": 3}}, r"window is read only by weights 'kld', .* two or more views"),
+        ({"ar": {"gamma": 3}}, "methods.ar: gamma is read only by tree 'chain'.*autoregressively"),
+        ({"eagle": {"head_data": "toy_caption", "keep": 0.5}}, "trained eagle head"),
+    ],
+)
+def test_a_key_that_no_component_of_the_method_reads_is_refused(methods, expected):
+    with pytest.raises(mmconfig.ConfigError, match=expected):
+        mmconfig.validate(_grid_config(methods))
+
+
+def test_a_key_read_by_some_point_of_a_grid_is_accepted():
+    """`sage_k` on a method whose grid has a SAGE tree point: read there, merged elsewhere."""
+    grid = {"method": "sd_chain", "tree": ["chain", "sage"], "sage_k": [4, 8]}
+    cells = mmconfig.cells(mmconfig.validate(_grid_config({"trees": grid})))
+    assert sorted(c.hp for c in cells if c.method == "trees") == [
+        "sage_k-4_tree-sage",
+        "sage_k-8_tree-sage",
+        "tree-chain",
+    ]
+    sage = next(c for c in cells if c.hp == "sage_k-8_tree-sage")
+    assert sage.spec["sage_k"] == 8 and sage.spec["sage_d_max"] == 8  # SAGE's defaults join
+
+
+def test_two_entries_that_decode_the_same_thing_are_refused():
+    cfg = _grid_config({"m": {}, "chain": {"method": "sd_chain", "gamma": 5}})
+    with pytest.raises(mmconfig.ConfigError, match=r"methods.chain: .* decodes exactly what "):
+        mmconfig.validate(cfg)
+
+
+def assert_distinct_decodings(cells) -> None:
+    """No two cells of one dataset, pair and seed carry the same components and values."""
+    seen = {}
+    for c in cells:
+        decoding = yaml.safe_dump({k: v for k, v in c.spec.items() if k != "method"})
+        key = (c.dataset, c.pair, c.seed, decoding)
+        assert key not in seen, f"{c.path} decodes what {seen[key]} decodes"
+        seen[key] = c.path
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["config/config.yaml", *sorted(str(p) for p in mmconfig.Path("config/presets").glob("*.yaml"))],
+)
+def test_no_two_cells_of_the_tour_or_a_preset_decode_the_same_thing(path):
+    assert_distinct_decodings(mmconfig.cells(mmconfig.load_as_snakemake(path)))

@@ -206,7 +206,7 @@ def test_lantern_keys_join_a_method_that_verifies_with_it():
     # a LANTERN method made exact keeps no delta (its cell would read as a relaxed one)
     exact = resolve("lantern_eagle", {"acceptance": "sampling", "temperature": 1.0})
     assert not {"lantern_k", "lantern_delta", "proximity", "divergence"} & set(exact)
-    with pytest.raises(ValueError, match="verifies with 'sampling' here"):
+    with pytest.raises(ValueError, match=r"lantern_delta is read only by .* acceptance 'sampling'"):
         resolve("lantern_eagle", {"acceptance": "sampling", "lantern_delta": 0.2})
     with pytest.raises(ValueError, match=r"lantern_delta .* must be in \[0, 1\]"):
         resolve("sd_chain", {"acceptance": "lantern", "lantern_delta": 1.5})

@@ -293,11 +293,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                 f"config key methods.{name}: unknown method {base!r}; "
                 f"known: {sorted(registry.METHODS)} (set `method:` to use another name)"
             )
-        for hparams in _grid(entry):
-            try:
-                registry.resolve(base, hparams, config["generation"]["temperature"])
-            except ValueError as e:
-                raise ConfigError(f"config key methods.{name}: {e}") from None
+        method_points(name, entry, config["generation"]["temperature"])
     for name, pair in config["pairs"].items():
         if pair.get("draft") == SELF_DRAFT:  # Self-SD: the target drafts for itself
             pair["draft"] = pair["target"]
@@ -337,6 +333,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                             f"known: {sorted(config[section])}"
                         )
     swept = cells(config)
+    _check_distinct(swept)
     for cell in swept:
         drafter = cell.spec["drafter"]
         if drafter in DRAFTERS_WITH_MODEL and "draft" not in config["pairs"][cell.pair]:
@@ -626,23 +623,93 @@ def model_slug(ref: str) -> str:
     return slug(normalize_model_ref(ref)).lstrip("._-") or "empty"
 
 
-def cells(config: dict) -> list[Cell]:
-    """Every cell of the sweep, in a stable order, without duplicates."""
-    out: dict[tuple, Cell] = {}
+@dataclass(frozen=True)
+class Expansion:
+    """A sweep's cells, and how many grid points (dataset x pair x method entry x hyperparameter
+    point x seed) they came from: points whose components read the same values are one cell."""
+
+    cells: list[Cell]
+    grid_points: int
+
+    @property
+    def merged(self) -> int:
+        """Grid points that decode what another point's cell decodes."""
+        return self.grid_points - len(self.cells)
+
+
+def method_points(name: str, entry: dict, temperature: float) -> list[tuple[str, dict]]:
+    """(hp slug, resolved spec) of each point of a method entry's grid. The slug keys only the
+    values the point's components read, so points that differ in keys nobody reads share one
+    (the caller keeps the first). A key of the entry read at no point is a ConfigError."""
+    base = entry.get("method", name)
+    points, read_somewhere = [], set()
+    for hparams in _grid(entry):
+        try:
+            spec = registry.resolve(base, hparams, temperature, strict=False)
+        except ValueError as e:
+            raise ConfigError(f"config key methods.{name}: {e}") from None
+        read = {k: v for k, v in hparams.items() if k in spec}
+        read_somewhere |= set(read)
+        points.append((hp_slug(read), spec))
+    for key in entry:
+        if key != "method" and key not in read_somewhere:
+            spec = points[0][1]
+            raise ConfigError(
+                f"config key methods.{name}: {registry.unread_key_error(key, base, spec)}"
+            )
+    return points
+
+
+def expand(config: dict) -> Expansion:
+    """Every cell of the sweep, in a stable order, one per distinct decoding."""
+    temperature = config["generation"]["temperature"]
+    points = {
+        name: method_points(name, entry, temperature) for name, entry in config["methods"].items()
+    }
+    combos: dict[tuple, None] = {}  # (dataset, pair, method entry, seed), once across rules
     for rule in config["sweep"]:
-        datasets = _pick(rule.get("datasets", "all"), config["datasets"])
-        pairs = _pick(rule.get("pairs", "all"), config["pairs"])
-        methods = _pick(rule.get("methods", "all"), config["methods"])
-        for dataset, pair, name, seed in itertools.product(
-            datasets, pairs, methods, config["seeds"]
-        ):
-            entry = config["methods"][name]
-            base = entry.get("method", name)
-            for hparams in _grid(entry):
-                spec = registry.resolve(base, hparams, config["generation"]["temperature"])
-                cell = Cell(dataset, pair, name, hp_slug(hparams), int(seed), spec)
-                out.setdefault((dataset, pair, name, cell.hp, int(seed)), cell)
-    return list(out.values())
+        combos.update(
+            dict.fromkeys(
+                (dataset, pair, name, int(seed))
+                for dataset, pair, name, seed in itertools.product(
+                    _pick(rule.get("datasets", "all"), config["datasets"]),
+                    _pick(rule.get("pairs", "all"), config["pairs"]),
+                    _pick(rule.get("methods", "all"), config["methods"]),
+                    config["seeds"],
+                )
+            )
+        )
+    out: dict[tuple, Cell] = {}
+    for dataset, pair, name, seed in combos:
+        for hp, spec in points[name]:
+            out.setdefault(
+                (dataset, pair, name, hp, seed), Cell(dataset, pair, name, hp, seed, spec)
+            )
+    grid_points = sum(len(points[name]) for _, _, name, _ in combos)
+    return Expansion(list(out.values()), grid_points)
+
+
+def _check_distinct(swept: list[Cell]) -> None:
+    """Two method entries that decode the same thing (the same components reading the same
+    values) on the same dataset, pair and seed would spend the same compute twice."""
+    seen: dict[tuple, Cell] = {}
+    for cell in swept:
+        decoding = {k: v for k, v in cell.spec.items() if k != "method"}
+        key = (cell.dataset, cell.pair, cell.seed, json.dumps(decoding, sort_keys=True))
+        other = seen.setdefault(key, cell)
+        if other is not cell:
+            raise ConfigError(
+                f"config key methods.{cell.method}: its cell hp={cell.hp} decodes exactly what "
+                f"methods.{other.method}'s cell hp={other.hp} decodes on dataset "
+                f"{cell.dataset!r}, pair {cell.pair!r}, seed {cell.seed} (the same components "
+                "reading the same values); sweep one of them there (a `sweep` rule, or a grid "
+                "without that point)"
+            )
+
+
+def cells(config: dict) -> list[Cell]:
+    """Every cell of the sweep, in a stable order, one per distinct decoding."""
+    return expand(config).cells
 
 
 def ar_cell(config: dict, cell: Cell) -> Cell:

@@ -79,12 +79,13 @@ def _earlier(results: Path, pair: str) -> tuple[float | None, int, set[str]]:
     return (seconds / turns if turns else None), cells, devices
 
 
-def plan(cfg: dict, results: str | Path = "results") -> dict[str, PairPlan]:
-    """Per pair, the cells of `cfg`, those already done, and the time of the rest."""
+def plan(cfg: dict, results: str | Path = "results", cells=None) -> dict[str, PairPlan]:
+    """Per pair, the cells of `cfg` (or the given `cells` of it), those already done, and the
+    time of the rest."""
     results = Path(results)
     pairs: dict[str, PairPlan] = {}
     sizes: dict[str, int | None] = {}
-    for cell in mmconfig.cells(cfg):
+    for cell in mmconfig.cells(cfg) if cells is None else cells:
         entry = pairs.setdefault(cell.pair, PairPlan())
         entry.cells += 1
         if (results / "generate" / cell.path / "samples.parquet").is_file():
@@ -100,8 +101,9 @@ def plan(cfg: dict, results: str | Path = "results") -> dict[str, PairPlan]:
     return pairs
 
 
-def render(pairs: dict[str, PairPlan], packed: int | None) -> str:
-    """The plan as the lines `mmspec plan` prints."""
+def render(pairs: dict[str, PairPlan], packed: int | None, merged: int = 0) -> str:
+    """The plan as the lines `mmspec plan` prints (`merged`: grid points that decode what another
+    point's cell decodes, run once)."""
     total = sum(p.cells for p in pairs.values())
     to_run = sum(p.cells - p.done for p in pairs.values())
     if packed:
@@ -109,6 +111,8 @@ def render(pairs: dict[str, PairPlan], packed: int | None) -> str:
     else:
         jobs = f"{to_run} Slurm jobs (no `{GROUP}` group in {PROFILE})"
     lines = [f"cells: {total} ({total - to_run} done, {to_run} to run) -> {jobs}"]
+    if merged:
+        lines.append(f"  {merged_line(merged)}")
     known = 0.0
     for name, p in sorted(pairs.items()):
         line = f"  pair {name}: {p.cells} cells, {p.cells - p.done} to run"
@@ -132,4 +136,14 @@ def _estimate(p: PairPlan) -> str:
     return (
         f"about {p.hours:.2f} device-hours on {device} ({p.seconds_per_turn:.3f} s per "
         f"sample-turn over {p.earlier_cells} earlier cells)"
+    )
+
+
+def merged_line(merged: int) -> str:
+    """How `mmspec cells` and `mmspec plan` say that grid points were merged."""
+    points = "grid point" if merged == 1 else "grid points"
+    return (
+        f"{merged} {points} merged into the cells of others: their components read the same "
+        "values (they differ only in keys such as `keep` that their views, tree and rule never "
+        "read)"
     )

@@ -208,3 +208,74 @@ TREE_KEYS = {
     "dynamic": ("depth", "top_k", "total_tokens"),
     "sage": tuple(SAGE_DEFAULTS),
 }
+
+# What each component reads besides its own name. A cell's spec keeps only the keys its
+# components read (`read_keys`), so a grid never makes two cells that decode the same thing, and
+# a key set on a method that reads it nowhere is an error naming its readers (`readers`).
+VIEW_KEYS = {"U": ("keep",), "S": ("drop", "mass")}
+# Weight policies mix the views of an ensemble (two or more views; one view has weight 1). The
+# adaptive ones keep a history over `window` blocks.
+WEIGHT_KEYS = {
+    "static": (),
+    "random": (),
+    "kld": ("window",),
+    "tvd": ("window",),
+    "grid": ("window",),
+    "softmax": ("window", "softmax_temperature"),
+    "adaboost": ("window", "adaboost_constant"),
+}
+# Every head trains on `head_data` with these; each kind reads its own keys too (Kangaroo's
+# adapter reads the target's shallow states, not noised features; only EAGLE stacks
+# `head_layers` decoder layers).
+HEAD_COMMON_KEYS = ("head_data", "head_steps", "head_lr", "head_batch_size")
+HEAD_KEYS = {
+    "eagle": ("head_noise", "head_layers"),
+    "dream": ("head_noise", *DREAM_DEFAULTS),
+    "medusa": ("head_noise", *MULTI_HEAD_TRAINING),
+    "hydra": ("head_noise", *MULTI_HEAD_TRAINING),
+    "kangaroo": tuple(KANGAROO_TRAINING),
+}
+# Kangaroo's early exit stops a chain; other trees do not read it.
+CHAIN_EXIT_KEYS = {"kangaroo": ("kangaroo_exit",)}
+IDENTITY_KEYS = ("method", "drafter", "temperature")
+
+
+def read_keys(spec: dict) -> frozenset[str]:
+    """The keys of a resolved spec that its components read (the identity keys included)."""
+    keys = set(IDENTITY_KEYS)
+    drafter = spec["drafter"]
+    if drafter == "none":
+        return frozenset(keys)
+    tree, rule = spec["tree"], spec["acceptance"]
+    keys |= {"tree", "acceptance", *TREE_KEYS.get(tree, ()), *ACCEPTANCE_KEYS.get(rule, ())}
+    if drafter in HEAD_DRAFTERS:
+        keys |= {*HEAD_COMMON_KEYS, *HEAD_KEYS[drafter]}
+        if tree == "chain":
+            keys |= set(CHAIN_EXIT_KEYS.get(drafter, ()))
+        return frozenset(keys)
+    views = spec["views"]
+    keys.add("views")
+    for view in views:
+        keys |= set(VIEW_KEYS.get(view, ()))
+    if len(views) > 1:
+        keys |= {"weights", *WEIGHT_KEYS.get(spec.get("weights", "static"), ())}
+    return frozenset(keys)
+
+
+def readers(key: str) -> str:
+    """The components that read `key`, in words (for errors naming an unread key)."""
+    found = [f"view {v!r}" for v, keys in VIEW_KEYS.items() if key in keys]
+    found += [f"tree {t!r}" for t, keys in TREE_KEYS.items() if key in keys]
+    found += [f"acceptance {r!r}" for r, keys in ACCEPTANCE_KEYS.items() if key in keys]
+    policies = [w for w, keys in WEIGHT_KEYS.items() if key in keys]
+    if policies:
+        found.append(f"weights {', '.join(map(repr, policies))} (an ensemble of two or more views)")
+    if key == "weights":
+        found.append("an ensemble of two or more views")
+    heads = [h for h, keys in HEAD_KEYS.items() if key in keys or key in HEAD_COMMON_KEYS]
+    if heads:
+        found.append(f"drafter {', '.join(map(repr, heads))}")
+    exits = [h for h, keys in CHAIN_EXIT_KEYS.items() if key in keys]
+    if exits:
+        found.append(f"drafter {', '.join(map(repr, exits))} on a chain")
+    return " or ".join(found) or "no component"

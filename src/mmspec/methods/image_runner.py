@@ -20,7 +20,6 @@ from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.guidance import GuidedDecoder
 from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
 from mmspec.decoding.trees import make_tree_policy
-from mmspec.decoding.weights import make_policy
 from mmspec.methods.components import HEAD_DRAFTERS, IMAGE_HEAD_DRAFTERS
 from mmspec.methods.runtime import DraftCounters
 from mmspec.methods.spec import MethodSpec
@@ -72,9 +71,7 @@ class ImageMethodRunner(DraftCounters):
                     "speculative decoding compares code ids"
                 )
             decoder = GuidedDecoder(draft.decoder(), cfg, draft.code_range, top_k)
-            self.drafter = ModelDrafter(
-                decoder, self.temperature, make_policy(spec, draft.vocab), int(spec["window"])
-            )
+            self.drafter = ModelDrafter(decoder, self.temperature)  # one view: no weights
         elif spec["drafter"] in IMAGE_HEAD_DRAFTERS:
             if head is None:
                 raise ValueError(f"method {spec['method']!r} needs its trained head")

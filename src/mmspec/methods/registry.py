@@ -17,6 +17,7 @@ from mmspec.methods.components import (
     DREAM_INTERMEDIATE,
     EAGLE_TREE,
     FLY_DEFAULTS,
+    HEAD_DRAFTERS,
     HEAD_DRAFTING,
     KANGAROO_DEFAULTS,
     LANTERN_DEFAULTS,
@@ -25,10 +26,11 @@ from mmspec.methods.components import (
     PROXIMITIES,
     RANDOM_RELAX_DEFAULTS,
     SAGE_DEFAULTS,
-    TREE_KEYS,
     TREES,
     VIEW_NAMES,
     WEIGHT_POLICIES,
+    read_keys,
+    readers,
 )
 
 
@@ -457,11 +459,17 @@ TYPES = {
 }
 # Keys every method accepts on top of its defaults.
 COMMON_KEYS = {"temperature"}
+# Every hyperparameter some component reads: a method takes any of them, and refuses one its
+# components do not read as configured (`unread_key_error`).
+KNOWN_KEYS = frozenset(TYPES) | frozenset(CHOICES) | {"paths"} | COMMON_KEYS
 
 
-def resolve(method_name: str, hparams: dict, temperature: float = 0.0) -> dict:
-    """The full spec of `method_name` with `hparams` applied (`temperature` unless they set
-    one); raises ValueError naming the key on unknown keys, values or combinations."""
+def resolve(method_name: str, hparams: dict, temperature: float = 0.0, strict: bool = True) -> dict:
+    """The spec of `method_name` with `hparams` applied (`temperature` unless they set one),
+    holding only the keys its components read (`components.read_keys`); raises ValueError naming
+    the key on unknown keys, values or combinations. A key of `hparams` that no component of the
+    result reads is an error, unless not `strict` (one point of a grid, where another point may
+    read it: config checks the grid as a whole)."""
     if method_name not in METHODS:
         raise ValueError(f"unknown method {method_name!r}; known: {sorted(METHODS)}")
     spec = dict(METHODS[method_name].defaults)
@@ -471,16 +479,10 @@ def resolve(method_name: str, hparams: dict, temperature: float = 0.0) -> dict:
     ).items():
         spec.setdefault(key, value)
     for key, value in hparams.items():
-        if key not in spec and key not in COMMON_KEYS:
-            rules = [r for r, keys in ACCEPTANCE_DEFAULTS.items() if key in keys]
-            if rules:
-                raise ValueError(
-                    f"{key} is read only by acceptance {rules[0]!r}, but method "
-                    f"{method_name!r} verifies with {spec.get('acceptance')!r}"
-                )
-            allowed = sorted(set(spec) | COMMON_KEYS)
+        if key not in spec and key not in KNOWN_KEYS:
             raise ValueError(
-                f"method {method_name!r} has no hyperparameter {key!r}; allowed: {allowed}"
+                f"method {method_name!r} has no hyperparameter {key!r}; its own: "
+                f"{sorted(set(spec) | COMMON_KEYS)}, any component's: {sorted(KNOWN_KEYS)}"
             )
         if key == "drafter" and value != spec.get("drafter"):
             raise ValueError(
@@ -496,30 +498,40 @@ def resolve(method_name: str, hparams: dict, temperature: float = 0.0) -> dict:
         ):
             raise ValueError(f"{key}={value!r} should be of type {TYPES[key]}")
         spec[key] = value
-    _drop_other_rules_keys(spec, hparams, method_name)
     spec.setdefault("temperature", temperature)
     spec["method"] = method_name
+    if spec.get("tree") == "sage":  # SAGE's tree on a method whose defaults lack it
+        for key, value in SAGE_DEFAULTS.items():
+            spec.setdefault(key, value)
+    read = read_keys(spec)
+    unread = [key for key in hparams if key not in read]
+    if strict and unread:
+        raise ValueError(unread_key_error(unread[0], method_name, spec))
+    # a `lantern_eagle` verifying with `sampling` is exact, and its cell carries no delta; a
+    # single view has no ensemble weights: keys no component reads are not part of the cell
+    spec = {key: value for key, value in spec.items() if key in read}
     _check_ranges(spec)
-    _check_combination(spec, hparams)
+    _check_combination(spec)
     return spec
 
 
-def _drop_other_rules_keys(spec: dict, hparams: dict, method_name: str) -> None:
-    """A method whose acceptance is overridden keeps none of its default rule's keys (a
-    `lantern_eagle` verifying with `sampling` is exact, and its cell must not carry a delta);
-    such a key set explicitly is an error."""
-    rule = spec.get("acceptance")
-    read = ACCEPTANCE_DEFAULTS.get(rule, {})
-    for other, keys in ACCEPTANCE_DEFAULTS.items():
-        for key in keys:
-            if other == rule or key in read or key not in spec:
-                continue
-            if key in hparams:
-                raise ValueError(
-                    f"{key} is read only by acceptance {other!r}, but method {method_name!r} "
-                    f"verifies with {rule!r} here"
-                )
-            del spec[key]
+def unread_key_error(key: str, method_name: str, spec: dict) -> str:
+    """Why `key` is refused on a method whose components do not read it."""
+    if spec["drafter"] == "none":
+        parts = "decodes autoregressively (no drafter)"
+    elif spec["drafter"] in HEAD_DRAFTERS:
+        parts = (
+            f"drafts with a trained {spec['drafter']} head, tree {spec['tree']!r}, acceptance "
+            f"{spec['acceptance']!r}"
+        )
+    else:
+        parts = (
+            f"drafts from views {spec['views']!r}, tree {spec['tree']!r}, acceptance "
+            f"{spec['acceptance']!r}"
+        )
+        if len(spec["views"]) > 1:
+            parts += f", weights {spec.get('weights')!r}"
+    return f"{key} is read only by {readers(key)}, and method {method_name!r} here {parts}"
 
 
 def _check_ranges(spec: dict) -> None:
@@ -604,7 +616,7 @@ def _check_ranges(spec: dict) -> None:
         )
 
 
-def _check_combination(spec: dict, hparams: dict) -> None:
+def _check_combination(spec: dict) -> None:
     """Combinations that cannot run, or would silently not do what they say."""
     if spec["drafter"] == "none":
         return
@@ -631,12 +643,6 @@ def _check_combination(spec: dict, hparams: dict) -> None:
                 raise ValueError(f"paths: {p} lacks its prefix {p[:-1]}")
         if len(known) != len(paths):
             raise ValueError("paths: a path is listed twice")
-    for other, keys in TREE_KEYS.items():
-        given = [k for k in keys if k in hparams] if other != tree else []
-        if given:
-            raise ValueError(
-                f"{given[0]} is read only by tree {other!r}, but this method drafts tree {tree!r}"
-            )
     heads = spec.get("medusa_heads") if spec["drafter"] in ("medusa", "hydra") else None
     if heads is not None and tree_depth(spec) is not None and tree_depth(spec) > heads:
         raise ValueError(

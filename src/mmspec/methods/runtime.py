@@ -16,7 +16,7 @@ from mmspec.decoding.prompt import Prompt
 from mmspec.decoding.trees import make_tree_policy
 from mmspec.decoding.views import FullView, ImageInput, ViewContext, make_view, parse_views
 from mmspec.decoding.weights import make_policy
-from mmspec.methods.components import HEAD_DRAFTERS, TARGET_GUIDED_VIEWS
+from mmspec.methods.components import HEAD_DRAFTERS, TARGET_GUIDED_VIEWS, VIEW_KEYS
 from mmspec.methods.spec import MethodSpec
 from mmspec.models.visual import projector_of
 
@@ -91,11 +91,12 @@ class MethodRunner(DraftCounters):
                 raise ValueError(f"method {spec['method']!r} needs a draft model")
             decoder = Decoder(draft_model)
             vocab = draft_model.get_output_embeddings().out_features
+            # a single view has no ensemble weights (nor a weight window) in its spec
             self.drafter = ModelDrafter(
-                decoder, self.temperature, make_policy(spec, vocab), int(spec["window"])
+                decoder, self.temperature, make_policy(spec, vocab), int(spec.get("window", 0))
             )
             self.views = [
-                make_view(v, float(spec["keep"]), float(spec["drop"]), float(spec["mass"]))
+                make_view(v, **{key: float(spec[key]) for key in VIEW_KEYS.get(v, ())})
                 for v in parse_views(spec["views"])
             ]
             # views built from the target's prefill (S) need its text-to-visual attention

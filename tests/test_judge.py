@@ -1,5 +1,6 @@
 """The LLM judge against a real embedded judge server on 127.0.0.1: templates, retries and
-faults, the shared cache, API-key secrecy, refused connections, concurrency."""
+faults, the shared cache, API-key secrecy, refused connections, concurrency. The cache's own
+guarantees under concurrent processes are in test_judge_cache.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from mmspec.scoring.judge import (
@@ -33,6 +33,7 @@ from mmspec.scoring.judge import (
     JudgeUnreachable,
     MissingApiKey,
     cache_key,
+    compact,
     judge_items,
     parse_score,
     templates,
@@ -68,8 +69,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def cache_rows(path) -> list[dict]:
-    return pq.read_table(path).to_pylist()
+def cache_rows(cache: JudgeCache) -> list[dict]:
+    """Every row stored in the cache's shards."""
+    return cache.rows().to_pylist()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,14 +253,14 @@ def test_retry_after_is_capped_by_max_backoff():
 
 
 def test_out_of_range_score_is_a_failure_stored_as_null(tmp_path):
-    cache = JudgeCache(tmp_path / "judge.parquet")
+    cache = JudgeCache(tmp_path / "judge")
     with EmbeddedJudge(faults=["bad_score"]) as judge:
         client = JudgeClient(endpoint(judge))
         (judged,) = judge_items([vdd(REFERENCE)], client, cache)
         assert judge.requests == 1  # not retried: at temperature 0 it would repeat
     assert judged.score is None and judged.calls == 1
     assert "score 9" in judged.error and "range [0, 5]" in judged.error
-    (row,) = cache_rows(cache.path)
+    (row,) = cache_rows(cache)
     assert row["score"] is None and "range [0, 5]" in row["error"]
     assert row["template_version"] == TEMPLATE_VERSION["vdd"]
 
@@ -290,17 +292,17 @@ def test_client_error_is_not_retried():
 
 def test_rerun_is_served_from_the_cache_with_zero_calls(tmp_path):
     items = [vdd(REFERENCE), vdd(HALF), JudgeItem("vdc", QUESTION, REFERENCE, HALF, qa=QA)]
-    cache = JudgeCache(tmp_path / "judge.parquet")
+    cache = JudgeCache(tmp_path / "judge")
     with EmbeddedJudge() as judge:
         first = judge_items(items, JudgeClient(endpoint(judge)), cache)
         served = judge.requests
         rerun_client = JudgeClient(endpoint(judge))
-        again = judge_items(items, rerun_client, JudgeCache(tmp_path / "judge.parquet"))
+        again = judge_items(items, rerun_client, JudgeCache(tmp_path / "judge"))
         assert judge.requests == served == 6
     assert rerun_client.calls == 0
     assert all(j.cached and j.calls == 0 for j in again)
     assert [j.score for j in again] == [j.score for j in first] == [5.0, 4.0, 4.0]
-    rows = cache_rows(cache.path)
+    rows = cache_rows(cache)
     assert {r["key"] for r in rows} == {cache_key("toy-judge", i) for i in items}
     assert {r["judge_model"] for r in rows} == {"toy-judge"}
 
@@ -320,7 +322,7 @@ def test_key_depends_on_model_template_version_and_texts():
 
 
 def test_failed_item_is_retried_on_rerun_and_replaced(tmp_path):
-    cache = JudgeCache(tmp_path / "judge.parquet")
+    cache = JudgeCache(tmp_path / "judge")
     with EmbeddedJudge(faults=["500", "500"]) as judge:
         client = JudgeClient(endpoint(judge, max_retries=1))
         failed, good = judge_items([vdd(HALF), vdd(REFERENCE)], client, cache, concurrency=1)
@@ -329,29 +331,30 @@ def test_failed_item_is_retried_on_rerun_and_replaced(tmp_path):
         retried, served = judge_items([vdd(HALF), vdd(REFERENCE)], rerun, cache)
     assert retried.score == 4.0 and not retried.cached and retried.calls == 1
     assert served.cached and rerun.calls == 1
-    rows = {r["key"]: r for r in cache_rows(cache.path)}
-    assert len(rows) == 2
-    assert rows[cache_key("toy-judge", vdd(HALF))]["score"] == 4.0
-    assert rows[cache_key("toy-judge", vdd(HALF))]["error"] is None
+    half, reference = cache_key("toy-judge", vdd(HALF)), cache_key("toy-judge", vdd(REFERENCE))
+    assert {r["key"] for r in cache_rows(cache)} == {half, reference}
+    # the stored failure stays beside the success, which is what a lookup serves
+    assert JudgeCache(cache.directory).get([half]) == {half: (4.0, None)}
 
 
 def test_a_failure_never_replaces_a_cached_success(tmp_path):
-    cache = JudgeCache(tmp_path / "judge.parquet")
+    cache = JudgeCache(tmp_path / "judge")
     row = dict(key="k", judge_model="m", template="vdd", template_version="v")
     cache.put([{**row, "score": 3.0, "error": None}])
     cache.put([{**row, "score": None, "error": "HTTP 500"}])
     assert cache.get(["k", "missing"]) == {"k": (3.0, None)}
     cache.put([{**row, "score": 4.0, "error": None}])
-    assert cache.get(["k"]) == {"k": (4.0, None)}
-    assert len(cache_rows(cache.path)) == 1
+    assert cache.get(["k"]) == {"k": (4.0, None)}  # the latest success
+    assert compact(cache.directory).rows_kept == 1
+    assert [(r["score"], r["error"]) for r in cache_rows(cache)] == [(4.0, None)]
 
 
 def test_concurrent_puts_keep_every_row(tmp_path):
-    path = tmp_path / "shared" / "judge.parquet"
+    path = tmp_path / "shared" / "judge"
     writers, puts, per_put = 4, 8, 3
 
     def write(w: int) -> None:
-        cache = JudgeCache(path)  # one object (and lock file handle) per writer
+        cache = JudgeCache(path)  # one object per writer
         for p in range(puts):
             cache.put(
                 {"key": f"{w}-{p}-{i}", "judge_model": "m", "template": "vdd", "score": float(w)}
@@ -363,24 +366,30 @@ def test_concurrent_puts_keep_every_row(tmp_path):
         t.start()
     for t in threads:
         t.join()
-    rows = cache_rows(path)
+    rows = cache_rows(JudgeCache(path))
     assert len(rows) == len({r["key"] for r in rows}) == writers * puts * per_put
-    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+    assert not [p for p in path.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_corrupt_cache_is_an_error_naming_it_and_is_left_alone(tmp_path):
-    path = tmp_path / "judge.parquet"
+@pytest.mark.parametrize("where", ["shard", "earlier single file"])
+def test_corrupt_cache_is_an_error_naming_it_and_is_left_alone(tmp_path, where):
+    cache = JudgeCache(tmp_path / "judge")
+    cache.put([{"key": "k", "judge_model": "m", "template": "vdd", "score": 1.0}])
+    path = Path(cache.directory, "bad.parquet") if where == "shard" else Path(cache.legacy_path)
     path.write_bytes(b"this is not parquet")
-    cache = JudgeCache(path)
-    with pytest.raises(JudgeCacheError, match=str(path)):
+    with pytest.raises(JudgeCacheError, match=re.escape(str(path)) + ".*move it out"):
         cache.get(["k"])
-    with pytest.raises(JudgeCacheError, match=str(path)):
-        cache.put([{"key": "k", "judge_model": "m", "template": "vdd", "score": 1.0}])
+    # a put reads nothing, so it still adds its shard (and leaves the bad file alone)
+    assert cache.put([{"key": "j", "judge_model": "m", "template": "vdd", "score": 2.0}])
     with EmbeddedJudge() as judge:
-        with pytest.raises(JudgeCacheError, match=str(path)):
+        with pytest.raises(JudgeCacheError, match=re.escape(str(path))):
             judge_items([vdd(REFERENCE)], JudgeClient(endpoint(judge)), cache)
         assert judge.requests == 0
+    with pytest.raises(JudgeCacheError, match=re.escape(str(path))):
+        compact(cache.directory)  # nor merged around it
     assert path.read_bytes() == b"this is not parquet"
+    path.unlink()  # what the error says to do: the rest of the cache is served again
+    assert cache.get(["k", "j"]) == {"k": (1.0, None), "j": (2.0, None)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -406,7 +415,7 @@ def test_api_key_is_sent_and_never_shown(tmp_path, monkeypatch, capfd, caplog):
     caplog.set_level(logging.DEBUG)
     secret = "sk-test-" + secrets.token_hex(16)
     monkeypatch.setenv(KEY_VAR, secret)
-    cache = JudgeCache(tmp_path / "judge.parquet")
+    cache = JudgeCache(tmp_path / "judge")
     with EmbeddedJudge(api_key=secret) as judge:
         keyed = endpoint(judge, api_key_env=KEY_VAR)
         good = judge_items([vdd(REFERENCE), vdd(HALF)], JudgeClient(keyed), cache)
@@ -429,7 +438,8 @@ def test_api_key_is_sent_and_never_shown(tmp_path, monkeypatch, capfd, caplog):
 
     out, err = capfd.readouterr()
     shown = [
-        Path(cache.path).read_bytes().decode("latin-1"),
+        *(Path(shard).read_bytes().decode("latin-1") for shard in cache.shards()),
+        repr(cache_rows(cache)),
         *(j.error or "" for j in [*good, no_key, echoed]),
         repr(keyed),
         repr(leaky),
@@ -456,13 +466,13 @@ def test_unset_key_variable_is_a_clear_error_before_any_request(monkeypatch):
 
 def test_refused_connection_aborts_the_batch_and_scores_nothing(tmp_path):
     url = f"http://127.0.0.1:{free_port()}/v1"
-    cache = JudgeCache(tmp_path / "judge.parquet")
+    cache = JudgeCache(tmp_path / "judge")
     client = JudgeClient(JudgeEndpoint(url, "m", max_retries=2, backoff_s=0.01))
     with pytest.raises(JudgeUnreachable, match="refused the connection after 3 tries") as err:
         judge_items([vdd(REFERENCE), vdd(HALF)], client, cache)
     assert url in str(err.value)
     assert client.calls >= 3
-    assert not (tmp_path / "judge.parquet").exists()
+    assert cache.shards() == []
 
 
 def test_host_that_never_accepts_is_unreachable_not_slow():
@@ -486,13 +496,13 @@ def test_host_that_never_accepts_is_unreachable_not_slow():
 
 
 def test_work_finished_before_the_endpoint_died_is_kept(tmp_path):
-    cache = JudgeCache(tmp_path / "judge.parquet")
+    cache = JudgeCache(tmp_path / "judge")
     judge = EmbeddedJudge(grader=lambda answer, reference: (judge.stop(), 1.0)[1])
     with judge:  # the first judgement stops the server: the second finds it gone
         client = JudgeClient(endpoint(judge, max_retries=1))
         with pytest.raises(JudgeUnreachable, match=judge.base_url):
             judge_items([vdd(REFERENCE), vdd(HALF)], client, cache, concurrency=1)
-    (row,) = cache_rows(cache.path)
+    (row,) = cache_rows(cache)
     assert row["key"] == cache_key("toy-judge", vdd(REFERENCE)) and row["score"] == 5.0
 
 

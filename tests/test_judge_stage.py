@@ -1,5 +1,6 @@
 """The judge stage over a cell's tables, against the embedded judge (a real local HTTP server):
-judgements per sample-turn, the shared cache on rerun, a refused endpoint, and score's columns."""
+judgements per sample-turn, the shared cache directory on rerun, a refused endpoint, and score's
+columns."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from mmspec.data import media, toyworld
-from mmspec.scoring.judge import JudgeUnreachable
+from mmspec.scoring.judge import JudgeCache, JudgeUnreachable
 from mmspec.stages import judge
 from mmspec.stages.score import _add_judgements
 from mmspec.tables import JUDGEMENTS, PREPARED, SAMPLES, read_table, write_table
@@ -49,18 +50,20 @@ def cell_tables(tmp_path):
 
 def test_judges_every_answer_then_serves_the_cache(cell_tables, tmp_path):
     samples, prepared = cell_tables
-    cache, out = str(tmp_path / "cache.parquet"), str(tmp_path / "j1.parquet")
+    cache, out = str(tmp_path / "cache"), str(tmp_path / "j1.parquet")
     calls, failures, n = judge.run(samples, prepared, "vdd", SETTINGS, cache, out)
     assert (calls, failures, n) == (6, 0, 6)
     rows = read_table(out, JUDGEMENTS).to_pylist()
     scores = [r["judge_score"] for r in rows]
     assert scores[0::2] == [5.0, 5.0, 5.0] and max(scores[1::2]) < 5.0
     assert not any(r["cached"] for r in rows) and rows[0]["template"] == "vdd"
+    assert len(JudgeCache(cache).shards()) == 1  # the job's judgements, in a shard of its own
     # a rerun (another cell with the same answers, or the same one again) calls nothing
     again = str(tmp_path / "j2.parquet")
     assert judge.run(samples, prepared, "vdd", SETTINGS, cache, again) == (0, 0, 6)
     rerun = read_table(again, JUDGEMENTS).to_pylist()
     assert [r["judge_score"] for r in rerun] == scores and all(r["cached"] for r in rerun)
+    assert len(JudgeCache(cache).shards()) == 1  # a rerun that judged nothing wrote nothing
 
 
 def test_a_refused_endpoint_stops_the_job_and_writes_nothing(cell_tables, tmp_path):
@@ -76,7 +79,7 @@ def test_a_refused_endpoint_stops_the_job_and_writes_nothing(cell_tables, tmp_pa
             prepared,
             "vdd",
             {**SETTINGS, "endpoint": url},
-            str(tmp_path / "cache.parquet"),
+            str(tmp_path / "cache"),
             str(out),
         )
     assert not out.exists()

@@ -192,9 +192,11 @@ JUDGEMENTS = pa.schema(
     ]
 )
 
-# results/judge/cache.parquet: the judge's content-addressed cache, shared by every cell and
-# rerun (scoring.judge.cache): one row per judged content; `key` is the sha256 of what decides
-# the judgement; score null: the judgement failed (kept with its error, retried next time).
+# results/judge/cache/*.parquet: the shards of the judge's content-addressed cache, shared by
+# every cell and rerun (scoring.judge.cache), each written once by one job: a row per judged
+# content; `key` is the sha256 of what decides the judgement, and a key may have several rows
+# across shards (a success wins); score null: the judgement failed (kept with its error,
+# retried next time). The single file of earlier versions, results/judge/cache.parquet, has it too.
 JUDGE_CACHE = pa.schema(
     [
         ("key", pa.string()),

@@ -1,8 +1,11 @@
 # The LLM judge: one job per cell of a judged dataset (config `datasets.<name>.judge`). Each job
 # holds one unit of the resource `judge`, so `--resources judge=N` (profiles/default) bounds the
-# jobs that call the endpoint at once. The cache is shared by all judge jobs and reruns: it is
-# not an output (each job merges into it under a lock), so a rerun calls the judge only for
-# answers it has not judged.
+# jobs that call the endpoint at once. The judgement cache is shared by all judge jobs and
+# reruns, and is no job's output: a directory where each job adds a shard of its own (written
+# to a temp name, then renamed: no lock, safe on NFS and Lustre), so a rerun calls the judge only
+# for answers not yet judged. A single-file cache.parquet of earlier versions is read beside it.
+
+JUDGE_CACHE_DIR = "results/judge/cache"
 
 
 rule judge:
@@ -21,7 +24,7 @@ rule judge:
     params:
         template=lambda w: CONFIG["datasets"][w.dataset]["judge"],
         settings=lambda w: json.dumps(CONFIG["judge"], sort_keys=True),
-        cache=JUDGE_CACHE,
+        cache=JUDGE_CACHE_DIR,
         code=fingerprint("judge"),
     shell:
         "mmspec judge --samples {input.samples} --prepared {input.prepared}"

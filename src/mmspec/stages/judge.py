@@ -3,8 +3,9 @@
 The judge is any OpenAI-compatible endpoint named in the config (`judge:`), or, with
 `endpoint: embedded`, mmspec's own judge server started here on localhost for this job and
 stopped after it (the toy world's exact rubric behind the same protocol and templates).
-Judgements go through the shared content-addressed cache, so a rerun calls the endpoint only for
-answers it has not judged. A failed judgement is stored as NULL with its error, never as a score.
+Judgements go through the shared content-addressed cache (a directory: each job adds a shard of
+its own, no lock), so a rerun calls the endpoint only for answers not yet judged. A failed
+judgement is stored as NULL with its error, never as a score.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def endpoint(settings: dict):
 def run(
     samples: str, prepared: str, template: str, settings: dict, cache: str, out: str
 ) -> tuple[int, int, int]:
-    """Judge one cell's answers with `template` (vdd, vdc); returns the endpoint calls made, the
-    failed judgements and the answers judged."""
+    """Judge one cell's answers with `template` (vdd, vdc) through the judgement cache directory
+    `cache`; returns the endpoint calls made, the failed judgements and the answers judged."""
     rows = read_table(samples, SAMPLES).to_pylist()
     refs = {(r["sample_id"], r["turn"]): r for r in read_table(prepared, PREPARED).to_pylist()}
     items = []

@@ -1,8 +1,10 @@
 """The LLM judge: lmms-eval's VDD / VDC judge prompts sent to any OpenAI-protocol endpoint,
-through a shared content-addressed cache; and mmspec's embedded judge server.
+through a shared content-addressed cache (a directory of shards); and mmspec's embedded judge
+server.
 
 `judge_items` is the batch entry point: cache hits first, the misses judged concurrently, every
-finished judgement put into the cache (in chunks, so a killed job keeps what it judged).
+finished judgement put into the cache (in chunks, each a shard of its own, so a killed job keeps
+what it judged), the batch's shards merged into one at the end.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from tqdm import tqdm
 
-from mmspec.scoring.judge.cache import JudgeCache, JudgeCacheError, cache_key
+from mmspec.scoring.judge.cache import Compaction, JudgeCache, JudgeCacheError, cache_key, compact
 from mmspec.scoring.judge.client import (
     JudgeClient,
     JudgeEndpoint,
@@ -31,6 +33,7 @@ __all__ = [
     "TEMPLATES",
     "TEMPLATE_VERSION",
     "BadReply",
+    "Compaction",
     "EmbeddedJudge",
     "JudgeCache",
     "JudgeCacheError",
@@ -42,13 +45,14 @@ __all__ = [
     "Judgement",
     "MissingApiKey",
     "cache_key",
+    "compact",
     "judge_items",
     "parse_score",
     "toy_answer",
     "toy_grade",
 ]
 
-FLUSH_EVERY = 64  # judgements per cache write (each rewrites the file: not one per judgement)
+FLUSH_EVERY = 64  # judgements per cache write (each is a shard: not one file per judgement)
 FLUSH_S = 30.0  # ... or sooner once this old, so a killed job loses little
 
 
@@ -119,6 +123,8 @@ def judge_items(
                     if future.exception() is None:
                         record(key, future.result())
             flush()
+            if cache is not None:
+                cache.merge_own_shards()
     out, seen = [], set()
     for key in keys:
         judged = done[key]

@@ -190,10 +190,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, warm: bool | None = None) -> int:
     """`mmspec <argv>` (the command line when None). `warm`: hand a generate job to a warm
-    worker (`mmspec.worker`); by default only from the command line, not from Python."""
-    if warm is None:
-        warm = argv is None
+    worker (`mmspec.worker`); by default only from the command line, not from Python. A GPU job
+    started from the command line by a workflow that shares a workstation's GPUs first takes
+    one of them (`mmspec.gpus`)."""
+    from mmspec import gpus
+
+    from_command_line = argv is None
     argv = sys.argv[1:] if argv is None else argv
+    if from_command_line and argv:
+        gpus.hold(argv[0])
+    try:
+        return _main(argv, from_command_line if warm is None else warm)
+    finally:
+        gpus.release()
+
+
+def _main(argv: list[str], warm: bool) -> int:
     if warm and argv and argv[0] in WARM_STAGES:
         from mmspec import worker
 
@@ -330,15 +342,24 @@ def run(args: argparse.Namespace) -> None:
         print(stand_in.as_cli(override))
     elif args.stage == "cells":
         from mmspec import config
+        from mmspec.plan import merged_line
 
-        cfg = config.load_as_snakemake(args.config, args.default)
-        for cell in config.cells(cfg):
+        expansion = config.expand(config.load_as_snakemake(args.config, args.default))
+        for cell in expansion.cells:
             print(cell.path)
+        print(
+            f"{len(expansion.cells)} cells from {expansion.grid_points} grid points",
+            file=sys.stderr,
+        )
+        if expansion.merged:
+            print(merged_line(expansion.merged), file=sys.stderr)
     elif args.stage == "plan":
         from mmspec import config, plan
 
         cfg = config.load_as_snakemake(args.config, args.default)
-        print(plan.render(plan.plan(cfg, args.results), plan.group_size(args.profile)))
+        expansion = config.expand(cfg)
+        pairs = plan.plan(cfg, args.results, expansion.cells)
+        print(plan.render(pairs, plan.group_size(args.profile), expansion.merged))
 
 
 if __name__ == "__main__":

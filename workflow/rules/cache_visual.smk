@@ -12,6 +12,7 @@ rule cache_visual:
         "../../envs/mmspec.yaml"
     threads: 1
     resources:
+        gpu=GPU_JOB,
         mem_mb=lambda w: model_memory(w).host_mb,
         gpu_mem_mb=lambda w: model_memory(w).gpu_mb,
     params:

@@ -10,6 +10,7 @@ rule caption:
         "../../envs/mmspec.yaml"
     threads: 1
     resources:
+        gpu=GPU_JOB,
         mem_mb=lambda w: captioner_memory(w).host_mb,
         gpu_mem_mb=lambda w: captioner_memory(w).gpu_mb,
     params:

@@ -3,6 +3,7 @@ import json
 import shlex
 
 from mmspec import config as mmconfig
+from mmspec import gpus
 from mmspec.fingerprint import fingerprint
 from mmspec.data.media import IMAGE_GENERATION
 from mmspec.methods.components import IMAGE_VIEWS  # views that read the draft's cache
@@ -16,6 +17,12 @@ try:
     )
 except mmconfig.ConfigError as error:
     raise WorkflowError(f"invalid configuration: {error}")
+
+# A workstation's GPUs (local execution): the resource `gpu` counts them, so at most one GPU
+# job per GPU runs at once, and each GPU job takes a free GPU of its own (mmspec.gpus). With no
+# GPU, or under a cluster executor (Slurm assigns GPUs), GPU jobs hold no such resource.
+LOCAL_GPUS = gpus.share_local(workflow)
+GPU_JOB = 1 if LOCAL_GPUS else 0
 
 CELLS = {
     (c.dataset, c.pair, c.method, c.hp, str(c.seed)): c for c in mmconfig.cells(CONFIG)

@@ -9,6 +9,7 @@ rule generate:
         "../../envs/mmspec.yaml"
     threads: CONFIG["timing"]["threads"]
     resources:
+        gpu=GPU_JOB,
         mem_mb=lambda w: generate_memory(w).host_mb,
         gpu_mem_mb=lambda w: generate_memory(w).gpu_mb,
     params:

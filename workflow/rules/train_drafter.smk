@@ -11,6 +11,7 @@ rule train_drafter:
         "../../envs/mmspec.yaml"
     threads: 1
     resources:
+        gpu=GPU_JOB,
         mem_mb=lambda w: target_memory(w).host_mb,
         gpu_mem_mb=lambda w: target_memory(w).gpu_mb,
     params:

@@ -1,0 +1,144 @@
+"""A workstation's GPUs: at most one GPU job per GPU, each on a free GPU of its own.
+
+The machine has no GPU, so the tests declare some (`MMSPEC_GPUS`): the workflow then limits and
+assigns GPU jobs exactly as on a real workstation, and the jobs (which find no CUDA) run on the
+CPU. Each GPU job's log says which GPU it held and from when to when.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import yaml
+from workflow_cli import ROOT, snakemake_cmd
+
+from mmspec import gpus
+
+TINY = ROOT / "tests" / "configs" / "tiny.yaml"
+HELD = re.compile(r"mmspec: GPU (\S+) of \S+ held from (\S+)")
+RELEASED = re.compile(r"mmspec: GPU (\S+) released at (\S+)")
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"MMSPEC_GPUS": "3"}, ["0", "1", "2"]),
+        ({"MMSPEC_GPUS": "1,3"}, ["1", "3"]),
+        ({"MMSPEC_GPUS": "0"}, []),
+        ({"CUDA_VISIBLE_DEVICES": "2,5"}, ["2", "5"]),
+        ({"CUDA_VISIBLE_DEVICES": ""}, []),
+        ({"CUDA_VISIBLE_DEVICES": "-1"}, []),
+    ],
+)
+def test_visible_gpus_follow_the_declaration_then_cuda_visible_devices(
+    env, expected, monkeypatch
+):
+    monkeypatch.delenv("MMSPEC_GPUS", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert gpus.visible() == expected
+
+
+HOLDER = """
+import sys, time
+from mmspec import gpus
+gpu = gpus.hold("generate")
+print(gpu, flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+def _holder(seconds: float, env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(seconds)], stdout=subprocess.PIPE, text=True, env=env
+    )
+
+
+def test_each_job_takes_a_free_gpu_and_waits_while_every_one_is_held(tmp_path):
+    env = {**os.environ, gpus.SHARED: "0,1", "TMPDIR": str(tmp_path)}
+    first, second = _holder(3, env), _holder(3, env)
+    taken = {first.stdout.readline().strip(), second.stdout.readline().strip()}
+    assert taken == {"0", "1"}
+    started = time.monotonic()
+    third = _holder(0, env)  # both held: it waits for the first to leave
+    gpu = third.stdout.readline().strip()
+    assert gpu in taken and time.monotonic() - started > 1.0
+    for process in (first, second, third):
+        process.wait(timeout=30)
+
+
+def test_a_job_outside_a_gpu_sharing_workflow_takes_nothing(monkeypatch):
+    monkeypatch.delenv(gpus.SHARED, raising=False)
+    assert gpus.hold("generate") is None
+    monkeypatch.setenv(gpus.SHARED, "0")
+    assert gpus.hold("score") is None  # a CPU stage
+
+
+def _intervals(workdir: Path) -> list[tuple[str, datetime, datetime, str]]:
+    """(GPU, held from, released at, log) of every GPU job that ran in `workdir`."""
+    found = []
+    for log in (workdir / "logs").rglob("*.log"):
+        text = log.read_text()
+        held, released = HELD.search(text), RELEASED.search(text)
+        if held is None:
+            continue
+        assert released is not None and released[1] == held[1], log
+        start, end = datetime.fromisoformat(held[2]), datetime.fromisoformat(released[2])
+        found.append((held[1], start, end, log.relative_to(workdir).as_posix()))
+    return found
+
+
+def _overlapping(intervals) -> list[tuple]:
+    pairs = []
+    for i, a in enumerate(intervals):
+        for b in intervals[i + 1 :]:
+            if a[1] < b[2] and b[1] < a[2]:
+                pairs.append((a, b))
+    return pairs
+
+
+@pytest.mark.slow
+def test_a_workstation_runs_one_gpu_job_per_gpu_and_every_gpu_works(tmp_path):
+    config = yaml.safe_load(TINY.read_text())
+    config.pop("judge")  # no judge: the GPU jobs are what this run is about
+    config["datasets"]["toy_caption"].pop("judge")
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "MMSPEC_GPUS": "2"}
+    # up to the cells' scores: the summary and report are CPU jobs, and their own tests'
+    cmd = snakemake_cmd(tmp_path, tmp_path / "sweep.yaml", "--until", "score", cores=4)
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "mmspec: GPUs 0,1: at most 2 GPU jobs at once" in out.stderr
+    jobs = _intervals(tmp_path)
+    # the target's and draft's visual caches, the captions and the six cells
+    assert len(jobs) == 9 and {rule.split("/")[1] for *_, rule in jobs} == {
+        "cache_visual",
+        "caption",
+        "generate",
+    }
+    for gpu in ("0", "1"):
+        on_gpu = [j for j in jobs if j[0] == gpu]
+        assert on_gpu and not _overlapping(on_gpu), gpu  # never two jobs on one GPU
+    assert _overlapping(jobs)  # ... and both GPUs busy at once
+    # Snakemake started no GPU job while both GPUs were held (none had to wait for one)
+    logs = (tmp_path / "logs").rglob("*.log")
+    assert not any("is held; waiting" in log.read_text() for log in logs)
+
+    # one GPU: the GPU jobs run one after another
+    env["MMSPEC_GPUS"] = "1"
+    for log in (tmp_path / "logs").rglob("*.log"):
+        log.unlink()
+    out = subprocess.run(
+        [*cmd, "--forcerun", "generate"], capture_output=True, text=True, cwd=ROOT, env=env
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    jobs = _intervals(tmp_path)
+    assert len(jobs) == 6 and {j[0] for j in jobs} == {"0"} and not _overlapping(jobs)

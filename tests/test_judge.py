@@ -40,6 +40,7 @@ from mmspec.scoring.judge import (
     toy_answer,
     toy_grade,
 )
+from mmspec.scoring.judge import cache as cache_module
 from mmspec.scoring.judge.server import MODEL
 from mmspec.scoring.toy_quality import score_toy
 
@@ -371,8 +372,13 @@ def test_concurrent_puts_keep_every_row(tmp_path):
     assert not [p for p in path.iterdir() if p.name.endswith(".tmp")]
 
 
+@pytest.mark.parametrize("read_with", ["pyarrow", "duckdb"])
 @pytest.mark.parametrize("where", ["shard", "earlier single file"])
-def test_corrupt_cache_is_an_error_naming_it_and_is_left_alone(tmp_path, where):
+def test_corrupt_cache_is_an_error_naming_it_and_is_left_alone(
+    tmp_path, monkeypatch, where, read_with
+):
+    duckdb_from = 1 if read_with == "duckdb" else 10**9
+    monkeypatch.setattr(cache_module, "DUCKDB_FROM_SHARDS", duckdb_from)
     cache = JudgeCache(tmp_path / "judge")
     cache.put([{"key": "k", "judge_model": "m", "template": "vdd", "score": 1.0}])
     path = Path(cache.directory, "bad.parquet") if where == "shard" else Path(cache.legacy_path)

@@ -120,6 +120,15 @@ def vdd(answer: str) -> JudgeItem:
     return JudgeItem("vdd", "describe the video .", REFERENCE, answer)
 
 
+@pytest.fixture(params=["pyarrow", "duckdb"])
+def read_path(request, monkeypatch):
+    """Lookups read shards file by file (pyarrow, few shards) or all at once (DuckDB, many)."""
+    monkeypatch.setattr(
+        cache_module, "DUCKDB_FROM_SHARDS", 10**9 if request.param == "pyarrow" else 1
+    )
+    return request.param
+
+
 def join_all(processes) -> None:
     for process in processes:
         process.join(JOIN_S)
@@ -199,7 +208,7 @@ def test_a_killed_writers_temp_file_is_ignored_then_cleared(tmp_path):
 
 
 @pytest.mark.parametrize("failure_after_success", [True, False])
-def test_a_success_beats_a_failure_in_either_order(tmp_path, failure_after_success):
+def test_a_success_beats_a_failure_in_either_order(tmp_path, failure_after_success, read_path):
     directory = tmp_path / "cache"
     writes = [[row("k", 3.0)], [row("k", None, "HTTP 500"), row("f", None, "HTTP 503")]]
     for rows in writes if failure_after_success else writes[::-1]:
@@ -249,7 +258,7 @@ def test_a_job_leaves_one_shard_however_often_it_flushed(tmp_path, monkeypatch):
     )
 
 
-def test_the_earlier_single_file_cache_is_served_then_moved_in(tmp_path):
+def test_the_earlier_single_file_cache_is_served_then_moved_in(tmp_path, read_path):
     directory = tmp_path / "cache"
     paid, failed = vdd(REFERENCE), vdd("a blue square .")
     legacy = [
@@ -280,7 +289,7 @@ def test_the_cache_is_named_by_its_directory(tmp_path):
     assert compact(tmp_path / "cache").path is None
 
 
-def test_a_lookup_finds_each_key_in_whichever_shard_holds_it(tmp_path):
+def test_a_lookup_finds_each_key_in_whichever_shard_holds_it(tmp_path, read_path):
     directory = tmp_path / "cache"
     keys = [f"k{i}" for i in range(300)]
     for s in range(30):
@@ -290,7 +299,7 @@ def test_a_lookup_finds_each_key_in_whichever_shard_holds_it(tmp_path):
     assert found == {k: (float(keys.index(k) % 6), None) for k in wanted}
 
 
-def test_a_cache_under_a_path_with_glob_characters_reads_only_its_own_shards(tmp_path):
+def test_a_cache_under_a_path_with_glob_characters_reads_only_its_own_shards(tmp_path, read_path):
     # DuckDB would read "run[1]/cache/x.parquet" as a pattern matching run1/cache/x.parquet
     mine, other = tmp_path / "run[1]" / "cache", tmp_path / "run1" / "cache"
     JudgeCache(other).put([row("k", 1.0)])

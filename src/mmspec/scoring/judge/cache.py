@@ -9,7 +9,8 @@ atomic on local disks, NFS and Lustre, so a reader sees a shard whole or not at 
 jobs on any node need no lock (flock is unreliable on those file systems). A write costs what it
 adds; a lookup reads the key column of every shard (pyarrow file by file for a few shards,
 DuckDB for many: it reads ten thousand small files in about a second). A killed writer's temp
-file is never read.
+file is never read. An NFS client may list a shard written on another node only once its
+attribute cache expires (seconds): meanwhile an answer may be judged twice, never lost.
 
 Failures are stored too (score NULL, with the error) but are not served: the next run retries
 them. Of one key's rows a success wins over any failure, so a later failure never hides it, and

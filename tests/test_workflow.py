@@ -71,7 +71,7 @@ def test_end_to_end_writes_cells_and_report(run_dir):
         assert c["verify_cost"] > 0 and c["speedup_eq1_verify"] > 0
         # the embedded judge scored every answer of every cell, the AR cell's too
         assert c["judge_failures"] == 0 and 0 <= c["judge_score"] <= 5, c
-    assert (run_dir / "results/judge/cache.parquet").is_file()
+    assert list((run_dir / "results/judge/cache").glob("*.parquet"))  # the judgement shards
     ar = next(c for c in cells if c["method"] == "ar")
     assert ar["tau"] == 1.0 and ar["tree"] is None
     assert {c["tree"] for c in cells} == {None, "chain", "sage"}

@@ -178,7 +178,7 @@ SCORES = pa.schema(
 # results/judge/.../judgements.parquet: one row per sample-turn of a cell whose dataset names a
 # judge template (config `datasets.<name>.judge`): the LLM judge's 0-5 score of the answer against
 # the reference, or null with the error when the judgement failed (never scored as 0). `cached`:
-# served from results/judge/cache.parquet (the content-addressed cache) without a call.
+# served from results/judge/cache/ (the content-addressed cache) without a call.
 JUDGEMENTS = pa.schema(
     CELL_COLUMNS
     + [

@@ -214,9 +214,6 @@ def score_options(w):
     return f"--image-models {shlex.quote(models)}"
 
 
-JUDGE_CACHE = "results/judge/cache.parquet"
-
-
 def judged(dataset):
     return bool(CONFIG["datasets"][dataset].get("judge"))
 

@@ -7,7 +7,7 @@ rule caption:
     log:
         "logs/caption/{model}/{dataset}.log",
     conda:
-        "../../envs/mmspec.yaml"
+        CONDA_ENV
     threads: 1
     resources:
         gpu=GPU_JOB,

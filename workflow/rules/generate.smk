@@ -6,7 +6,7 @@ rule generate:
     log:
         "logs/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.log",
     conda:
-        "../../envs/mmspec.yaml"
+        CONDA_ENV
     threads: CONFIG["timing"]["threads"]
     resources:
         gpu=GPU_JOB,

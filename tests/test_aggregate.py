@@ -1,15 +1,22 @@
 """Stage aggregate's cost model (Eq. 1's estimate, and Eq. 1 with the measured verification
-cost, from the per-sample timings the score stage passes through) and its retentions'
-intervals."""
+cost, from the per-sample timings the score stage passes through), its retentions' intervals,
+and its files: read in batches, exactly the sweep's (`--sweep`), one cell per file."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pandas as pd
 import pyarrow as pa
 import pytest
+import scale_sweep
 
+from mmspec import cli
+from mmspec import config as mmconfig
 from mmspec.stages import aggregate
 from mmspec.stages.aggregate import retention_interval
-from mmspec.tables import CELLS, SCORES, read_table, write_table
+from mmspec.tables import BLOCKS, CELLS, SCORES, read_table, write_table
 
 
 def _scores(tmp_path, method, samples, k, t_q, t_p, extra=None):
@@ -87,3 +94,120 @@ def test_cells_table_has_both_retentions_intervals(tmp_path):
     low, high = retention_interval(judge, ar_judge)
     assert (cell["judge_retention_low"], cell["judge_retention_high"]) == pytest.approx((low, high))
     assert low < 12 / 13 <= high
+
+
+# ---- the files: batches, the sweep's own, one cell per file ------------------------------------
+
+
+def _small_sweep(seeds: int = 2) -> dict:
+    """A validated sweep of 2 datasets x seeds x (AR + SD at gamma 1..99), 200 cells per seed."""
+    return mmconfig.validate(scale_sweep.sweep_config(seeds))
+
+
+def _tables(out, blocks) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return read_table(out, CELLS).to_pandas(), read_table(blocks, BLOCKS).to_pandas()
+
+
+def test_batches_give_the_tables_of_one_query(tmp_path):
+    cells = mmconfig.cells(_small_sweep(1))[:30]
+    # in cell order, as `score_files` gives them: the blocks then come in one query's order
+    cells.sort(key=lambda c: (c.dataset, c.pair, c.method, c.hp, c.seed))
+    files = []
+    for cell in cells:
+        path = tmp_path / "results" / "score" / cell.path / "scores.parquet"
+        write_table(pa.Table.from_pylist(scale_sweep.cell_rows(cell), schema=SCORES), path, SCORES)
+        files.append(str(path))
+    one = [tmp_path / "one_cells.parquet", tmp_path / "one_blocks.parquet"]
+    batched = [tmp_path / "batched_cells.parquet", tmp_path / "batched_blocks.parquet"]
+    assert aggregate.run(files, *map(str, one), batch_files=len(files)) == 30
+    # batches of 7 files: five queries, the last one short
+    assert aggregate.run(files, *map(str, batched), batch_files=7) == 30
+    one_cells, one_blocks = _tables(*one)
+    batched_cells, batched_blocks = _tables(*batched)
+    # every column of every cell, in the same order (NaN equal to NaN)
+    pd.testing.assert_frame_equal(batched_cells, one_cells)
+    assert len(one_blocks) == sum(
+        r["steps"] for c in cells if c.spec["method"] != "ar" for r in scale_sweep.cell_rows(c)
+    )
+    pd.testing.assert_frame_equal(batched_blocks, one_blocks)
+    keys = list(batched_cells[aggregate.CELL_KEY].itertuples(index=False))
+    assert keys == sorted(keys) and len(set(keys)) == 30
+
+
+@pytest.mark.parametrize("batch_files", [1, 10])
+def test_a_cell_in_two_score_files_is_refused(tmp_path, batch_files):
+    sd = _scores(tmp_path, "sd", [(4, 20, 0.01)], 5, 0.0004, 0.002)
+    copy = tmp_path / "again" / "sd.parquet"
+    copy.parent.mkdir()
+    copy.write_bytes(Path(sd).read_bytes())
+    out, blocks = tmp_path / "cells.parquet", tmp_path / "blocks.parquet"
+    with pytest.raises(ValueError, match="one score file holds one cell") as error:
+        aggregate.run([sd, str(copy)], str(out), str(blocks), batch_files=batch_files)
+    assert "method=sd" in str(error.value)
+    # nothing half-written is left behind
+    assert not out.exists() and not blocks.exists()
+    assert list(tmp_path.glob(".*.tmp")) == []
+
+
+def test_missing_score_file_is_named(tmp_path):
+    sd = _scores(tmp_path, "sd", [(4, 20, 0.01)], 5, 0.0004, 0.002)
+    gone = str(tmp_path / "gone" / "scores.parquet")
+    with pytest.raises(FileNotFoundError, match="1 score file.*gone/scores.parquet"):
+        aggregate.run([sd, gone], str(tmp_path / "c.parquet"), str(tmp_path / "b.parquet"))
+
+
+def test_the_sweeps_own_score_files(tmp_path):
+    sweep = _small_sweep(2)
+    files = cli.sweep_score_files(sweep, tmp_path / "results")
+    cells = mmconfig.cells(sweep)
+    assert len(files) == len(cells) == 400
+    assert set(files) == {
+        f"{tmp_path.as_posix()}/results/score/{c.path}/scores.parquet" for c in cells
+    }
+    # by cell key, seeds as numbers (seed 10 after seed 9)
+    assert files == sorted(files, key=lambda f: files.index(f))
+
+
+def test_cli_aggregates_a_sweep_from_its_config_not_a_glob(tmp_path, monkeypatch):
+    sweep = mmconfig.validate(
+        {**scale_sweep.sweep_config(2), "methods": {"ar": {}, "sd": {"gamma": [2, 3]}}}
+    )
+    sweep["datasets"]["toy_vqa"]["group"] = "ood"
+    cells = mmconfig.cells(sweep)
+    for cell in cells:
+        path = tmp_path / "results" / "score" / cell.path / "scores.parquet"
+        write_table(pa.Table.from_pylist(scale_sweep.cell_rows(cell), schema=SCORES), path, SCORES)
+    # a score file of a cell the sweep no longer has: left out
+    stale = mmconfig.cells(mmconfig.validate(scale_sweep.sweep_config(3)))[-1]
+    path = tmp_path / "results" / "score" / stale.path / "scores.parquet"
+    write_table(pa.Table.from_pylist(scale_sweep.cell_rows(stale), schema=SCORES), path, SCORES)
+    monkeypatch.chdir(tmp_path)
+    args = ["aggregate", "--out", "cells.parquet", "--blocks", "blocks.parquet"]
+    assert cli.main([*args, "--sweep", json.dumps(sweep)]) == 0
+    rows = read_table(tmp_path / "cells.parquet", CELLS).to_pylist()
+    assert {(r["dataset"], r["method"], r["hp"], r["seed"]) for r in rows} == {
+        (c.dataset, c.method, c.hp, c.seed) for c in cells
+    }
+    assert {r["dataset"]: r["group"] for r in rows} == {
+        "toy_caption": "benchmark",
+        "toy_vqa": "ood",
+    }
+    # the same files listed in a file, by hand
+    listed = tmp_path / "files.txt"
+    listed.write_text("\n".join(cli.sweep_score_files(sweep)) + "\n")
+    hand = ["aggregate", "--out", "hand.parquet", "--blocks", "hand_blocks.parquet"]
+    assert cli.main([*hand, "--scores-from", str(listed)]) == 0
+    by_hand = read_table(tmp_path / "hand.parquet", CELLS).to_pylist()
+    assert [r["tau"] for r in by_hand] == [r["tau"] for r in rows]
+    assert {r["group"] for r in by_hand} == {"benchmark"}  # no groups given
+
+
+def test_cli_refuses_groups_beside_a_sweep(tmp_path, capsys):
+    args = ["aggregate", "--out", "c.parquet", "--blocks", "b.parquet"]
+    sweep = json.dumps(_small_sweep(1))
+    assert cli.main([*args, "--sweep", sweep, "--groups", "{}"]) == 1
+    assert "--groups comes from --sweep" in capsys.readouterr().err
+    empty = tmp_path / "none.txt"
+    empty.write_text("\n")
+    assert cli.main([*args, "--scores-from", str(empty)]) == 1
+    assert f"{empty}: lists no files" in capsys.readouterr().err

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import re
+from html import unescape as html_unescape
+from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -14,15 +16,19 @@ from plotly.offline import get_plotlyjs
 import mmspec.report.acceptance as report_acceptance
 import mmspec.report.blocks as report_blocks
 import mmspec.report.loose as report_loose
-import mmspec.report.methods_table as methods_table
+import mmspec.report.pooled as pooled
 import mmspec.report.weights as report_weights
+from mmspec import cli
+from mmspec import config as mmconfig
+from mmspec.report import datatable
 from mmspec.report.block_efficiency import tau_by_dataset
 from mmspec.report.cells import with_labels
-from mmspec.report.formatting import fmt_num
+from mmspec.report.formatting import esc, fmt_num
 from mmspec.report.page import write_report
 from mmspec.report.pareto import pareto_front
-from mmspec.tables import BLOCKS, CELLS, write_table
+from mmspec.tables import BLOCKS, CELLS, HEAD_CURVES, write_table
 
+ROOT = Path(__file__).resolve().parents[1]
 PAIR = "llava-7b/llava-160m"
 HOSTILE = "<script>alert(1)</script>"
 
@@ -161,6 +167,42 @@ def sections(page: str) -> dict[str, str]:
     return found
 
 
+TABLE_DATA = re.compile(
+    r"<thead><tr>(.*?)</tr></thead>.*?<script type='application/json' class='table-data'>"
+    r"(.*?)</script>",
+    re.S,
+)
+
+
+def parsed_row(raw: dict, columns: list[str]) -> dict:
+    """A data-table row as the browser draws it: per column its text, class and title; the row's
+    class; its sub-rows (a pooled row's seeds), likewise."""
+    cells = [c if isinstance(c, list) else [c] for c in raw["c"]]
+    assert len(cells) == len(columns)
+    return {
+        "text": {col: c[0] for col, c in zip(columns, cells, strict=True)},
+        "cls": {col: c[1] if len(c) > 1 else "" for col, c in zip(columns, cells, strict=True)},
+        "title": {col: c[2] if len(c) > 2 else "" for col, c in zip(columns, cells, strict=True)},
+        "class": raw.get("k", ""),
+        "seeds": [parsed_row(sub, columns) for sub in raw.get("s", [])],
+    }
+
+
+def data_tables(html: str) -> list[tuple[list[str], list[dict]]]:
+    """(columns, rows) of each data table in `html`, in page order."""
+    found = []
+    for head, data in TABLE_DATA.findall(html):
+        columns = [html_unescape(c) for c in re.findall(r"<th>(.*?)</th>", head)]
+        rows = json.loads(data)["rows"]
+        found.append((columns, [parsed_row(r, columns) for r in rows]))
+    return found
+
+
+def table_data(section: str) -> list[dict]:
+    """The rows of the first data table of a section (the method table of a dataset section)."""
+    return data_tables(section)[0][1]
+
+
 def page_of(tmp_path, cell_rows: list[dict]) -> str:
     """The report of `cell_rows`, without blocks."""
     cells = tmp_path / "cells.parquet"
@@ -228,22 +270,35 @@ def test_section_per_dataset_and_pair(report):
 def test_method_table_lists_every_cell(report):
     by_heading = sections(report)
     for dataset, pair in {(r["dataset"], r["pair"]) for r in CELL_ROWS}:
-        body = by_heading[f"{dataset} · {pair}"]
-        table = body[: body.index("</table>")]
-        rows = [r for r in CELL_ROWS if (r["dataset"], r["pair"]) == (dataset, pair)]
-        assert table.count("<tr") - 1 == len(rows)  # minus the header row
-        for row in rows:
-            hp = row["hp"].replace("<", "&lt;").replace(">", "&gt;")
-            assert f">{hp}</td>" in table
+        rows = table_data(by_heading[f"{dataset} · {pair}"])
+        cells = [r for r in CELL_ROWS if (r["dataset"], r["pair"]) == (dataset, pair)]
+        # one seed per method and hp here: each cell is its own pooled row, with no seed rows
+        assert len(rows) == len(cells)
+        assert sorted(r["text"]["hp"] for r in rows) == sorted(c["hp"] for c in cells)
+        assert all(r["text"]["seeds"] == "1" and r["seeds"] == [] for r in rows)
+        seeds = {r["text"]["hp"]: r["title"]["seeds"] for r in rows}
+        assert seeds == {c["hp"]: f"seed {c['seed']}" for c in cells}
+
+
+def all_rows(page: str) -> list[dict]:
+    """The rows of every method table of a page (every dataset section's)."""
+    return [
+        row
+        for heading, body in sections(page).items()
+        if " · " in heading
+        for row in table_data(body)
+    ]
 
 
 def test_greedy_non_lossless_cell_flagged(report):
     body = sections(report)[f"chartqa · {PAIR}"]
-    bad = [tr for tr in re.findall(r"<tr[^>]*>.*?</tr>", body) if "g4-bad" in tr]
-    assert len(bad) == 1 and "bug" in bad[0] and "0.900" in bad[0]
+    bad = [r for r in table_data(body) if r["text"]["hp"] == "g4-bad"]
+    assert len(bad) == 1 and "bug" in bad[0]["class"].split()
+    assert bad[0]["text"]["lossless_rate"] == "0.900"
+    assert bad[0]["cls"]["lossless_rate"] == "bug-cell"
     assert "this is a bug" in body
     # and only that one: lossless greedy cells and sampling cells are not
-    assert len(re.findall(r"<tr class='[^']*bug", report)) == 1
+    assert len([r for r in all_rows(report) if "bug" in r["class"].split()]) == 1
     assert "1 greedy cell(s) with lossless_rate" in report
 
 
@@ -265,22 +320,21 @@ def test_lossy_rule_divergence_is_not_a_bug(tmp_path):
         ],
     )
     body = sections(page)[f"chartqa · {PAIR}"]
-    rows = {
-        hp: tr
-        for tr in re.findall(r"<tr[^>]*>.*?</tr>", body)
-        for hp in ["g4-lossless", "g4-lossy"]
-        if hp in tr
-    }
+    rows = {r["text"]["hp"]: r for r in table_data(body)}
+    divergence = ["lossless_rate", "first_divergence_mean"]
     # the greedy cell of a lossless rule is a bug, in red
-    assert re.match(r"<tr class='[^']*\bbug\b", rows["g4-lossless"])
-    assert (
-        "<td class='num bug-cell'>0.500</td><td class='num bug-cell'>7.00</td>"
-        in rows["g4-lossless"]
-    )
+    lossless = rows["g4-lossless"]
+    assert "bug" in lossless["class"].split()
+    assert [lossless["text"][c] for c in divergence] == ["0.500", "7.00"]
+    assert [lossless["cls"][c] for c in divergence] == ["bug-cell", "bug-cell"]
     # the lossy rule's divergence is shown, but neutral, with the legend
-    assert "bug" not in rows["g4-lossy"]
-    lossy = "<td class='num lossy-cell' title='lossy rule: divergence is expected, see retention'>"
-    assert f"{lossy}0.500</td>{lossy}9.00</td>" in rows["g4-lossy"]
+    lossy = rows["g4-lossy"]
+    assert "bug" not in lossy["class"]
+    assert [lossy["text"][c] for c in divergence] == ["0.500", "9.00"]
+    assert [lossy["cls"][c] for c in divergence] == ["lossy-cell", "lossy-cell"]
+    assert {lossy["title"][c] for c in divergence} == {
+        "lossy rule: divergence is expected, see retention"
+    }
     assert "<p class='note'>lossy rule: divergence is expected, see retention" in body
     assert "LANTERN g4-lossy seed 0" in body
     assert "1 greedy cell(s) with lossless_rate" in page
@@ -290,7 +344,9 @@ def test_lossy_rule_divergence_is_not_a_bug(tmp_path):
 
 def test_lossless_rule_unknown_counts_as_lossless(tmp_path):
     page = page_of(tmp_path, [cell(lossless_rule=None, lossless_rate=0.5)])
-    assert "1 greedy cell(s) with lossless_rate" in page and "class='num lossy-cell'" not in page
+    assert "1 greedy cell(s) with lossless_rate" in page
+    [row] = all_rows(page)
+    assert "bug" in row["class"] and "lossy-cell" not in row["cls"].values()
 
 
 def test_metric_definitions(report):
@@ -303,13 +359,16 @@ def test_metric_definitions(report):
 
 def test_best_speedup_bold(report):
     body = sections(report)[f"chartqa · {PAIR}"]
-    best = re.findall(r"<tr class='[^']*best[^']*'>.*?</tr>", body)
-    assert len(best) == 1 and "g4-bad" in best[0]
+    best = [r for r in table_data(body) if "best" in r["class"].split()]
+    assert len(best) == 1 and best[0]["text"]["hp"] == "g4-bad"
 
 
 def test_data_strings_escaped(report):
     assert HOSTILE not in report
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in report
+    # in a table's JSON, where the browser sets it as text
+    assert "\\u003cscript\\u003ealert(1)\\u003c/script\\u003e" in report
+    rows = table_data(sections(report)[f"chartqa · {PAIR}"])
+    assert HOSTILE in [r["text"]["hp"] for r in rows]
 
 
 def test_degenerate_sections(report):
@@ -331,7 +390,10 @@ def test_empty_table(tmp_path):
 def test_method_table_columns(report):
     body = sections(report)[f"chartqa · {PAIR}"]
     assert "<th>n_samples</th><th>steps</th><th>new_tokens</th><th>tau</th>" in body
-    assert "<td class='num'>20</td><td class='num'>400</td><td class='num'>1000</td>" in body
+    counts = {
+        tuple(r["text"][c] for c in ("n_samples", "steps", "new_tokens")) for r in table_data(body)
+    }
+    assert ("20", "400", "1000") in counts
     assert "<th>lossless_rate</th><th>first_divergence_mean</th>" in body
     # caption time next to prefill time
     assert "<th>prefill_s</th><th>caption_s</th>" in body
@@ -341,12 +403,14 @@ def test_method_table_columns(report):
 def test_method_table_sortable_and_filterable(report):
     body = sections(report)[f"chartqa · {PAIR}"]
     box = body[: body.index("</table>")]
-    assert box.startswith("\n<div class='cells-table'><input type='search' class='filter'")
+    assert box.startswith("\n<div class='data-table'><input type='search' class='filter'")
     assert "<table class='cells'>" in box
-    # the script that sorts and filters is inlined once, in the head, and writes no HTML
+    # the rows travel as JSON that the script draws a page at a time, with a pager
+    assert "<tbody></tbody>" in box and "button type='button' class='prev'" in body
+    # the script that draws, sorts and filters is inlined once, in the head, and writes no HTML
     head = report[: report.index("</head>")]
-    assert head.count("div.cells-table") == 1 and report.count("div.cells-table") == 1
-    assert "innerHTML" not in methods_table.SORT_FILTER_JS
+    assert head.count("div.data-table") == 1 and report.count("div.data-table") == 1
+    assert "innerHTML" not in datatable.TABLE_JS and "textContent" in datatable.TABLE_JS
 
 
 def test_no_weights_section_without_blocks(report):
@@ -496,8 +560,19 @@ def block_rows(cell_row: dict, samples: list[str], steps=STEPS) -> list[dict]:
 
 
 def decoded(page: str) -> str:
-    """The page with the \\uXXXX escapes of plotly's figure JSON decoded, as a browser reads it."""
-    return re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), page)
+    """The page with the \\uXXXX escapes of plotly's figure JSON decoded, as a browser reads it.
+
+    The data tables' JSON is left as it is: its strings are set as text, never read as HTML
+    (`data_tables` reads them)."""
+    parts = re.split(r"(<script type='application/json' class='table-data'>.*?</script>)", page)
+    return "".join(
+        part if part.startswith("<script type='application/json'") else decode_json(part)
+        for part in parts
+    )
+
+
+def decode_json(text: str) -> str:
+    return re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), text)
 
 
 def weights_page(tmp_path, cell_rows: list[dict], block_rows_: list[dict]) -> str:
@@ -579,6 +654,10 @@ def test_hostile_label_dataset_and_sample_escaped(tmp_path):
     weights = sections(page)["Ensemble weights over decoding"]
     assert f"sample {escaped} · turn 0" in weights
     assert "d1&#x27;&#34;&gt;&lt;img src=x onerror=alert(2)&gt;" in weights
+    # the method table's JSON holds the strings as they are, for the browser to set as text
+    section = sections(page)[f"{esc(dataset)} · {PAIR}"]
+    labels = [r["text"]["label"] for r in table_data(section)]
+    assert labels == ["ar", HOSTILE, HOSTILE + "^MT"]
 
 
 # ---- acceptance by draft position and tree methods side by side ------------------------------
@@ -748,13 +827,14 @@ def test_tree_methods_side_by_side(tmp_path):
         "SAGE": ["<b>3.20</b>", "60.0", "2.00", "6.00", "0.100"],
     }
     assert "qwen" not in section  # a pair without steps
-    # tau against mean tree size, one point per cell
+    # tau against mean tree size, one point per dataset and hp: d2's two seeds pooled, the tree
+    # size (4 + 4 + 10) / 3 over their steps, tau (3.0 + 3.4) / 2
     [(title, traces)] = figures(section)
     assert title == f"{PAIR} · tau vs mean tree size"
     x, y = trace_xy(traces, "SAGE")
-    assert sorted(zip(x, y, strict=True)) == [(4.0, 3.0), (7.0, 3.5), (10.0, 3.4)]
+    assert sorted(zip(x, y, strict=True)) == [(6.0, pytest.approx(3.2)), (7.0, 3.5)]
     assert trace_xy(traces, "EAGLE") == ([6.3333], [3.0])
-    assert f"dataset: d2<br>hp: {escaped}" in section
+    assert f"dataset: d2<br>hp: {escaped}<br>seeds: 2" in section
     assert HOSTILE not in page
 
 
@@ -865,3 +945,135 @@ def test_loose_retentions_carry_their_intervals_in_table_and_figure(tmp_path):
 
 def test_no_loose_section_without_loose_cells(report):
     assert "Loose verification" not in report
+
+
+# ---- seeds pooled, the frontier and summary first ----------------------------------------------
+
+# tau, speedup and lossless_rate of one method and hp over three seeds (seed 1 diverged)
+SEEDS = [(2.0, 1.4, 1.0), (2.4, 1.6, 0.9), (2.9, 1.9, 1.0)]
+T_TWO_DF = 4.303  # t(0.975, 2)
+
+
+def seeds_rows() -> list[dict]:
+    return [ar_cell(seed=s, speedup=1.0) for s in range(3)] + [
+        cell(seed=s, tau=tau, speedup=speedup, lossless_rate=rate, steps=400 + s)
+        for s, (tau, speedup, rate) in enumerate(SEEDS)
+    ]
+
+
+def t_interval(values: list[float]) -> tuple[float, float]:
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    half = T_TWO_DF * sd / math.sqrt(len(values))
+    return mean - half, mean + half
+
+
+def test_t975():
+    assert pooled.t975(1) == 12.706 and pooled.t975(2) == T_TWO_DF
+    assert pooled.t975(40) == pytest.approx(2.0211, abs=1e-4)  # tables: 2.021
+    assert pooled.t975(120) == pytest.approx(1.9799, abs=1e-4)  # tables: 1.980
+    assert pooled.t975(10**6) == pytest.approx(1.95996, abs=1e-4)
+
+
+def test_pool_seeds_means_sums_and_intervals():
+    cells = with_labels(pd.DataFrame(seeds_rows()))
+    table = pooled.pool_seeds(cells).set_index("method")
+    assert list(table.index) == ["ar", "sps"]  # table order: AR first
+    sps = table.loc["sps"]
+    assert sps["n_seeds"] == 3 and sps["seeds"] == [0, 1, 2]
+    assert sps["tau"] == pytest.approx(sum(t for t, _, _ in SEEDS) / 3)
+    assert sps["steps"] == 400 + 401 + 402 and sps["n_samples"] == 60  # counts summed
+    assert sps["lossless_rate"] == pytest.approx(2.9 / 3)
+    for metric, values in (
+        ("tau", [t for t, _, _ in SEEDS]),
+        ("speedup", [s for _, s, _ in SEEDS]),
+    ):
+        assert (sps[f"{metric}_low"], sps[f"{metric}_high"]) == pytest.approx(t_interval(values))
+    # the members, by seed: index labels into `cells`
+    assert list(cells.loc[sps["_members"], "seed"]) == [0, 1, 2]
+
+
+def test_pool_seeds_one_seed_keeps_its_own_interval():
+    cells = with_labels(pd.DataFrame([cell(speedup=1.5, speedup_low=1.2, speedup_high=1.8)]))
+    [row] = pooled.pool_seeds(cells).to_dict("records")
+    assert (row["speedup_low"], row["speedup_high"]) == (1.2, 1.8)  # the cell's bootstrap
+    assert math.isnan(row["tau_low"])  # no interval from one seed
+
+
+def test_method_table_pools_seeds_with_each_seed_one_click_away(tmp_path):
+    page = page_of(tmp_path, seeds_rows())
+    section = sections(page)[f"chartqa · {PAIR}"]
+    ar, sps = table_data(section)
+    assert sps["text"]["seeds"] == "3" and sps["title"]["seeds"] == "seeds 0, 1, 2"
+    assert sps["text"]["tau"] == fmt_num(sum(t for t, _, _ in SEEDS) / 3)
+    low, high = t_interval([t for t, _, _ in SEEDS])
+    assert (
+        sps["title"]["tau"] == f"mean of 3 seeds; 95% t interval [{fmt_num(low)}, {fmt_num(high)}]"
+    )
+    low, high = t_interval([s for _, s, _ in SEEDS])
+    assert (sps["text"]["speedup_low"], sps["text"]["speedup_high"]) == (
+        fmt_num(low),
+        fmt_num(high),
+    )
+    assert sps["text"]["n_samples"] == "60"
+    # the mean lossless_rate is below 1: the row is a bug, and the note names the seed
+    assert "bug" in sps["class"].split() and "SPS g4 seed 1" in section
+    assert "SPS g4 seed 0" not in section
+    seeds = sps["seeds"]
+    assert [s["text"]["seeds"] for s in seeds] == ["seed 0", "seed 1", "seed 2"]
+    assert [s["text"]["tau"] for s in seeds] == [fmt_num(t) for t, _, _ in SEEDS]
+    assert [s["class"] for s in seeds] == ["", "bug", ""]
+    assert [s["text"]["hp"] for s in seeds] == ["", "", ""]  # the pooled row's, just above
+    assert len(ar["seeds"]) == 3 and "bug" not in ar["class"]
+    assert f"{len(seeds_rows())} cells · 2 rows with their seeds pooled" in page
+
+
+def test_frontier_and_summary_first(tmp_path):
+    page = page_of(tmp_path, seeds_rows() + [cell(hp="g2", gamma=2, speedup=1.2, quality=0.75)])
+    order = re.findall(r"<h2 id='([^']+)'>", page)
+    assert order[:4] == ["frontier", "summary", "definitions", "sec-0"]
+    links = re.findall(r"<li><a href='#([^']+)'>", page)
+    assert links[:3] == ["frontier", "summary", "definitions"]
+    frontier = sections(page)["Pareto frontiers: speedup vs quality"]
+    # pooled points: one per method and hp, the front through them
+    [(title, traces)] = figures(frontier)
+    assert title == "speedup vs quality"
+    assert sorted(zip(*trace_xy(traces, "sps"), strict=True)) == [(1.2, 0.75), (1.6333, 0.7)]
+    assert trace_xy(traces, "Pareto front") == ([1.2, 1.6333], [0.75, 0.7])
+    [(columns, rows)] = data_tables(frontier)
+    assert columns[:3] == ["on the front", "hp", "seeds"]
+    low, high = t_interval([s for _, s, _ in SEEDS])
+    assert [r["text"]["speedup"] for r in rows] == [
+        "1.20",
+        f"{fmt_num(sum(s for _, s, _ in SEEDS) / 3)} [{fmt_num(low)}, {fmt_num(high)}]",
+    ]
+    # the summary's values: means over seeds, the interval in their tooltip
+    summary = sections(page)["Cross-dataset summary"]
+    tau_table = data_tables(summary)[0][1]
+    g4 = next(r for r in tau_table if r["text"]["hp"] == "g4")
+    assert g4["text"]["chartqa"] == fmt_num(sum(t for t, _, _ in SEEDS) / 3)
+    assert g4["title"]["chartqa"].startswith("mean of 3 seeds; 95% t interval [")
+
+
+def test_report_cli_finds_the_sweeps_heads(tmp_path, monkeypatch):
+    sweep = mmconfig.validate(mmconfig.load_as_snakemake(ROOT / "tests/configs/tiny_heads.yaml"))
+    heads = cli.sweep_head_folders(sweep)
+    # eagle_chain and eagle2 share a head (same training hyperparameters), eagle_long has its own
+    assert len(heads) == 2 and all(h.startswith("results/drafters/toy/eagle/") for h in heads)
+    monkeypatch.chdir(tmp_path)
+    for folder in heads:
+        Path(folder).mkdir(parents=True)
+        record = {"kind": "eagle", "target": "toy:target", "training": {}, "sequences": 6}
+        Path(folder, "training.json").write_text(json.dumps({**record, "seconds": 1.0}))
+        curve = [{"step": 10, "loss": 1.0, "heldout_top1": 0.5}]
+        write_table(
+            pa.Table.from_pylist(curve, schema=HEAD_CURVES),
+            Path(folder, "curves.parquet"),
+            HEAD_CURVES,
+        )
+    write_table(pa.Table.from_pylist(CELL_ROWS, schema=CELLS), "cells.parquet", CELLS)
+    args = ["report", "--cells", "cells.parquet", "--out", "index.html"]
+    assert cli.main([*args, "--sweep", json.dumps(sweep)]) == 0
+    page = Path("index.html").read_text(encoding="utf-8")
+    assert "Training of the heads" in page
+    assert all(page.count("/".join(Path(h).parts[-3:])) == 1 for h in heads)  # a row per head

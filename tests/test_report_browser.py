@@ -5,10 +5,11 @@ workflow's `report` rule) from cells and blocks tables that give every section o
 something to show, with HTML in a dataset name; the end-to-end run's own report (the session
 fixture `tiny_run`, shared with test_workflow.py) is checked as well.
 
-In the browser: no JavaScript error or console error, no request but the page itself (file:// or
-data:; any other request is recorded and aborted), every plot drew a mark for each of its traces,
-the method ("cells") tables sort on a header click and filter on typing, and the dataset name
-shows as text, not markup. A copy of the page with deliberate faults shows that each check can
+In the browser: no JavaScript error, console error or dialog, no request but the page itself
+(file:// or data:; any other request is recorded and aborted), every plot drew a mark for each of
+its traces, the method tables page, sort on a header click and filter on typing (over every row,
+not the page's), each pooled row's seeds show under it on a click, and the data's strings show
+as text, not markup. A copy of the page with deliberate faults shows that each check can
 fail. A full-page screenshot is kept under reports/browser-test/ (git-ignored;
 MMSPEC_BROWSER_ARTIFACTS overrides the folder).
 
@@ -24,14 +25,26 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from playwright.sync_api import sync_playwright
-from test_report import CELL_ROWS, PAIR, block_rows, grid_cell, tree_blocks, tree_cells
+from test_report import (
+    CELL_ROWS,
+    HOSTILE,
+    PAIR,
+    block_rows,
+    cell,
+    grid_cell,
+    tree_blocks,
+    tree_cells,
+)
 
 from mmspec import cli
+from mmspec.report.formatting import fmt_num
 from mmspec.tables import BLOCKS, CELLS, write_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,6 +54,9 @@ BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome")
 # A dataset name that would add an element and run a script if it reached the page as HTML.
 HOSTILE_DATASET = 'd1 <b class="injected">it\'s bold</b><script>window.injected = 1</script>'
 CHARTQA = f"chartqa · {PAIR}"
+# A dataset of 30 hyperparameters x 3 seeds: more rows than a table's page, seeds to pool.
+SWEEP = f"sweep · {PAIR}"
+SWEEP_GAMMAS, SWEEP_SEEDS = range(1, 31), range(3)
 LOCAL = ("file:", "data:")  # the only URLs the page may request
 
 
@@ -49,8 +65,7 @@ def find_chromium() -> str | None:
     return next((path for path in found if path), None)
 
 
-@pytest.fixture(scope="module")
-def chromium() -> str:
+def chromium_path() -> str:
     """The Chromium executable; installed with apt when missing and running as root."""
     path = find_chromium()
     if path:
@@ -67,20 +82,51 @@ def chromium() -> str:
     return path
 
 
-@pytest.fixture(scope="module")
-def browser(chromium):
+@contextmanager
+def launched_chromium() -> Iterator:
+    """Headless Chromium under Playwright, closed on leaving."""
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium)
+        browser = playwright.chromium.launch(executable_path=chromium_path())
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with launched_chromium() as browser:
         yield browser
-        browser.close()
+
+
+def sweep_tau(gamma: int, seed: int) -> float:
+    return 1 + gamma / 10 + seed / 100
+
+
+def sweep_cells() -> list[dict]:
+    """The "sweep" dataset: SD at gamma 1..30, each over three seeds, and its AR cells."""
+    return [
+        cell(
+            dataset="sweep",
+            hp=f"g{gamma}",
+            gamma=gamma,
+            seed=seed,
+            tau=sweep_tau(gamma, seed),
+            speedup=1 + gamma / 20 + seed / 50,
+            lossless_rate=0.5 if (gamma, seed) == (7, 1) else 1.0,  # one seed diverged
+        )
+        for gamma in SWEEP_GAMMAS
+        for seed in SWEEP_SEEDS
+    ]
 
 
 def report_tables() -> tuple[list[dict], list[dict]]:
     """Cells and blocks rows for every section: the page tests' cells, tree methods, an ensemble
-    with weights; the dataset "d1" renamed to HOSTILE_DATASET."""
+    with weights, a dataset of many rows and seeds; the dataset "d1" renamed to
+    HOSTILE_DATASET."""
     trees = tree_cells()
     tabed = [grid_cell("TABED^MT", "MT", d, 2.5, hp="tabed-g4") for d in ("d1", "d2")]
-    cells = CELL_ROWS + trees + tabed
+    cells = CELL_ROWS + trees + tabed + sweep_cells()
     blocks = tree_blocks(trees) + [r for c in tabed for r in block_rows(c, ["s0", "s1"])]
 
     def rename(row: dict) -> dict:
@@ -130,6 +176,7 @@ class Opened:
         self.page = browser.new_page(viewport={"width": 1400, "height": 900}, locale="en-US")
         self.page.on("console", self._console)
         self.page.on("pageerror", lambda error: self.errors.append(f"page error: {error}"))
+        self.page.on("dialog", self._dialog)  # alert(): data run as script
         self.page.route("**/*", self._route)
         self.page.goto(path.as_uri(), wait_until="load")
         # plotly draws in the scripts the page runs while loading; two frames let it settle
@@ -141,6 +188,10 @@ class Opened:
     def _console(self, message) -> None:
         if message.type in ("error", "assert"):
             self.errors.append(f"console {message.type}: {message.text}")
+
+    def _dialog(self, dialog) -> None:
+        self.errors.append(f"dialog: {dialog.message}")
+        dialog.dismiss()
 
     def _route(self, route) -> None:
         self.requests.append(route.request.url)
@@ -166,21 +217,23 @@ def n_figures(path: Path) -> int:
 
 
 def cells_table(page, section: str):
-    """The method table box (filter and table) of a section, by its heading text."""
+    """The method table box (filter, table and pager) of a section, by its heading text."""
     heading = page.locator("h2", has_text=section)
-    return heading.locator("xpath=following-sibling::div[@class='cells-table'][1]")
+    return heading.locator("xpath=following-sibling::div[@class='data-table'][1]")
 
 
-def column(box, name: str) -> list[str]:
-    """The visible texts of a table column, top to bottom."""
+def column(box, name: str, seeds: bool = False) -> list[str]:
+    """The texts of a table column as drawn, top to bottom: the pooled rows of the page shown
+    (with `seeds`, the seeds' rows only)."""
     return box.evaluate(
-        """(box, name) => {
+        """(box, [name, seeds]) => {
           const table = box.querySelector("table");
           const i = Array.from(table.tHead.rows[0].cells).findIndex(c => c.textContent === name);
-          return Array.from(table.tBodies[0].rows).filter(r => !r.hidden)
+          return Array.from(table.tBodies[0].rows)
+            .filter(r => r.classList.contains("sub-row") === seeds)
             .map(r => r.cells[i].textContent);
         }""",
-        name,
+        [name, seeds],
     )
 
 
@@ -279,12 +332,77 @@ def test_cells_table_filters_on_typing(page):
     assert column(box, "hp") == everything
 
 
+def page_info(box) -> str:
+    return box.locator(".page-info").text_content()
+
+
+def test_cells_table_pages_sorts_and_filters_every_row(page):
+    box = cells_table(page, SWEEP)
+    # one row per hp (the seeds pooled), 25 to a page, in table order (gamma as a number)
+    assert column(box, "hp") == [f"g{g}" for g in range(1, 26)]
+    assert page_info(box) == "rows 1–25 of 30 · page 1 of 2"
+    assert box.locator("button.prev").is_disabled()
+    box.locator("button.next").click()
+    assert column(box, "hp") == [f"g{g}" for g in range(26, 31)]
+    assert page_info(box) == "rows 26–30 of 30 · page 2 of 2"
+    assert box.locator("button.next").is_disabled()
+    # sorting sorts every row, not the page's: back to page 1, the fastest (from page 2) first
+    header = box.locator("th", has_text=re.compile(r"^speedup$"))
+    header.click()
+    header.click()
+    assert header.get_attribute("aria-sort") == "descending"
+    assert column(box, "hp")[:3] == ["g30", "g29", "g28"]
+    assert page_info(box).startswith("rows 1–25 of 30")
+    # and the filter looks at every row too
+    box.locator("input.filter").fill("g1")
+    shown = column(box, "hp")
+    assert sorted(shown) == sorted(["g1", *(f"g{g}" for g in range(10, 20))])
+    assert page_info(box) == "rows 1–11 of 11 (filtered from 30) · page 1 of 1"
+
+
+def test_seed_rows_are_one_click_away(page):
+    box = cells_table(page, SWEEP)
+    first = box.locator("tbody tr").first
+    # the pooled row: the mean over its three seeds
+    assert column(box, "seeds")[0] == "3"
+    assert column(box, "tau")[0] == fmt_num(sum(sweep_tau(1, s) for s in SWEEP_SEEDS) / 3)
+    assert column(box, "tau", seeds=True) == []
+    first.locator("button.expand").click()
+    assert column(box, "seeds", seeds=True) == [f"seed {s}" for s in SWEEP_SEEDS]
+    assert column(box, "tau", seeds=True) == [fmt_num(sweep_tau(1, s)) for s in SWEEP_SEEDS]
+    assert len(column(box, "hp")) == 25  # the page keeps its rows
+    # gamma 7's second seed diverged: its row is red, and so is the pooled row (mean < 1)
+    box.locator("input.filter").fill("g7")
+    row = box.locator("tbody tr").first
+    assert "bug" in row.get_attribute("class")
+    row.locator("button.expand").click()
+    seeds = box.locator("tbody tr.sub-row")
+    assert [seeds.nth(i).get_attribute("class") for i in range(3)] == [
+        "sub-row",
+        "bug sub-row",
+        "sub-row",
+    ]
+    box.locator("tbody tr").first.locator("button.expand").click()
+    assert column(box, "tau", seeds=True) == []
+
+
+def test_table_strings_are_text(opened):
+    page = opened.page
+    box = cells_table(page, CHARTQA)
+    assert HOSTILE in column(box, "hp")  # drawn as text, run as nothing (no dialog: no error)
+    assert opened.errors == []
+    # a paper's label drawn with its superscript
+    d2 = cells_table(page, f"d2 · {PAIR}")
+    assert d2.locator("tbody td sup", has_text="MT").count() >= 1
+
+
 # ---- the checker fails on a broken page ------------------------------------------------------
 
 FAULTS = {
     "javascript error": ("<script>undefinedFunction()</script>", "undefinedFunction"),
     "console error": ("<script>console.error('deliberate')</script>", "deliberate"),
     "network request": ("<img src='https://example.invalid/x.png'>", "example.invalid"),
+    "data run as script": ("<script>alert('deliberate')</script>", "dialog: deliberate"),
     "empty plot": (
         "<script>Plotly.react(document.querySelector('.plotly-graph-div'), "
         "[{x: [], y: [], type: 'scatter'}], {})</script>",

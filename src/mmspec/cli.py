@@ -108,16 +108,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", required=True, help="the shared judgement cache (Parquet)")
     p.add_argument("--out", required=True)
 
-    p = sub.add_parser("aggregate", help="one row per cell from an explicit list of score files")
+    p = sub.add_parser(
+        "aggregate",
+        help="one row per cell from the score files of a sweep (or of a list)",
+        description="Aggregate score files into the cells table (one row per cell) and the "
+        "per-step blocks table. The files are the cells' of --sweep (what the workflow passes: "
+        "the command line stays the same size however many cells the sweep has), or those "
+        "named by --scores or listed in --scores-from.",
+    )
     p.add_argument("--out", required=True)
     p.add_argument("--blocks", required=True, help="where the per-step table goes")
-    p.add_argument("--groups", type=_json, default={}, help="dataset -> group (JSON)")
-    p.add_argument("scores", nargs="+")
+    files = p.add_mutually_exclusive_group(required=True)
+    files.add_argument(
+        "--sweep",
+        type=_json,
+        help="a validated sweep config (JSON): its cells' score files under --results, and its "
+        "datasets' groups",
+    )
+    files.add_argument("--scores", nargs="+", help="score files")
+    files.add_argument("--scores-from", help="a file listing score files, one per line")
+    p.add_argument("--results", default="results", help="the results folder of --sweep")
+    p.add_argument(
+        "--groups", type=_json, default=None, help="dataset -> group (JSON; not with --sweep)"
+    )
 
-    p = sub.add_parser("report", help="the HTML report")
+    p = sub.add_parser(
+        "report",
+        help="the HTML report",
+        description="Render the cells table (and the blocks table, and the trained heads of "
+        "--heads or of the cells of --sweep) as one self-contained HTML page.",
+    )
     p.add_argument("--cells", required=True)
     p.add_argument("--blocks", default=None)
-    p.add_argument("--heads", nargs="*", default=[], help="trained drafter head folders")
+    heads = p.add_mutually_exclusive_group()
+    heads.add_argument("--heads", nargs="*", default=[], help="trained drafter head folders")
+    heads.add_argument(
+        "--sweep", type=_json, default=None, help="a validated sweep config (JSON): its heads"
+    )
     p.add_argument("--out", required=True)
 
     p = sub.add_parser(
@@ -242,6 +269,30 @@ def one_line(error: Exception) -> str:
     return f"{type(error).__name__}: {message}"
 
 
+def sweep_score_files(sweep: dict, results: str = "results") -> list[str]:
+    """The score file of every cell of a validated sweep config (`config.validate`'s output), in
+    cell order: exactly the sweep's cells, never whatever else lies under `results`."""
+    from mmspec import config
+
+    cells = sorted(config.cells(sweep), key=lambda c: (c.dataset, c.pair, c.method, c.hp, c.seed))
+    return [f"{Path(results).as_posix()}/score/{c.path}/scores.parquet" for c in cells]
+
+
+def sweep_head_folders(sweep: dict) -> list[str]:
+    """The trained-head folders of a validated sweep config's cells (results/drafters/...)."""
+    from mmspec import config
+
+    return sorted({d for d in map(config.drafter_dir, config.cells(sweep)) if d})
+
+
+def read_list(path: str) -> list[str]:
+    """The non-blank lines of a list file (score files of `mmspec aggregate --scores-from`)."""
+    names = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+    if not names:
+        raise ValueError(f"{path}: lists no files")
+    return names
+
+
 def run(args: argparse.Namespace) -> None:
     """Dispatch to the stage's module (imported lazily: torch loads only where needed)."""
     if args.stage == "prepare":
@@ -320,12 +371,23 @@ def run(args: argparse.Namespace) -> None:
     elif args.stage == "aggregate":
         from mmspec.stages import aggregate
 
-        n = aggregate.run(args.scores, args.out, args.blocks, args.groups)
+        if args.sweep is not None:
+            if args.groups is not None:
+                raise ValueError("--groups comes from --sweep's datasets; give one or the other")
+            files = sweep_score_files(args.sweep, args.results)
+            groups = {
+                name: ds.get("group", "benchmark") for name, ds in args.sweep["datasets"].items()
+            }
+        else:
+            files = args.scores or read_list(args.scores_from)
+            groups = args.groups or {}
+        n = aggregate.run(files, args.out, args.blocks, groups)
         print(f"aggregated {n} cells -> {args.out}", file=sys.stderr)
     elif args.stage == "report":
         from mmspec.stages import report
 
-        report.run(args.cells, args.out, args.blocks, args.heads)
+        heads = sweep_head_folders(args.sweep) if args.sweep is not None else args.heads
+        report.run(args.cells, args.out, args.blocks, heads)
     elif args.stage == "tiny-model":
         from mmspec.models import tiny
 

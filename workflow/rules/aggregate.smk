@@ -1,3 +1,9 @@
+# The cells' score files are inputs (the DAG waits for each and reruns on changes), but the
+# command names none of them: Linux refuses a command argument over 128 KiB, which a list of a
+# few thousand paths exceeds. `mmspec aggregate --sweep` derives exactly the sweep's score files
+# from the validated config, a few KB whatever the cell count.
+
+
 rule aggregate:
     input:
         score_files(),
@@ -14,8 +20,9 @@ rule aggregate:
         "../../envs/mmspec.yaml"
     threads: 1
     params:
-        groups=dataset_groups(),
+        # a function: Snakemake would read the braces of a JSON string as wildcards
+        sweep=lambda w: json.dumps(CONFIG, sort_keys=True),
         code=fingerprint("aggregate"),
     shell:
         "mmspec aggregate --out {output.cells} --blocks {output.blocks}"
-        " --groups {params.groups:q} {input} 2> {log}"
+        " --sweep {params.sweep:q} 2> {log}"

@@ -1,3 +1,7 @@
+# As for aggregate: the trained heads are inputs, and `mmspec report --sweep` finds their
+# folders from the config, so the command stays the same size however many the sweep trains.
+
+
 rule report:
     input:
         cells="results/summary/cells.parquet",
@@ -11,7 +15,9 @@ rule report:
         "../../envs/mmspec.yaml"
     threads: 1
     params:
+        # a function: Snakemake would read the braces of a JSON string as wildcards
+        sweep=lambda w: json.dumps(CONFIG, sort_keys=True),
         code=fingerprint("report"),
     shell:
-        "mmspec report --cells {input.cells} --blocks {input.blocks} --heads {input.heads}"
+        "mmspec report --cells {input.cells} --blocks {input.blocks} --sweep {params.sweep:q}"
         " --out {output} 2> {log}"

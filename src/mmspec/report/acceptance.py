@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from mmspec.report.blocks import drafting_cells
+from mmspec.report.blocks import CellStats, drafting_cells
 from mmspec.report.cells import dataset_order, sort_cells
 from mmspec.report.figures import FIGURE_LAYOUT, figures_section, method_line
 from mmspec.report.formatting import esc, label_html
@@ -24,7 +25,7 @@ Line = tuple[str, str, str, pd.DataFrame]
 
 
 def render(
-    cells: pd.DataFrame, stats_by_cell: dict[tuple, pd.DataFrame], colors: dict[str, str]
+    cells: pd.DataFrame, stats_by_cell: dict[tuple, CellStats], colors: dict[str, str]
 ) -> str:
     """Per dataset of the first pair with steps: acceptance-rate-by-position curves; "" if none."""
     pair, by_dataset = first_pair_lines(drafting_cells(cells, stats_by_cell), stats_by_cell)
@@ -62,7 +63,7 @@ def caption(pair: object) -> str:
 
 
 def first_pair_lines(
-    drafted: pd.DataFrame, stats_by_cell: dict[tuple, pd.DataFrame]
+    drafted: pd.DataFrame, stats_by_cell: dict[tuple, CellStats]
 ) -> tuple[object, dict[str, list[Line]]]:
     """The first pair (by name) with any line, and its lines per dataset, in table order."""
     drafted = drafted[drafted["_key"].map(stats_by_cell.__contains__)] if len(drafted) else drafted
@@ -79,9 +80,7 @@ def first_pair_lines(
     return pair, by_dataset
 
 
-def acceptance_lines(
-    of_dataset: pd.DataFrame, stats_by_cell: dict[tuple, pd.DataFrame]
-) -> list[Line]:
+def acceptance_lines(of_dataset: pd.DataFrame, stats_by_cell: dict[tuple, CellStats]) -> list[Line]:
     """The lines of one dataset's figure, in plotting order: trees before chains, each in table
     order; seeds of one (name, hp) are pooled.
 
@@ -92,7 +91,12 @@ def acceptance_lines(
     ordered = ordered.iloc[(ordered["tree"] == "chain").to_numpy().argsort(kind="stable")]
     lines = []
     for (name, hp), group in ordered.groupby(["_name", "hp"], sort=False):
-        pooled = pd.concat([stats_by_cell[k] for k in group["_key"]])
+        pooled = pd.DataFrame(
+            {
+                column: np.concatenate([stats_by_cell[k][column] for k in group["_key"]])
+                for column in ("depth", "depth_recorded", "accepted", "steps")
+            }
+        )
         if group["tree"].iloc[0] != "chain":
             pooled = pooled[pooled["depth_recorded"].astype(bool)]
         if (pooled["steps"][pooled["depth"] >= 1] > 0).any():

@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mmspec.report.cells import CELL_KEY, cell_key, is_ar, key_of, without_ar
-from mmspec.report.formatting import is_missing
+from mmspec.report.cells import CELL_KEY, is_ar, key_of, without_ar
 from mmspec.tables import BLOCKS
 
 # Group keys of the per-step statistics: the cell, the proposal depth (the drafted count where no
@@ -65,28 +65,36 @@ def load_step_stats(blocks_path: str | Path) -> pd.DataFrame:
     return merged.select(STEP_STATS_COLUMNS).to_pandas()
 
 
-def step_stats_by_cell(cells: pd.DataFrame, stats: pd.DataFrame) -> dict[tuple, pd.DataFrame]:
+# A cell's step statistics: STEP_STATS_COLUMNS, each as an array (thousands of cells: a small
+# DataFrame per cell would cost more than the statistics themselves).
+CellStats = dict[str, np.ndarray]
+
+
+def step_stats_by_cell(cells: pd.DataFrame, stats: pd.DataFrame) -> dict[tuple, CellStats]:
     """Per drafting cell with steps (by `cell_key`): its rows of `stats` (see `load_step_stats`)."""
     if stats.empty or cells.empty:
         return {}
-    known = {cell_key(row) for _, row in cells.iterrows()}
+    known = set(map(key_of, zip(*(cells[c] for c in CELL_KEY), strict=True)))
+    stats = stats[stats["seed"].notna()].sort_values(CELL_KEY, kind="stable")
+    columns = {c: stats[c].to_numpy() for c in STEP_STATS_COLUMNS}
+    keys = list(zip(*(columns[c] for c in CELL_KEY), strict=True))
+    starts = [i for i in range(len(keys)) if i == 0 or keys[i] != keys[i - 1]]
     found = {}
-    for key, rows in stats.groupby(CELL_KEY, sort=False, dropna=False):
-        if is_missing(key[-1]):
-            continue
-        key = key_of(key)
+    for start, end in zip(starts, [*starts[1:], len(keys)], strict=True):
+        key = key_of(keys[start])
+        rows = {c: values[start:end] for c, values in columns.items()}
         if key in known and not is_ar(key[2]) and rows["steps"].sum() > 0:
             found[key] = rows
     return found
 
 
-def drafting_cells(cells: pd.DataFrame, stats_by_cell: dict[tuple, pd.DataFrame]) -> pd.DataFrame:
+def drafting_cells(cells: pd.DataFrame, stats_by_cell: dict[tuple, CellStats]) -> pd.DataFrame:
     """The non-AR cells, with their steps and drafted nodes in the blocks table (`_steps`,
     `_drafted`) and mean tree size (`tree_size`, NaN without steps)."""
     drafted = without_ar(cells)
     if drafted.empty:
         return drafted.assign(tree_size=[], _key=[], _steps=[], _drafted=[])
-    keys = [cell_key(row) for _, row in drafted.iterrows()]
+    keys = list(map(key_of, zip(*(drafted[c] for c in CELL_KEY), strict=True)))
     n_steps = [stats_total(stats_by_cell, k, "steps") for k in keys]
     n_drafted = [stats_total(stats_by_cell, k, "drafted_sum") for k in keys]
     return drafted.assign(
@@ -98,6 +106,6 @@ def drafting_cells(cells: pd.DataFrame, stats_by_cell: dict[tuple, pd.DataFrame]
     )
 
 
-def stats_total(stats_by_cell: dict[tuple, pd.DataFrame], key: tuple, column: str) -> float:
+def stats_total(stats_by_cell: dict[tuple, CellStats], key: tuple, column: str) -> float:
     """The sum of `column` over a cell's step statistics; 0 for a cell without steps."""
     return float(stats_by_cell[key][column].sum()) if key in stats_by_cell else 0.0

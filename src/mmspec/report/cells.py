@@ -31,29 +31,34 @@ def is_ar(method: object) -> bool:
     return isinstance(method, str) and method.lower() in AR_METHODS
 
 
-def is_ar_row(row: pd.Series) -> bool:
+def is_ar_row(row: pd.Series | dict) -> bool:
     """Whether a cell is the autoregressive baseline (by its method name or its label)."""
     return is_ar(row.get("method")) or is_ar(row.get("label"))
 
 
 def without_ar(cells: pd.DataFrame) -> pd.DataFrame:
     """The speculative cells: all but the autoregressive baseline."""
-    return cells[~cells.apply(is_ar_row, axis=1)] if len(cells) else cells
+    if cells.empty:
+        return cells
+    ar = cells["method"].map(is_ar)
+    if "label" in cells:
+        ar |= cells["label"].map(is_ar)
+    return cells[~ar]
 
 
-def is_greedy(row: pd.Series) -> bool:
+def is_greedy(row: pd.Series | dict) -> bool:
     """Whether a cell decodes greedily, so it must reproduce the AR output exactly."""
     return row.get("acceptance") == "greedy" or row.get("temperature") == 0
 
 
-def is_lossy_rule(row: pd.Series) -> bool:
+def is_lossy_rule(row: pd.Series | dict) -> bool:
     """Whether a cell's acceptance rule gives up the target distribution (`lossless_rule` false),
     so that its output may differ from AR's by design. Unknown counts as lossless."""
     rule = row.get("lossless_rule")
     return not is_missing(rule) and not bool(rule)
 
 
-def lossless_bug(row: pd.Series) -> bool:
+def lossless_bug(row: pd.Series | dict) -> bool:
     """A greedy cell of a lossless rule whose output differs from AR on some sample-turn: always an
     engine bug."""
     rate = row.get("lossless_rate")
@@ -68,7 +73,7 @@ def view_tokens(views: object) -> list[str]:
 # ---- names -----------------------------------------------------------------------------------
 
 
-def display_name(row: pd.Series) -> str:
+def display_name(row: pd.Series | dict) -> str:
     """The label of a cell, plus its views when the label does not already spell them.
 
     Paper labels do ("TABED^MT", "M"); a config method name does not, and one config entry may
@@ -88,7 +93,8 @@ def with_labels(cells: pd.DataFrame) -> pd.DataFrame:
     if "label" not in cells:
         cells["label"] = None
     cells["label"] = cells["label"].where(cells["label"].notna(), cells["method"])
-    cells["_name"] = [display_name(row) for _, row in cells.iterrows()] if len(cells) else []
+    named = cells[[c for c in ("label", "method", "views") if c in cells]].to_dict("records")
+    cells["_name"] = [display_name(row) for row in named]
     return cells
 
 
@@ -116,7 +122,11 @@ def missing_first(value: object) -> tuple:
     return (0, 0) if is_missing(value) else (1, value)
 
 
-def cell_rank(row: pd.Series) -> tuple:
+# The columns `cell_rank` reads.
+RANK_COLUMNS = ["views", "weights", "method", "label", "gamma", "hp", "seed"]
+
+
+def cell_rank(row: pd.Series | dict) -> tuple:
     """Sort key of a cell: AR, then single views, ensembles, drafters without views (trained heads);
     within each, by views (canonical letter order), weight policy, method, gamma, hp and seed."""
     tokens = view_tokens(row.get("views"))
@@ -146,7 +156,8 @@ def sort_cells(cells: pd.DataFrame) -> pd.DataFrame:
     """Cells in display order (see `cell_rank`); gamma sorts numerically, not inside the hp slug."""
     if cells.empty:
         return cells
-    ranks = [cell_rank(row) for _, row in cells.iterrows()]
+    columns = [c for c in RANK_COLUMNS if c in cells]
+    ranks = [cell_rank(row) for row in cells[columns].to_dict("records")]
     order = sorted(range(len(cells)), key=ranks.__getitem__)
     return cells.iloc[order]
 

@@ -1,5 +1,6 @@
 """Image generation (LANTERN's Figure 5 and its samples): FID against mean accepted length, one
-curve per method and k with a marker per delta, and the first generated images of every cell.
+curve per method and k with a marker per delta, and the first generated images of each; one point
+per method and hp with its seeds pooled (`pooled.pool_seeds`), the images its first seed's.
 
 Shown only when some cell generated images (its `fid` is set). Thumbnails are PNGs inlined as
 data URIs, so the page stays self-contained.
@@ -20,8 +21,9 @@ from mmspec.report.formatting import esc, fmt_num, heading, label_html
 ANCHOR = "image-generation"
 TITLE = "Image generation: FID vs accepted length"
 CAPTION = (
-    "Each cell's FID (its generated images against the dataset's reference images, in the "
-    "feature network's space; lower is better) against its mean accepted length τ. Cells of one "
+    "Each method and hp's FID (its generated images against the dataset's reference images, in "
+    "the feature network's space; lower is better) against its mean accepted length τ, both "
+    "means over its seeds; the images are its first seed's. Points of one "
     "method and neighbourhood size k form a curve over the relaxation δ (a marker per δ, "
     "labelled), as in LANTERN's Figure 5; the dotted line is the AR cell's FID. Lossless methods "
     "draw the same images as AR (greedy) or from the same distribution (sampling), so their FID "
@@ -33,7 +35,7 @@ THUMBNAIL_PX = 48  # shown size of each thumbnail; pixels are scaled without smo
 
 
 def render(cells: pd.DataFrame, colors: dict[str, str]) -> str:
-    """The section, or "" when no cell generated images."""
+    """The section of the seeds-pooled rows `cells`, or "" when none generated images."""
     images = cells[cells["fid"].notna()] if "fid" in cells else cells.iloc[:0]
     if images.empty:
         return ""
@@ -116,11 +118,12 @@ def _hover(row: pd.Series) -> str:
         f"<br>tau {fmt_num(row['tau'])} · FID {fmt_num(row['fid'])}"
         f" · CLIP {fmt_num(row['quality'])} · speedup {fmt_num(row['speedup'])}"
         f" · relaxed {fmt_num(row.get('relaxed_share'))}"
+        f"<br>seeds: {fmt_num(row.get('n_seeds'), True)}"
     )
 
 
 def thumbnails_html(cells: pd.DataFrame) -> str:
-    """A row of each cell's first generated images (the same prompts in every row)."""
+    """A row of each pooled row's first generated images (the same prompts in every row)."""
     rows = []
     for _, row in sort_cells(cells).iterrows():
         pngs = row["thumbnails"] if row["thumbnails"] is not None else []

@@ -1,6 +1,7 @@
 """Loose verification (LVSpec's Figure 7): quality retention against speedup, per (dataset, pair,
-temperature), with the Pareto frontier highlighted, and the retention table under it; each
-retention with its 95% bootstrap interval over the samples.
+temperature), with the Pareto frontier highlighted, and the retention table under it; one point
+and row per method and hp with its seeds pooled, each retention with its 95% interval (over the
+seeds; with one seed, the cell's bootstrap interval over its samples).
 
 Shown only when some cell verifies with a loose rule (`methods.components.LOOSE_RULES`). The
 retention axis is the LLM judge's (judge_retention) where the dataset is judged, else the task
@@ -24,19 +25,21 @@ RETENTION = "_retention"  # the plotted retention column (retention_axis), and i
 RETENTION_LOW, RETENTION_HIGH = "_retention_low", "_retention_high"
 TITLE = "Loose verification: retention vs speedup"
 CAPTION = (
-    "Each cell's quality retention (its mean quality / its AR cell's on the same samples: the "
-    "LLM judge's scores where the dataset is judged, else the task metric's) against its "
-    "speedup, one colour per acceptance rule, as in LVSpec's Figure 7. The dotted line and "
-    "diamonds mark the Pareto frontier: no other cell is both at least as fast and retains at "
-    "least as much. A loose rule accepts some mismatched draft tokens (relaxed share: of the "
-    "accepted draft tokens); lossless rules sit at the retention of exact decoding. The bars "
-    "and the bracketed ranges are each retention's 95% bootstrap interval, resampling the "
-    "samples with their AR answers paired: two cells whose intervals overlap are within the "
-    "samples' noise of each other. judge failures are judgements that failed after retries: "
-    "counted, never scored."
+    "Each method and hp's quality retention (a cell's mean quality / its AR cell's on the same "
+    "samples: the LLM judge's scores where the dataset is judged, else the task metric's) "
+    "against its speedup, both means over its seeds, one colour per acceptance rule, as in "
+    "LVSpec's Figure 7. The dotted line and diamonds mark the Pareto frontier: no other point "
+    "is both at least as fast and retains at least as much. A loose rule accepts some "
+    "mismatched draft tokens (relaxed share: of the accepted draft tokens); lossless rules sit "
+    "at the retention of exact decoding. The bars and the bracketed ranges are each "
+    "retention's 95% interval: over the seeds (a t interval) where there are several, else the "
+    "cell's bootstrap interval, resampling the samples with their AR answers paired; two "
+    "points whose intervals overlap are within noise of each other. judge failures are "
+    "judgements that failed after retries (summed over the seeds): counted, never scored."
 )
 # the table's columns: (cells column, header, integer); a retention shows its interval
 TABLE_COLUMNS = [
+    ("n_seeds", "seeds", True),
     ("tau", "τ", False),
     ("speedup", "speedup", False),
     ("relaxed_share", "relaxed share", False),
@@ -48,7 +51,8 @@ TABLE_COLUMNS = [
 
 
 def render(cells: pd.DataFrame) -> str:
-    """The section, or "" when no cell verifies loosely."""
+    """The section of the seeds-pooled rows `cells` (`pooled.pool_seeds`), or "" when none
+    verifies loosely."""
     if "acceptance" not in cells or not cells["acceptance"].isin(LOOSE_RULES).any():
         return ""
     parts = [heading(ANCHOR, TITLE), f"<p class='caption'>{CAPTION}</p>"]
@@ -119,17 +123,18 @@ def _hover(row: pd.Series) -> str:
         f"<br>speedup {fmt_num(row['speedup'])} · retention {fmt_num(row[RETENTION])}"
         f" [{fmt_num(row[RETENTION_LOW])}, {fmt_num(row[RETENTION_HIGH])}]"
         f"<br>tau {fmt_num(row['tau'])} · relaxed {fmt_num(row['relaxed_share'])}"
+        f"<br>seeds: {fmt_num(row.get('n_seeds'), True)}"
     )
 
 
 def retention_table(cells: pd.DataFrame, front: pd.DataFrame) -> str:
-    """One row per cell: its rule, speed, relaxed share, both retentions and judge failures;
-    a ◆ marks the frontier (`front`)."""
-    front_keys = set(zip(front["method"], front["hp"], front["seed"], strict=True))
+    """One row per pooled row: its rule, seeds, speed, relaxed share, both retentions and judge
+    failures; a ◆ marks the frontier (`front`)."""
+    front_keys = set(zip(front["method"], front["hp"], strict=True))
     head = "".join(f"<th>{esc(h)}</th>" for _, h, _ in TABLE_COLUMNS)
     rows = []
     for _, row in sort_cells(cells).iterrows():
-        mark = "◆ " if (row["method"], row["hp"], row["seed"]) in front_keys else ""
+        mark = "◆ " if (row["method"], row["hp"]) in front_keys else ""
         values = "".join(f"<td class='num'>{_value(row, c, i)}</td>" for c, _, i in TABLE_COLUMNS)
         rows.append(
             f"<tr><td>{mark}{label_html(row['label'])}</td><td>{esc(row['acceptance'])}</td>"

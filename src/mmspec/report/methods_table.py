@@ -1,18 +1,19 @@
-"""The method table of a (dataset, pair) section: one row per cell, every metric of the cell.
+"""The method table of a (dataset, pair) section: one row per method and hp with its seeds pooled
+(`pooled.pool_seeds`), each seed's cell one click away under it; every metric of the cell.
 
 The columns that compare a cell's output with AR's are red on a greedy cell of a lossless rule
-that diverged (an engine bug), and grey on a lossy rule, whose divergence is expected. In the
-browser the table sorts by a column when its header is clicked and filters its rows by the text
-typed above it (`SORT_FILTER_JS`, inlined once in the page head; it reads cell text only, never
-writes HTML).
+that diverged (an engine bug), and grey on a lossy rule, whose divergence is expected. The rows
+are a `datatable`: paged, sorted by a header click, filtered by the text typed above.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
+from mmspec.report import datatable
 from mmspec.report.cells import is_ar_row, is_lossy_rule, lossless_bug
-from mmspec.report.formatting import esc, fmt_num, is_missing, label_html
+from mmspec.report.formatting import MISSING, esc, fmt_num, is_missing, label_html
+from mmspec.report.pooled import INTERVAL_METRICS, interval_title
 
 # Columns of the table, in display order.
 TABLE_COLUMNS = [
@@ -21,7 +22,7 @@ TABLE_COLUMNS = [
     "hp",
     "views",
     "weights",
-    "seed",
+    "seeds",
     "n_samples",
     "steps",
     "new_tokens",
@@ -58,84 +59,49 @@ JUDGE_COLUMNS = [
 # Shown after accepted_mean where a cell verifies loosely (some accepted tokens mismatched).
 RELAXED_COLUMNS = ["relaxed_share"]
 TEXT_COLUMNS = {"label", "method", "hp", "views", "weights"}
-INT_COLUMNS = {"seed", "n_samples", "steps", "new_tokens", "judge_failures"}
+INT_COLUMNS = {"seeds", "n_samples", "steps", "new_tokens", "judge_failures"}
 # The columns that compare the cell's output with AR's.
 DIVERGENCE_COLUMNS = ["lossless_rate", "first_divergence_mean"]
 LOSSY_NOTE = "lossy rule: divergence is expected, see retention"
 NOISE_NOTE = "within timing noise of AR: the speedup's 95% interval contains 1"
 
-# Sorting and filtering of every `table.cells`: a click on a header sorts by that column, a second
-# click reverses; numbers sort as numbers, a missing value ("–") last either way. The filter keeps
-# the rows whose text contains what is typed (case-insensitive).
-SORT_FILTER_JS = """
-document.addEventListener("DOMContentLoaded", function () {
-  document.querySelectorAll("div.cells-table").forEach(function (box) {
-    var table = box.querySelector("table.cells"), body = table.tBodies[0];
-    var filter = box.querySelector("input.filter");
-    var heads = Array.prototype.slice.call(table.tHead.rows[0].cells);
-    function key(row, i) {
-      var td = row.cells[i], text = td.textContent.trim();
-      if (!td.classList.contains("num")) return text;
-      var x = parseFloat(text);
-      return isNaN(x) ? null : x;
-    }
-    heads.forEach(function (th, i) {
-      th.title = "click to sort";
-      th.addEventListener("click", function () {
-        var up = th.getAttribute("aria-sort") !== "ascending";
-        heads.forEach(function (h) { h.removeAttribute("aria-sort"); });
-        th.setAttribute("aria-sort", up ? "ascending" : "descending");
-        var rows = Array.prototype.slice.call(body.rows);
-        rows.sort(function (a, b) {
-          var x = key(a, i), y = key(b, i);
-          if (x === null || y === null) return (x === null) - (y === null);
-          var c = typeof x === "number" ? x - y : x.localeCompare(y, undefined, {numeric: true});
-          return up ? c : -c;
-        });
-        rows.forEach(function (row) { body.appendChild(row); });
-      });
-    });
-    filter.addEventListener("input", function () {
-      var q = filter.value.trim().toLowerCase();
-      Array.prototype.forEach.call(body.rows, function (row) {
-        row.hidden = q !== "" && row.textContent.toLowerCase().indexOf(q) < 0;
-      });
-    });
-  });
-});
-"""
 
-
-def render(cells: pd.DataFrame) -> str:
-    """One row per cell; the best measured speedup in bold, non-lossless greedy cells in red."""
-    best = cells["speedup"].max(skipna=True)
+def render(cells: pd.DataFrame, pooled: pd.DataFrame) -> str:
+    """The table of one section's `cells` and their `pooled` rows: the best pooled speedup in
+    bold, rows of non-lossless greedy cells in red, with the notes that name them."""
+    best = pooled["speedup"].max(skipna=True)
     columns = table_columns(cells)
-    head = "".join(f"<th>{c}</th>" for c in columns)
+    by_index = cells.to_dict("index")  # rows as dicts: a pandas row per cell is slow at scale
     rows, bugs, lossy, noise = [], [], [], []
-    for _, row in cells.iterrows():
-        divergence = divergence_style(row)
+    for pooled_row in pooled.to_dict("records"):
+        divergence = divergence_style(pooled_row)
         classes = []
-        if not is_missing(best) and row["speedup"] == best:
+        if not is_missing(best) and pooled_row["speedup"] == best:
             classes.append("best")
         if divergence == "bug":
             classes.append("bug")
-            bugs.append(cell_name(row))
         elif divergence == "lossy":
-            lossy.append(cell_name(row))
-        if within_noise(row) and not is_ar_row(row):
-            noise.append(cell_name(row))
-        cls = f" class='{' '.join(classes)}'" if classes else ""
-        tds = "".join(table_cell(row, column, divergence) for column in columns)
-        rows.append(f"<tr{cls}>{tds}</tr>")
-    table = (
-        f"<table class='cells'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    )
-    box = (
-        "<div class='cells-table'><input type='search' class='filter' "
-        "placeholder='filter rows' aria-label='filter the rows of this table'>"
-        f"<div class='scroll'>{table}</div></div>"
-    )
-    return f"{box}{bug_note(bugs)}{lossy_note(lossy)}{noise_note(noise)}"
+            lossy.append(cell_name(pooled_row))
+        if within_noise(pooled_row) and not is_ar_row(pooled_row):
+            noise.append(cell_name(pooled_row))
+        seeds = [by_index[i] for i in pooled_row["_members"]]
+        bugs += [cell_name(seed) for seed in seeds if lossless_bug(seed)]
+        subs = [seed_row(seed, columns) for seed in seeds] if len(seeds) > 1 else []
+        cells_of_row = [table_cell(pooled_row, c, divergence) for c in columns]
+        rows.append(datatable.row(cells_of_row, " ".join(classes), subs))
+    numeric = {c for c in columns if c not in TEXT_COLUMNS}
+    table = datatable.render(columns, rows, numeric, labels={"label"})
+    return f"{table}{bug_note(bugs)}{lossy_note(lossy)}{noise_note(noise)}"
+
+
+def seed_row(seed: dict, columns: list[str]) -> dict:
+    """A seed's cell under its pooled row: its numbers, and its seed in place of the names
+    (they are the pooled row's, just above)."""
+    divergence = divergence_style(seed)
+    shown = [
+        "" if c in TEXT_COLUMNS else table_cell(seed, c, divergence, in_pool=True) for c in columns
+    ]
+    return datatable.row(shown, "bug" if divergence == "bug" else "")
 
 
 def table_columns(cells: pd.DataFrame) -> list[str]:
@@ -155,7 +121,7 @@ def table_columns(cells: pd.DataFrame) -> list[str]:
     return columns
 
 
-def within_noise(row: pd.Series) -> bool:
+def within_noise(row: pd.Series | dict) -> bool:
     """Whether the cell's speedup interval contains 1 (no measurable difference from AR)."""
     low, high = row.get("speedup_low"), row.get("speedup_high")
     return not is_missing(low) and not is_missing(high) and low <= 1.0 <= high
@@ -172,16 +138,21 @@ def noise_note(cells: list[str]) -> str:
     )
 
 
-def divergence_style(row: pd.Series) -> str:
+def divergence_style(row: pd.Series | dict) -> str:
     """How the divergence columns of a cell are shown: "bug", "lossy" or "" (plain)."""
     if lossless_bug(row):
         return "bug"
     return "lossy" if is_lossy_rule(row) else ""
 
 
-def cell_name(row: pd.Series) -> str:
-    """A cell as the notes under the table name it: label, hp and seed."""
-    return f"{label_html(row['label'])} {esc(row['hp'])} seed {fmt_num(row['seed'], True)}"
+def cell_name(row: pd.Series | dict) -> str:
+    """A cell or pooled row as the notes under the table name it: label, hp and seed (or the
+    number of seeds pooled)."""
+    name = f"{label_html(row['label'])} {esc(row['hp'])}"
+    n_seeds = row.get("n_seeds", 1)
+    if not is_missing(n_seeds) and n_seeds > 1:
+        return f"{name} ({int(n_seeds)} seeds)"
+    return f"{name} seed {fmt_num(row['seed'], True)}"
 
 
 def bug_note(bugs: list[str]) -> str:
@@ -202,20 +173,32 @@ def lossy_note(lossy: list[str]) -> str:
     return f"<p class='note'>{LOSSY_NOTE} ({columns} in grey: {'; '.join(lossy)}).</p>"
 
 
-def table_cell(row: pd.Series, column: str, divergence: str) -> str:
-    """One <td>; the hp cell carries the full hyperparameter JSON as a tooltip, the divergence
-    columns of a lossy-rule cell the lossy note."""
-    value = row[column]
-    if column == "label":
-        return f"<td>{label_html(value)}</td>"
+def table_cell(row: pd.Series | dict, column: str, divergence: str, in_pool: bool = False):
+    """One cell of the table (`datatable.cell`) of a pooled row, or of a seed's cell under it
+    (`in_pool`). The hp carries the full hyperparameter JSON as a tooltip, a pooled mean its
+    interval over seeds, the divergence columns of a lossy-rule cell the lossy note."""
     if column in TEXT_COLUMNS:
-        title = f" title='{esc(row['hparams'])}'" if column == "hp" else ""
-        return f"<td{title}>{esc(value)}</td>"
-    text = fmt_num(value, integer=column in INT_COLUMNS)
+        value = row[column]
+        title = str(row["hparams"]) if column == "hp" and not in_pool else ""
+        return datatable.cell(MISSING if is_missing(value) else str(value), title=title)
+    if column == "seeds":
+        if in_pool:
+            return f"seed {fmt_num(row['seed'], True)}"
+        return datatable.cell(str(int(row["n_seeds"])), title=seeds_title(row["seeds"]))
+    text = fmt_num(row[column], integer=column in INT_COLUMNS)
     if column in DIVERGENCE_COLUMNS and divergence == "bug":
-        return f"<td class='num bug-cell'>{text}</td>"
+        return datatable.cell(text, "bug-cell")
     if column in DIVERGENCE_COLUMNS and divergence == "lossy":
-        return f"<td class='num lossy-cell' title='{LOSSY_NOTE}'>{text}</td>"
+        return datatable.cell(text, "lossy-cell", LOSSY_NOTE)
     if column == "speedup" and within_noise(row):
-        return f"<td class='num noise-cell' title='{NOISE_NOTE}'>{text}</td>"
-    return f"<td class='num'>{text}</td>"
+        return datatable.cell(text, "noise-cell", NOISE_NOTE)
+    if column in INTERVAL_METRICS and not in_pool:
+        return datatable.cell(text, title=interval_title(row, column))
+    return text
+
+
+def seeds_title(seeds: list) -> str:
+    """The seeds of a pooled row, listed (the first and last few of many)."""
+    names = [str(int(s)) for s in seeds]
+    shown = names if len(names) <= 8 else [*names[:4], "…", *names[-2:]]
+    return f"seed{'s' if len(names) > 1 else ''} {', '.join(shown)}"

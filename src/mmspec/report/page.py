@@ -4,16 +4,23 @@ Optionally also from results/summary/blocks.parquet (one row per verification st
 acceptance rate by draft position, the tree methods side by side (mean tree size per step) and the
 plots of the ensemble weights over decoding.
 
-The page opens offline from disk: plotly.js is inlined once in the head (with the few lines that
-sort and filter the method tables), figures are embedded as JSON (not images), and there is no
+The page opens offline from disk: plotly.js is inlined once in the head (with the script that
+draws the data tables), figures and table rows are embedded as JSON (not images), and there is no
 external CSS. Every string that comes from the data is HTML-escaped, including those that plotly
-renders (hover text and legend names), because plotly interprets a subset of HTML in them.
+renders (hover text and legend names), because plotly interprets a subset of HTML in them; in the
+data tables' JSON, '<', '>' and '&' are escaped and the browser sets the strings as text.
 
-The page, top to bottom: a header with the table of contents, the metric definitions, one section
-per (dataset, pair) (its method table, speedup vs quality and tau vs gamma), then the sections of
-the modules below, each in its own module: image generation (FID vs tau, thumbnails), block
-efficiency by dataset, acceptance by draft
-position, tree methods side by side, ensemble weights over decoding, the cross-dataset summary.
+A sweep repeats its cells over seeds, so every table row, point and summary value is one
+(dataset, pair, method, hp) with its seeds pooled (`pooled`); a pooled row's seeds are one click
+away in its method table. So the page grows with the methods and hyperparameters swept, not with
+the seeds, and its tables are drawn a page at a time.
+
+The page, top to bottom: a header with the table of contents, the Pareto frontiers (speedup vs
+quality per (dataset, pair)), the cross-dataset summary, the metric definitions, one section per
+(dataset, pair) (its method table and tau vs gamma), then the sections of the modules below,
+each in its own module: loose verification, image generation (FID vs tau, thumbnails), block
+efficiency by dataset, acceptance by draft position, tree methods side by side, ensemble weights
+over decoding, trained drafters.
 """
 
 from __future__ import annotations
@@ -28,22 +35,41 @@ from plotly.offline import get_plotlyjs
 from mmspec.report import (
     acceptance,
     block_efficiency,
+    datatable,
     image_generation,
     loose,
     methods_table,
     pareto,
     summary,
+    tau_gamma,
     trees,
     weights,
 )
 from mmspec.report import heads as heads_section
 from mmspec.report.blocks import load_step_stats, step_stats_by_cell
-from mmspec.report.cells import lossless_bug, section_cells, with_labels
+from mmspec.report.cells import lossless_bug, with_labels
 from mmspec.report.figures import method_colors
 from mmspec.report.formatting import MISSING, esc, heading
+from mmspec.report.pooled import INTERVAL_METRICS, pool_seeds
 from mmspec.tables import CELLS, read_table
 
+DEFINITIONS_ANCHOR = "definitions"
 METRIC_DEFINITIONS = [
+    (
+        "seeds pooled",
+        "every table row, plotted point and summary value is one (dataset, pair, method, hp) "
+        "with its seeds pooled: the counts n_samples, steps, new_tokens and judge_failures are "
+        "summed over the seeds, every other number is the mean of the seeds' values. The seeds "
+        "column counts them; a row's ▸ button shows each seed's own cell under it.",
+    ),
+    (
+        "interval over seeds",
+        f"of a mean over n ≥ 2 seeds ({', '.join(INTERVAL_METRICS)}): the 95% Student t "
+        "interval mean ± t(0.975, n − 1) · s / √n, s the seeds' standard deviation; shown as "
+        "speedup_low / _high and the retentions' _low / _high, and for tau and quality in the "
+        "value's tooltip and the frontier's brackets. With few seeds it is wide (t = 12.7 for "
+        "two seeds, 4.3 for three): it bounds where the sweep's mean lies, not a single run.",
+    ),
     ("step", "one target verification forward."),
     ("accepted", "draft tokens accepted at a step, not counting the bonus/correction token."),
     (
@@ -74,10 +100,11 @@ METRIC_DEFINITIONS = [
     ),
     (
         "speedup_low, speedup_high",
-        "the speedup's 95% percentile bootstrap interval, resampling the cell's "
-        "sample-turns (each with its own AR timing). A speedup in grey has an interval that "
-        "contains 1: it is within timing noise of AR. Two cells differ beyond noise where their "
-        "intervals are disjoint.",
+        "the speedup's 95% interval: over the seeds (see interval over seeds) where a row pools "
+        "several; of a single cell (a seed's row, or a row of one seed), the percentile bootstrap "
+        "interval resampling the cell's sample-turns (each with its own AR timing). A speedup in "
+        "grey has an interval that contains 1: it is within noise of AR. Two rows differ beyond "
+        "noise where their intervals are disjoint.",
     ),
     (
         "speedup_eq1",
@@ -119,10 +146,11 @@ METRIC_DEFINITIONS = [
     ("retention", "quality / AR quality."),
     (
         "retention_low, retention_high",
-        "the retention's 95% percentile bootstrap interval, resampling the cell's sample-turns "
-        "each with its AR answer's quality (so what a sample's difficulty shares with AR "
-        "cancels). Two cells whose intervals overlap are within the samples' noise of each "
-        "other; a greedy lossless cell's is [1, 1].",
+        "the retention's 95% interval: over the seeds where a row pools several; of a single "
+        "cell, the percentile bootstrap interval resampling the cell's sample-turns each with "
+        "its AR answer's quality (so what a sample's difficulty shares with AR cancels). Two "
+        "rows whose intervals overlap are within noise of each other; a greedy lossless cell's "
+        "is [1, 1].",
     ),
     (
         "fid, fid_retention",
@@ -197,9 +225,13 @@ td.noise-cell { color: #777; }
 .note { color: #666; font-style: italic; }
 td.thumbs img { image-rendering: pixelated; margin-right: 3px; vertical-align: middle; }
 input.filter { margin: 0.5rem 0 0; font-size: 0.85rem; width: 16rem; }
-table.cells th { cursor: pointer; user-select: none; }
-table.cells th[aria-sort=ascending]::after { content: " ▲"; }
-table.cells th[aria-sort=descending]::after { content: " ▼"; }
+.data-table th { cursor: pointer; user-select: none; }
+.data-table th[aria-sort=ascending]::after { content: " ▲"; }
+.data-table th[aria-sort=descending]::after { content: " ▼"; }
+.pager { font-size: 0.85rem; color: #555; margin: 0.2rem 0 0.6rem; }
+.pager button { font-size: 0.8rem; }
+button.expand { border: none; background: none; cursor: pointer; padding: 0 0.3rem 0 0; }
+tr.sub-row td { background: #f5f5fa; color: #444; }
 """
 
 
@@ -249,28 +281,28 @@ def render_page(
     and the tree methods side by side, each shown only when some cell has steps for it.
     """
     cells = with_labels(cells)
+    pooled = pool_seeds(cells)
     colors = method_colors(cells)
+    keys = sorted(cells.groupby(["dataset", "pair"]).groups) if len(cells) else []
     stats_by_cell = step_stats_by_cell(cells, step_stats) if step_stats is not None else {}
     weights_html = weights.render(cells, blocks) if blocks is not None else ""
     # (anchor, title, html) of each section in page order; "" for a section left out.
     sections = [
-        *dataset_sections(cells, colors),
-        (loose.ANCHOR, loose.TITLE, loose.render(cells)),
-        (image_generation.ANCHOR, image_generation.TITLE, image_generation.render(cells, colors)),
+        (pareto.ANCHOR, pareto.TITLE, pareto.render(pooled, keys, colors) if keys else ""),
+        (summary.ANCHOR, summary.TITLE, summary.render(pooled)),
+        (DEFINITIONS_ANCHOR, "Metric definitions", render_definitions()),
+        *dataset_sections(cells, pooled, keys, colors),
+        (loose.ANCHOR, loose.TITLE, loose.render(pooled)),
+        (image_generation.ANCHOR, image_generation.TITLE, image_generation.render(pooled, colors)),
         (block_efficiency.ANCHOR, block_efficiency.TITLE, block_efficiency.render(cells)),
         (acceptance.ANCHOR, acceptance.TITLE, acceptance.render(cells, stats_by_cell, colors)),
         (trees.ANCHOR, trees.TITLE, trees.render(cells, stats_by_cell)),
         (weights.ANCHOR, weights.TITLE, weights_html),
         (heads_section.ANCHOR, heads_section.TITLE, heads_section.render(cells, heads or [])),
-        (summary.ANCHOR, summary.TITLE, summary.render(cells)),
     ]
     toc = [(anchor, title) for anchor, title, html in sections if html]
     body = "\n".join(
-        [
-            render_header(cells, generated, toc),
-            render_definitions(),
-            *(html for _, _, html in sections),
-        ]
+        [render_header(cells, pooled, generated, toc), *(html for _, _, html in sections)]
     )
     return (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
@@ -278,16 +310,18 @@ def render_page(
         f"<style>{CSS}</style>\n"
         # Inlined once here, so every figure below embeds with include_plotlyjs=False.
         f"<script type='text/javascript'>{get_plotlyjs()}</script>\n"
-        f"<script type='text/javascript'>{methods_table.SORT_FILTER_JS}</script>\n"
+        f"<script type='text/javascript'>{datatable.TABLE_JS}</script>\n"
         f"</head>\n<body>\n{body}\n</body>\n</html>\n"
     )
 
 
-def render_header(cells: pd.DataFrame, generated: datetime, toc: list[tuple[str, str]]) -> str:
+def render_header(
+    cells: pd.DataFrame, pooled: pd.DataFrame, generated: datetime, toc: list[tuple[str, str]]
+) -> str:
     """Title, provenance, the table of contents ((anchor, title) per section) and an alert when
     any greedy cell is not lossless."""
     devices = sorted(cells["device"].dropna().unique()) if len(cells) else []
-    n_bugs = int(sum(lossless_bug(row) for _, row in cells.iterrows()))
+    n_bugs = sum(map(lossless_bug, cells.to_dict("records")))
     alert = (
         f"<p class='alert'>⚠ {n_bugs} greedy cell(s) with lossless_rate &lt; 1 "
         "(highlighted in red below): greedy speculative decoding must reproduce AR exactly.</p>"
@@ -298,25 +332,29 @@ def render_header(cells: pd.DataFrame, generated: datetime, toc: list[tuple[str,
     return (
         "<h1>mmspec report</h1>\n"
         f"<p class='meta'>Generated {generated.strftime('%Y-%m-%d %H:%M:%S %Z')} · "
-        f"{len(cells)} cells · devices: {', '.join(esc(d) for d in devices) or MISSING}</p>\n"
+        f"{len(cells)} cells · {len(pooled)} rows with their seeds pooled · "
+        f"devices: {', '.join(esc(d) for d in devices) or MISSING}</p>\n"
         f"{alert}\n"
         f"<ul>{links}</ul>"
     )
 
 
 def render_definitions() -> str:
-    """The metric glossary, so the numbers below are read the same way by everyone."""
+    """The metric glossary, so the numbers above and below are read the same way by everyone."""
     items = "".join(f"<dt>{term}</dt><dd>{text}</dd>" for term, text in METRIC_DEFINITIONS)
-    return f"<h2>Metric definitions</h2>\n<dl class='defs'>{items}</dl>"
+    return f"{heading(DEFINITIONS_ANCHOR, 'Metric definitions')}\n<dl class='defs'>{items}</dl>"
 
 
-def dataset_sections(cells: pd.DataFrame, colors: dict[str, str]) -> list[tuple[str, str, str]]:
-    """(anchor, title, html) of the section of each (dataset, pair), sorted by dataset then pair."""
-    keys = sorted(cells.groupby(["dataset", "pair"]).groups) if len(cells) else []
+def dataset_sections(
+    cells: pd.DataFrame, pooled: pd.DataFrame, keys: list[tuple], colors: dict[str, str]
+) -> list[tuple[str, str, str]]:
+    """(anchor, title, html) of the section of each (dataset, pair) of `keys`: its method table
+    (rows seeds-pooled) and tau vs gamma."""
     sections = []
     for i, (dataset, pair) in enumerate(keys):
         anchor, title = f"sec-{i}", f"{esc(dataset)} · {esc(pair)}"
-        of_section = section_cells(cells, dataset, pair)
-        html = f"{methods_table.render(of_section)}\n{pareto.render(of_section, colors)}"
+        of_cells = cells[(cells["dataset"] == dataset) & (cells["pair"] == pair)]
+        of_pooled = pooled[(pooled["dataset"] == dataset) & (pooled["pair"] == pair)]
+        html = f"{methods_table.render(of_cells, of_pooled)}\n{tau_gamma.render(of_cells, colors)}"
         sections.append((anchor, title, f"{heading(anchor, title)}\n{html}"))
     return sections

@@ -1,5 +1,5 @@
-"""The two figures of a (dataset, pair) section: speedup vs quality with its Pareto front, and tau
-vs gamma."""
+"""The frontiers, first on the page: per (dataset, pair), speedup against quality of every method
+and hp with its seeds pooled, the Pareto front through them, and the front's rows as a table."""
 
 from __future__ import annotations
 
@@ -8,62 +8,138 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
-from mmspec.report.cells import is_ar
-from mmspec.report.figures import FIGURE_LAYOUT, figure_html, method_line
-from mmspec.report.formatting import esc, fmt_num, label_html
+from mmspec.report import datatable
+from mmspec.report.figures import FIGURE_LAYOUT, figure_html
+from mmspec.report.formatting import MISSING, esc, fmt_num, heading, is_missing, label_html
+
+ANCHOR = "frontier"
+TITLE = "Pareto frontiers: speedup vs quality"
+CAPTION = (
+    "Per dataset and pair, each method and hp at its speedup and quality, means over its seeds, "
+    "the bars their 95% intervals over the seeds (with one seed: the cell's bootstrap interval "
+    "of the speedup; see the metric definitions). The dotted line and diamonds mark the Pareto "
+    "front: no other point is both at least as fast and at least as good. Under each figure the "
+    "front's rows, slowest first; every row and seed is in the section's method table."
+)
+# (column, header) of the front's table; those with an interval show it in brackets
+FRONT_COLUMNS = [
+    ("n_seeds", "seeds"),
+    ("speedup", "speedup"),
+    ("quality", "quality"),
+    ("tau", "τ"),
+    ("retention", "retention"),
+]
 
 
-def render(cells: pd.DataFrame, colors: dict[str, str]) -> str:
-    """Both figures of one section's cells, each replaced by a note when it has nothing to plot."""
-    figures = [
-        (speedup_quality_figure(cells, colors), "no cell has both a speedup and a quality"),
-        (tau_gamma_figure(cells, colors), "no cell has a gamma"),
-    ]
-    figs = "".join(
-        figure_html(fig) if fig is not None else f"<p class='note'>Not plotted: {why}.</p>"
-        for fig, why in figures
-    )
-    return f"<div class='figs'>{figs}</div>"
+def render(pooled: pd.DataFrame, keys: list[tuple[str, str]], colors: dict[str, str]) -> str:
+    """The section: per (dataset, pair) of `keys` with a point to plot, its figure and front."""
+    parts = [heading(ANCHOR, TITLE), f"<p class='caption'>{CAPTION}</p>"]
+    for dataset, pair in keys:
+        of_key = pooled[(pooled["dataset"] == dataset) & (pooled["pair"] == pair)]
+        title = f"{esc(dataset)} · {esc(pair)}"
+        fig = speedup_quality_figure(of_key, colors)
+        if fig is None:
+            parts.append(
+                f"<h3>{title}</h3><p class='note'>Not plotted: no cell has both a speedup and "
+                "a quality.</p>"
+            )
+            continue
+        front = front_rows(of_key)
+        parts.append(
+            f"<h3>{title}</h3><div class='figs'>{figure_html(fig)}"
+            f"<div>{front_table(front)}</div></div>"
+        )
+    return "\n".join(parts)
 
 
-# ---- speedup vs quality ----------------------------------------------------------------------
-
-
-def speedup_quality_figure(cells: pd.DataFrame, colors: dict[str, str]) -> go.Figure | None:
-    """Speedup vs quality, one point per cell, with the Pareto frontier as a step line."""
-    points = cells.dropna(subset=["speedup", "quality"]).reset_index(drop=True)
+def speedup_quality_figure(pooled: pd.DataFrame, colors: dict[str, str]) -> go.Figure | None:
+    """Speedup vs quality, one point per pooled row with its intervals, and the Pareto front."""
+    points = pooled.dropna(subset=["speedup", "quality"]).reset_index(drop=True)
     if points.empty:
         return None
     fig = go.Figure()
     for method, group in points.groupby("method", sort=True):
         fig.add_trace(
             go.Scatter(
-                x=group["speedup"],
-                y=group["quality"],
+                x=group["speedup"].round(4).tolist(),
+                y=group["quality"].round(4).tolist(),
                 mode="markers",
                 name=esc(method),
                 marker=dict(color=colors.get(method), size=9),
+                error_x=error_bars(group, "speedup"),
+                error_y=error_bars(group, "quality"),
                 text=[hover_text(row) for _, row in group.iterrows()],
                 hovertemplate="%{text}<extra></extra>",
             )
         )
     fig.add_trace(front_trace(front_rows(points)))
     title = "speedup vs quality"
-    if len(points) < len(cells):
-        title += f" ({len(cells) - len(points)} cell(s) missing)"
+    if len(points) < len(pooled):
+        title += f" ({len(pooled) - len(points)} method/hp row(s) missing)"
     fig.update_layout(
         title=title, xaxis_title="speedup (×)", yaxis_title="quality", **FIGURE_LAYOUT
     )
     return fig
 
 
+def error_bars(rows: pd.DataFrame, metric: str) -> dict:
+    """Plotly error bars of `metric` from its _low and _high columns (none where missing)."""
+    high = (rows[f"{metric}_high"] - rows[metric]).round(4)
+    low = (rows[metric] - rows[f"{metric}_low"]).round(4)
+    return dict(
+        type="data",
+        symmetric=False,
+        array=high.where(high.notna(), 0).tolist(),
+        arrayminus=low.where(low.notna(), 0).tolist(),
+        thickness=1,
+        width=2,
+        visible=bool(high.notna().any()),
+    )
+
+
+def with_interval(row: pd.Series | dict, metric: str) -> str:
+    """A mean with its interval, "1.52 [1.40, 1.64]", or the mean alone without one."""
+    low, high = row.get(f"{metric}_low"), row.get(f"{metric}_high")
+    if is_missing(low) or is_missing(high):
+        return fmt_num(row.get(metric))
+    return f"{fmt_num(row.get(metric))} [{fmt_num(low)}, {fmt_num(high)}]"
+
+
 def hover_text(row: pd.Series) -> str:
-    """Escaped hover label of a cell (plotly renders <br> but would also render data markup)."""
+    """Escaped hover label of a pooled row (plotly renders <br> but would also render data
+    markup)."""
     return (
         f"{label_html(row['_name'])} ({esc(row['method'])})<br>hp: {esc(row['hp'])}"
-        f"<br>seed: {fmt_num(row['seed'], True)}"
-        f"<br>speedup {fmt_num(row['speedup'])} · quality {fmt_num(row['quality'])}"
-        f"<br>tau {fmt_num(row['tau'])}"
+        f"<br>seeds: {fmt_num(row['n_seeds'], True)}"
+        f"<br>speedup {with_interval(row, 'speedup')}"
+        f"<br>quality {with_interval(row, 'quality')}"
+        f"<br>tau {with_interval(row, 'tau')}"
+    )
+
+
+def front_table(front: pd.DataFrame) -> str:
+    """The front's rows (a data table): name, hp, seeds and the plotted means with their
+    intervals."""
+    rows = [
+        datatable.row(
+            [
+                str(row["_name"]),
+                MISSING if is_missing(row["hp"]) else str(row["hp"]),
+                *(
+                    fmt_num(row[c], True) if c == "n_seeds" else with_interval(row, c)
+                    for c, _ in FRONT_COLUMNS
+                ),
+            ]
+        )
+        for row in front.to_dict("records")
+    ]
+    headers = [h for _, h in FRONT_COLUMNS]
+    return datatable.render(
+        ["on the front", "hp", *headers],
+        rows,
+        numeric=set(headers),
+        labels={"on the front"},
+        table_class="front",
     )
 
 
@@ -79,8 +155,8 @@ def front_trace(front: pd.DataFrame, y: str = "quality", x: str = "speedup") -> 
     # "vh" traces the boundary of the dominated region: y drops as soon as x passes a frontier
     # point, since only points further right remain to the right of it.
     return go.Scatter(
-        x=front[x],
-        y=front[y],
+        x=front[x].round(4).tolist(),
+        y=front[y].round(4).tolist(),
         mode="lines+markers",
         name="Pareto front",
         line=dict(shape="vh", color="black", width=1.5, dash="dot"),
@@ -114,38 +190,3 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
             best_y = top
         start = end
     return sorted(front)
-
-
-# ---- tau vs gamma ----------------------------------------------------------------------------
-
-
-def tau_gamma_figure(cells: pd.DataFrame, colors: dict[str, str]) -> go.Figure | None:
-    """Tau vs gamma, one line per (method, label and views, acceptance), with AR at tau = 1."""
-    drafted = cells.dropna(subset=["gamma", "tau"])
-    drafted = drafted[~drafted["method"].map(is_ar)]
-    if drafted.empty:
-        return None
-    fig = go.Figure()
-    dashes_used: dict[str, int] = {}
-    groups = drafted.groupby(["method", "_name", "acceptance"], dropna=False, sort=True)
-    for (method, name, acceptance), group in groups:
-        # Seeds and hyperparameters other than gamma share a point: average them, show the count.
-        per_gamma = group.groupby("gamma")["tau"].agg(["mean", "size"]).reset_index()
-        name = f"{label_html(name)} · {esc(acceptance)}"
-        fig.add_trace(
-            go.Scatter(
-                x=per_gamma["gamma"],
-                y=per_gamma["mean"],
-                mode="lines+markers",
-                name=name,
-                line=method_line(method, colors, dashes_used),
-                customdata=per_gamma["size"],
-                hovertemplate=f"{name}<br>gamma %{{x}} · tau %{{y:.3f}}"
-                "<br>%{customdata} cell(s)<extra></extra>",
-            )
-        )
-    if cells["method"].map(is_ar).any():
-        fig.add_hline(y=1, line_dash="dash", line_color="grey", annotation_text="AR (tau = 1)")
-    fig.update_layout(title="tau vs gamma", xaxis_title="gamma", yaxis_title="tau", **FIGURE_LAYOUT)
-    fig.update_xaxes(dtick=1)
-    return fig

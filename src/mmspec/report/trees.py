@@ -8,7 +8,7 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
-from mmspec.report.blocks import drafting_cells
+from mmspec.report.blocks import CellStats, drafting_cells
 from mmspec.report.cells import dataset_order, sort_cells
 from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
 from mmspec.report.formatting import esc, fmt_num, heading, label_html, rank_marks
@@ -24,8 +24,8 @@ CAPTION = (
     "over the steps of all seeds in the blocks table; visual seen = the draft's share of the "
     "target's visual tokens (draft_visual_share). The best τ and the best speedup of each "
     "dataset are <b>bold</b> (equal values at the displayed precision share the mark). The "
-    "figure: τ against mean tree size, one point per cell (dataset, hp, seed), one trace per "
-    "method."
+    "figure: τ against mean tree size, one point per dataset and hp with its seeds pooled (τ "
+    "their mean, the tree size over all their steps), one trace per method."
 )
 # The tree policies (methods.components.TREES), in the order their rows are listed.
 TREE_ORDER = ["chain", "static", "dynamic", "sage"]
@@ -40,7 +40,7 @@ TREE_METRICS = [
 TREE_MARKED = {"tau", "speedup"}
 
 
-def render(cells: pd.DataFrame, stats_by_cell: dict[tuple, pd.DataFrame]) -> str:
+def render(cells: pd.DataFrame, stats_by_cell: dict[tuple, CellStats]) -> str:
     """The table and the figure of each pair with steps; "" without steps."""
     drafted = drafting_cells(cells, stats_by_cell)
     if drafted.empty or drafted["tree_size"].isna().all():
@@ -133,8 +133,9 @@ def tree_table_html(table: pd.DataFrame, datasets: list[str]) -> str:
 
 
 def tau_tree_size_figure(of_pair: pd.DataFrame, pair: str) -> go.Figure | None:
-    """Tau against mean tree size, one point per cell, one trace per method label."""
-    points = of_pair.dropna(subset=["tau", "tree_size"])
+    """Tau against mean tree size, one point per (dataset, name, hp) with its seeds pooled (tree
+    size over all their steps, tau their mean), one trace per method label."""
+    points = pooled_points(of_pair)
     if points.empty:
         return None
     fig = go.Figure()
@@ -160,9 +161,24 @@ def tau_tree_size_figure(of_pair: pd.DataFrame, pair: str) -> go.Figure | None:
     return fig
 
 
+def pooled_points(of_pair: pd.DataFrame) -> pd.DataFrame:
+    """One row per (dataset, name, hp) of the drafting cells with steps: its tree, seeds, mean
+    tau, and tree size pooled over the steps of all its seeds."""
+    cells = of_pair[of_pair["_steps"] > 0].dropna(subset=["tau"])
+    groups = cells.groupby(["dataset", "_name", "hp"], sort=False)
+    points = groups.agg(
+        tree=("tree", "first"),
+        tau=("tau", "mean"),
+        seeds=("seed", "size"),
+        _drafted=("_drafted", "sum"),
+        _steps=("_steps", "sum"),
+    ).reset_index()
+    return points.assign(tree_size=points["_drafted"] / points["_steps"])
+
+
 def point_text(shown: str, row: pd.Series) -> str:
-    """Escaped hover label of one cell's point; `shown` is its escaped display name."""
+    """Escaped hover label of one point; `shown` is its escaped display name."""
     return (
         f"{shown} ({esc(row['tree'])})<br>dataset: {esc(row['dataset'])}"
-        f"<br>hp: {esc(row['hp'])}<br>seed: {fmt_num(row['seed'], True)}"
+        f"<br>hp: {esc(row['hp'])}<br>seeds: {fmt_num(row['seeds'], True)}"
     )

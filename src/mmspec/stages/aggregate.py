@@ -1,24 +1,42 @@
-"""Stage aggregate: DuckDB over an explicit list of score files -> one row per cell, plus the
-per-step table (blocks) that the report's weight plots and acceptance curves read."""
+"""Stage aggregate: DuckDB over an explicit list of score files (the workflow's: those of the
+sweep's cells) -> one row per cell, plus the per-step table (blocks) that the report's weight
+plots and acceptance curves read.
+
+The score files are read in batches of BATCH_FILES (one score file holds one cell), so memory
+follows the batch, not the sweep: the blocks of each batch are streamed to disk as they come, and
+only the cells table's own rows are kept until the end. Both tables appear atomically.
+"""
 
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from mmspec.methods.registry import label
 from mmspec.tables import BLOCKS, CELLS, THUMBNAILS, write_table
 
+# Score files per DuckDB query. A batch's blocks are materialised once (ordered, with a window
+# per sample-turn), so this bounds the stage's memory at the batch's steps.
+BATCH_FILES = 200
+CELL_KEY = ["dataset", "pair", "method", "hp", "seed"]
+
 # Pooled over steps (the README's metric contracts): tau = new_tokens / steps, speedup = AR time
 # per emitted token / method time per emitted token (the prefill's first token is in neither).
 CELLS_SQL = """
-WITH s AS (SELECT * FROM read_parquet($files, union_by_name = true))
+WITH s AS (SELECT * FROM read_parquet($files, union_by_name = true, filename = true))
 SELECT
   dataset, pair, method, hp, any_value(hparams) AS hparams, seed,
+  -- one score file is one cell: more is a mix-up worth stopping for (see _check_one_file)
+  count(DISTINCT filename) AS n_files, min(filename) AS file, max(filename) AS other_file,
   any_value(registry_method) AS registry_method,
   any_value(views) AS views,
   any_value(weights) AS weights,
@@ -111,17 +129,41 @@ ORDER BY dataset, pair, method, hp, seed, sample_id, turn, step
 """
 
 
-def run(score_files: list[str], out: str, blocks_out: str, groups: dict | None = None) -> int:
+def run(
+    score_files: list[str],
+    out: str,
+    blocks_out: str,
+    groups: dict | None = None,
+    batch_files: int = BATCH_FILES,
+) -> int:
     """Write the cells table to `out` and the per-step table to `blocks_out`; returns #cells.
 
-    `groups` maps datasets to their group in averages (default "benchmark").
+    `groups` maps datasets to their group in averages (default "benchmark"). The files are read
+    `batch_files` at a time; the blocks rows follow the order of `score_files`.
     """
     missing = [f for f in score_files if not Path(f).exists()]
     if missing:
-        raise FileNotFoundError(f"score files missing: {missing[:5]}")
+        raise FileNotFoundError(f"{len(missing)} score file(s) missing, e.g. {missing[:5]}")
     con = duckdb.connect()
-    files = {"files": list(score_files)}
+    con.execute("SET enable_progress_bar = false")  # a bar per batch would flood the job's log
+    parts = []
+    with _streamed(blocks_out, BLOCKS) as write_blocks:
+        for start in range(0, len(score_files), batch_files):
+            files = {"files": list(score_files[start : start + batch_files])}
+            parts.append(_cells(con, files, groups or {}))
+            blocks = con.sql(BLOCKS_SQL, params=files).to_arrow_table()
+            write_blocks(blocks.append_column("label", _labels(blocks)))
+        table = pa.concat_tables(parts) if parts else CELLS.empty_table()
+        _check_unique(table)  # before the blocks table appears
+    write_table(table.sort_by([(c, "ascending") for c in CELL_KEY]), out, CELLS)
+    return table.num_rows
+
+
+def _cells(con: duckdb.DuckDBPyConnection, files: dict, groups: dict) -> pa.Table:
+    """The cells of one batch of score files, as CELLS (the per-sample-turn lists dropped once
+    their intervals are taken)."""
     table = con.sql(CELLS_SQL, params={**files, "thumbnails": THUMBNAILS}).to_arrow_table()
+    _check_one_file(table)
     # TABED eq. 1: tau / (k * c + 1) with k the draft forwards per step (gamma for a chain; the
     # drafted levels for a tree); AR has no draft, so its estimate is its tau (1).
     table = table.append_column("speedup_eq1", _eq1(table))
@@ -131,14 +173,44 @@ def run(score_files: list[str], out: str, blocks_out: str, groups: dict | None =
         table = table.append_column(f"{name}_low", low)
         table = table.append_column(f"{name}_high", high)
     table = table.append_column("label", _labels(table))
-    groups = groups or {}
     group = [groups.get(d, "benchmark") for d in table.column("dataset").to_pylist()]
     table = table.append_column("group", pa.array(group, pa.string()))
-    blocks = con.sql(BLOCKS_SQL, params=files).to_arrow_table()
-    blocks = blocks.append_column("label", _labels(blocks))
-    write_table(blocks, blocks_out, BLOCKS)
-    write_table(table, out, CELLS)
-    return table.num_rows
+    return table.select(CELLS.names).cast(CELLS)
+
+
+def _check_one_file(table: pa.Table) -> None:
+    """Every cell of a batch came from one score file."""
+    for row in table.filter(pc.greater(table["n_files"], 1)).to_pylist()[:1]:
+        key = "/".join(f"{c}={row[c]}" for c in CELL_KEY)
+        raise ValueError(
+            f"cell {key} has rows in {row['n_files']} score files "
+            f"({row['file']}, {row['other_file']}, ...): one score file holds one cell"
+        )
+
+
+def _check_unique(table: pa.Table) -> None:
+    """No cell came from score files of two batches."""
+    counts = table.group_by(CELL_KEY).aggregate([("seed", "count")])
+    for row in counts.filter(pc.greater(counts["seed_count"], 1)).to_pylist()[:1]:
+        key = "/".join(f"{c}={row[c]}" for c in CELL_KEY)
+        raise ValueError(
+            f"cell {key} has rows in {row['seed_count']} score files: one score file holds one cell"
+        )
+
+
+@contextmanager
+def _streamed(path: str | Path, schema: pa.Schema) -> Iterator:
+    """A function that appends tables (cast to `schema`) to the Parquet file `path`, which
+    appears only when the block ends without an error (a partial file is removed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with pq.ParquetWriter(tmp, schema) as writer:
+            yield lambda table: writer.write_table(table.select(schema.names).cast(schema))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _labels(table) -> pa.Array:

@@ -9,7 +9,7 @@ rule cache_visual:
     # before cells: a few seconds, and every cell of its dataset waits on it
     priority: 50
     conda:
-        CONDA_ENV
+        "../../envs/mmspec.yaml"
     threads: 1
     resources:
         gpu=GPU_JOB,

@@ -7,7 +7,7 @@ rule caption:
     log:
         "logs/caption/{model}/{dataset}.log",
     conda:
-        CONDA_ENV
+        "../../envs/mmspec.yaml"
     threads: 1
     resources:
         gpu=GPU_JOB,

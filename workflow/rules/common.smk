@@ -2,8 +2,6 @@
 import json
 import shlex
 
-from snakemake.settings.types import DeploymentMethod
-
 from mmspec import config as mmconfig
 from mmspec import gpus
 from mmspec.fingerprint import fingerprint
@@ -19,14 +17,6 @@ try:
     )
 except mmconfig.ConfigError as error:
     raise WorkflowError(f"invalid configuration: {error}")
-
-# Rules run in envs/mmspec.yaml under `--sdm conda`, else in the active environment (and
-# Snakemake, resolving no env per job, plans a large sweep faster).
-CONDA_ENV = (
-    "../../envs/mmspec.yaml"
-    if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
-    else None
-)
 
 # A workstation's GPUs (local execution): the resource `gpu` counts them, so at most one GPU
 # job per GPU runs at once, and each GPU job takes a free GPU of its own (mmspec.gpus). With no

@@ -6,7 +6,7 @@ rule generate:
     log:
         "logs/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.log",
     conda:
-        CONDA_ENV
+        "../../envs/mmspec.yaml"
     threads: CONFIG["timing"]["threads"]
     resources:
         gpu=GPU_JOB,

@@ -17,7 +17,7 @@ rule judge:
     log:
         "logs/judge/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.log",
     conda:
-        CONDA_ENV
+        "../../envs/mmspec.yaml"
     threads: 1
     resources:
         judge=1,

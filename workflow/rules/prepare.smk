@@ -6,7 +6,7 @@ rule prepare:
     # first: a second each, and everything of its dataset waits on it
     priority: 100
     conda:
-        CONDA_ENV
+        "../../envs/mmspec.yaml"
     threads: 1
     params:
         spec=lambda w: json.dumps(CONFIG["datasets"][w.dataset], sort_keys=True),

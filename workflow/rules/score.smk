@@ -10,7 +10,7 @@ rule score:
     log:
         "logs/score/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.log",
     conda:
-        CONDA_ENV
+        "../../envs/mmspec.yaml"
     threads: 1
     params:
         metric=dataset_metric,

@@ -5,7 +5,7 @@ rule toy_model:
         "logs/toy_model/{name}.log",
     priority: lambda w: toy_model.priority(CONFIG["toy"]["models"][w.name])
     conda:
-        CONDA_ENV
+        "../../envs/mmspec.yaml"
     threads: 1
     params:
         spec=lambda w: json.dumps(CONFIG["toy"]["models"][w.name], sort_keys=True),

@@ -8,7 +8,7 @@ rule train_drafter:
     # before cells: its head's cells wait on it, and it is among the longest jobs
     priority: 50
     conda:
-        CONDA_ENV
+        "../../envs/mmspec.yaml"
     threads: 1
     resources:
         gpu=GPU_JOB,

@@ -102,6 +102,14 @@ def test_failed_jobs_are_read_from_snakemakes_error_blocks():
     ]  # fmt: skip
 
 
+def test_a_workflow_that_stopped_before_any_job_leaves_every_cell_not_run(tmp_path):
+    sweep = mmconfig.load(ROOT / "tests" / "configs" / "tiny.yaml")
+    log = "LockException:\nError: Directory cannot be locked. Please make sure ...\n"
+    rows = gpu_check.cell_rows(tmp_path, sweep, 1, log, expect_cuda=False)
+    assert [r.status for r in rows] == ["NOT RUN"] * len(mmconfig.cells(sweep)) + ["FAILED"]
+    assert rows[-1].cell == "workflow" and "--unlock" in rows[-1].why
+
+
 def _decoded(gaps):
     decoded = gpu_check.Decoded(gaps=list(gaps))
     decoded.seconds = {"ar": 1.0, "sd": 0.5, "verify": 0.2}

@@ -73,9 +73,9 @@ class Settings:
     tie_ulps: float = TIE_ULPS
 
     @classmethod
-    def quick(cls, **overrides) -> Settings:
+    def quick(cls) -> Settings:
         small = dict(bench_samples=3, bench_max_new=12, bench_warmup=1, dtype_samples=3)
-        return cls(config=QUICK_CONFIG, sampled=QUICK_SAMPLED, **{**small, **overrides})
+        return cls(config=QUICK_CONFIG, sampled=QUICK_SAMPLED, **small)
 
 
 @dataclass
@@ -212,13 +212,15 @@ def run_workflow(out: Path, configfile: Path, cores: str, log: Path, echo) -> in
         return proc.wait()
 
 
-def cell_rows(out: Path, config: dict, status: int, log: str, expect_cuda: bool) -> list[Row]:
-    """A row per cell of the sweep (done, failed or not run) and per failed job of no cell."""
+def cell_rows(out: Path, sweep: dict, status: int, log: str, expect_cuda: bool) -> list[Row]:
+    """A row per cell of the validated `sweep` (done, failed or not run) and per failed job
+    that belongs to no cell."""
     from mmspec import config as mmconfig
 
-    cells = mmconfig.cells(mmconfig.validate(copy.deepcopy(config), overrides={}))
+    cells = mmconfig.cells(sweep)
     jobs = failed_jobs(log)
-    results = _cells_table(out, cells, status, jobs)
+    failed = {c.path for c in cells if any(f"/{c.path}/" in o for j in jobs for o in j.outputs)}
+    results = _cells_table(out, [c for c in cells if c.path not in failed], status)
     keys = [(c.dataset, c.pair, c.method) for c in cells]
     repeated = {k for k in keys if keys.count(k) > 1}
     rows, claimed = [], set()
@@ -240,7 +242,14 @@ def cell_rows(out: Path, config: dict, status: int, log: str, expect_cuda: bool)
             what = ", ".join(job.outputs) or "?"
             rows.append(Row(f"job {job.rule} {what}", f"FAILED {job.rule}", _job_error(out, job)))
     if status and not jobs:
-        rows.append(Row("workflow", "FAILED", why=f"snakemake exited {status}: {_tail(log)}"))
+        why = f"snakemake exited {status}: {_tail(log)}"
+        if "cannot be locked" in log:  # a killed run's lock, or another run in the folder
+            why = (
+                f"{out} is locked: if no other run uses it, `python -m snakemake -s "
+                f"{REPO / 'Snakefile'} --directory {out} --configfile "
+                f"{out / 'gpu_check' / 'config.yaml'} --unlock`, then the same command again"
+            )
+        rows.append(Row("workflow", "FAILED", why=why))
     return rows
 
 
@@ -257,18 +266,16 @@ def _tail(text: str, lines: int = 3) -> str:
     return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
 
-def _cells_table(out: Path, cells, status: int, jobs: list[FailedJob]) -> dict:
+def _cells_table(out: Path, cells, status: int) -> dict:
     """The cells table's rows by cell key: the workflow's summary after a clean run; after a
-    failure, the cells whose score files exist and whose jobs did not fail, aggregated here."""
+    failure (no summary then), those of `cells` whose score files exist, aggregated here."""
     from mmspec.stages import aggregate
     from mmspec.tables import CELLS, read_table
 
     summary = out / "results" / "summary" / "cells.parquet"
     if status != 0:
-        failed = [o for j in jobs for o in j.outputs]
         scores = [out / "results" / "score" / c.path / "scores.parquet" for c in cells]
-        scores = [str(s) for s, c in zip(scores, cells, strict=True) if s.exists()]
-        scores = [s for s in scores if not any(f"/{c}/" in s for c in failed)]
+        scores = [str(s) for s in scores if s.exists()]
         if not scores:
             return {}
         summary = out / "gpu_check" / "cells.parquet"
@@ -327,28 +334,27 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 # part 2: the engine benchmark
 
 
-def bench_inputs(out: Path, config: dict) -> tuple[Path, Path, Path]:
-    """(target, draft, prepared) of the first cell of the sweep that drafts with a toy draft model
-    on a text dataset: the trained models and data the benchmark reads."""
+def bench_inputs(out: Path, sweep: dict) -> tuple[Path, Path, Path]:
+    """(target, draft, prepared) of the first cell of the validated `sweep` that drafts with a
+    toy draft model on a text dataset: the trained models and data the benchmark reads."""
     from mmspec import config as mmconfig
     from mmspec.data.media import IMAGE_GENERATION
 
-    validated = mmconfig.validate(copy.deepcopy(config), overrides={})
-    for cell in mmconfig.cells(validated):
-        pair = validated["pairs"][cell.pair]
+    for cell in mmconfig.cells(sweep):
+        pair = sweep["pairs"][cell.pair]
         refs = [pair["target"], pair.get("draft", "")]
-        text = mmconfig.dataset_task(validated, cell.dataset) != IMAGE_GENERATION
+        text = mmconfig.dataset_task(sweep, cell.dataset) != IMAGE_GENERATION
         if cell.spec["drafter"] == "model" and text and all(r.startswith("toy:") for r in refs):
             target, draft = (out / "results" / "models" / "toy" / r[4:] for r in refs)
             return target, draft, out / "results" / "prepared" / f"{cell.dataset}.parquet"
     raise ValueError("the sweep has no cell drafting with a toy draft model on a text dataset")
 
 
-def bench_rows(out: Path, config: dict, settings: Settings, echo) -> list[Row]:
+def bench_rows(out: Path, sweep: dict, settings: Settings, echo) -> list[Row]:
     """Run the engine benchmark; its three comparisons as rows."""
     folder = out / "gpu_check"
     try:
-        target, draft, prepared = bench_inputs(out, config)
+        target, draft, prepared = bench_inputs(out, sweep)
     except ValueError as e:
         return [Row("bench", "FAIL", why=str(e))]
     report, log = folder / "bench.json", folder / "bench.log"
@@ -627,6 +633,10 @@ def describe_device() -> tuple[str, bool]:
 def run(out: str | Path, settings: Settings | None = None, echo=print) -> int:
     """Run the check's parts under `out`; print and write (out/gpu_check/table.md) the table;
     0 when every row passes, else 1."""
+    import yaml
+
+    from mmspec import config as mmconfig
+
     settings = settings or Settings()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers: nothing downloads
     unknown = set(settings.parts) - set(PARTS)
@@ -636,34 +646,36 @@ def run(out: str | Path, settings: Settings | None = None, echo=print) -> int:
         raise FileNotFoundError(
             f"{REPO}: no Snakefile; run the check from a clone (pip install -e .)"
         )
+    config = sweep_config(Path(settings.config), settings.sampled and Path(settings.sampled))
+    sweep = mmconfig.validate(copy.deepcopy(config), overrides={})  # before any job
     out = Path(out).resolve()
     folder = out / "gpu_check"
     folder.mkdir(parents=True, exist_ok=True)
-    config = sweep_config(Path(settings.config), settings.sampled and Path(settings.sampled))
     configfile = folder / "config.yaml"
-    import yaml
-
     _write(configfile, yaml.safe_dump(config, sort_keys=False))
     device, cuda = describe_device()
     echo(f"gpu-check: {device}; results under {out}")
     rows, timings = [], []
-    for part in PARTS:
-        if part not in settings.parts:
-            continue
+    for part in (p for p in PARTS if p in settings.parts):
         started = time.perf_counter()
         echo(f"gpu-check: {part} ...")
         if part == "workflow":
             log = folder / "workflow.log"
             status = run_workflow(out, configfile, settings.cores, log, echo)
-            rows += cell_rows(out, config, status, log.read_text(), cuda)
+            rows += cell_rows(out, sweep, status, log.read_text(), cuda)
         elif part == "bench":
-            rows += bench_rows(out, config, settings, echo)
+            rows += bench_rows(out, sweep, settings, echo)
         else:
             rows += dtype_rows(folder / "dtypes", settings, echo)
         timings.append(f"{part} {time.perf_counter() - started:.0f} s")
+    return report(rows, [f"device: {device}", f"time: {', '.join(timings)}"], folder, echo)
+
+
+def report(rows: list[Row], header: list[str], folder: Path, echo) -> int:
+    """Print the table and its failures, write it to folder/table.md; the exit status."""
     failed = [row for row in rows if row.failed]
     verdict = f"{len(failed)} of {len(rows)} rows failed" if failed else f"all {len(rows)} passed"
-    header = [f"device: {device}", f"time: {', '.join(timings)}", f"result: {verdict}"]
+    header = [*header, f"result: {verdict}"]
     _write(folder / "table.md", markdown(rows, header))
     echo("")
     echo(table(rows))
@@ -678,12 +690,15 @@ def run(out: str | Path, settings: Settings | None = None, echo=print) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The command's options (`mmspec gpu-check` and `python -m mmspec.gpu_check`)."""
-    p.add_argument("--out", default="gpu-check", help="the run's folder (default: gpu-check)")
+    p.add_argument(
+        "--out", help="the run's folder (default: gpu-check, or gpu-check-quick with --quick)"
+    )
     p.add_argument(
         "--quick",
         action="store_true",
         help="the check's smoke run: the tiny sweep (tests/configs/tiny.yaml) with "
-        "config/gpu_check_quick.yaml, few benchmark and dtype samples (about 2 min on a CPU)",
+        "config/gpu_check_quick.yaml, few benchmark and dtype samples (about a minute on 2 CPU "
+        "cores)",
     )
     p.add_argument("--config", help="the sweep (default: config/config.yaml, the tour)")
     p.add_argument(
@@ -705,6 +720,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def out_of(args: argparse.Namespace) -> str:
+    """The run's folder: the quick run has its own, so that it never retrains the tour's models."""
+    return args.out or ("gpu-check-quick" if args.quick else "gpu-check")
+
+
 def settings_of(args: argparse.Namespace) -> Settings:
     settings = Settings.quick() if args.quick else Settings()
     given = {
@@ -721,11 +741,20 @@ def settings_of(args: argparse.Namespace) -> Settings:
     return settings
 
 
+def from_args(args: argparse.Namespace) -> int:
+    """Run the check as its command line asks; the exit status."""
+    return run(out_of(args), settings_of(args))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mmspec gpu-check", description=__doc__.split("\n")[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
-    return run(args.out, settings_of(args))
+    try:
+        return from_args(args)
+    except (ValueError, FileNotFoundError) as error:  # a bad config or folder: one line
+        print(f"mmspec gpu-check: error: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -307,3 +307,17 @@ def test_a_cache_under_a_path_with_glob_characters_reads_only_its_own_shards(tmp
     (mine / name).parent.mkdir(parents=True)
     pq.write_table(JudgeCache(other).rows().set_column(4, "score", pa.array([5.0])), mine / name)
     assert JudgeCache(mine).get(["k"]) == {"k": (5.0, None)}
+
+
+def test_the_compact_command_merges_every_shard_into_one(tmp_path, capsys):
+    from mmspec.cli import main
+
+    directory = tmp_path / "cache"
+    for k in range(3):
+        JudgeCache(directory).put([row(f"k{k}", float(k))])
+    assert len(JudgeCache(directory).shards()) == 3
+    assert main(["compact-judge-cache", str(directory)]) == 0
+    assert "merged 3 files (3 rows)" in capsys.readouterr().err
+    cache = JudgeCache(directory)
+    assert len(cache.shards()) == 1
+    assert cache.get(["k0", "k1", "k2"]) == {f"k{k}": (float(k), None) for k in range(3)}

@@ -105,8 +105,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--settings", type=_json, required=True, help="the config's judge block (JSON, no key)"
     )
-    p.add_argument("--cache", required=True, help="the shared judgement cache (Parquet)")
+    p.add_argument(
+        "--cache", required=True, help="the shared judgement cache directory (results/judge/cache)"
+    )
     p.add_argument("--out", required=True)
+
+    p = sub.add_parser(
+        "compact-judge-cache",
+        help="merge the judgement cache's shards into one (safe while judge jobs run)",
+    )
+    p.add_argument("cache", nargs="?", default="results/judge/cache", help="the cache directory")
+    p.add_argument(
+        "--stale-temp-hours",
+        type=float,
+        default=24.0,
+        help="remove temp files of writers killed at least this long ago",
+    )
 
     p = sub.add_parser(
         "aggregate",
@@ -402,6 +416,16 @@ def run(args: argparse.Namespace) -> None:
 
         override = stand_in.write_all(config.load(args.config), Path(args.out), args.rows)
         print(stand_in.as_cli(override))
+    elif args.stage == "compact-judge-cache":
+        from mmspec.scoring.judge import compact
+
+        done = compact(args.cache, stale_temp_s=args.stale_temp_hours * 3600)
+        into = done.path or f"{args.cache} (nothing to merge)"
+        print(
+            f"merged {done.merged_files} files ({done.rows_read} rows) into {into}: "
+            f"{done.rows_kept} judgements; removed {done.temp_files_removed} stale temp files",
+            file=sys.stderr,
+        )
     elif args.stage == "cells":
         from mmspec import config
         from mmspec.plan import merged_line

@@ -61,3 +61,17 @@ def test_plan_command_without_earlier_runs(tmp_path):
     n = len(mmconfig.cells(mmconfig.load(TINY)))
     assert out.startswith(f"cells: {n} (0 done, {n} to run)")
     assert "no earlier run of this pair, no estimate" in out
+
+
+def test_an_estimate_reads_a_bounded_number_of_earlier_cells(tiny_run, monkeypatch):
+    """However many cells a pair finished, the estimate reads at most EARLIER_CELLS of them."""
+    monkeypatch.setattr(plan, "EARLIER_CELLS", 2)
+    results = tiny_run / "results"
+    files = sorted(results.glob("generate/dataset=*/pair=toy/*/*/*/samples.parquet"))
+    assert len(files) > 2
+    toy = plan.plan(mmconfig.load(TINY), results)["toy"]
+    read = files[:: math.ceil(len(files) / 2)]
+    tables = [pq.read_table(f).to_pandas() for f in read]
+    seconds = sum(float(t[plan.TIMED].sum().sum()) for t in tables)
+    assert toy.earlier_cells == len(read) == 2
+    assert math.isclose(toy.seconds_per_turn, seconds / sum(len(t) for t in tables))

@@ -226,6 +226,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tokens", type=int, default=2, help="tokens after the prefill's first (default 2)"
     )
+
+    p = sub.add_parser(
+        "gpu-check",
+        help="check a GPU machine end to end: the tour and a sampled cell of every method "
+        "family, the engine benchmark, bf16/fp16 greedy SD against AR; one table, exit 1 on "
+        "any failure (docs/gpu-check.md)",
+    )
+    from mmspec import gpu_check
+
+    gpu_check.add_arguments(p)
     return parser
 
 
@@ -263,6 +273,10 @@ def _main(argv: list[str], warm: bool) -> int:
 
             torch.set_num_threads(1)  # tiny models: threads only add overhead
             return 0 if verify.run(args.seed, args.method, args.spec, args.tokens) else 1
+        if args.stage == "gpu-check":
+            from mmspec import gpu_check
+
+            return gpu_check.from_args(args)
         run(args)
     except Exception as error:
         # one line saying what and where, not a traceback burying the message

@@ -18,7 +18,7 @@ CAPTION = (
     "Per dataset and pair, each method and hp at its speedup and quality, means over its seeds, "
     "the bars their 95% intervals over the seeds (with one seed: the cell's bootstrap interval "
     "of the speedup; see the metric definitions). The dotted line and diamonds mark the Pareto "
-    "front: no other point is both at least as fast and at least as good. Under each figure the "
+    "front: no other point is both at least as fast and at least as good. Beside each figure the "
     "front's rows, slowest first; every row and seed is in the section's method table."
 )
 # (column, header) of the front's table; those with an interval show it in brackets

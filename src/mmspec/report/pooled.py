@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -34,9 +33,6 @@ T975 = [
     2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 ]  # fmt: skip
 Z975 = 1.959964
-INTERVAL_NOTE = (
-    "mean over seeds; 95% t interval of the mean over seeds: mean ± t(0.975, n − 1) · s / √n"
-)
 
 
 def t975(df: int) -> float:
@@ -50,16 +46,6 @@ def t975(df: int) -> float:
         + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
         + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
     )
-
-
-def t_interval(values: list[float]) -> tuple[float, float]:
-    """The 95% t interval of the mean of `values` (missing ones left out); NaN with fewer than
-    two."""
-    x = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=float)
-    if len(x) < 2:
-        return math.nan, math.nan
-    half = t975(len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
-    return float(x.mean() - half), float(x.mean() + half)
 
 
 def _numeric(cells: pd.DataFrame) -> list[str]:
@@ -88,9 +74,9 @@ def pool_seeds(cells: pd.DataFrame) -> pd.DataFrame:
     pooled["seeds"] = groups["seed"].agg(list)
     positions = groups.indices
     pooled["_members"] = [list(keyed.index[positions[key]]) for key in pooled.index]
-    counts = groups[INTERVAL_METRICS].count()
-    spread = groups[INTERVAL_METRICS].std(ddof=1)
-    for metric in INTERVAL_METRICS:
+    metrics = [m for m in INTERVAL_METRICS if m in cells]
+    counts, spread = groups[metrics].count(), groups[metrics].std(ddof=1)
+    for metric in metrics:
         n = counts[metric]
         half = n.map(lambda k: t975(k - 1) if k >= 2 else math.nan) * spread[metric] / n**0.5
         low, high = pooled[metric] - half, pooled[metric] + half

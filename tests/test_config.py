@@ -232,9 +232,12 @@ def test_static_tree_paths_are_one_value_and_a_list_of_trees_a_grid():
 
 
 def test_sampling_at_temperature_and_a_pair_without_draft():
-    ok = mmconfig.validate(
-        with_change(["methods", "sd"], {"acceptance": "sampling", "temperature": 0.7})
-    )
+    hot = with_change(["methods", "sd"], {"acceptance": "sampling", "temperature": 0.7})
+    # a cell is scored against the AR cell at its own temperature: none here
+    with pytest.raises(mmconfig.ConfigError, match=r"sweep: cell .*method=sd.* needs an `ar` cell"):
+        mmconfig.validate(hot)
+    hot["methods"]["ar_hot"] = {"method": "ar", "temperature": 0.7}
+    ok = mmconfig.validate(hot)
     assert {c.spec["temperature"] for c in mmconfig.cells(ok) if c.method == "sd"} == {0.7}
     cfg = with_change(["pairs", "toy"], {"target": "toy:target"})
     with pytest.raises(mmconfig.ConfigError, match="pairs.toy.draft: method 'sd' drafts with"):

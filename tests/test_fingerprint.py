@@ -37,6 +37,8 @@ def _imported_files(path: Path) -> set[Path]:
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names if a.name.startswith("mmspec")]
         for name in names:
+            if name == "mmspec":  # `from mmspec import x`: x is the module, not the package
+                continue
             relative = Path(*name.split(".")[1:])
             for candidate in (
                 PACKAGE / relative.with_suffix(".py"),

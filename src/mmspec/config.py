@@ -334,6 +334,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                         )
     swept = cells(config)
     _check_distinct(swept)
+    _check_ar_cells(swept)
     for cell in swept:
         drafter = cell.spec["drafter"]
         if drafter in DRAFTERS_WITH_MODEL and "draft" not in config["pairs"][cell.pair]:
@@ -704,6 +705,23 @@ def _check_distinct(swept: list[Cell]) -> None:
                 f"{cell.dataset!r}, pair {cell.pair!r}, seed {cell.seed} (the same components "
                 "reading the same values); sweep one of them there (a `sweep` rule, or a grid "
                 "without that point)"
+            )
+
+
+def _check_ar_cells(swept: list[Cell]) -> None:
+    """Every cell is scored against the AR cell of its dataset, pair, seed and temperature."""
+    ar = {
+        (c.dataset, c.pair, c.seed, c.spec["temperature"])
+        for c in swept
+        if c.spec["drafter"] == "none"
+    }
+    for cell in swept:
+        if (cell.dataset, cell.pair, cell.seed, cell.spec["temperature"]) not in ar:
+            raise ConfigError(
+                f"config key sweep: cell {cell.path} (temperature {cell.spec['temperature']}) "
+                "needs an `ar` cell with the same dataset, pair, seed and temperature for its "
+                "lossless check and quality retention: sweep `ar` (or an entry of it at that "
+                "temperature) there too"
             )
 
 

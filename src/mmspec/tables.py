@@ -329,7 +329,8 @@ HEAD_CURVES = pa.schema(
 def write_table(table: pa.Table, path: str | Path, schema: pa.Schema) -> None:
     """Write `table` as Parquet atomically, after checking it against `schema`."""
     path = Path(path)
-    missing = [name for name in schema.names if name not in table.column_names]
+    present = set(table.column_names)  # (column_names builds a new list on each access)
+    missing = [name for name in schema.names if name not in present]
     if missing:
         raise ValueError(f"{path}: table lacks columns {missing} required by its contract")
     table = table.select(schema.names).cast(schema)
@@ -358,7 +359,8 @@ def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
             f"{path}: corrupt or truncated Parquet file ({cause}); delete it and rerun: "
             f"rm {shlex.quote(str(path))} then the same snakemake command line"
         ) from None
-    missing = [name for name in schema.names if name not in table.column_names]
+    present = set(table.column_names)  # (column_names builds a new list on each access)
+    missing = [name for name in schema.names if name not in present]
     if missing:
         raise ValueError(f"{path}: missing columns {missing}; expected the contract {schema.names}")
     return table

@@ -238,10 +238,6 @@ def score_files():
     return [f"results/score/{c.path}/scores.parquet" for c in CELLS.values()]
 
 
-def dataset_groups():
-    return json.dumps({name: ds["group"] for name, ds in CONFIG["datasets"].items()})
-
-
 # Memory requests (resources mem_mb, gpu_mem_mb) from the sizes of the models a job loads; a
 # profile's set-resources for the rule overrides them.
 def generate_memory(w):

@@ -306,7 +306,9 @@ def test_unknown_family_and_foreign_tokenizer_are_rejected_before_any_job(
     def validate(target_ref, draft_ref):
         cfg = dict(base, pairs={"p": {"target": str(target_ref), "draft": str(draft_ref)}})
         # the checks are the pair's: one caption cell each (not the image world's methods)
-        cfg["sweep"] = [{"datasets": ["toy_caption"], "pairs": ["p"], "methods": ["sd_chain"]}]
+        cfg["sweep"] = [
+            {"datasets": ["toy_caption"], "pairs": ["p"], "methods": ["ar", "sd_chain"]}
+        ]
         return mmconfig.validate(cfg)
 
     with pytest.raises(mmconfig.ConfigError, match="PaliGemmaForConditionalGeneration.*supported"):

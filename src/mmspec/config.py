@@ -334,7 +334,6 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                         )
     swept = cells(config)
     _check_distinct(swept)
-    _check_ar_cells(swept)
     for cell in swept:
         drafter = cell.spec["drafter"]
         if drafter in DRAFTERS_WITH_MODEL and "draft" not in config["pairs"][cell.pair]:
@@ -356,6 +355,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                 "config names no captioner"
             )
     _check_toy_scenarios(config)
+    _check_ar_cells(swept)
     return config
 
 

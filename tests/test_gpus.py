@@ -37,9 +37,7 @@ RELEASED = re.compile(r"mmspec: GPU (\S+) released at (\S+)")
         ({"CUDA_VISIBLE_DEVICES": "-1"}, []),
     ],
 )
-def test_visible_gpus_follow_the_declaration_then_cuda_visible_devices(
-    env, expected, monkeypatch
-):
+def test_visible_gpus_follow_the_declaration_then_cuda_visible_devices(env, expected, monkeypatch):
     monkeypatch.delenv("MMSPEC_GPUS", raising=False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     for key, value in env.items():

@@ -205,9 +205,9 @@ def test_bad_config_names_the_key(path, value, expected):
 @pytest.mark.parametrize(
     "entry, expected",
     [
-        ({"tree": "none"}, r"methods.sd: tree='none' is not one of \['chain', 'static'"),
-        ({"acceptance": "none"}, r"methods.sd: acceptance='none' is not one of \['greedy'"),
-        ({"drafter": "none"}, r"methods.sd: drafter='none' is not one of \['model'\]"),
+        ({"tree": "none"}, r"methods.sd: tree='none' is not one of \['chain', 'dynamic'"),
+        ({"acceptance": "none"}, r"methods.sd: acceptance='none' is not one of \['fly', "),
+        ({"drafter": "none"}, r"methods.sd: drafter='none' is not one of \['dream', 'eagle'"),
         ({"tree": "static"}, "methods.sd: tree 'static' needs `paths`"),
         ({"tree": "static", "paths": [[0], [0, 0, 1]]}, r"methods.sd: paths: \[0, 0, 1\] lacks"),
         ({"tree": "dynamic", "gamma": 3}, "methods.sd: gamma is read only by tree 'chain'"),
@@ -310,7 +310,7 @@ def test_bad_judge_config_names_the_key(judge, dataset, expected):
 
 
 def test_self_sd_pair_drafts_with_its_target():
-    from mmspec.models.footprint import generate_models
+    from mmspec.methods.components import loaded_models
 
     cfg = copy.deepcopy(BASE)
     cfg["pairs"]["self"] = {"target": "toy:target", "draft": "self"}
@@ -318,7 +318,7 @@ def test_self_sd_pair_drafts_with_its_target():
     pair = cfg["pairs"]["self"]
     assert pair["draft"] == pair["target"] == "toy:target"
     spec = next(c.spec for c in mmconfig.cells(cfg) if c.pair == "self" and c.method == "sd")
-    assert generate_models(pair, spec) == [("toy:target", "float32")]  # loaded once
+    assert loaded_models(pair, spec) == [("toy:target", "float32")]  # loaded once
     assert mmconfig.validate(cfg)["pairs"]["self"] == pair  # validating again keeps it
 
 

@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTens
 from mmspec.decoding.drafters.heads import build_head
 from mmspec.decoding.sampler import TorchSampler, seeded
 from mmspec.methods import registry, verify
-from mmspec.methods.components import HEAD_DRAFTERS
+from mmspec.methods.components import head_drafters
 from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models.image_generation import ImageGenerator
@@ -115,7 +115,7 @@ def test_sampled_decoding_draws_only_from_seeded_cpu_generators(tiny, method, hp
     tokenizer, target, draft, samples = tiny
     spec = _sampled(method, hparams)
     head = None
-    if spec["drafter"] in HEAD_DRAFTERS:
+    if spec["drafter"] in head_drafters():
         torch.manual_seed(1)
         head = build_head(spec["drafter"], target.config, spec, "tiny").double().eval()
     runner = MethodRunner(spec, target, draft, tokenizer, "<image>", head=head)
@@ -128,7 +128,7 @@ def test_sampled_decoding_draws_only_from_seeded_cpu_generators(tiny, method, hp
 
 def _sampled(method: str, hparams: dict) -> dict:
     """`method` at temperature 1 (a head drafter names a training set, unused here)."""
-    head = registry.METHODS[method].defaults["drafter"] in HEAD_DRAFTERS
+    head = registry.METHODS[method].defaults["drafter"] in head_drafters()
     return registry.resolve(method, {**hparams, **({"head_data": "x"} if head else {})}, 1.0)
 
 

@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+from mmspec.decoding import catalog
 from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.decoder import Decoder
@@ -18,7 +19,7 @@ from mmspec.decoding.proposal import Proposal
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.trees import ChainPolicy
 from mmspec.decoding.views import ImageInput, ViewContext, make_view
-from mmspec.decoding.weights import POLICIES, make_policy
+from mmspec.decoding.weights import make_policy
 from mmspec.models.visual import projector_of
 
 PROMPT = "<bos> user : <image> describe the image . assistant :"
@@ -43,7 +44,9 @@ def prompts(processor, target_model, draft_model, seed=0, views="MTCPU"):
         tok, draft_model.get_input_embeddings(), "<image>", projector_of(draft_model)
     )
     d_img = _images(draft_model, g)
-    return target.embeds, {v: make_view(v, 0.25).build(PROMPT, d_img, d_ctx).embeds for v in views}
+    return target.embeds, {
+        v: make_view(v, {"keep": 0.25}).build(PROMPT, d_img, d_ctx).embeds for v in views
+    }
 
 
 def _greedy_pair(
@@ -53,9 +56,8 @@ def _greedy_pair(
     target_prompt, draft_prompts = prompts(processor, target_model, draft_model, seed)
     ar = decode_ar(Decoder(target_model), target_prompt, 40, stop, 0.0, None)
     vocab = draft_model.get_output_embeddings().out_features
-    drafter = ModelDrafter(
-        Decoder(draft_model), 0.0, make_policy({"weights": policy}, vocab), window
-    )
+    policy = make_policy({"weights": policy, "window": window}, vocab)
+    drafter = ModelDrafter(Decoder(draft_model), 0.0, policy)
     sd = decode_speculative(
         Decoder(target_model),
         target_prompt,
@@ -96,7 +98,7 @@ def test_every_view_is_lossless(processor, target_model, draft_model, view):
         assert sd.tokens == ar.tokens
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", list(catalog.components("weights")))
 @pytest.mark.parametrize("views", ["MT", "MTCP", "TU"])
 def test_ensembles_are_lossless_under_every_policy(
     processor, target_model, draft_model, policy, views

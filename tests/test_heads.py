@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 
-from mmspec.decoding.drafters.eagle import EagleHead, head_config
+from mmspec.decoding.drafters.eagle_net import EagleHead, head_config
 from mmspec.decoding.drafters.heads import build_head, load_head
 from mmspec.decoding.sampler import seeded
 from mmspec.methods import registry, verify

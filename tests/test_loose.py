@@ -21,7 +21,7 @@ from mmspec.decoding.sampler import seeded
 from mmspec.decoding.trees import ChainPolicy, StaticTree
 from mmspec.decoding.views import ViewContext, make_view
 from mmspec.decoding.weights import make_policy
-from mmspec.methods.components import ACCEPTANCE_DEFAULTS, is_lossless
+from mmspec.methods.components import is_lossless
 from mmspec.methods.registry import resolve
 from mmspec.methods.spec import MethodSpec
 
@@ -39,7 +39,7 @@ def _case(seed: int, n: int = 4):
 
 
 def _rule(name: str, **params):
-    return make_rule({"acceptance": name, **ACCEPTANCE_DEFAULTS.get(name, {}), **params})
+    return make_rule({"acceptance": name, **params})
 
 
 LOSSLESS_SETTINGS = [
@@ -233,7 +233,7 @@ def _decode(processor, target_model, draft_model, rule, policy, temperature, see
     prompt, draft_prompt = _model_prompt(processor, target_model, draft_model, seed)
     vocab = draft_model.get_output_embeddings().out_features
     drafter = ModelDrafter(
-        Decoder(draft_model), temperature, make_policy({"weights": "static"}, vocab), 0
+        Decoder(draft_model), temperature, make_policy({"weights": "static"}, vocab)
     )
     out = decode_speculative(
         Decoder(target_model),
@@ -284,7 +284,7 @@ def test_lvspec_needs_visual_tokens(processor, target_model, draft_model):
     embeds, draft = prompts(processor, target_model, draft_model, 0, views="M")
     text_only = Prompt(embeds, torch.zeros(embeds.shape[0], dtype=torch.bool))
     vocab = draft_model.get_output_embeddings().out_features
-    drafter = ModelDrafter(Decoder(draft_model), 0.0, make_policy({"weights": "static"}, vocab), 0)
+    drafter = ModelDrafter(Decoder(draft_model), 0.0, make_policy({"weights": "static"}, vocab))
     with pytest.raises(
         ValueError, match="'lvspec' compares drafted tokens with the prompt's visual"
     ):

@@ -13,8 +13,14 @@ from mmspec.decoding.drafters import Drafter
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.proposal import ROOT, Proposal
-from mmspec.decoding.trees import ChainPolicy, DynamicTree, SageTree, StaticTree, full_tree
-from mmspec.methods.components import EAGLE_TREE
+from mmspec.decoding.trees import (
+    EAGLE_TREE,
+    ChainPolicy,
+    DynamicTree,
+    SageTree,
+    StaticTree,
+    full_tree,
+)
 
 PROMPT_LEN = 12
 

@@ -13,14 +13,21 @@ from mmspec.decoding.weights import History, make_policy, weight_grid
 from mmspec.methods import registry
 
 
-def test_component_names_match_the_engine():
-    from mmspec.decoding import acceptance
-    from mmspec.methods import components
+def test_the_catalog_holds_every_built_in_component_under_its_declared_name():
+    from mmspec.decoding import catalog
 
-    assert components.VIEW_NAMES == "".join(views.VIEWS)
-    assert components.TARGET_GUIDED_VIEWS <= components.IMAGE_VIEWS <= set(views.VIEWS)
-    assert tuple(components.WEIGHT_POLICIES) == tuple(weights.POLICIES)
-    assert {n: r.lossless for n, r in acceptance.RULES.items()} == components.ACCEPTANCE
+    assert "".join(catalog.components("view")) == "MTCPUS"
+    assert list(catalog.components("weights")) == [
+        "static", "random", "kld", "tvd", "grid", "softmax", "adaboost",
+    ]  # fmt: skip
+    rules = catalog.components("acceptance")
+    assert {n for n, r in rules.items() if r.lossless} == {"greedy", "sampling"}
+    assert {n for n, r in rules.items() if r.loose} == {"lvspec", "fly", "fly_gate", "random_relax"}
+    for kind in ("view", "weights", "tree", "acceptance", "drafter"):
+        for name, component in catalog.components(kind).items():
+            assert component.kind == kind and component.name == name
+            for param in component.params:  # every default is a value of its own param
+                assert param.problem(param.default) is None, (name, param.key)
 
 
 def test_grid_holds_every_tenth_vector_summing_to_one():
@@ -124,7 +131,7 @@ def test_pooling_and_uniform_pruning():
     assert views.uniform_keep(16, 0.25).tolist() == [0, 5, 10, 15]
     assert len(views.uniform_keep(576, 0.1)) == 58
     with pytest.raises(ValueError, match="keep"):
-        views.make_view("U", 0.0)
+        views.make_view("U", {"keep": 0.0})
 
 
 def test_caption_view_replaces_each_image(processor):

@@ -16,16 +16,15 @@ import jsonschema
 import yaml
 
 from mmspec.data.media import IMAGE_GENERATION
-from mmspec.methods import registry
-from mmspec.methods.components import (
-    CODEBOOK_RULES,
-    DRAFTERS_WITH_MODEL,
-    HEAD_DRAFTERS,
-    HEAD_TRAINING_KEYS,
-    IMAGE_HEAD_DRAFTERS,
-    SELF_DRAFT,
-    VISUAL_RULES,
+from mmspec.decoding.component import (
+    CAPTIONS,
+    CODEBOOK,
+    DRAFT_MODEL,
+    HIDDEN_STATES,
+    TRAINED_HEAD,
 )
+from mmspec.methods import components, registry
+from mmspec.methods.components import SELF_DRAFT
 from mmspec.models import families
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
@@ -190,9 +189,10 @@ def _coercion_schema() -> dict:
     the registry; a list is a grid) and the devices of a device map (a GPU index)."""
     schema = copy.deepcopy(load_schema())
     hyperparameters = {}
-    for key, kinds in registry.TYPES.items():
-        if kinds is not str:  # int, or (int, float)
-            one = {"type": "integer"} if kinds is int else {"type": "number"}
+    for key, param in registry.known_params().items():
+        kind = {int: "integer", bool: "boolean"}.get(param.type, "number")
+        if param.type is not str and param.type is not list:
+            one = {"type": kind}
             hyperparameters[key] = {"anyOf": [one, {"type": "array", "items": one}]}
     tree = {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}}
     hyperparameters["paths"] = {"anyOf": [tree, {"type": "array", "items": tree}]}
@@ -336,7 +336,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     _check_distinct(swept)
     for cell in swept:
         drafter = cell.spec["drafter"]
-        if drafter in DRAFTERS_WITH_MODEL and "draft" not in config["pairs"][cell.pair]:
+        if components.needs(cell.spec, DRAFT_MODEL) and "draft" not in config["pairs"][cell.pair]:
             raise ConfigError(
                 f"config key pairs.{cell.pair}.draft: method {cell.method!r} drafts with a draft "
                 f"model (drafter {drafter!r}) but pair {cell.pair!r} names none"
@@ -348,7 +348,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     _check_image_metrics(config)
     _check_judge(config, swept)
     if captioner is None:
-        uses_c = sorted({c.method for c in swept if "C" in c.spec.get("views", "")})
+        uses_c = sorted({c.method for c in swept if components.needs(c.spec, CAPTIONS)})
         if uses_c:
             raise ConfigError(
                 f"config key captioner: methods {uses_c} draft from captions (view C) but the "
@@ -897,7 +897,7 @@ def _check_codebook_rule(config: dict, cell) -> None:
     """A rule that relaxes over a VQ codebook (LANTERN) needs a target with one, and k within
     it; toy targets are checked here, hub and local targets when the generate job loads them."""
     rule = cell.spec.get("acceptance")
-    if rule not in CODEBOOK_RULES:
+    if not components.needs(cell.spec, CODEBOOK):
         return
     target = config["pairs"][cell.pair]["target"]
     kind = model_kind(config, target)
@@ -920,7 +920,7 @@ def _check_visual_rule(config: dict, cell) -> None:
     """A rule guided by the prompt's visual tokens (LVSpec) needs prompts with some: not an
     image-generation cell, whose prompt is a caption and whose target writes image codes."""
     rule = cell.spec.get("acceptance")
-    if rule not in VISUAL_RULES:
+    if not components.needs(cell.spec, HIDDEN_STATES):
         return
     target = config["pairs"][cell.pair]["target"]
     if dataset_task(config, cell.dataset) == IMAGE_GENERATION or (
@@ -934,16 +934,14 @@ def _check_visual_rule(config: dict, cell) -> None:
         )
 
 
-def head_training(spec: dict) -> dict:
-    """The training hyperparameters of a head drafter's spec (what its head is keyed by)."""
-    return {k: spec[k] for k in HEAD_TRAINING_KEYS if k in spec}
+head_training = components.head_training
 
 
 def drafter_dir(cell) -> str | None:
     """Where the trained head of a cell's head drafter lives (None for other drafters): one
     per (pair, kind, training hyperparameters), shared by every method that drafts with it."""
     kind = cell.spec["drafter"]
-    if kind not in HEAD_DRAFTERS:
+    if not components.needs(cell.spec, TRAINED_HEAD):
         return None
     return f"results/drafters/{cell.pair}/{kind}/{hp_slug(head_training(cell.spec))}"
 
@@ -953,7 +951,7 @@ def _check_head(config: dict, cell) -> None:
     a language model's hidden states, or (EAGLE's head only, LANTERN's drafter) images over an
     image generator's."""
     kind = cell.spec["drafter"]
-    if kind not in HEAD_DRAFTERS:
+    if not components.needs(cell.spec, TRAINED_HEAD):
         return
     data = cell.spec.get("head_data")
     where = f"config key methods.{cell.method}"
@@ -968,11 +966,12 @@ def _check_head(config: dict, cell) -> None:
         )
     target = config["pairs"][cell.pair]["target"]
     images = dataset_task(config, cell.dataset) == IMAGE_GENERATION
-    if images and kind not in IMAGE_HEAD_DRAFTERS:
+    image_heads = components.image_head_drafters()
+    if images and kind not in image_heads:
         raise ConfigError(
             f"{where}: a {kind} head drafts text, and dataset {cell.dataset!r} (pair "
             f"{cell.pair!r}, target {target!r}) generates images; image generation drafts with "
-            f"a draft generator or a head of kind {' or '.join(IMAGE_HEAD_DRAFTERS)}"
+            f"a draft generator or a head of kind {' or '.join(image_heads)}"
         )
     if dataset_task(config, data) != dataset_task(config, cell.dataset):
         task = "generates images" if images else "answers in text"

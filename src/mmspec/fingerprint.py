@@ -54,7 +54,6 @@ STAGE_CODE = {
     "cache_visual": [
         "stages/cache_visual.py",
         *MODEL_CODE,
-        "methods/components.py",
         "decoding/timing.py",
         "tables.py",
     ],
@@ -63,7 +62,6 @@ STAGE_CODE = {
         "stages/cache_visual.py",
         "models/captioner.py",
         *MODEL_CODE,
-        "methods/components.py",
         "decoding/timing.py",
         "tables.py",
     ],
@@ -95,7 +93,6 @@ STAGE_CODE = {
         "data/toyworld.py",
         "data/media.py",
         *MODEL_CODE,
-        "methods/components.py",
         "models/toy_image_nets.py",  # the toy FID network's pixel normalisation
         "models/toy_training.py",  # imported by toy_image_nets for training
         "models/toy_processor.py",
@@ -109,29 +106,45 @@ STAGE_CODE = {
         "data/media.py",
         "tables.py",
     ],
+    # the registry's labels and the components' declarations (which rules are loose, which
+    # drafters are trained heads) come from the catalog, which imports every component
     "aggregate": [
         "stages/aggregate.py",
-        "methods/registry.py",
-        "methods/components.py",
+        "methods",
+        "decoding",
+        "data/media.py",
         "tables.py",
     ],
     "report": [
         "stages/report.py",
         "report",
-        "methods/components.py",
-        "methods/registry.py",  # the heads' section names the registry's head methods
+        "methods",
+        "decoding",
+        "data/media.py",
         "tables.py",
     ],
 }
 
 
+# Stages that run the components of a method, and so the installed plugins' components too.
+COMPONENT_STAGES = ("generate", "train_drafter", "aggregate", "report")
+
+
 def fingerprint(stage: str, package: Path = PACKAGE) -> str:
-    """A short hash of the source files `stage` runs."""
+    """A short hash of the source files `stage` runs: the package's, and for the stages that
+    run components, the source files of the installed plugins' components (editing a plugin
+    reruns its cells)."""
     digest = hashlib.sha256()
     for entry in STAGE_CODE[stage]:
         path = package / entry
         files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
         for file in files:
             digest.update(str(file.relative_to(package)).encode())
+            digest.update(file.read_bytes())
+    if stage in COMPONENT_STAGES:
+        from mmspec.decoding import catalog
+
+        for file in catalog.plugin_files():
+            digest.update(file.name.encode())
             digest.update(file.read_bytes())
     return digest.hexdigest()[:16]

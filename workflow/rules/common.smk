@@ -6,7 +6,8 @@ from mmspec import config as mmconfig
 from mmspec import gpus
 from mmspec.fingerprint import fingerprint
 from mmspec.data.media import IMAGE_GENERATION
-from mmspec.methods.components import IMAGE_VIEWS  # views that read the draft's cache
+from mmspec.decoding.component import CAPTIONS, DRAFT_MODEL, DRAFT_VISUAL
+from mmspec.methods import components
 from mmspec.models import footprint
 from mmspec.stages import toy_model
 
@@ -79,14 +80,12 @@ def makes_images(dataset):
 
 
 def needs_draft_visual(cell):
-    views = set(cell.spec.get("views", ""))
-    drafted = cell.spec["drafter"] == "model" and not makes_images(cell.dataset)
-    return drafted and bool(views & IMAGE_VIEWS)
+    """A draft model's views over visual tokens read its own visual cache."""
+    return components.needs(cell.spec, DRAFT_VISUAL) and not makes_images(cell.dataset)
 
 
 def needs_captions(cell):
-    drafted = cell.spec["drafter"] == "model" and not makes_images(cell.dataset)
-    return drafted and "C" in cell.spec.get("views", "")
+    return components.needs(cell.spec, CAPTIONS) and not makes_images(cell.dataset)
 
 
 def captions_path(dataset):
@@ -104,7 +103,7 @@ def generate_inputs(w):
     }
     if not makes_images(cell.dataset):  # image generation's prompts are captions
         inputs["target_visual"] = visual_path(pair["target"], cell.dataset)
-    if cell.spec["drafter"] == "model":
+    if components.needs(cell.spec, DRAFT_MODEL):
         inputs["models"] = inputs["models"] + toy_dir(pair["draft"])
     if mmconfig.drafter_dir(cell):
         inputs["drafter"] = mmconfig.drafter_dir(cell)
@@ -243,7 +242,7 @@ def score_files():
 def generate_memory(w):
     cell = cell_of(w)
     pair = CONFIG["pairs"][cell.pair]
-    return footprint.job_memory(footprint.generate_models(pair, cell.spec), TOY_MODELS)
+    return footprint.job_memory(components.loaded_models(pair, cell.spec), TOY_MODELS)
 
 
 def model_memory(w):

@@ -19,11 +19,31 @@ from dataclasses import dataclass, field
 
 import torch
 
+from mmspec.decoding import catalog, component
+from mmspec.decoding.component import NUMBER, Param
 from mmspec.decoding.proposal import ROOT, Proposal
-from mmspec.methods.components import EAGLE_TREE, SAGE_KEYS
+
+# EAGLE's 25-node tree (`mc_sim_7b_63` in its choices.py), which SpecVLM's release uses for its
+# static trees and SAGE for SD-Tree, SpecVLM and its own first step (SAGE appendix A.1).
+EAGLE_TREE = [
+    [0], [1], [2], [3], [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0],
+    [0, 0, 0], [0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 1, 1], [0, 2, 0], [0, 2, 1], [1, 0, 0],
+    [0, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 2], [0, 0, 0, 0, 0], [0, 0, 0, 0, 1],
+]  # fmt: skip
 
 
-class TreePolicy:
+class TreePolicy(component.TreePolicy):
+    """The protocol every tree policy follows (and declares itself: `decoding.component`)."""
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> TreePolicy:
+        return cls(**cls.arguments(spec))
+
+    @classmethod
+    def max_depth(cls, spec: dict) -> int | None:
+        """How deep its proposals can be (None: it decides as it drafts)."""
+        return None
+
     def start(self) -> None:
         """A new generation."""
 
@@ -41,14 +61,28 @@ def _top(q: torch.Tensor, k: int) -> tuple[list, list]:
     return top.indices.tolist(), top.values.clamp_min(1e-30).log().tolist()
 
 
+@catalog.register
 @dataclass
 class ChainPolicy(TreePolicy):
     """chain(gamma): gamma tokens in a line (standard speculative decoding); with
     `exit_below`, drafting stops early before a position whose draft top-1 probability is
     below it (Kangaroo's early exit; the first position is always drafted)."""
 
+    name = "chain"
+    params = (Param("gamma", int, 5, "draft tokens per step", low=1),)
+    description = "a chain of gamma draft tokens"
+
     gamma: int
     exit_below: float = 0.0
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> TreePolicy:
+        # Kangaroo's drafter declares its early exit (`kangaroo_exit`); the chain applies it
+        return cls(int(spec["gamma"]), float(spec.get("kangaroo_exit", 0.0)))
+
+    @classmethod
+    def max_depth(cls, spec: dict) -> int | None:
+        return spec["gamma"]
 
     def propose(self, drafter, sampler, room: int) -> Proposal:
         q, chain, qs = drafter.root(sampler), Proposal(), []
@@ -67,6 +101,7 @@ class ChainPolicy(TreePolicy):
         return chain
 
 
+@catalog.register
 @dataclass
 class StaticTree(TreePolicy):
     """A fixed tree given as paths of child ranks (the Medusa/EAGLE "choices" format).
@@ -76,10 +111,54 @@ class StaticTree(TreePolicy):
     not be consecutive. Grown level by level: one batched draft forward per level with children.
     """
 
+    name = "static"
+    params = (
+        Param(
+            "paths",
+            list,
+            None,
+            "the tree as paths of child ranks, e.g. [[0], [1], [0, 0]]",
+            optional=True,
+        ),
+    )
+    description = "a static tree of paths of child ranks"
+
     paths: list[tuple[int, ...]]
     parents: list[int] = field(init=False)
     depths: list[int] = field(init=False)
     ranks: list[int] = field(init=False)
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> TreePolicy:
+        return cls([tuple(p) for p in spec["paths"]])
+
+    @classmethod
+    def max_depth(cls, spec: dict) -> int | None:
+        return max(len(p) for p in spec["paths"])
+
+    @classmethod
+    def check(cls, spec: dict) -> None:
+        paths = spec.get("paths")
+        if not (
+            isinstance(paths, list)
+            and paths
+            and all(
+                isinstance(p, list)
+                and p
+                and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in p)
+                for p in paths
+            )
+        ):
+            raise ValueError(
+                "tree 'static' needs `paths`: a list of paths of child ranks, "
+                "e.g. [[0], [1], [0, 0]]"
+            )
+        known = {tuple(p) for p in paths}
+        for p in paths:
+            if len(p) > 1 and tuple(p[:-1]) not in known:
+                raise ValueError(f"paths: {p} lacks its prefix {p[:-1]}")
+        if len(known) != len(paths):
+            raise ValueError("paths: a path is listed twice")
 
     def __post_init__(self):
         paths = sorted({tuple(int(r) for r in p) for p in self.paths}, key=lambda p: (len(p), p))
@@ -121,6 +200,7 @@ class StaticTree(TreePolicy):
         return tree
 
 
+@catalog.register
 @dataclass
 class DynamicTree(TreePolicy):
     """EAGLE-2's dynamic tree (its release, eagle/model/cnets1.py `topK_genrate`): the root's
@@ -129,9 +209,29 @@ class DynamicTree(TreePolicy):
     then keep the total_tokens - 1 candidates of highest cumulative log-probability (the release
     counts the root among its total_tokens), each with its ancestors."""
 
+    name = "dynamic"
+    params = (
+        Param("depth", int, 5, "expansion rounds after the root's top_k", low=1),
+        Param("top_k", int, 10, "children per expanded node", low=1),
+        Param(
+            "total_tokens",
+            int,
+            60,
+            "nodes kept after reranking, the root included",
+            low=2,
+            meaning="counts the root too (EAGLE-2's release)",
+        ),
+    )
+    description = "EAGLE-2's dynamic tree"
+    source = "EAGLE-2's release, ea_model.py: depth 5, top_k 10, total_token 60"
+
     depth: int
     top_k: int
     total_tokens: int
+
+    @classmethod
+    def max_depth(cls, spec: dict) -> int | None:
+        return spec["depth"] + 1
 
     def propose(self, drafter, sampler, room: int) -> Proposal:
         grown, score = Proposal(), []
@@ -154,6 +254,7 @@ class DynamicTree(TreePolicy):
         return grown.subset(keep)
 
 
+@catalog.register
 @dataclass
 class SageTree(TreePolicy):
     """SAGE's entropy-adaptive tree (arXiv 2025, section 3; defaults from its section 5.1).
@@ -169,6 +270,21 @@ class SageTree(TreePolicy):
     paper gives no step size).
     """
 
+    name = "sage"
+    params = (
+        Param("sage_d_min", int, 3, "Dmin, the least depth", low=1, arg="d_min"),
+        Param("sage_d_max", int, 8, "Dmax, the greatest depth", low=1, arg="d_max"),
+        Param("sage_w_min", int, 2, "Wmin, the least width", low=1, arg="w_min"),
+        Param("sage_w_max", int, 10, "Wmax, the greatest width", low=1, arg="w_max"),
+        Param("sage_k", int, 10, "the top-k whose entropy gives the confidence", low=1, arg="k"),
+        Param("sage_n_max", int, 64, "N_max, the most nodes of a tree", low=1, arg="n_max"),
+        Param("sage_window", int, 10, "steps of history tracking", low=1, arg="window"),
+        Param("sage_low", NUMBER, 2.0, "mean accepted length that lowers Dmax", arg="low"),
+        Param("sage_high", NUMBER, 3.0, "mean accepted length that raises Dmax", low=1, arg="high"),
+    )
+    description = "SAGE's entropy-adaptive tree"
+    source = "SAGE, Section 5.1"
+
     d_min: int = 3
     d_max: int = 8
     w_min: int = 2
@@ -178,6 +294,11 @@ class SageTree(TreePolicy):
     window: int = 10
     low: float = 2.0
     high: float = 3.0
+
+    @classmethod
+    def max_depth(cls, spec: dict) -> int | None:
+        return spec.get("sage_d_max")
+
     alpha: float | None = field(default=None, init=False)  # None: the first step
     working_d_max: int = field(default=0, init=False)
     accepted: list[int] = field(default_factory=list, init=False)
@@ -285,12 +406,5 @@ def full_tree(width: int, depth: int) -> list[tuple[int, ...]]:
 
 
 def make_tree_policy(spec: dict) -> TreePolicy:
-    if spec["tree"] == "chain":
-        return ChainPolicy(int(spec["gamma"]), float(spec.get("kangaroo_exit", 0.0)))
-    if spec["tree"] == "static":
-        return StaticTree([tuple(p) for p in spec["paths"]])
-    if spec["tree"] == "dynamic":
-        return DynamicTree(int(spec["depth"]), int(spec["top_k"]), int(spec["total_tokens"]))
-    if spec["tree"] == "sage":
-        return SageTree(**{k: spec[f"sage_{k}"] for k in SAGE_KEYS if f"sage_{k}" in spec})
-    raise ValueError(f"unknown tree policy {spec['tree']!r}; known: chain, static, dynamic, sage")
+    """The tree policy a method spec names, with the hyperparameters it reads."""
+    return catalog.get("tree", spec["tree"]).from_spec(spec)

@@ -18,8 +18,16 @@ from dataclasses import dataclass
 import torch
 
 from mmspec.data import media
+from mmspec.decoding import catalog
+from mmspec.decoding.component import (
+    CAPTIONS,
+    DRAFT_VISUAL,
+    NUMBER,
+    TARGET_ATTENTION,
+    Param,
+    View,
+)
 from mmspec.decoding.prompt import Prompt
-from mmspec.methods.components import TARGET_GUIDED_VIEWS, VIEW_NAMES  # noqa: F401
 
 CAPTION_PREFIX = "image: "  # TABED appendix I.2
 
@@ -179,19 +187,24 @@ def _text_items(messages: list[dict], replacements: list[str]) -> list[dict]:
     return out
 
 
-class FullView:
+@catalog.register
+class FullView(View):
     """M: every image as its full sequence of visual tokens."""
 
     name = "M"
+    requires = frozenset({DRAFT_VISUAL})
+    description = "full visual tokens"
 
     def build(self, text: str, images: list[ImageInput], ctx: ViewContext) -> Prompt:
         return full_prompt(text, images, ctx)
 
 
-class TextOnlyView:
+@catalog.register
+class TextOnlyView(View):
     """T: text only; each image placeholder becomes "\\n" and no pixels are seen (TABED)."""
 
     name = "T"
+    description = "text only"
 
     def build(self, text: str, images: list[ImageInput], ctx: ViewContext) -> Prompt:
         return embed_with_images(
@@ -199,10 +212,13 @@ class TextOnlyView:
         )
 
 
-class CaptionView:
+@catalog.register
+class CaptionView(View):
     """C: each image becomes "image: " + its cached caption (TABED caption drafting)."""
 
     name = "C"
+    requires = frozenset({CAPTIONS})
+    description = "captions in place of images"
 
     def build(self, text: str, images: list[ImageInput], ctx: ViewContext) -> Prompt:
         missing = [k for k, image in enumerate(images) if image.caption is None]
@@ -228,10 +244,13 @@ def pool_2x2(features: torch.Tensor) -> torch.Tensor:
     return pooled.reshape(dim, -1).T
 
 
-class PooledView:
+@catalog.register
+class PooledView(View):
     """P: vision features 2x2 average-pooled, then projected (576 -> 144 tokens on LLaVA-1.5)."""
 
     name = "P"
+    requires = frozenset({DRAFT_VISUAL})
+    description = "2x2-pooled visual tokens"
 
     def build(self, text: str, images: list[ImageInput], ctx: ViewContext) -> Prompt:
         if ctx.project is None:
@@ -253,12 +272,18 @@ def uniform_keep(n: int, keep: float) -> torch.Tensor:
     return torch.linspace(0, n - 1, k).round().long()
 
 
-class UniformView:
+@catalog.register
+class UniformView(View):
     """U(keep): a uniformly spaced share `keep` of each image's visual tokens."""
 
     name = "U"
+    params = (
+        Param("keep", NUMBER, 0.5, "share of visual tokens kept", low=0, high=1, low_open=True),
+    )
+    requires = frozenset({DRAFT_VISUAL})
+    description = "uniform pruning of visual tokens"
 
-    def __init__(self, keep: float):
+    def __init__(self, keep: float = 0.5):
         if not 0 < keep <= 1:
             raise ValueError(f"view U needs 0 < keep <= 1, got {keep}")
         self.keep = keep
@@ -289,13 +314,29 @@ def verifier_guided_keep(scores: torch.Tensor, drop: float, mass: float) -> torc
     return torch.sort(torch.cat([top, uniform])).values
 
 
-class SpecVLMView:
+@catalog.register
+class SpecVLMView(View):
     """S(drop, mass): the visual tokens the target attended to most (SpecVLM), over all images
     of the prompt together (a video's frames share one budget)."""
 
     name = "S"
+    params = (
+        Param("drop", NUMBER, 0.9, "share of visual tokens dropped", low=0, high=1, high_open=True),
+        Param(
+            "mass",
+            NUMBER,
+            0.4,
+            "share of the target's text-to-visual attention mass the kept tokens cover before "
+            "uniform filling",
+            low=0,
+            high=1,
+        ),
+    )
+    requires = frozenset({DRAFT_VISUAL, TARGET_ATTENTION})
+    description = "SpecVLM's pruning by the target's attention"
+    source = "SpecVLM's release (drop 0.9; the attention mass of its verifier-guided pruning)"
 
-    def __init__(self, drop: float, mass: float):
+    def __init__(self, drop: float = 0.9, mass: float = 0.4):
         if not 0 <= drop < 1 or not 0 <= mass <= 1:
             raise ValueError(f"view S needs 0 <= drop < 1 and 0 <= mass <= 1; got {drop}, {mass}")
         self.drop, self.mass = drop, mass
@@ -333,33 +374,20 @@ def _splice(prompt: Prompt, sizes: list[int], replacements: list[torch.Tensor]) 
     return Prompt(torch.cat(pieces), torch.cat(visual))
 
 
-VIEWS = {
-    "M": FullView,
-    "T": TextOnlyView,
-    "C": CaptionView,
-    "P": PooledView,
-    "U": UniformView,
-    "S": SpecVLMView,
-}
-assert "".join(VIEWS) == VIEW_NAMES
-
-
 def parse_views(views: str) -> list[str]:
     """ "MTCP" -> ["M", "T", "C", "P"]; each letter a known view, none twice."""
+    known = catalog.components("view")
     letters = list(views)
-    unknown = [v for v in letters if v not in VIEWS]
+    unknown = [v for v in letters if v not in known]
     if not letters or unknown:
-        raise ValueError(f"views {views!r}: each letter must be one of {''.join(VIEWS)}")
+        raise ValueError(f"views {views!r}: each letter must be one of {''.join(known)}")
     if len(set(letters)) != len(letters):
         raise ValueError(f"views {views!r} names a view twice")
     return letters
 
 
-def make_view(name: str, keep: float = 0.5, drop: float = 0.9, mass: float = 0.4):
-    if name not in VIEWS:
-        raise ValueError(f"unknown view {name!r}; known: {sorted(VIEWS)}")
-    if name == "U":
-        return UniformView(keep)
-    if name == "S":
-        return SpecVLMView(drop, mass)
-    return VIEWS[name]()
+def make_view(name: str, spec: dict | None = None) -> View:
+    """The view `name`, with the hyperparameters it reads from a method spec (its defaults
+    where the spec has none)."""
+    view = catalog.get("view", name)
+    return view(**view.arguments(spec or {}))

@@ -15,6 +15,9 @@ from itertools import combinations
 
 import torch
 
+from mmspec.decoding import catalog
+from mmspec.decoding.component import NUMBER, Param, WeightPolicy
+
 EPS = 1e-6
 
 
@@ -72,37 +75,66 @@ def uniform(m: int) -> torch.Tensor:
     return torch.full((m,), 1.0 / m)
 
 
-class Policy:
-    """A weight policy: `choose` returns the block's weights [m], non-negative, summing to one."""
+WINDOW = Param(
+    "window",
+    int,
+    0,
+    "verified positions the history sums (the last `window`)",
+    low=0,
+    hint="0 = the whole history",
+)
+
+
+class Policy(WeightPolicy):
+    """A weight policy: `choose` returns the block's weights [m], non-negative, summing to one.
+    An adaptive policy reads the verified history over its last `window` positions."""
 
     needs_history = False  # whether it reads the history (else the drafter skips keeping it)
     uses_grid = False  # whether the history must score the 0.1-grid candidate mixtures
+    window = 0
 
     def choose(self, history: History, m: int, sampler) -> torch.Tensor:
         raise NotImplementedError
 
+    @classmethod
+    def from_spec(cls, spec: dict, vocab_size: int) -> Policy:
+        return cls(**cls.arguments(spec))
 
+
+class _Adaptive(Policy):
+    """A policy over the verified history of its last `window` positions."""
+
+    needs_history = True
+    params = (WINDOW,)
+
+    def __init__(self, window: int = 0):
+        self.window = window
+
+
+@catalog.register
 class StaticWeights(Policy):
     """Equal weights in every block (IbED; TABED's Static^MT)."""
+
+    name = "static"
 
     def choose(self, history: History, m: int, sampler) -> torch.Tensor:
         return uniform(m)
 
 
+@catalog.register
 class RandomWeights(Policy):
     """Non-negative random weights summing to one, drawn per block (TABED's Random^MT)."""
+
+    name = "random"
 
     def choose(self, history: History, m: int, sampler) -> torch.Tensor:
         return sampler.dirichlet(m)
 
 
-class InverseDistanceWeights(Policy):
-    """w_k proportional to 1 / (sum over the window of D(p, q_k)); D = KL (`kld`) or TV (`tvd`)."""
+class InverseDistanceWeights(_Adaptive):
+    """w_k proportional to 1 / (sum over the window of D(p, q_k)), D a distance of `key`."""
 
-    needs_history = True
-
-    def __init__(self, distance: str):
-        self.key = {"kld": "kl", "tvd": "tv"}[distance]
+    key = ""
 
     def choose(self, history: History, m: int, sampler) -> torch.Tensor:
         if not history.count():
@@ -111,10 +143,27 @@ class InverseDistanceWeights(Policy):
         return inverse / inverse.sum()
 
 
-class GridWeights(Policy):
+@catalog.register
+class KLWeights(InverseDistanceWeights):
+    """w_k proportional to 1 / summed KL(p || q_k) over the window."""
+
+    name = "kld"
+    key = "kl"
+
+
+@catalog.register
+class TVWeights(InverseDistanceWeights):
+    """w_k proportional to 1 / summed TV(p, q_k) over the window."""
+
+    name = "tvd"
+    key = "tv"
+
+
+@catalog.register
+class GridWeights(_Adaptive):
     """The 0.1-grid vector whose mixture's argmax matched the target's most; ties: lowest KL."""
 
-    needs_history = True
+    name = "grid"
     uses_grid = True
 
     def choose(self, history: History, m: int, sampler) -> torch.Tensor:
@@ -126,7 +175,8 @@ class GridWeights(Policy):
         return history.grid[int(divergence.argmin())].clone()
 
 
-class SoftmaxWeights(Policy):
+@catalog.register
+class SoftmaxWeights(_Adaptive):
     """softmax(log(1 / e_k) / tau), i.e. proportional to (1 / e_k)^(1 / tau), with e_k the summed
     KL(p || q_k) over the window (TABED's MTCP*).
 
@@ -136,10 +186,16 @@ class SoftmaxWeights(Policy):
     We follow the release.
     """
 
-    needs_history = True
+    name = "softmax"
+    params = (
+        WINDOW,
+        Param("softmax_temperature", NUMBER, 1.0, "tau", low=0, low_open=True, arg="temperature"),
+    )
+    source = "TABED's release, candidate_generator_vlmsd.py get_temperatured_weight (tau 1)"
 
-    def __init__(self, temperature: float):
-        self.temperature = temperature
+    def __init__(self, window: int = 0, temperature: float = 1.0):
+        super().__init__(window)
+        self.temperature = float(temperature)
 
     def choose(self, history: History, m: int, sampler) -> torch.Tensor:
         if not history.count():
@@ -148,17 +204,24 @@ class SoftmaxWeights(Policy):
         return torch.softmax(inverse_error.log() / self.temperature, dim=0)
 
 
-class AdaBoostWeights(Policy):
+@catalog.register
+class AdaBoostWeights(_Adaptive):
     """w_k = ln(1/eps_k - 1) + C ln(K - 1), eps_k = view k's argmax error rate (appendix B.4).
 
     Negative weights (worse than chance) are clipped to 0; all-zero falls back to uniform.
     """
 
-    needs_history = True
+    name = "adaboost"
+    params = (WINDOW, Param("adaboost_constant", NUMBER, 1.0, "C", arg="constant"))
 
-    def __init__(self, constant: float, vocab_size: int):
-        self.constant = constant
+    def __init__(self, window: int = 0, constant: float = 1.0, vocab_size: int = 2):
+        super().__init__(window)
+        self.constant = float(constant)
         self.vocab_size = vocab_size
+
+    @classmethod
+    def from_spec(cls, spec: dict, vocab_size: int) -> Policy:
+        return cls(**cls.arguments(spec), vocab_size=vocab_size)
 
     def choose(self, history: History, m: int, sampler) -> torch.Tensor:
         n = history.count()
@@ -171,22 +234,8 @@ class AdaBoostWeights(Policy):
         return weights / weights.sum() if weights.sum() > 0 else uniform(m)
 
 
-POLICIES = {
-    "static": lambda spec, vocab: StaticWeights(),
-    "random": lambda spec, vocab: RandomWeights(),
-    "kld": lambda spec, vocab: InverseDistanceWeights("kld"),
-    "tvd": lambda spec, vocab: InverseDistanceWeights("tvd"),
-    "grid": lambda spec, vocab: GridWeights(),
-    "softmax": lambda spec, vocab: SoftmaxWeights(float(spec.get("softmax_temperature", 1.0))),
-    "adaboost": lambda spec, vocab: AdaBoostWeights(
-        float(spec.get("adaboost_constant", 1.0)), vocab
-    ),
-}
-
-
-def make_policy(spec: dict, vocab_size: int):
-    """The weight policy a method spec names (`weights`, with `softmax_temperature`, ...)."""
-    name = spec.get("weights", "static")
-    if name not in POLICIES:
-        raise ValueError(f"unknown weight policy {name!r}; known: {list(POLICIES)}")
-    return POLICIES[name](spec, vocab_size)
+def make_policy(spec: dict, vocab_size: int) -> Policy:
+    """The weight policy a method spec names (`weights`, default static), with the
+    hyperparameters it reads."""
+    policy = catalog.get("weights", spec.get("weights", "static"))
+    return policy.from_spec(spec, vocab_size)

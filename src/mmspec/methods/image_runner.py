@@ -20,7 +20,7 @@ from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.guidance import GuidedDecoder
 from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
 from mmspec.decoding.trees import make_tree_policy
-from mmspec.methods.components import HEAD_DRAFTERS, IMAGE_HEAD_DRAFTERS
+from mmspec.methods.components import head_drafters, image_head_drafters
 from mmspec.methods.runtime import DraftCounters
 from mmspec.methods.spec import MethodSpec
 from mmspec.models.image_generation import ImageGenerator
@@ -72,14 +72,14 @@ class ImageMethodRunner(DraftCounters):
                 )
             decoder = GuidedDecoder(draft.decoder(), cfg, draft.code_range, top_k)
             self.drafter = ModelDrafter(decoder, self.temperature)  # one view: no weights
-        elif spec["drafter"] in IMAGE_HEAD_DRAFTERS:
+        elif spec["drafter"] in image_head_drafters():
             if head is None:
                 raise ValueError(f"method {spec['method']!r} needs its trained head")
             self.drafter = EagleDrafter(head, self.target, self.temperature)
-        elif spec["drafter"] in HEAD_DRAFTERS:
+        elif spec["drafter"] in head_drafters():
             raise ValueError(
                 f"method {spec['method']!r} drafts with a {spec['drafter']} head; image "
-                f"generation drafts with a draft generator or a head of {IMAGE_HEAD_DRAFTERS}"
+                f"generation drafts with a draft generator or a head of {image_head_drafters()}"
             )
         elif spec["drafter"] != "none":
             raise ValueError(f"unknown drafter {spec['drafter']!r}")

@@ -6,17 +6,16 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from mmspec.decoding import catalog
 from mmspec.decoding.acceptance import make_rule
+from mmspec.decoding.component import TARGET_ATTENTION, TRAINED_HEAD
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import HeadPrompts
-from mmspec.decoding.drafters.heads import make_head_drafter
-from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
 from mmspec.decoding.prompt import Prompt
 from mmspec.decoding.trees import make_tree_policy
 from mmspec.decoding.views import FullView, ImageInput, ViewContext, make_view, parse_views
-from mmspec.decoding.weights import make_policy
-from mmspec.methods.components import HEAD_DRAFTERS, TARGET_GUIDED_VIEWS, VIEW_KEYS
+from mmspec.methods import components
 from mmspec.methods.spec import MethodSpec
 from mmspec.models.visual import projector_of
 
@@ -72,7 +71,7 @@ class MethodRunner(DraftCounters):
     ):
         """With processors, prompts follow each model family's own layout (`PromptBuilder`);
         without, image tokens of the text are expanded to the cached features (tests). `head`:
-        the trained drafter head of a method whose drafter is one (HEAD_DRAFTERS)."""
+        the trained drafter head of a method whose drafter requires one."""
         self.spec = spec
         self.method = MethodSpec.parse(spec)
         self.temperature = self.method.temperature
@@ -86,21 +85,27 @@ class MethodRunner(DraftCounters):
         self.full = FullView()
         self.drafter = None
         self.score_visual = False
-        if spec["drafter"] == "model":
-            if draft_model is None:
-                raise ValueError(f"method {spec['method']!r} needs a draft model")
-            decoder = Decoder(draft_model)
-            vocab = draft_model.get_output_embeddings().out_features
-            # a single view has no ensemble weights (nor a weight window) in its spec
-            self.drafter = ModelDrafter(
-                decoder, self.temperature, make_policy(spec, vocab), int(spec.get("window", 0))
+        if spec["drafter"] == components.AR:
+            self.last_draft_visual = self.last_target_visual = 0
+            return
+        drafter = catalog.get("drafter", spec["drafter"])
+        if components.needs(spec, TRAINED_HEAD) and head is None:
+            raise ValueError(
+                f"method {spec['method']!r} drafts with a trained {spec['drafter']} head, "
+                "and none was given"
             )
-            self.views = [
-                make_view(v, **{key: float(spec[key]) for key in VIEW_KEYS.get(v, ())})
-                for v in parse_views(spec["views"])
-            ]
-            # views built from the target's prefill (S) need its text-to-visual attention
-            self.score_visual = bool(set(spec["views"]) & TARGET_GUIDED_VIEWS)
+        self.drafter = drafter.build(
+            spec, target=self.target, draft=draft_model, head=head, temperature=self.temperature
+        )
+        self.policy = make_tree_policy(spec)
+        self.rule = make_rule(spec)
+        self.views = None  # a head reads the target's own prompt and features
+        # views built from the target's prefill (S) and DREAM's visual token compression rank
+        # visual tokens by the target's text-to-visual attention there
+        self.score_visual = components.needs(spec, TARGET_ATTENTION)
+        if "views" in spec:  # a draft model over views of the prompt
+            decoder = self.drafter.decoder
+            self.views = [make_view(v, spec) for v in parse_views(spec["views"])]
             project = projector_of(draft_model) if "P" in spec["views"] else None
             builder = _builder(draft_model, draft_processor)
             if "P" in spec["views"] and builder is not None and not builder.family.pooled_view:
@@ -114,22 +119,6 @@ class MethodRunner(DraftCounters):
             self.draft_ctx = ViewContext(
                 tokenizer, decoder.embed, image_token, project, builder, render
             )
-            self.policy = make_tree_policy(spec)
-            self.rule = make_rule(spec)
-        elif spec["drafter"] in HEAD_DRAFTERS:
-            if head is None:
-                raise ValueError(
-                    f"method {spec['method']!r} drafts with a trained {spec['drafter']} head, "
-                    "and none was given"
-                )
-            self.drafter = make_head_drafter(spec, head, self.target, self.temperature)
-            self.views = None  # a head reads the target's own prompt and features
-            # DREAM's visual token compression ranks visual tokens by the target's attention
-            self.score_visual = float(spec.get("dream_vtc", 1.0)) < 1
-            self.policy = make_tree_policy(spec)
-            self.rule = make_rule(spec)
-        elif spec["drafter"] != "none":
-            raise ValueError(f"unknown drafter {spec['drafter']!r}")
         self.last_draft_visual = 0
         self.last_target_visual = 0
 

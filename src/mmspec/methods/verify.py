@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mmspec.decoding.component import TRAINED_HEAD
 from mmspec.decoding.enumeration import (
     Forker,
     speculative_distribution,
@@ -29,7 +30,7 @@ from mmspec.decoding.loops import Speculation
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.views import ImageInput
 from mmspec.methods import registry
-from mmspec.methods.components import HEAD_DRAFTERS, is_lossless
+from mmspec.methods.components import is_lossless, needs
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models.visual import projector_of
 
@@ -141,7 +142,7 @@ def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdi
         samples.append(Sample(text, target_images, draft_images))
     spec, note = checked_spec(name, hparams, 1.0, tokens)
     head = None
-    if spec["drafter"] in HEAD_DRAFTERS:
+    if needs(spec, TRAINED_HEAD):
         head = build_head(spec, target, seed)
     fork = Forker([m for m in (target, draft, head) if m is not None])
     runner = MethodRunner(spec, target, draft, tokenizer, "<image>", head=head)

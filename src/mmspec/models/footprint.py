@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from mmspec.methods.components import DRAFTERS_WITH_MODEL, is_self_draft
 from mmspec.models import families
 
 TOY_PREFIX = "toy:"
@@ -235,12 +234,3 @@ def job_memory(models: list[tuple[str, str]], toy_models: dict | None = None) ->
         return JobMemory(FALLBACK_HOST_MB, FALLBACK_GPU_MB)
     weights_mb = WEIGHT_FACTOR * sum(sizes) / MB
     return JobMemory(_round_up(HOST_BASE_MB + weights_mb), _round_up(GPU_BASE_MB + weights_mb))
-
-
-def generate_models(pair: dict, spec: dict) -> list[tuple[str, str]]:
-    """The models a generate job loads: the target, and the draft if the method drafts with it."""
-    models = [(pair["target"], pair["dtype"])]
-    # Self-SD (draft: self) drafts with the target's own weights, loaded once
-    if spec["drafter"] in DRAFTERS_WITH_MODEL and not is_self_draft(pair):
-        models.append((pair["draft"], pair["dtype"]))
-    return models

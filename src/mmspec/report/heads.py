@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from mmspec.methods.components import HEAD_DRAFTERS
+from mmspec.methods.components import head_drafters
 from mmspec.methods.registry import METHODS
 from mmspec.report.cells import dataset_order, labelled, sort_cells, without_ar
 from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
@@ -58,7 +58,7 @@ def _name(head: dict) -> str:
 
 def uses_head(method: str) -> bool:
     registered = METHODS.get(method)
-    return registered is not None and registered.defaults.get("drafter") in HEAD_DRAFTERS
+    return registered is not None and registered.defaults.get("drafter") in head_drafters()
 
 
 def _rows(cells: pd.DataFrame) -> list[str]:

@@ -3,7 +3,7 @@ temperature), with the Pareto frontier highlighted, and the retention table unde
 and row per method and hp with its seeds pooled, each retention with its 95% interval (over the
 seeds; with one seed, the cell's bootstrap interval over its samples).
 
-Shown only when some cell verifies with a loose rule (`methods.components.LOOSE_RULES`). The
+Shown only when some cell verifies with a loose rule (`methods.components.loose_rules`). The
 retention axis is the LLM judge's (judge_retention) where the dataset is judged, else the task
 metric's; lossless cells sit at the retention they measure (1 for greedy SD, up to sampling noise
 otherwise), so the frontier starts from exact SD.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 import plotly.graph_objects as go
 
-from mmspec.methods.components import LOOSE_RULES
+from mmspec.methods.components import loose_rules
 from mmspec.report.cells import is_ar, sort_cells
 from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
 from mmspec.report.formatting import esc, fmt_num, heading, is_missing, label_html
@@ -53,11 +53,12 @@ TABLE_COLUMNS = [
 def render(cells: pd.DataFrame) -> str:
     """The section of the seeds-pooled rows `cells` (`pooled.pool_seeds`), or "" when none
     verifies loosely."""
-    if "acceptance" not in cells or not cells["acceptance"].isin(LOOSE_RULES).any():
+    loose = loose_rules()
+    if "acceptance" not in cells or not cells["acceptance"].isin(loose).any():
         return ""
     parts = [heading(ANCHOR, TITLE), f"<p class='caption'>{CAPTION}</p>"]
     for key, group in cells.groupby(["dataset", "pair", "temperature"], sort=True):
-        if not group["acceptance"].isin(LOOSE_RULES).any():
+        if not group["acceptance"].isin(loose).any():
             continue
         title = f"{key[0]} · {key[1]} · T={fmt_num(key[2])}"
         group = group.assign(**retention_axis(group))

@@ -19,11 +19,12 @@ from PIL import Image
 from tqdm import tqdm
 
 from mmspec.data import media, toyworld
+from mmspec.decoding.component import DRAFT_MODEL, TRAINED_HEAD
 from mmspec.decoding.drafters.heads import load_head
 from mmspec.decoding.sampler import TorchSampler, seeded
 from mmspec.decoding.timing import describe_device, pick_device, versions
 from mmspec.decoding.views import Chat, ImageInput
-from mmspec.methods.components import DRAFTERS_WITH_MODEL, HEAD_DRAFTERS, is_self_draft
+from mmspec.methods.components import is_self_draft, needs
 from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import families, loading, visual
@@ -132,11 +133,11 @@ class TextWork:
             )
         self.tokenizer = tokenizer = loading.tokenizer_of(processor)
         draft_model = draft_processor = None
-        if spec["drafter"] in DRAFTERS_WITH_MODEL and is_self_draft(pair):
+        if needs(spec, DRAFT_MODEL) and is_self_draft(pair):
             # Self-SD: the target drafts for itself (from the view the method names, e.g. S's
             # pruned visual tokens); one copy of the weights, each role its own KV cache
             draft_model, draft_processor = target_model, processor
-        elif spec["drafter"] in DRAFTERS_WITH_MODEL:
+        elif needs(spec, DRAFT_MODEL):
             with loading.about(pair["draft"]):
                 draft_model = loading.load_model(
                     pair["draft"], loading.input_device(target_model), pair["dtype"]
@@ -146,7 +147,7 @@ class TextWork:
                 f"pair {cell['pair']}", tokenizer, loading.tokenizer_of(draft_processor)
             )
         head = None
-        if spec["drafter"] in HEAD_DRAFTERS:
+        if needs(spec, TRAINED_HEAD):
             if drafter is None:
                 raise ValueError(f"method {cell['method']!r} needs its trained head (--drafter)")
             device = loading.input_device(target_model)
@@ -213,10 +214,10 @@ class ImageWork:
         with loading.about(pair["target"]):
             target = ImageGenerator.load(pair["target"], device, pair["dtype"])
         draft = head = None
-        if spec["drafter"] in DRAFTERS_WITH_MODEL:
+        if needs(spec, DRAFT_MODEL):
             with loading.about(pair["draft"]):
                 draft = ImageGenerator.load(pair["draft"], device, pair["dtype"])
-        if spec["drafter"] in HEAD_DRAFTERS:
+        if needs(spec, TRAINED_HEAD):
             if drafter is None:
                 raise ValueError(f"method {cell['method']!r} needs its trained head (--drafter)")
             dtype = target.model.dtype

@@ -44,7 +44,9 @@ import torch
 from mmspec.decoding.acceptance.sampling import _accept_point_masses, _residual
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT, Proposal
-from mmspec.methods.components import PROXIMITIES
+
+PROXIMITIES = ("l2", "cosine", "random")  # latent neighbours: Euclidean, cosine, random control
+DIVERGENCES = ("tvd", "jsd")  # the bound delta is on TVD, or on JSD in bits
 
 CHUNK = 1024  # codebook rows per distance block: memory O(CHUNK x codes), not codes^2
 

@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import torch
 
+from mmspec.decoding import component
 
-class Drafter:
-    """Defaults shared by every drafter; subclasses implement the four protocol methods."""
+
+class Drafter(component.Drafter):
+    """Defaults shared by every drafter; subclasses implement the four protocol methods and
+    declare themselves (`decoding.component`: name, params, requires) and `build`."""
 
     target_layers: tuple[int, ...] = ()  # target layers (besides the last) `commit` reads
 
@@ -35,6 +38,12 @@ class Drafter:
         self.weights = torch.ones(1)
         self.forwards = 0
         self.forward_s = 0.0
+
+    @classmethod
+    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+        """The drafter of a resolved method spec: `target` the target's `Decoder`, `draft` the
+        draft model (drafters requiring one), `head` the trained head (drafters requiring one)."""
+        raise NotImplementedError
 
     def start(self, prompts, first_token: int, target) -> None:
         raise NotImplementedError

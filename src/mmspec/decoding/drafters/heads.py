@@ -1,4 +1,4 @@
-"""Trained drafter heads: the class of each kind, building, and loading a trained head.
+"""Trained drafter heads: the network of each kind, building, and loading a trained head.
 
 A head is saved with `save_pretrained` (stage train_drafter); its config names the target it
 was trained on, and loading it for another target is an error naming both.
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import torch
 
-from mmspec.decoding.drafters.dream import DreamDrafter, DreamHead, DreamHeadConfig
-from mmspec.decoding.drafters.eagle import EagleDrafter, EagleHead, EagleHeadConfig, head_config
-from mmspec.decoding.drafters.kangaroo import KangarooAdapter, KangarooConfig, KangarooDrafter
-from mmspec.decoding.drafters.medusa import MultiHead, MultiHeadConfig, MultiHeadDrafter
+from mmspec.decoding import catalog
+from mmspec.decoding.drafters.dream_net import DreamHead, DreamHeadConfig
+from mmspec.decoding.drafters.eagle_net import EagleHead, EagleHeadConfig, head_config
+from mmspec.decoding.drafters.kangaroo_net import KangarooAdapter, KangarooConfig
+from mmspec.decoding.drafters.medusa_net import MultiHead, MultiHeadConfig
 
 # kind -> (head class, config class, decoder blocks of its stack)
 HEADS = {
@@ -47,16 +48,8 @@ def build_head(kind: str, target_config, spec: dict, target: str):
 
 def make_head_drafter(spec: dict, head, target, temperature: float):
     """The drafter of `spec`'s head kind over the target's `Decoder`."""
-    kind = spec["drafter"]
-    if kind == "eagle":
-        return EagleDrafter(head, target, temperature)
-    if kind == "dream":
-        return DreamDrafter(head, target, temperature, float(spec.get("dream_vtc", 1.0)))
-    if kind in ("medusa", "hydra"):
-        return MultiHeadDrafter(head, target, temperature)
-    if kind == "kangaroo":
-        return KangarooDrafter(head, target, temperature)
-    raise ValueError(f"unknown drafter head kind {kind!r}")
+    drafter = catalog.get("drafter", spec["drafter"])
+    return drafter.build(spec, target=target, head=head, temperature=temperature)
 
 
 def load_head(path: str | Path, target_ref: str, device, dtype: torch.dtype, kind: str):

@@ -13,40 +13,31 @@ decoder layers are Llama's take the adapter (LLaVA's Vicuna, the toy models).
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
-import torch
 from torch import nn
-from transformers import LlamaModel, PreTrainedModel
 
+from mmspec.decoding import catalog
+from mmspec.decoding.component import NUMBER, TRAINED_HEAD, Param
 from mmspec.decoding.decoder import Decoder
-from mmspec.decoding.drafters.eagle import EagleHeadConfig
 from mmspec.decoding.drafters.model import ModelDrafter
+from mmspec.decoding.drafters.trained import HEAD_TRAINING, HeadDrafter
 
+if TYPE_CHECKING:
+    from mmspec.decoding.drafters.kangaroo_net import KangarooAdapter
 
-class KangarooConfig(EagleHeadConfig):
-    model_type = "mmspec_kangaroo"
-
-    def __init__(self, exit_layer: int = 2, **kw):
-        super().__init__(**kw)
-        self.exit_layer = exit_layer  # the target layers the draft runs before the adapter
-
-
-class KangarooAdapter(PreTrainedModel):
-    """One Llama decoder layer and a norm over the target's exit-layer states."""
-
-    config_class = KangarooConfig
-    base_model_prefix = "head"
-    _supports_sdpa = True  # its layers attend with SDPA, as the target's do
-    _no_split_modules = ["LlamaDecoderLayer"]
-
-    def __init__(self, config: KangarooConfig):
-        super().__init__(config)
-        self.model = LlamaModel(config)  # num_hidden_layers 1; its embedding table is unused
-        self.post_init()
-
-    def forward(self, shallow: torch.Tensor, attention_mask=None) -> torch.Tensor:
-        """The adapter's output [B, n, H] over exit-layer states (training)."""
-        return self.model(inputs_embeds=shallow, attention_mask=attention_mask).last_hidden_state
+# Kangaroo (its release for 7B models): the target's first 2 layers and an adapter; drafting
+# stops below a top-1 probability of 0.6 (on a chain) or after gamma tokens
+LAYERS = Param("kangaroo_layers", int, 2, "target layers the draft runs before the adapter", low=1)
+EXIT = Param(
+    "kangaroo_exit",
+    NUMBER,
+    0.6,
+    "the draft's top-1 probability below which a chain stops",
+    low=0,
+    high=1,
+    meaning="is a probability",
+)
 
 
 def shallow_stack(target_stack, adapter: KangarooAdapter) -> nn.Module:
@@ -77,8 +68,29 @@ def shallow_stack(target_stack, adapter: KangarooAdapter) -> nn.Module:
     return stack
 
 
-class KangarooDrafter(ModelDrafter):
+@catalog.register
+class KangarooDrafter(ModelDrafter, HeadDrafter):
     """A `ModelDrafter` over the shallow stack, reading the target's own prompt."""
+
+    name = "kangaroo"
+    params = (*HEAD_TRAINING, LAYERS, EXIT)
+    requires = frozenset({TRAINED_HEAD})
+    training = (*(p.key for p in HEAD_TRAINING), "kangaroo_layers")
+    description = "the target's first layers and a trained adapter (self-speculative)"
+    source = "Kangaroo's release for 7B models (2 layers, exit 0.6, at most 6 tokens)"
+
+    @classmethod
+    def reads(cls, spec: dict) -> tuple[Param, ...]:
+        """Its early exit stops a chain; other trees do not read it."""
+        return cls.params if spec.get("tree") == "chain" else cls.params[:-1]
+
+    @classmethod
+    def check(cls, spec: dict) -> None:
+        pass
+
+    @classmethod
+    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+        return cls(head, target, temperature)
 
     def __init__(self, adapter: KangarooAdapter, target: Decoder, temperature: float):
         stack = shallow_stack(target.stack, adapter)

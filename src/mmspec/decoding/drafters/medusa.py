@@ -14,72 +14,25 @@ attention layer is not built). A proposal cannot be deeper than the K heads.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
-from transformers import PreTrainedModel
 
-from mmspec.decoding.drafters import Drafter
-from mmspec.decoding.drafters.eagle import EagleHeadConfig
+from mmspec.decoding import catalog
+from mmspec.decoding.component import Param
+from mmspec.decoding.drafters.trained import HEAD_NOISE, HEAD_TRAINING, HeadDrafter
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.timing import sync
 
+if TYPE_CHECKING:
+    from mmspec.decoding.drafters.medusa_net import MultiHead
 
-class MultiHeadConfig(EagleHeadConfig):
-    """EAGLE's head config (the target's sizes) plus the number of heads and whether each head
-    reads its ancestors' tokens (Hydra) or not (Medusa)."""
-
-    model_type = "mmspec_medusa"
-
-    def __init__(self, heads: int = 4, sequential: bool = False, **kw):
-        super().__init__(**kw)
-        self.heads = heads
-        self.sequential = sequential
+# Medusa and Hydra: 5 heads (Medusa's vicuna-7b release; enough for the 5 levels of its tree,
+# `mc_sim_7b_63` = EAGLE_TREE)
+HEADS = Param("medusa_heads", int, 5, "heads, each drafting one position further", low=1)
 
 
-class ResBlock(nn.Module):
-    """x + SiLU(W x) over [n, d_in] -> [n, H]; W starts at zero (Medusa's release), and a
-    projection of the extra inputs (Hydra's ancestors) joins the residual."""
-
-    def __init__(self, hidden: int, extra: int = 0):
-        super().__init__()
-        self.linear = nn.Linear(hidden + extra, hidden)
-        nn.init.zeros_(self.linear.weight)
-        self.hidden = hidden
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x[..., : self.hidden] + nn.functional.silu(self.linear(x))
-
-
-class MultiHead(PreTrainedModel):
-    """K heads; head k (0-based) maps f_t (and, sequential, k ancestor embeddings) to the
-    feature whose `lm_head` read-out predicts x_{t+k+2}."""
-
-    config_class = MultiHeadConfig
-    base_model_prefix = "head"
-
-    def __init__(self, config: MultiHeadConfig):
-        super().__init__(config)
-        hidden = config.hidden_size
-        self.blocks = nn.ModuleList(
-            ResBlock(hidden, k * hidden if config.sequential else 0) for k in range(config.heads)
-        )
-        self.post_init()
-
-    def _init_weights(self, module):
-        super()._init_weights(module)
-        if isinstance(module, ResBlock):  # a fresh head predicts as the target's lm_head does
-            nn.init.zeros_(module.linear.weight)
-
-    def head(self, k: int, features: torch.Tensor, ancestors: torch.Tensor | None = None):
-        """Head k over features [..., H] and (sequential) ancestor embeddings [..., k, H]."""
-        x = features
-        if self.config.sequential and k:
-            x = torch.cat([features, ancestors.flatten(-2)], dim=-1)
-        return self.blocks[k](x)
-
-
-class MultiHeadDrafter(Drafter):
+class MultiHeadDrafter(HeadDrafter):
     """Drafts with a `MultiHead` from the target's last verified feature."""
 
     def __init__(self, head: MultiHead, target, temperature: float):
@@ -127,3 +80,36 @@ class MultiHeadDrafter(Drafter):
     def commit(self, tree, path: list[int], next_token: int, target) -> None:
         """The next proposal drafts from the feature that emitted `next_token`."""
         self.feature = target.hidden[-1]
+
+
+@catalog.register
+class MedusaDrafter(MultiHeadDrafter):
+    """Medusa: head k drafts the token k ahead, independently of the others."""
+
+    name = "medusa"
+    params = (*HEAD_TRAINING, HEAD_NOISE, HEADS)
+    training = tuple(p.key for p in params)
+    description = "Medusa's K heads on the target's last feature"
+    source = "Medusa's vicuna-7b release (5 heads)"
+
+    @classmethod
+    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+        return cls(head, target, temperature)
+
+    @classmethod
+    def check(cls, spec: dict) -> None:
+        depth = catalog.get("tree", spec["tree"]).max_depth(spec)
+        if depth is not None and depth > spec["medusa_heads"]:
+            raise ValueError(
+                f"a {cls.name} head drafts at most medusa_heads={spec['medusa_heads']} tokens "
+                f"deep, and tree {spec['tree']!r} drafts {depth}"
+            )
+
+
+@catalog.register
+class HydraDrafter(MedusaDrafter):
+    """Hydra: Medusa's heads made sequentially dependent."""
+
+    name = "hydra"
+    description = "Hydra's sequentially dependent heads"
+    source = "Hydra (Ankner et al. 2024); Medusa's tree"

@@ -15,25 +15,60 @@ import time
 
 import torch
 
+from mmspec.decoding import catalog
+from mmspec.decoding.component import DRAFT_MODEL, Param
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import Drafter, tree_feed
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT
 from mmspec.decoding.timing import sync
-from mmspec.decoding.weights import History, StaticWeights, weight_grid
+from mmspec.decoding.views import parse_views
+from mmspec.decoding.weights import History, StaticWeights, make_policy, weight_grid
+
+VIEWS = Param("views", str, "M", "the views it drafts from, one letter each (an ensemble: 2+)")
+WEIGHTS = Param("weights", str, "static", "the weight policy of an ensemble of views")
 
 
+@catalog.register
 class ModelDrafter(Drafter):
     """A draft model over m views; counts its forwards and their time (T_q)."""
 
-    def __init__(self, decoder: Decoder, temperature: float, policy=None, window: int = 0):
+    name = "model"
+    params = (VIEWS, WEIGHTS)
+    requires = frozenset({DRAFT_MODEL})
+    description = "a draft model sharing the target's tokenizer, over one view or an ensemble"
+
+    @classmethod
+    def reads(cls, spec: dict) -> tuple[Param, ...]:
+        """Its views, each view's parameters, and for an ensemble its weight policy's."""
+        letters = parse_views(spec.get("views", VIEWS.default))
+        read = [VIEWS, *(p for v in letters for p in catalog.get("view", v).params)]
+        if len(letters) > 1:
+            read += [WEIGHTS, *catalog.get("weights", spec.get("weights", "static")).params]
+        return tuple(dict.fromkeys(read))
+
+    @classmethod
+    def check(cls, spec: dict) -> None:
+        views = spec.get("views", VIEWS.default)
+        known = "".join(catalog.components("view"))
+        if not views or set(views) - set(known) or len(set(views)) != len(views):
+            raise ValueError(f"views={views!r}: one or more distinct letters of {known}")
+        catalog.get("weights", spec.get("weights", "static"))
+
+    @classmethod
+    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+        if draft is None:
+            raise ValueError(f"method {spec['method']!r} needs a draft model")
+        vocab = draft.get_output_embeddings().out_features
+        return cls(Decoder(draft), temperature, make_policy(spec, vocab))
+
+    def __init__(self, decoder: Decoder, temperature: float, policy=None):
         super().__init__(temperature)
         self.decoder = decoder
         # Views' distributions are mixed as probabilities: at the sampling temperature, or at 1
         # for greedy drafting (argmax of the mixture, as in TABED's released code).
         self.mix_temperature = temperature if temperature > 0 else 1.0
         self.policy = policy or StaticWeights()
-        self.window = window
         self.history: History | None = None
         # the views' distributions [m, V] this proposal drafted from, keyed by the drafted node
         # they follow (ROOT: the first position); kept only for history-based weight policies
@@ -52,7 +87,7 @@ class ModelDrafter(Drafter):
         self.decoder.prefill(prompts)
         self.pending = [first_token]
         grid = weight_grid(len(prompts)) if self.policy.uses_grid else None
-        self.history = History(self.window, grid)
+        self.history = History(self.policy.window, grid)
 
     def _forward(self, tokens: list[int], **tree) -> torch.Tensor:
         """Feed tokens to every view (timed); the views' logits [m, n, V]."""

@@ -1,0 +1,124 @@
+"""The catalog of components: every view, weight policy, tree policy, acceptance rule and
+drafter, by kind and name, filled from their own declarations (`decoding.component`).
+
+Built-in components register when their modules are imported (`BUILT_IN`). A researcher's own
+package adds components without a fork through the entry point group `mmspec.components`: each
+entry point names a Component subclass (or a module whose import registers some), e.g. in its
+pyproject.toml
+
+    [project.entry-points."mmspec.components"]
+    my_rule = "my_package.rules:MyRule"
+
+Their names then work in configs, `mmspec cells`, validation, fingerprints (their code changes
+rerun their cells), the report and `mmspec verify-lossless`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from mmspec.decoding.component import KINDS, Component
+
+GROUP = "mmspec.components"
+BUILT_IN = (
+    "mmspec.decoding.views",
+    "mmspec.decoding.weights",
+    "mmspec.decoding.trees",
+    "mmspec.decoding.acceptance.rules",
+    "mmspec.decoding.drafters.model",
+    "mmspec.decoding.drafters.eagle",
+    "mmspec.decoding.drafters.dream",
+    "mmspec.decoding.drafters.medusa",
+    "mmspec.decoding.drafters.kangaroo",
+)
+
+_COMPONENTS: dict[str, dict[str, type[Component]]] = {kind: {} for kind in KINDS}
+_PLUGINS: dict[str, str] = {}  # component "kind:name" -> the entry point that added it
+_loaded = False
+
+
+class CatalogError(ValueError):
+    """A component that cannot join the catalog, or a name it does not hold."""
+
+
+def register(component: type[Component]) -> type[Component]:
+    """Add a component class (a class decorator). Two components of one kind may not share a
+    name."""
+    if component.kind not in _COMPONENTS:
+        raise CatalogError(
+            f"{component.__qualname__}: kind {component.kind!r} is not one of "
+            f"{sorted(_COMPONENTS)} (subclass one of decoding.component's kinds)"
+        )
+    if not component.name:
+        raise CatalogError(f"{component.__qualname__} declares no name")
+    known = _COMPONENTS[component.kind].get(component.name)
+    if known is not None and known is not component:
+        raise CatalogError(
+            f"{component.kind} {component.name!r} is declared twice: by {_where(known)} and by "
+            f"{_where(component)}"
+        )
+    _COMPONENTS[component.kind][component.name] = component
+    return component
+
+
+def _where(component: type[Component]) -> str:
+    return f"{component.__module__}.{component.__qualname__}"
+
+
+def load() -> None:
+    """Import the built-in components and the installed plugins' (once)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for module in BUILT_IN:
+        importlib.import_module(module)
+    for entry in entry_points(group=GROUP):
+        try:
+            loaded = entry.load()
+        except Exception as error:  # a broken plugin is named, never skipped silently
+            raise CatalogError(
+                f"the component plugin {entry.name!r} ({entry.value}, entry point group "
+                f"{GROUP}) failed to load: {type(error).__name__}: {error}"
+            ) from error
+        if inspect.isclass(loaded) and issubclass(loaded, Component):
+            register(loaded)
+            _PLUGINS[f"{loaded.kind}:{loaded.name}"] = entry.value
+
+
+def components(kind: str) -> dict[str, type[Component]]:
+    """name -> component class, of one kind."""
+    load()
+    return dict(_COMPONENTS[kind])
+
+
+def get(kind: str, name: str) -> type[Component]:
+    """The component of `kind` named `name`; CatalogError listing the known names."""
+    found = components(kind).get(name)
+    if found is None:
+        raise CatalogError(
+            f"no {kind} named {name!r}; known: {sorted(_COMPONENTS[kind])} (a plugin package "
+            f"adds components through the entry point group {GROUP}: is it installed?)"
+        )
+    return found
+
+
+def plugin_files() -> list[Path]:
+    """The source files of the installed plugins' components (part of the generate stage's
+    code fingerprint: editing a plugin reruns its cells)."""
+    load()
+    files = set()
+    for kind in _COMPONENTS.values():
+        for component in kind.values():
+            if f"{component.kind}:{component.name}" in _PLUGINS:
+                module = inspect.getmodule(component)
+                if module is not None and getattr(module, "__file__", None):
+                    files.add(Path(module.__file__))
+    return sorted(files)
+
+
+def is_plugin(component: type[Component]) -> bool:
+    return f"{component.kind}:{component.name}" in _PLUGINS

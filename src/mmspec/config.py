@@ -291,7 +291,9 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
         if base not in registry.METHODS:
             raise ConfigError(
                 f"config key methods.{name}: unknown method {base!r}; "
-                f"known: {sorted(registry.METHODS)} (set `method:` to use another name)"
+                f"known: {sorted(registry.METHODS)} (set `method:` to use another name; a plugin "
+                f"package adds methods through the entry point group {registry.METHOD_GROUP}: is "
+                "it installed?)"
             )
         method_points(name, entry, config["generation"]["temperature"])
     for name, pair in config["pairs"].items():

@@ -126,14 +126,14 @@ STAGE_CODE = {
 }
 
 
-# Stages that run the components of a method, and so the installed plugins' components too.
-COMPONENT_STAGES = ("generate", "train_drafter", "aggregate", "report")
+# Stages that read every component's declaration, and so the installed plugins' too (a generate
+# or train_drafter job's code adds its own components' plugin files: components.plugin_code).
+COMPONENT_STAGES = ("aggregate", "report")
 
 
 def fingerprint(stage: str, package: Path = PACKAGE) -> str:
     """A short hash of the source files `stage` runs: the package's, and for the stages that
-    run components, the source files of the installed plugins' components (editing a plugin
-    reruns its cells)."""
+    read every component, the source files of the installed plugins' components."""
     digest = hashlib.sha256()
     for entry in STAGE_CODE[stage]:
         path = package / entry

@@ -64,6 +64,19 @@ def cell_of(w):
     return CELLS[(w.dataset, w.pair, w.method, w.hp, w.seed)]
 
 
+GENERATE_CODE = fingerprint("generate")
+TRAIN_DRAFTER_CODE = fingerprint("train_drafter")
+
+
+def generate_code(w):
+    """The generate stage's code fingerprint, with the cell's plugin components' source."""
+    return GENERATE_CODE + components.plugin_code(cell_of(w).spec)
+
+
+def train_drafter_code(w):
+    return TRAIN_DRAFTER_CODE + components.plugin_code(head_cell(w).spec)
+
+
 def toy_dir(ref):
     """The training output a toy model reference needs, or nothing for hub/local models."""
     if ref.startswith(mmconfig.TOY_PREFIX):

@@ -15,7 +15,7 @@ rule generate:
     params:
         cell=generate_params,
         optional=optional_inputs,
-        code=fingerprint("generate"),
+        code=generate_code,
     shell:
         "mmspec generate --params {params.cell:q} --prepared {input.prepared}"
         " {params.optional} --out {output} 2> {log}"

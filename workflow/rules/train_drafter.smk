@@ -17,7 +17,7 @@ rule train_drafter:
     params:
         head=train_drafter_params,
         optional=optional_inputs,
-        code=fingerprint("train_drafter"),
+        code=train_drafter_code,
     shell:
         "mmspec train_drafter --params {params.head:q} --prepared {input.prepared}"
         " {params.optional} --threads {threads} --out {output} 2> {log}"

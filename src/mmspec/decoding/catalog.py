@@ -3,11 +3,13 @@ drafter, by kind and name, filled from their own declarations (`decoding.compone
 
 Built-in components register when their modules are imported (`BUILT_IN`). A researcher's own
 package adds components without a fork through the entry point group `mmspec.components`: each
-entry point names a Component subclass (or a module whose import registers some), e.g. in its
-pyproject.toml
+entry point names a Component subclass, e.g. in its pyproject.toml
 
     [project.entry-points."mmspec.components"]
     my_rule = "my_package.rules:MyRule"
+
+(method rows, presets of components, join the registry through `mmspec.methods`:
+`methods.registry`; examples/plugin shows both).
 
 Their names then work in configs, `mmspec cells`, validation, fingerprints (their code changes
 rerun their cells), the report and `mmspec verify-lossless`.
@@ -106,19 +108,21 @@ def get(kind: str, name: str) -> type[Component]:
     return found
 
 
+def source_file(component: type[Component]) -> Path:
+    """The file that defines a component."""
+    return Path(inspect.getsourcefile(component))
+
+
 def plugin_files() -> list[Path]:
-    """The source files of the installed plugins' components (part of the generate stage's
-    code fingerprint: editing a plugin reruns its cells)."""
+    """The source files of the installed plugins' components (the aggregate and report stages'
+    code fingerprints; a cell's own holds those of its components, `components.plugin_code`)."""
     load()
-    files = set()
-    for kind in _COMPONENTS.values():
-        for component in kind.values():
-            if f"{component.kind}:{component.name}" in _PLUGINS:
-                module = inspect.getmodule(component)
-                if module is not None and getattr(module, "__file__", None):
-                    files.add(Path(module.__file__))
-    return sorted(files)
+    return sorted(
+        {source_file(c) for kind in _COMPONENTS.values() for c in kind.values() if is_plugin(c)}
+    )
 
 
 def is_plugin(component: type[Component]) -> bool:
+    """Whether an installed plugin added the component (not mmspec)."""
+    load()
     return f"{component.kind}:{component.name}" in _PLUGINS

@@ -8,6 +8,8 @@ data, whether the spec preserves the target's distribution, and which keys defin
 
 from __future__ import annotations
 
+import hashlib
+
 from mmspec.decoding import catalog
 from mmspec.decoding.component import (
     DRAFT_MODEL,
@@ -133,6 +135,20 @@ def head_training(spec: dict) -> dict:
     drafter = catalog.get("drafter", spec["drafter"])
     keys = drafter.training_keys(spec) if hasattr(drafter, "training_keys") else ()
     return {k: spec[k] for k in keys if k in spec}
+
+
+def plugin_code(spec: dict) -> str:
+    """A short hash of the source files of the spec's components that installed plugins add
+    ("" when it has none): part of its cell's code fingerprint, so that editing a plugin reruns
+    the cells that use it, and only those."""
+    files = sorted({catalog.source_file(part) for part in parts(spec) if catalog.is_plugin(part)})
+    if not files:
+        return ""
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode())
+        digest.update(file.read_bytes())
+    return "+" + digest.hexdigest()[:16]
 
 
 def loaded_models(pair: dict, spec: dict) -> list[tuple[str, str]]:

@@ -376,17 +376,21 @@ METHODS = {
 }
 
 
+# Installed plugins add method rows (a `Method`, or a list of them) through this entry point
+# group; their component classes join the catalog through `catalog.GROUP`.
+METHOD_GROUP = "mmspec.methods"
+
+
 def _plugin_rows() -> list[Method]:
-    """The method rows installed plugins add (entry points of the group `mmspec.components`
-    naming a `Method` or a list of them; the group's component classes join the catalog)."""
+    """The method rows installed plugins add (entry point group `mmspec.methods`)."""
     rows = []
-    for entry in entry_points(group=catalog.GROUP):
+    for entry in entry_points(group=METHOD_GROUP):
         try:
             loaded = entry.load()
         except Exception as error:  # a broken plugin is named, never skipped silently
             raise catalog.CatalogError(
-                f"the component plugin {entry.name!r} ({entry.value}, entry point group "
-                f"{catalog.GROUP}) failed to load: {type(error).__name__}: {error}"
+                f"the method plugin {entry.name!r} ({entry.value}, entry point group "
+                f"{METHOD_GROUP}) failed to load: {type(error).__name__}: {error}"
             ) from error
         found = loaded if isinstance(loaded, list | tuple) else [loaded]
         rows += [row for row in found if isinstance(row, Method)]

@@ -1,0 +1,18 @@
+"""Method rows of the example's components, composed with mmspec's chain (registry presets)."""
+
+from mmspec.methods.registry import Method
+
+METHODS = [
+    Method(
+        "early_exit",
+        "the target's first layer drafts a chain of 4 for the target (self-speculative)",
+        {"drafter": "early_exit", "tree": "chain", "gamma": 4, "acceptance": "greedy"},
+        "Early exit",
+    ),
+    Method(
+        "early_exit_leviathan",
+        "the early-exit drafter's chain, verified by plain speculative sampling",
+        {"drafter": "early_exit", "tree": "chain", "gamma": 4, "acceptance": "leviathan"},
+        "Early exit (Leviathan)",
+    ),
+]

@@ -104,7 +104,7 @@ def _lantern_rows() -> list[Method]:
     """LANTERN (image generation) over a draft model's chain and EAGLE-2 trees, over EAGLE's
     head (the paper's drafter: EAGLE-2 on LlamaGen), and the paper's
     ablations of the neighbourhood (Table 4: cosine and random proximity; JSD for TVD). The
-    defaults are the release's (the rule's declaration, decoding.acceptance.rules.Lantern): k 1000
+    defaults are the release's (the rule's declaration, decoding.acceptance.lantern.Lantern): k 1000
     of LlamaGen's 16384 codes, so a smaller codebook sets lantern_k below its size."""
     lantern = dict(acceptance="lantern")
     return [

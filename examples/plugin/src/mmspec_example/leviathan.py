@@ -9,7 +9,7 @@ target's distribution exactly (`mmspec verify-lossless` enumerates it). Chains o
 
 from __future__ import annotations
 
-from mmspec.decoding.acceptance.rules import Rule
+from mmspec.decoding.acceptance.rule import Rule
 from mmspec.decoding.probability import distribution
 
 

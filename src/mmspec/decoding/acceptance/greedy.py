@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from mmspec.decoding import catalog
+from mmspec.decoding.acceptance.rule import Rule
 from mmspec.decoding.proposal import ROOT, Proposal
 
 
@@ -29,3 +31,12 @@ def accept_greedy(proposal: Proposal, logits: torch.Tensor, temperature, sampler
             return path, want
         node = match[0]
         path.append(node)
+
+
+@catalog.register
+class Greedy(Rule):
+    """Argmax match: the target's greedy output, token for token."""
+
+    name = "greedy"
+    lossless = True
+    judge = staticmethod(accept_greedy)

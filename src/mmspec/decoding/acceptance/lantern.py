@@ -41,7 +41,10 @@ import math
 
 import torch
 
+from mmspec.decoding import catalog
+from mmspec.decoding.acceptance.rule import Rule
 from mmspec.decoding.acceptance.sampling import _accept_point_masses, _residual
+from mmspec.decoding.component import CODEBOOK, NUMBER, Param
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT, Proposal
 
@@ -220,3 +223,55 @@ def _drawn_chain(proposal: Proposal, p_rows: torch.Tensor, sampler, relax: _Rela
     kept, m = sets[k]
     residual = _residual(distorted(p_rows[k], kept, m), q[k])
     return list(range(k)), sampler.categorical(residual), relaxed
+
+
+@catalog.register
+class Lantern(Rule):
+    """LANTERN's relaxed acceptance over the target's VQ codebook (decoding.acceptance.lantern).
+    Defaults from its release (generate_images.py: k 1000 of LlamaGen's 16384 codes, delta 0.1;
+    l2 proximity and TVD as the paper's main setting, Section 4.1). k counts a token's
+    neighbours besides itself; a toy codebook scales it down."""
+
+    name = "lantern"
+    params = (
+        Param(
+            "lantern_k",
+            int,
+            1000,
+            "latent neighbours of a code",
+            low=0,
+            hint="0: no neighbours, lossless",
+        ),
+        Param(
+            "lantern_delta",
+            NUMBER,
+            0.1,
+            "the bound on the divergence",
+            low=0,
+            high=1,
+            meaning="bounds a divergence (TVD, or JSD in bits)",
+        ),
+        Param("proximity", str, "l2", "how neighbours are found", choices=PROXIMITIES),
+        Param("divergence", str, "tvd", "what delta bounds", choices=DIVERGENCES),
+    )
+    requires = frozenset({CODEBOOK})
+    source = "LANTERN's release, generate_images.py (k 1000 of 16384 codes, delta 0.1)"
+    judge = staticmethod(accept_lantern)
+
+    @classmethod
+    def lossless_with(cls, params: dict) -> bool:
+        return 0 in (params.get("lantern_delta"), params.get("lantern_k"))
+
+    @classmethod
+    def from_spec(cls, spec: dict, codebook=None) -> Rule:
+        if codebook is None:
+            raise ValueError(
+                f"acceptance {cls.name!r} relaxes over the target's VQ codebook, and this target "
+                "has none (an image-generating target with a VQ tokenizer is needed)"
+            )
+        rule = super().from_spec(spec)
+        vectors, offset = codebook
+        rule.params["neighbours"] = Neighbours(
+            vectors, offset, rule.params["lantern_k"], rule.params["proximity"]
+        )
+        return rule

@@ -36,7 +36,10 @@ import math
 
 import torch
 
+from mmspec.decoding import catalog
+from mmspec.decoding.acceptance.rule import Rule
 from mmspec.decoding.acceptance.sampling import _residual
+from mmspec.decoding.component import HIDDEN_STATES, NUMBER, Param
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT, Proposal
 
@@ -236,3 +239,115 @@ def accept_random_relax(
         return relax_rho > 0 and sampler.accept(relax_rho)
 
     return _walk_loosely(walk, relaxes)
+
+
+class _Loose(Rule):
+    loose = True
+
+
+@catalog.register
+class LVSpec(_Loose):
+    """LVSpec's loose verification: lambda 0.7 and N 10 (Section 4, "Implementation Details";
+    K 10 is the chain's gamma), PST on as in its Table 1. PST looks for the target's token across
+    the step's whole draft (Eq. 11): `pst_range` unset and `pst_ahead` false. Not in the paper,
+    to study PST's chance matches: `pst_range` r looks only r positions either side of the
+    mismatch, `pst_ahead` only after it."""
+
+    name = "lvspec"
+    params = (
+        Param(
+            "lvspec_lambda",
+            NUMBER,
+            0.7,
+            "lambda",
+            low=0,
+            high=1,
+            meaning="is the share of drafted tokens that may mismatch",
+        ),
+        Param(
+            "lvspec_n",
+            int,
+            10,
+            "N",
+            low=1,
+            meaning="is the number of most similar visual tokens averaged",
+        ),
+        Param("pst", bool, True, "position-shift tolerance"),
+        Param(
+            "pst_range",
+            int,
+            None,
+            "PST's tolerable shift",
+            low=1,
+            optional=True,
+            meaning="is PST's tolerable shift in positions (unset: the whole step, K)",
+        ),
+        Param("pst_ahead", bool, False, "PST looks only after the mismatch"),
+    )
+    requires = frozenset({HIDDEN_STATES})
+    source = "LVSpec, Section 4 (lambda 0.7, N 10) and Eq. 11 (PST)"
+    judge = staticmethod(accept_lvspec)
+
+    @classmethod
+    def lossless_with(cls, params: dict) -> bool:  # nothing loosened, no shift tolerance
+        return params.get("lvspec_lambda") == 0 and params.get("pst") is False
+
+
+FLY_ENTROPY = Param(
+    "fly_entropy", NUMBER, 0.2, "the entropy gate", low=0, meaning="is an entropy (nats)"
+)
+
+
+@catalog.register
+class FLy(_Loose):
+    """FLy as LVSpec reran it (Appendix C): window 4, entropy 0.2 (0.1 for Qwen2.5-VL-32B;
+    FLy's own release: 0.3, window 6)."""
+
+    name = "fly"
+    params = (
+        FLY_ENTROPY,
+        Param(
+            "fly_window",
+            int,
+            4,
+            "the deferred window",
+            low=1,
+            meaning="is FLy's deferred window, counting the mismatch itself",
+        ),
+    )
+    source = "LVSpec, Appendix C (window 4, entropy 0.2)"
+    judge = staticmethod(accept_fly)
+
+
+@catalog.register
+class FLyGate(_Loose):
+    """FLy's entropy gate without its window (LVSpec's FLY-minus)."""
+
+    name = "fly_gate"
+    params = (FLY_ENTROPY,)
+    judge = staticmethod(accept_fly_gate)
+
+
+@catalog.register
+class RandomRelax(_Loose):
+    """Each mismatch accepted with probability rho: rho 0.5, the middle of LVSpec's Figure 7
+    grid {0.25, 0.5, 0.75}."""
+
+    name = "random_relax"
+    params = (
+        Param(
+            "relax_rho",
+            NUMBER,
+            0.5,
+            "rho",
+            low=0,
+            high=1,
+            meaning="is the probability of accepting a mismatch",
+        ),
+    )
+    source = "LVSpec, Figure 7 (rho in {0.25, 0.5, 0.75})"
+    judge = staticmethod(accept_random_relax)
+
+    @classmethod
+    def lossless_with(cls, params: dict) -> bool:
+        return params.get("relax_rho") == 0

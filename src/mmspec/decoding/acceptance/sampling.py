@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import torch
 
+from mmspec.decoding import catalog
 from mmspec.decoding.acceptance.greedy import accept_greedy
+from mmspec.decoding.acceptance.rule import Rule
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT, Proposal
 
@@ -86,3 +88,12 @@ def _residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     residual = (p - q).clamp_min(0)
     total = residual.sum()
     return residual / total if total > 0 else p
+
+
+@catalog.register
+class Sampling(Rule):
+    """Rejection sampling (Leviathan et al.; Chen et al.; recursive over trees)."""
+
+    name = "sampling"
+    lossless = True
+    judge = staticmethod(accept_sampling)

@@ -88,7 +88,7 @@ def test_changing_one_training_setting_retrains_only_that_head(run_dir, tmp_path
         (lambda m: m["eagle2"].update(head_lr=-1.0), "head_lr must be > 0"),
         (
             lambda m: m.update(k={"method": "kangaroo", "head_data": "toy_caption_train"}),
-            "kangaroo_layers=2 must be below the 1 layers of pair 'toy'",
+            "kangaroo_layers=2 must be below the 1 layers of target 'toy:target'",
         ),
     ],
 )

@@ -22,6 +22,7 @@ from mmspec.decoding.component import (
     DRAFT_MODEL,
     HIDDEN_STATES,
     TRAINED_HEAD,
+    TargetFacts,
 )
 from mmspec.methods import components, registry
 from mmspec.methods.components import SELF_DRAFT
@@ -344,6 +345,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                 f"model (drafter {drafter!r}) but pair {cell.pair!r} names none"
             )
         _check_codebook_rule(config, cell)
+        _check_target(config, cell)
         _check_visual_rule(config, cell)
         _check_head(config, cell)
         _check_task(config, cell)
@@ -909,13 +911,26 @@ def _check_codebook_rule(config: dict, cell) -> None:
             f"{where}: acceptance {rule!r} relaxes over the target's VQ codebook, but pair "
             f"{cell.pair!r}'s target {target!r} is a {kind!r} with none"
         )
-    if kind == "image_generator" and target.startswith(TOY_PREFIX):
-        codes = config["toy"]["models"][target[len(TOY_PREFIX) :]]["codes"]
-        if cell.spec["lantern_k"] >= codes:
+
+
+def _check_target(config: dict, cell) -> None:
+    """Each component's own checks of the pair's target (`Component.check_target`: Kangaroo's
+    exit layer within its layers, LANTERN's k within its codebook), on what is known now."""
+    target = config["pairs"][cell.pair]["target"]
+    toy = (
+        config["toy"]["models"].get(target[len(TOY_PREFIX) :])
+        if target.startswith(TOY_PREFIX)
+        else None
+    )
+    codes = toy.get("codes") if toy and model_kind(config, target) == "image_generator" else None
+    facts = TargetFacts(target, layers=_language_layers(config, target), codes=codes)
+    for part in components.parts(cell.spec):
+        try:
+            part.check_target(cell.spec, facts)
+        except ValueError as error:
             raise ConfigError(
-                f"{where}: lantern_k {cell.spec['lantern_k']} must be below the {codes} codes of "
-                f"{target!r}'s codebook (k counts a code's neighbours besides itself)"
-            )
+                f"config key methods.{cell.method}: {error} (pair {cell.pair!r})"
+            ) from None
 
 
 def _check_visual_rule(config: dict, cell) -> None:
@@ -985,14 +1000,6 @@ def _check_head(config: dict, cell) -> None:
         raise ConfigError(
             f"{where}: a {kind} head reads the hidden states of a language model, and pair "
             f"{cell.pair!r}'s target {target!r} is an image generator"
-        )
-    layers = _language_layers(config, target)
-    exit_layer = cell.spec.get("kangaroo_layers")
-    if kind == "kangaroo" and layers is not None and not exit_layer < layers:
-        raise ConfigError(
-            f"{where}: kangaroo_layers={exit_layer} must be below the {layers} layers of pair "
-            f"{cell.pair!r}'s target {target!r} (the draft runs its first layers, then the "
-            "adapter)"
         )
 
 

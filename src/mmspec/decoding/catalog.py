@@ -19,26 +19,18 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
 from importlib.metadata import entry_points
 from pathlib import Path
 
 from mmspec.decoding.component import KINDS, Component
 
 GROUP = "mmspec.components"
-BUILT_IN = (
-    "mmspec.decoding.views",
-    "mmspec.decoding.weights",
-    "mmspec.decoding.trees",
-    "mmspec.decoding.acceptance.greedy",
-    "mmspec.decoding.acceptance.sampling",
-    "mmspec.decoding.acceptance.lantern",
-    "mmspec.decoding.acceptance.loose",
-    "mmspec.decoding.drafters.model",
-    "mmspec.decoding.drafters.eagle",
-    "mmspec.decoding.drafters.dream",
-    "mmspec.decoding.drafters.medusa",
-    "mmspec.decoding.drafters.kangaroo",
-)
+# Where the built-in components are declared: these modules, and every module of these packages
+# but the head networks (`*_net.py`, imported only when a head is built or loaded), so a new
+# built-in rule or drafter is one new file in its package.
+BUILT_IN_MODULES = ("mmspec.decoding.views", "mmspec.decoding.weights", "mmspec.decoding.trees")
+BUILT_IN_PACKAGES = ("mmspec.decoding.acceptance", "mmspec.decoding.drafters")
 
 _COMPONENTS: dict[str, dict[str, type[Component]]] = {kind: {} for kind in KINDS}
 _PLUGINS: dict[str, str] = {}  # component "kind:name" -> the entry point that added it
@@ -79,7 +71,7 @@ def load() -> None:
     if _loaded:
         return
     _loaded = True
-    for module in BUILT_IN:
+    for module in built_in_modules():
         importlib.import_module(module)
     for entry in entry_points(group=GROUP):
         try:
@@ -92,6 +84,19 @@ def load() -> None:
         if inspect.isclass(loaded) and issubclass(loaded, Component):
             register(loaded)
             _PLUGINS[f"{loaded.kind}:{loaded.name}"] = entry.value
+
+
+def built_in_modules() -> list[str]:
+    """The modules that declare the built-in components."""
+    found = list(BUILT_IN_MODULES)
+    for name in BUILT_IN_PACKAGES:
+        package = importlib.import_module(name)
+        found += [
+            f"{name}.{module.name}"
+            for module in pkgutil.iter_modules(package.__path__)
+            if not module.name.endswith("_net")
+        ]
+    return found
 
 
 def components(kind: str) -> dict[str, type[Component]]:

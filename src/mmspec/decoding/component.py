@@ -37,6 +37,16 @@ REQUIREMENTS = (
 
 
 @dataclass(frozen=True)
+class TargetFacts:
+    """What is known of a pair's target before any job (None: unknown until its files are at
+    hand, e.g. a hub model not downloaded yet); `Component.check_target` reads it."""
+
+    ref: str
+    layers: int | None = None  # decoder layers of its language model
+    codes: int | None = None  # image codes of its VQ codebook (an image generator)
+
+
+@dataclass(frozen=True)
 class Param:
     """One hyperparameter a component reads: its key in a method spec, its type, default and
     allowed values. `meaning` (a phrase: "is a probability") words the range error."""
@@ -125,6 +135,11 @@ class Component:
     def check(cls, spec: dict) -> None:
         """Raise ValueError on a combination of values that cannot run (each value is already
         checked against its `Param`)."""
+
+    @classmethod
+    def check_target(cls, spec: dict, target: TargetFacts) -> None:
+        """Raise ValueError when the pair's target cannot serve `spec` (config validation,
+        before any job: what `target` knows of it)."""
 
     @classmethod
     def arguments(cls, spec: dict) -> dict:

@@ -64,21 +64,15 @@ def _top(q: torch.Tensor, k: int) -> tuple[list, list]:
 @catalog.register
 @dataclass
 class ChainPolicy(TreePolicy):
-    """chain(gamma): gamma tokens in a line (standard speculative decoding); with
-    `exit_below`, drafting stops early before a position whose draft top-1 probability is
-    below it (Kangaroo's early exit; the first position is always drafted)."""
+    """chain(gamma): gamma tokens in a line (standard speculative decoding); a drafter with an
+    early exit (`exit_below`: Kangaroo's) stops before a position whose draft top-1 probability
+    is below it (the first position is always drafted)."""
 
     name = "chain"
     params = (Param("gamma", int, 5, "draft tokens per step", low=1),)
     description = "a chain of gamma draft tokens"
 
     gamma: int
-    exit_below: float = 0.0
-
-    @classmethod
-    def from_spec(cls, spec: dict) -> TreePolicy:
-        # Kangaroo's drafter declares its early exit (`kangaroo_exit`); the chain applies it
-        return cls(int(spec["gamma"]), float(spec.get("kangaroo_exit", 0.0)))
 
     @classmethod
     def max_depth(cls, spec: dict) -> int | None:
@@ -86,9 +80,9 @@ class ChainPolicy(TreePolicy):
 
     def propose(self, drafter, sampler, room: int) -> Proposal:
         q, chain, qs = drafter.root(sampler), Proposal(), []
-        gamma = min(self.gamma, room)
+        gamma, exit_below = min(self.gamma, room), getattr(drafter, "exit_below", 0.0)
         for i in range(gamma):
-            if i and self.exit_below and float(q.max()) < self.exit_below:
+            if i and exit_below and float(q.max()) < exit_below:
                 break
             if drafter.temperature > 0:
                 chain.add(sampler.categorical(q), i - 1)

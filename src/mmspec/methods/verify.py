@@ -89,22 +89,13 @@ def build_models(seed: int, tokenizer):
 
 
 def build_head(spec: dict, target, seed: int):
-    """A random-init head of the spec's kind on the target's features (float64, like the
-    target); DREAM's closed gates are opened, so that its cross-attention takes part."""
-    from mmspec.decoding.drafters.heads import build_head as new_head
+    """A random head of the spec's kind on the target's features (float64, like the target),
+    every part of it taking part in drafting (the kind's `random_network`)."""
+    from mmspec.decoding.drafters.heads import head_kind
 
     torch.manual_seed(seed)
-    layers = target.config.text_config.num_hidden_layers
-    # Kangaroo's exit layer must lie inside the tiny target (2 layers)
-    spec = {**spec, "kangaroo_layers": min(spec.get("kangaroo_layers", 1), layers - 1)}
-    head = new_head(spec["drafter"], target.config, spec, "verify").double().eval()
-    with torch.no_grad():
-        for name, parameter in head.named_parameters():
-            if name.endswith("_gate"):
-                parameter.fill_(0.5)
-            elif "blocks" in name and name.endswith("weight"):  # Medusa's zero-initialised heads
-                parameter.normal_(0, 0.5)
-    return head
+    head = head_kind(spec["drafter"]).random_network(target.config, spec, "verify")
+    return head.double().eval()
 
 
 def _images(model, generator) -> list[ImageInput]:

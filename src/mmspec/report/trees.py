@@ -8,6 +8,7 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
+from mmspec.decoding import catalog
 from mmspec.report.blocks import CellStats, drafting_cells
 from mmspec.report.cells import dataset_order, sort_cells
 from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
@@ -27,8 +28,6 @@ CAPTION = (
     "figure: τ against mean tree size, one point per dataset and hp with its seeds pooled (τ "
     "their mean, the tree size over all their steps), one trace per method."
 )
-# The tree policies (methods.components.TREES), in the order their rows are listed.
-TREE_ORDER = ["chain", "static", "dynamic", "sage"]
 # (column, header) of each dataset's group of columns; tau and speedup get the best marks.
 TREE_METRICS = [
     ("tau", "τ"),
@@ -66,9 +65,8 @@ def tree_table(of_pair: pd.DataFrame, datasets: list[str]) -> pd.DataFrame:
     of TREE_METRICS: the tree size pooled over steps, the others averaged over seeds.
     """
     ordered = sort_cells(of_pair)
-    rank = ordered["tree"].map(
-        lambda t: TREE_ORDER.index(t) if t in TREE_ORDER else len(TREE_ORDER)
-    )
+    order = list(catalog.components("tree"))  # the catalog's: chain, static, dynamic, sage, ...
+    rank = ordered["tree"].map(lambda t: order.index(t) if t in order else len(order))
     ordered = ordered.iloc[rank.to_numpy().argsort(kind="stable")]
     rows = []
     for (name, hp), group in ordered.groupby(["_name", "hp"], sort=False):

@@ -22,7 +22,7 @@ import torch
 from tqdm import tqdm
 
 from mmspec.data import media
-from mmspec.decoding.drafters.heads import build_head
+from mmspec.decoding.drafters.heads import build_head, head_kind
 from mmspec.decoding.loops import decode_ar
 from mmspec.decoding.prompt import as_prompt
 from mmspec.decoding.sampler import seeded
@@ -83,13 +83,12 @@ def collect(params: dict, prepared: str, target_visual: str | None, device, stor
     runner, sequences = work.runner, []
     if stored is not None:
         return runner.target, stored
-    intermediate = params["training"].get("dream_intermediate", "none")
-    exit_layer = params["training"].get("kangaroo_layers", 0) if params["kind"] == "kangaroo" else 0
+    collection = head_kind(params["kind"]).collection(params["training"])
     for row in tqdm(rows, desc="train_drafter: the target answers"):
         sample = work.sample(row)
         answer = work.decode_ar(sample, seeded(0)).tokens
         prompt = runner.target_prompt(sample)
-        sequences.append(collect_sequence(runner.target, prompt, answer, intermediate, exit_layer))
+        sequences.append(collect_sequence(runner.target, prompt, answer, **collection))
     return runner.target, sequences
 
 

@@ -4,7 +4,8 @@ The training set is the target's own behaviour: each training prompt is answered
 target (greedy AR), and one teacher-forced pass over prompt + answer gives its feature at every
 position (last layer, after the final norm: what its `lm_head` reads). Entry j of a sequence is
 (input embedding of position j + 1, feature f_j); the head predicts f_{j+1}. The loss, on the
-entries that predict answer tokens, weighs (LOSS_WEIGHTS) a SmoothL1 between predicted and true
+entries that predict answer tokens, weighs (the head kind's `loss_weights`) a SmoothL1 between
+predicted and true
 features, a SmoothL1 between the head's intermediate stream and the target's intermediate
 feature (DREAM), and the KL divergence of the head's next-token distribution (the target's
 `lm_head` over the predicted feature) from the target's own (EAGLE's soft cross entropy differs
@@ -29,15 +30,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-# kind -> weights of (feature, intermediate, distribution) losses
-LOSS_WEIGHTS = {
-    "eagle": (1.0, 0.0, 0.1),
-    "dream": (0.2, 0.2, 1.0),
-    "medusa": (0.0, 0.0, 1.0),
-    "hydra": (0.0, 0.0, 1.0),
-    "kangaroo": (0.0, 0.0, 1.0),
-}
-MULTI_TOKEN = ("medusa", "hydra")
+from mmspec.decoding.drafters.heads import head_kind
+
 BETAS = (0.9, 0.95)
 GRAD_CLIP = 0.5
 HELD_OUT = 0.1  # share of training sequences kept for the agreement curve
@@ -214,12 +208,13 @@ def _kl(lm_head, predicted: torch.Tensor, true: torch.Tensor):
 def losses(head, lm_head, batch: Batch, kind: str = "eagle") -> tuple[torch.Tensor, ...]:
     """(feature loss, intermediate loss, KL from the target's distribution, top-1 agreement
     with the target at the first drafted position) over the masked entries; 0 for a loss a
-    kind does not have."""
+    kind does not have. The head kind's declared `loss` says how its network reads a batch."""
+    loss = head_kind(kind).loss
     zero = torch.zeros((), device=batch.mask.device)
-    if kind in MULTI_TOKEN:
+    if loss == "multi_token":
         kl, agreement = _multi_token(head, lm_head, batch)
         return zero, zero, kl, agreement
-    if kind == "kangaroo":
+    if loss == "adapter":
         # the adapter over the target's shallow states at j reads out what f_j reads out
         out = head(batch.shallow, attention_mask=batch.attention)
         kl, agreement = _kl(lm_head, out[batch.mask], batch.clean[batch.mask])
@@ -284,7 +279,7 @@ def train_head(
     call) resumes a run: the step, optimiser, random streams and curve continue where they
     stopped. `save(state)` is called every `eval_every` steps.
     """
-    w_feature, w_inter, w_kl = LOSS_WEIGHTS[kind]
+    w_feature, w_inter, w_kl = head_kind(kind).loss_weights
     train, held = split(sequences)
     if not train:
         raise ValueError("a drafter head needs at least two training sequences")

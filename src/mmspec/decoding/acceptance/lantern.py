@@ -44,7 +44,7 @@ import torch
 from mmspec.decoding import catalog
 from mmspec.decoding.acceptance.rule import Rule
 from mmspec.decoding.acceptance.sampling import _accept_point_masses, _residual
-from mmspec.decoding.component import CODEBOOK, NUMBER, Param
+from mmspec.decoding.component import CODEBOOK, NUMBER, Param, TargetFacts
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT, Proposal
 
@@ -261,6 +261,14 @@ class Lantern(Rule):
     @classmethod
     def lossless_with(cls, params: dict) -> bool:
         return 0 in (params.get("lantern_delta"), params.get("lantern_k"))
+
+    @classmethod
+    def check_target(cls, spec: dict, target: TargetFacts) -> None:
+        if target.codes is not None and spec["lantern_k"] >= target.codes:
+            raise ValueError(
+                f"lantern_k {spec['lantern_k']} must be below the {target.codes} codes of "
+                f"{target.ref!r}'s codebook (k counts a code's neighbours besides itself)"
+            )
 
     @classmethod
     def from_spec(cls, spec: dict, codebook=None) -> Rule:

@@ -32,6 +32,8 @@ class Drafter(component.Drafter):
     declare themselves (`decoding.component`: name, params, requires) and `build`."""
 
     target_layers: tuple[int, ...] = ()  # target layers (besides the last) `commit` reads
+    # a chain stops drafting before a position whose draft top-1 probability is below this
+    exit_below: float = 0.0
 
     def __init__(self, temperature: float):
         self.temperature = temperature

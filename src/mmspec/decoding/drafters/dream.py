@@ -78,9 +78,47 @@ class DreamDrafter(EagleDrafter):
             return cls.requires | {TARGET_ATTENTION}
         return cls.requires
 
+    loss_weights = (0.2, 0.2, 1.0)  # DREAM, Section 4.1
+
     @classmethod
     def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
         return cls(head, target, temperature, float(spec.get("dream_vtc", 1.0)))
+
+    @classmethod
+    def network(cls) -> type:
+        from mmspec.decoding.drafters.dream_net import DreamHead
+
+        return DreamHead
+
+    @classmethod
+    def network_config(cls, target_config, spec: dict, target: str):
+        from mmspec.decoding.drafters.dream_net import DreamHeadConfig
+        from mmspec.decoding.drafters.eagle_net import head_config
+
+        # an initial and a final decoder block around the cross-attention block
+        return head_config(
+            target_config,
+            2,
+            DreamHeadConfig,
+            target=target,
+            kind=cls.name,
+            training=cls.trained_with(spec),
+            cross=bool(spec.get("dream_cross", True)),
+        )
+
+    @classmethod
+    def random_network(cls, target_config, spec: dict, target: str):
+        """Its gates open (a new head's are closed: the cross-attention would not take part)."""
+        head = cls.new_network(target_config, spec, target)
+        with torch.no_grad():
+            for name, parameter in head.named_parameters():
+                if name.endswith("_gate"):
+                    parameter.fill_(0.5)
+        return head
+
+    @classmethod
+    def collection(cls, training: dict) -> dict:
+        return {"intermediate": training.get("dream_intermediate", "none"), "exit_layer": 0}
 
     def __init__(self, head: DreamHead, target, temperature: float, vtc: float = 1.0):
         super().__init__(head, target, temperature)

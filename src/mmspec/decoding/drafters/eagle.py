@@ -58,6 +58,21 @@ class EagleDrafter(HeadDrafter):
     def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
         return cls(head, target, temperature)
 
+    @classmethod
+    def network(cls) -> type:
+        from mmspec.decoding.drafters.eagle_net import EagleHead
+
+        return EagleHead
+
+    @classmethod
+    def network_config(cls, target_config, spec: dict, target: str):
+        from mmspec.decoding.drafters.eagle_net import head_config
+
+        layers = int(spec.get("head_layers", 1))
+        return head_config(
+            target_config, layers, target=target, kind=cls.name, training=cls.trained_with(spec)
+        )
+
     def __init__(self, head: EagleHead, target: Decoder | GuidedDecoder, temperature: float):
         super().__init__(temperature)
         self.head = head

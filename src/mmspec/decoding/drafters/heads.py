@@ -12,38 +12,20 @@ from pathlib import Path
 import torch
 
 from mmspec.decoding import catalog
-from mmspec.decoding.drafters.dream_net import DreamHead, DreamHeadConfig
-from mmspec.decoding.drafters.eagle_net import EagleHead, EagleHeadConfig, head_config
-from mmspec.decoding.drafters.kangaroo_net import KangarooAdapter, KangarooConfig
-from mmspec.decoding.drafters.medusa_net import MultiHead, MultiHeadConfig
 
-# kind -> (head class, config class, decoder blocks of its stack)
-HEADS = {
-    "eagle": (EagleHead, EagleHeadConfig, None),  # None: `head_layers`
-    "dream": (DreamHead, DreamHeadConfig, 2),  # initial and final blocks around the cross block
-    "medusa": (MultiHead, MultiHeadConfig, 0),
-    "hydra": (MultiHead, MultiHeadConfig, 0),
-    "kangaroo": (KangarooAdapter, KangarooConfig, 1),  # the adapter's one layer
-}
+
+def head_kind(kind: str):
+    """The drafter component of a trained head's kind (its network, loss and collection)."""
+    drafter = catalog.get("drafter", kind)
+    if not hasattr(drafter, "new_network"):
+        raise ValueError(f"drafter {kind!r} drafts with no trained head")
+    return drafter
 
 
 def build_head(kind: str, target_config, spec: dict, target: str):
     """A new (randomly initialised) head of `kind` for a target, as `spec` (a method spec's
     hyperparameters) sets it."""
-    model, config_class, blocks = HEADS[kind]
-    extra = {}
-    if kind == "dream":
-        extra["cross"] = bool(spec.get("dream_cross", True))
-    if kind in ("medusa", "hydra"):
-        extra.update(heads=int(spec["medusa_heads"]), sequential=kind == "hydra")
-    if kind == "kangaroo":
-        extra["exit_layer"] = int(spec["kangaroo_layers"])
-    layers = int(spec.get("head_layers", 1)) if blocks is None else blocks
-    training = {k: v for k, v in spec.items() if k.startswith(("head_", "dream_"))}
-    config = head_config(
-        target_config, layers, config_class, target=target, kind=kind, training=training, **extra
-    )
-    return model(config)
+    return head_kind(kind).new_network(target_config, spec, target)
 
 
 def make_head_drafter(spec: dict, head, target, temperature: float):
@@ -60,7 +42,7 @@ def load_head(path: str | Path, target_ref: str, device, dtype: torch.dtype, kin
     saved = json.loads(config_file.read_text())
     if saved.get("kind") != kind:
         raise ValueError(f"{path}: a {saved.get('kind')!r} head, not a {kind!r} one")
-    head = HEADS[kind][0].from_pretrained(path, dtype=dtype).to(device).eval()
+    head = head_kind(kind).network().from_pretrained(path, dtype=dtype).to(device).eval()
     trained_for = head.config.target
     if trained_for != target_ref:
         raise ValueError(

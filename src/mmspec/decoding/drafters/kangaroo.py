@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from torch import nn
 
 from mmspec.decoding import catalog
-from mmspec.decoding.component import NUMBER, TRAINED_HEAD, Param
+from mmspec.decoding.component import NUMBER, TRAINED_HEAD, Param, TargetFacts
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.drafters.trained import HEAD_TRAINING, HeadDrafter
@@ -89,8 +89,54 @@ class KangarooDrafter(ModelDrafter, HeadDrafter):
         pass
 
     @classmethod
+    def check_target(cls, spec: dict, target: TargetFacts) -> None:
+        if target.layers is not None and not spec["kangaroo_layers"] < target.layers:
+            raise ValueError(
+                f"kangaroo_layers={spec['kangaroo_layers']} must be below the {target.layers} "
+                f"layers of target {target.ref!r} (the draft runs its first layers, then the "
+                "adapter)"
+            )
+
+    loss = "adapter"
+    loss_weights = (0.0, 0.0, 1.0)
+
+    @classmethod
     def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
-        return cls(head, target, temperature)
+        drafter = cls(head, target, temperature)
+        drafter.exit_below = float(spec.get("kangaroo_exit", 0.0))  # read on chains only
+        return drafter
+
+    @classmethod
+    def network(cls) -> type:
+        from mmspec.decoding.drafters.kangaroo_net import KangarooAdapter
+
+        return KangarooAdapter
+
+    @classmethod
+    def network_config(cls, target_config, spec: dict, target: str):
+        from mmspec.decoding.drafters.eagle_net import head_config
+        from mmspec.decoding.drafters.kangaroo_net import KangarooConfig
+
+        return head_config(
+            target_config,
+            1,  # the adapter's one layer
+            KangarooConfig,
+            target=target,
+            kind=cls.name,
+            training=cls.trained_with(spec),
+            exit_layer=int(spec["kangaroo_layers"]),
+        )
+
+    @classmethod
+    def random_network(cls, target_config, spec: dict, target: str):
+        """Its exit layer inside the target (a tiny one may have fewer layers than the default)."""
+        text = getattr(target_config, "text_config", None) or target_config
+        exit_layer = min(spec.get("kangaroo_layers", 1), text.num_hidden_layers - 1)
+        return cls.new_network(target_config, {**spec, "kangaroo_layers": exit_layer}, target)
+
+    @classmethod
+    def collection(cls, training: dict) -> dict:
+        return {"intermediate": "none", "exit_layer": training.get("kangaroo_layers", 0)}
 
     def __init__(self, adapter: KangarooAdapter, target: Decoder, temperature: float):
         stack = shallow_stack(target.stack, adapter)

@@ -92,9 +92,44 @@ class MedusaDrafter(MultiHeadDrafter):
     description = "Medusa's K heads on the target's last feature"
     source = "Medusa's vicuna-7b release (5 heads)"
 
+    loss = "multi_token"
+    loss_weights = (0.0, 0.0, 1.0)
+
     @classmethod
     def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
         return cls(head, target, temperature)
+
+    @classmethod
+    def network(cls) -> type:
+        from mmspec.decoding.drafters.medusa_net import MultiHead
+
+        return MultiHead
+
+    @classmethod
+    def network_config(cls, target_config, spec: dict, target: str):
+        from mmspec.decoding.drafters.eagle_net import head_config
+        from mmspec.decoding.drafters.medusa_net import MultiHeadConfig
+
+        return head_config(
+            target_config,
+            0,
+            MultiHeadConfig,
+            target=target,
+            kind=cls.name,
+            training=cls.trained_with(spec),
+            heads=int(spec["medusa_heads"]),
+            sequential=cls.name == "hydra",
+        )
+
+    @classmethod
+    def random_network(cls, target_config, spec: dict, target: str):
+        """Its heads' weights random (a new head's are zero: every head would read out f_t)."""
+        head = cls.new_network(target_config, spec, target)
+        with torch.no_grad():
+            for name, parameter in head.named_parameters():
+                if "blocks" in name and name.endswith("weight"):
+                    parameter.normal_(0, 0.5)
+        return head
 
     @classmethod
     def check(cls, spec: dict) -> None:

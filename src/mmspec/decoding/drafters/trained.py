@@ -3,6 +3,8 @@ head's requirement (stage train_drafter trains it on the target's own features).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from mmspec.decoding.component import NUMBER, TRAINED_HEAD, Param
 from mmspec.decoding.drafters import Drafter
 
@@ -30,9 +32,48 @@ HEAD_NOISE = Param(
 class HeadDrafter(Drafter):
     """A drafter over a head trained on the target's features (stage train_drafter). The params
     named in `training` key the trained head's folder (a changed one retrains that head); the
-    others only change how it drafts."""
+    others only change how it drafts. A kind declares its network (`network`, built and loaded
+    here; its module is imported only then, so declarations stay light) and how it trains:
+    which loss reads a batch (`training.heads`: "features" predicts the next feature, "multi_token"
+    reads K heads over one feature, "adapter" an adapter over the target's shallow states), the
+    weights of the (feature, intermediate, distribution) losses, and what the target must give
+    (`collection`)."""
 
     requires = frozenset({TRAINED_HEAD})
+    loss: ClassVar[str] = "features"
+    loss_weights: ClassVar[tuple[float, float, float]] = (1.0, 0.0, 0.1)
+
+    @classmethod
+    def network(cls) -> type:
+        """The head's network class (a transformers PreTrainedModel)."""
+        raise NotImplementedError
+
+    @classmethod
+    def network_config(cls, target_config, spec: dict, target: str):
+        """The config of a new network for a target (`spec`: its training hyperparameters)."""
+        raise NotImplementedError
+
+    @classmethod
+    def new_network(cls, target_config, spec: dict, target: str):
+        """A new, randomly initialised network of this kind for a target."""
+        return cls.network()(cls.network_config(target_config, spec, target))
+
+    @classmethod
+    def random_network(cls, target_config, spec: dict, target: str):
+        """A random network whose every part takes part in drafting (`mmspec verify-lossless`
+        checks drafting with it exactly, untrained): by default a new one."""
+        return cls.new_network(target_config, spec, target)
+
+    @classmethod
+    def collection(cls, training: dict) -> dict:
+        """What `training.heads.collect_sequence` reads of the target besides its last layer:
+        DREAM's intermediate features, Kangaroo's exit layer."""
+        return {"intermediate": "none", "exit_layer": 0}
+
+    @classmethod
+    def trained_with(cls, spec: dict) -> dict:
+        """The training hyperparameters a network's config records."""
+        return {k: spec[k] for k in cls.training if k in spec}
 
     @classmethod
     def training_keys(cls, spec: dict) -> tuple[str, ...]:

@@ -79,32 +79,17 @@ class DreamDrafter(EagleDrafter):
         return cls.requires
 
     loss_weights = (0.2, 0.2, 1.0)  # DREAM, Section 4.1
+    network_class = "mmspec.decoding.drafters.dream_net:DreamHead"
+    config_class = "mmspec.decoding.drafters.dream_net:DreamHeadConfig"
+    blocks = 2  # an initial and a final decoder block around the cross-attention block
+
+    @classmethod
+    def network_options(cls, spec: dict) -> dict:
+        return {"cross": bool(spec.get("dream_cross", True))}
 
     @classmethod
     def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
         return cls(head, target, temperature, float(spec.get("dream_vtc", 1.0)))
-
-    @classmethod
-    def network(cls) -> type:
-        from mmspec.decoding.drafters.dream_net import DreamHead
-
-        return DreamHead
-
-    @classmethod
-    def network_config(cls, target_config, spec: dict, target: str):
-        from mmspec.decoding.drafters.dream_net import DreamHeadConfig
-        from mmspec.decoding.drafters.eagle_net import head_config
-
-        # an initial and a final decoder block around the cross-attention block
-        return head_config(
-            target_config,
-            2,
-            DreamHeadConfig,
-            target=target,
-            kind=cls.name,
-            training=cls.trained_with(spec),
-            cross=bool(spec.get("dream_cross", True)),
-        )
 
     @classmethod
     def random_network(cls, target_config, spec: dict, target: str):

@@ -51,27 +51,13 @@ class EagleDrafter(HeadDrafter):
     params = (*HEAD_TRAINING, HEAD_NOISE, Param("head_layers", int, 1, "decoder layers", low=1))
     training = tuple(p.key for p in params)
     drafts_images = True
+    network_class = "mmspec.decoding.drafters.eagle_net:EagleHead"
     description = "EAGLE's one-layer head extrapolating the target's last-layer features"
     source = "EAGLE's release, train/main.py (lr 3e-5, batch 4, noise 0.2)"
 
     @classmethod
     def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
         return cls(head, target, temperature)
-
-    @classmethod
-    def network(cls) -> type:
-        from mmspec.decoding.drafters.eagle_net import EagleHead
-
-        return EagleHead
-
-    @classmethod
-    def network_config(cls, target_config, spec: dict, target: str):
-        from mmspec.decoding.drafters.eagle_net import head_config
-
-        layers = int(spec.get("head_layers", 1))
-        return head_config(
-            target_config, layers, target=target, kind=cls.name, training=cls.trained_with(spec)
-        )
 
     def __init__(self, head: EagleHead, target: Decoder | GuidedDecoder, temperature: float):
         super().__init__(temperature)

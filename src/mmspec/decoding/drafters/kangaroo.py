@@ -99,33 +99,19 @@ class KangarooDrafter(ModelDrafter, HeadDrafter):
 
     loss = "adapter"
     loss_weights = (0.0, 0.0, 1.0)
+    network_class = "mmspec.decoding.drafters.kangaroo_net:KangarooAdapter"
+    config_class = "mmspec.decoding.drafters.kangaroo_net:KangarooConfig"
+    blocks = 1  # the adapter's one layer
+
+    @classmethod
+    def network_options(cls, spec: dict) -> dict:
+        return {"exit_layer": int(spec["kangaroo_layers"])}
 
     @classmethod
     def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
         drafter = cls(head, target, temperature)
         drafter.exit_below = float(spec.get("kangaroo_exit", 0.0))  # read on chains only
         return drafter
-
-    @classmethod
-    def network(cls) -> type:
-        from mmspec.decoding.drafters.kangaroo_net import KangarooAdapter
-
-        return KangarooAdapter
-
-    @classmethod
-    def network_config(cls, target_config, spec: dict, target: str):
-        from mmspec.decoding.drafters.eagle_net import head_config
-        from mmspec.decoding.drafters.kangaroo_net import KangarooConfig
-
-        return head_config(
-            target_config,
-            1,  # the adapter's one layer
-            KangarooConfig,
-            target=target,
-            kind=cls.name,
-            training=cls.trained_with(spec),
-            exit_layer=int(spec["kangaroo_layers"]),
-        )
 
     @classmethod
     def random_network(cls, target_config, spec: dict, target: str):

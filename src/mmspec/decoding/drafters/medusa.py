@@ -94,32 +94,17 @@ class MedusaDrafter(MultiHeadDrafter):
 
     loss = "multi_token"
     loss_weights = (0.0, 0.0, 1.0)
+    network_class = "mmspec.decoding.drafters.medusa_net:MultiHead"
+    config_class = "mmspec.decoding.drafters.medusa_net:MultiHeadConfig"
+    blocks = 0
+
+    @classmethod
+    def network_options(cls, spec: dict) -> dict:
+        return {"heads": int(spec["medusa_heads"]), "sequential": cls.name == "hydra"}
 
     @classmethod
     def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
         return cls(head, target, temperature)
-
-    @classmethod
-    def network(cls) -> type:
-        from mmspec.decoding.drafters.medusa_net import MultiHead
-
-        return MultiHead
-
-    @classmethod
-    def network_config(cls, target_config, spec: dict, target: str):
-        from mmspec.decoding.drafters.eagle_net import head_config
-        from mmspec.decoding.drafters.medusa_net import MultiHeadConfig
-
-        return head_config(
-            target_config,
-            0,
-            MultiHeadConfig,
-            target=target,
-            kind=cls.name,
-            training=cls.trained_with(spec),
-            heads=int(spec["medusa_heads"]),
-            sequential=cls.name == "hydra",
-        )
 
     @classmethod
     def random_network(cls, target_config, spec: dict, target: str):

@@ -3,6 +3,7 @@ head's requirement (stage train_drafter trains it on the target's own features).
 
 from __future__ import annotations
 
+import importlib
 from typing import ClassVar
 
 from mmspec.decoding.component import NUMBER, TRAINED_HEAD, Param
@@ -43,15 +44,37 @@ class HeadDrafter(Drafter):
     loss: ClassVar[str] = "features"
     loss_weights: ClassVar[tuple[float, float, float]] = (1.0, 0.0, 0.1)
 
+    # "module:Class" of its network (a transformers PreTrainedModel) and the network's config
+    # class (EAGLE's by default), and the decoder blocks of its stack (None: `head_layers`)
+    network_class: ClassVar[str] = ""
+    config_class: ClassVar[str] = "mmspec.decoding.drafters.eagle_net:EagleHeadConfig"
+    blocks: ClassVar[int | None] = None
+
     @classmethod
     def network(cls) -> type:
-        """The head's network class (a transformers PreTrainedModel)."""
-        raise NotImplementedError
+        """The head's network class."""
+        return _load(cls.network_class)
+
+    @classmethod
+    def network_options(cls, spec: dict) -> dict:
+        """What its network's config takes besides the target's sizes."""
+        return {}
 
     @classmethod
     def network_config(cls, target_config, spec: dict, target: str):
         """The config of a new network for a target (`spec`: its training hyperparameters)."""
-        raise NotImplementedError
+        from mmspec.decoding.drafters.eagle_net import head_config
+
+        layers = int(spec.get("head_layers", 1)) if cls.blocks is None else cls.blocks
+        return head_config(
+            target_config,
+            layers,
+            _load(cls.config_class),
+            target=target,
+            kind=cls.name,
+            training=cls.trained_with(spec),
+            **cls.network_options(spec),
+        )
 
     @classmethod
     def new_network(cls, target_config, spec: dict, target: str):
@@ -79,3 +102,9 @@ class HeadDrafter(Drafter):
     def training_keys(cls, spec: dict) -> tuple[str, ...]:
         """The keys of `spec` that define its trained head."""
         return tuple(p.key for p in cls.reads(spec) if p.key in cls.training)
+
+
+def _load(path: str):
+    """The object at "module:name" (a network module is imported only when a head is built)."""
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)

@@ -228,6 +228,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser(
+        "compare-outputs",
+        help="whether two results folders' cells decode the same tokens (exit 1 if not)",
+        description="Compare every cell two results folders both have, sample-turn by "
+        "sample-turn: output token ids and each step's drafted and accepted counts (no "
+        "timings). Exits 1 when a cell differs or only one folder has it.",
+    )
+    p.add_argument("first", help="a results folder (with generate/)")
+    p.add_argument("second", help="another results folder")
+
+    p = sub.add_parser(
         "gpu-check",
         help="check a GPU machine end to end: the tour and a sampled cell of every method "
         "family, the engine benchmark, bf16/fp16 greedy SD against AR; one table, exit 1 on "
@@ -273,6 +283,12 @@ def _main(argv: list[str], warm: bool) -> int:
 
             torch.set_num_threads(1)  # tiny models: threads only add overhead
             return 0 if verify.run(args.seed, args.method, args.spec, args.tokens) else 1
+        if args.stage == "compare-outputs":
+            from mmspec import compare
+
+            result = compare.compare(args.first, args.second)
+            print(compare.render(result))
+            return 0 if result.identical else 1
         if args.stage == "gpu-check":
             from mmspec import gpu_check
 

@@ -10,8 +10,9 @@ oracle split (visual words above the rest, LVSpec's own relevance breaking ties)
 LVSpec's rule on this world, where a step whose drafted tokens hold more than K - floor(lambda K)
 visual words must relax some. The draft decoding alone is the far end (lambda 1 comes close: every
 drafted position may mismatch). Both rules exist only here, as diagnostics. Each rule decodes the
-same prepared samples through the generate stage's own code (only the acceptance rule is swapped
-in), and is scored with the toy rubric against the AR cell.
+same prepared samples through the generate stage's own code, and is scored with the toy rubric
+against the AR cell. The two rules are components of this script's own (registered in the catalog
+as a plugin's would be), named in the spec like any rule.
 
 Run after the toy_lvspec preset (it reads its prepared data, visual caches and models):
 
@@ -33,9 +34,16 @@ import pyarrow.parquet as pq
 import torch
 
 from mmspec.data import toyworld
-from mmspec.decoding import acceptance
-from mmspec.decoding.acceptance.loose import _Walk, _walk_loosely, loosened, visual_relevance
-from mmspec.methods import registry, runtime
+from mmspec.decoding import catalog
+from mmspec.decoding.acceptance.loose import (
+    LVSpec,
+    Walk,
+    loosened,
+    visual_relevance,
+    walk_loosely,
+)
+from mmspec.decoding.acceptance.rule import Rule
+from mmspec.methods import registry
 from mmspec.models import loading
 from mmspec.scoring.toy_quality import score_rows
 from mmspec.stages import generate
@@ -43,34 +51,49 @@ from mmspec.stages import generate
 PAIR = {"target": "toy:vtarget", "draft": "toy:vdraft", "dtype": "float32"}
 
 
-def oracle_rule(tokenizer) -> acceptance.AcceptanceRule:
+class Oracle(Rule):
     """Relax a mismatch where neither the drafted nor the target's token states visual content."""
-    visual = _visual_ids(tokenizer)
 
-    def judge(proposal, logits, temperature, sampler):
-        walk = _Walk(proposal, logits, temperature, sampler)
+    name = "oracle_nonvisual"
+    visual: set[int] = set()  # the visual words' ids (set by `register`)
+
+    @classmethod
+    def judge(cls, proposal, logits, temperature, sampler):
+        walk = Walk(proposal, logits, temperature, sampler)
 
         def relaxes(walk, parent, child):
-            return proposal.tokens[child] not in visual and walk.rejected(parent) not in visual
+            return (
+                proposal.tokens[child] not in cls.visual and walk.rejected(parent) not in cls.visual
+            )
 
-        return _walk_loosely(walk, relaxes)
-
-    return acceptance.AcceptanceRule("oracle", judge, lossless=False)
+        return walk_loosely(walk, relaxes)
 
 
-def perfectly_ranked_rule(tokenizer, share: float, n: int) -> acceptance.AcceptanceRule:
-    """LVSpec's rule (Eqs. 9-10, without PST) over the oracle split's ranking; named `lvspec`
-    so that the decoding hands it the target's states, as it does LVSpec's."""
-    visual_ids = _visual_ids(tokenizer)
+class PerfectlyRanked(Rule):
+    """LVSpec's rule (Eqs. 9-10, without PST) over the oracle split's ranking (visual words above
+    the rest, LVSpec's own relevance breaking ties); it reads the target's states as LVSpec."""
 
-    def judge(proposal, logits, temperature, sampler, *, hidden, visual):
-        walk = _Walk(proposal, logits, temperature, sampler)
-        measured = visual_relevance(hidden, visual, n).cpu()  # within [-1, 1]: breaks ties only
-        split = torch.tensor([4.0 * (t in visual_ids) for t in proposal.tokens])
-        loose = loosened(split + measured, share)
-        return _walk_loosely(walk, lambda walk, parent, child: child in loose)
+    name = "lvspec_perfect_relevance"
+    params = tuple(p for p in LVSpec.params if p.key in ("lvspec_lambda", "lvspec_n"))
+    requires = LVSpec.requires
+    visual: set[int] = set()
 
-    return acceptance.AcceptanceRule("lvspec", judge, lossless=False)
+    @classmethod
+    def judge(
+        cls, proposal, logits, temperature, sampler, *, lvspec_lambda, lvspec_n, hidden, visual
+    ):
+        walk = Walk(proposal, logits, temperature, sampler)
+        measured = visual_relevance(hidden, visual, lvspec_n).cpu()  # within [-1, 1]: ties
+        split = torch.tensor([4.0 * (t in cls.visual) for t in proposal.tokens])
+        loose = loosened(split + measured, lvspec_lambda)
+        return walk_loosely(walk, lambda walk, parent, child: child in loose)
+
+
+def register(tokenizer) -> None:
+    """Add the two rules to the catalog, knowing the toy world's visual words."""
+    Oracle.visual = PerfectlyRanked.visual = _visual_ids(tokenizer)
+    catalog.register(Oracle)
+    catalog.register(PerfectlyRanked)
 
 
 def _visual_ids(tokenizer) -> set[int]:
@@ -84,7 +107,6 @@ def decode(
     threads: int,
     method: str,
     hparams: dict,
-    rule=None,
     target="vtarget",
     draft="vdraft",
 ) -> tuple[float, float]:
@@ -108,20 +130,14 @@ def decode(
         "generation": {"max_new_tokens": 96, "temperature": 0.0, "cfg": 3.0, "top_k": 0},
         "timing": {"warmup_samples": 0, "threads": threads},
     }
-    original = runtime.make_rule
-    if rule is not None:
-        runtime.make_rule = lambda spec, *a, **k: rule
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = f"{tmp}/samples.parquet"
-            visual = str(results / f"visual/toy-{target}/{dataset}.parquet")
-            draft_visual = str(results / f"visual/toy-{draft}/{dataset}.parquet")
-            generate.run(
-                params, str(results / f"prepared/{dataset}.parquet"), visual, draft_visual, out
-            )
-            rows = pq.read_table(out).to_pylist()
-    finally:
-        runtime.make_rule = original
+    with tempfile.TemporaryDirectory() as tmp:
+        out = f"{tmp}/samples.parquet"
+        visual = str(results / f"visual/toy-{target}/{dataset}.parquet")
+        draft_visual = str(results / f"visual/toy-{draft}/{dataset}.parquet")
+        generate.run(
+            params, str(results / f"prepared/{dataset}.parquet"), visual, draft_visual, out
+        )
+        rows = pq.read_table(out).to_pylist()
     prepared = {
         r["sample_id"]: r
         for r in pq.read_table(results / f"prepared/{dataset}.parquet").to_pylist()
@@ -142,26 +158,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     results = Path(args.results)
-    tokenizer = loading.tokenizer_of(loading.load_processor(str(results / "models/toy/vtarget")))
+    register(loading.tokenizer_of(loading.load_processor(str(results / "models/toy/vtarget"))))
+    lvspec = {"views": "M", "lvspec_lambda": args.lam}
     runs = {
-        "AR": ("ar", {}, None),
-        "draft alone (AR)": ("ar", {}, None, "vdraft", "vdraft"),
-        "SD (K=10)": ("sd_chain", {"gamma": 10, "views": "M"}, None),
-        f"LVSpec lambda {args.lam} (w/o PST)": (
-            "lvspec_nopst",
-            {"views": "M", "lvspec_lambda": args.lam},
-            None,
-        ),
+        "AR": ("ar", {}),
+        "draft alone (AR)": ("ar", {}, "vdraft", "vdraft"),
+        "SD (K=10)": ("sd_chain", {"gamma": 10, "views": "M"}),
+        f"LVSpec lambda {args.lam} (w/o PST)": ("lvspec_nopst", lvspec),
         f"LVSpec lambda {args.lam}, perfect relevance": (
-            "lvspec_nopst",
-            {"views": "M", "lvspec_lambda": args.lam},
-            perfectly_ranked_rule(tokenizer, args.lam, registry.resolve("lvspec", {})["lvspec_n"]),
+            "sd_chain",
+            {"gamma": 10, **lvspec, "acceptance": PerfectlyRanked.name},
         ),
-        f"random rho {args.rho}": ("random_relax", {"views": "M", "relax_rho": args.rho}, None),
+        f"random rho {args.rho}": ("random_relax", {"views": "M", "relax_rho": args.rho}),
         "oracle (non-visual tokens)": (
             "sd_chain",
-            {"gamma": 10, "views": "M"},
-            oracle_rule(tokenizer),
+            {"gamma": 10, "views": "M", "acceptance": Oracle.name},
         ),
     }
     measured = {

@@ -32,7 +32,7 @@ from pathlib import Path
 from lvspec_oracle import _visual_ids, decode
 
 from mmspec.decoding import acceptance
-from mmspec.decoding.acceptance.loose import _Walk, _walk_loosely, loosened, visual_relevance
+from mmspec.decoding.acceptance.loose import Walk, loosened, visual_relevance, walk_loosely
 from mmspec.methods import registry
 from mmspec.models import loading
 
@@ -41,7 +41,7 @@ def recording_rule(visual_ids: set[int], share: float, n: int, counts: Counter):
     """LVSpec's rule with PST (as `loose.accept_lvspec`), counting each rejection by kind."""
 
     def judge(proposal, logits, temperature, sampler, *, hidden, visual):
-        walk = _Walk(proposal, logits, temperature, sampler)
+        walk = Walk(proposal, logits, temperature, sampler)
         loose = loosened(visual_relevance(hidden, visual, n), share)
         drafted = set(proposal.tokens)
 
@@ -57,7 +57,7 @@ def recording_rule(visual_ids: set[int], share: float, n: int, counts: Counter):
             counts[kind, "visual" if seen else "non-visual"] += 1
             return kind != "stop"
 
-        return _walk_loosely(walk, relaxes)
+        return walk_loosely(walk, relaxes)
 
     return acceptance.AcceptanceRule("lvspec", judge, lossless=False)
 

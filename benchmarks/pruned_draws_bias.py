@@ -152,7 +152,9 @@ def tvd(seed: int, policy, rule, spec_name: str) -> float:
     target, draft = verify.build_models(seed, tokenizer)
     generator = torch.Generator().manual_seed(seed)
     sample = Sample(
-        "a b <image> a", verify._images(target, generator), verify._images(draft, generator)
+        "a b <image> a",
+        verify.random_images(target, generator),
+        verify.random_images(draft, generator),
     )
     spec = registry.resolve(spec_name, {"acceptance": "sampling", "temperature": 1.0})
     runner = MethodRunner(spec, target, draft, tokenizer, "<image>")

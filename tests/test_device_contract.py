@@ -104,7 +104,7 @@ def tiny():
     generator = torch.Generator().manual_seed(0)
     prompts = ["a b <image> c", "<image> c a"]
     samples = [
-        Sample(t, verify._images(target, generator), verify._images(draft, generator))
+        Sample(t, verify.random_images(target, generator), verify.random_images(draft, generator))
         for t in prompts
     ]
     return tokenizer, target, draft, samples

@@ -30,7 +30,7 @@ def tiny():
     tokenizer = verify.build_tokenizer()
     target, _ = verify.build_models(0, tokenizer)
     generator = torch.Generator().manual_seed(0)
-    samples = [Sample(t, verify._images(target, generator), []) for t in PROMPTS]
+    samples = [Sample(t, verify.random_images(target, generator), []) for t in PROMPTS]
     return tokenizer, target, samples
 
 

@@ -33,7 +33,7 @@ def tiny():
     generator = torch.Generator().manual_seed(0)
     prompts = [" ".join(p) for p in (["a", "b", "<image>", "c"], ["<image>", "b", "a"])]
     prompts += ["c <image> a b", "<image> c c", "a <image>", "b a <image> c"]
-    samples = [Sample(t, verify._images(target, generator), []) for t in prompts]
+    samples = [Sample(t, verify.random_images(target, generator), []) for t in prompts]
     return tokenizer, target, samples
 
 

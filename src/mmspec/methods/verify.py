@@ -98,7 +98,7 @@ def build_head(spec: dict, target, seed: int):
     return head.double().eval()
 
 
-def _images(model, generator) -> list[ImageInput]:
+def random_images(model, generator) -> list[ImageInput]:
     features = torch.randn(
         IMAGE_TOKENS, model.config.vision_config.hidden_size, generator=generator
     ).double()
@@ -127,8 +127,8 @@ def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdi
     generator = torch.Generator().manual_seed(seed)
     samples = []
     for text in PROMPTS:
-        target_images = _images(target, generator)
-        draft_images = _images(draft, generator)
+        target_images = random_images(target, generator)
+        draft_images = random_images(draft, generator)
         # the draft's cached image is its own encoding of the same picture: same token count
         samples.append(Sample(text, target_images, draft_images))
     spec, note = checked_spec(name, hparams, 1.0, tokens)

@@ -46,7 +46,7 @@ from mmspec.decoding.proposal import ROOT, Proposal
 FLY_TOP = 3  # FLy's entropy reads the target's 3 most probable tokens
 
 
-class _Walk:
+class Walk:
     """The lossless rule's verdict per node, computed once (coins flipped once, draws made once):
     `step(node)` -> the accepted child or None; `rejected(node)` -> the token the target emits
     after `node` when no child is accepted."""
@@ -123,7 +123,7 @@ class _Walk:
         return True
 
 
-def _walk_loosely(walk: _Walk, relaxes) -> tuple[list[int], int, int]:
+def walk_loosely(walk: Walk, relaxes) -> tuple[list[int], int, int]:
     """(accepted path, next token, relaxed nodes): follow exact matches; at a rejection accept
     the first child if `relaxes(walk, parent, child)`, else emit the target's token."""
     path, node, relaxed = [], ROOT, 0
@@ -169,14 +169,14 @@ def accept_lvspec(
 ):
     """LVSpec's loose verification; `hidden`: the target's last-layer states of the drafted
     nodes [K, H] (verification forward), `visual`: those of the prompt's visual tokens."""
-    walk = _Walk(proposal, logits, temperature, sampler)
+    walk = Walk(proposal, logits, temperature, sampler)
     loose = loosened(visual_relevance(hidden, visual, lvspec_n), lvspec_lambda)
     shifted = _shift_tolerance(proposal, pst_range, pst_ahead)
 
     def relaxes(walk, parent, child):
         return child in loose or (pst and walk.rejected(parent) in shifted(child))
 
-    return _walk_loosely(walk, relaxes)
+    return walk_loosely(walk, relaxes)
 
 
 def _shift_tolerance(proposal: Proposal, pst_range: int | None, pst_ahead: bool):
@@ -213,7 +213,7 @@ def accept_fly(
     fly_window: int,
 ):
     """FLy: the entropy gate and the deferred window."""
-    walk = _Walk(proposal, logits, temperature, sampler)
+    walk = Walk(proposal, logits, temperature, sampler)
     entropy = top_entropy(logits)
 
     def relaxes(walk, parent, child):
@@ -221,7 +221,7 @@ def accept_fly(
             child, fly_window - 1
         )
 
-    return _walk_loosely(walk, relaxes)
+    return walk_loosely(walk, relaxes)
 
 
 def accept_fly_gate(proposal: Proposal, logits: torch.Tensor, temperature, sampler, *, fly_entropy):
@@ -233,12 +233,12 @@ def accept_random_relax(
     proposal: Proposal, logits: torch.Tensor, temperature, sampler, *, relax_rho: float
 ):
     """Each mismatch accepted with probability rho (no draw at all when rho is 0)."""
-    walk = _Walk(proposal, logits, temperature, sampler)
+    walk = Walk(proposal, logits, temperature, sampler)
 
     def relaxes(walk, parent, child):
         return relax_rho > 0 and sampler.accept(relax_rho)
 
-    return _walk_loosely(walk, relaxes)
+    return walk_loosely(walk, relaxes)
 
 
 class _Loose(Rule):

@@ -99,6 +99,7 @@ def build_head(spec: dict, target, seed: int):
 
 
 def random_images(model, generator) -> list[ImageInput]:
+    """One random image as a tiny model caches it (projector output and features, a caption)."""
     features = torch.randn(
         IMAGE_TOKENS, model.config.vision_config.hidden_size, generator=generator
     ).double()

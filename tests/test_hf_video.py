@@ -17,7 +17,8 @@ import pytest
 
 from mmspec import config as mmconfig
 from mmspec.data import media
-from mmspec.data.hf import prepare_hf, sample_indices
+from mmspec.data.hf import prepare_hf
+from mmspec.data.video import sample_indices
 from mmspec.tables import PREPARED, read_table
 
 SIZE = (6, 4)

@@ -38,6 +38,7 @@ STAGE_CODE = {
         "stages/prepare.py",
         "data/toyworld.py",
         "data/hf.py",
+        "data/video.py",
         "data/media.py",
         "tables.py",
     ],

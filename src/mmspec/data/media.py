@@ -10,7 +10,9 @@ video item as one video; every other family reads its frames as images (`frames_
 from __future__ import annotations
 
 import hashlib
+import io
 from dataclasses import dataclass
+from typing import Any
 
 VIDEO = "video"
 IMAGE = "image"
@@ -106,3 +108,20 @@ def prompt_text(messages: list[dict], where: str, text_only: bool = True) -> str
     if not text:
         raise ValueError(f"{where}: no prompt text in the last user message")
     return text
+
+
+def to_png(value: Any) -> bytes:
+    """Decode one image value (PIL image, {'bytes', 'path'} dict, raw bytes or path) to RGB PNG."""
+    import PIL.Image
+
+    if isinstance(value, bytes | bytearray):
+        value = {"bytes": bytes(value), "path": None}
+    if not isinstance(value, PIL.Image.Image):
+        if not isinstance(value, dict | str):
+            raise TypeError(f"not an image value: {type(value).__name__}")
+        import datasets
+
+        value = datasets.Image().decode_example(value)  # also applies the EXIF orientation
+    buffer = io.BytesIO()
+    value.convert("RGB").save(buffer, format="PNG")
+    return buffer.getvalue()

@@ -276,12 +276,23 @@ else
 fi
 
 # ---------------------------------------------------------------- 6. wait until idle
+# This cluster exists for the tests alone: a job still queued or "running" here was left by an
+# earlier run that was killed (its processes are gone), and it would hold the node's CPUs so
+# that the next run's jobs pend forever. Cancel them all, then wait for the node to be idle.
+wait_for 30 slurmctld scontrol ping
+stale=$(squeue -h -o '%i' 2>/dev/null | paste -sd' ' || true)
+if [[ -n $stale ]]; then
+    # shellcheck disable=SC2086
+    scancel --full $stale || true
+    wait_for "$TIMEOUT" "the stale jobs to leave the queue" bash -c '[[ -z $(squeue -h -o %i) ]]'
+    log "cancelled jobs left by an earlier run: $stale"
+fi
 end=$(( $(date +%s) + TIMEOUT ))
 resumed=0
 while true; do
     state=$(sinfo -h -N -n "$HOST" -o '%t' 2>/dev/null | head -1 || true)
     case $state in
-        idle|mix|alloc) break ;;
+        idle) break ;;
         down*|drain*|inval*)
             # e.g. a DOWN node left in the saved state by an earlier run
             if (( ! resumed )); then scontrol update nodename="$HOST" state=resume >/dev/null 2>&1 || true; resumed=1; fi ;;

@@ -39,8 +39,9 @@ from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.timing import describe_device, pick_device, sync, versions
 from mmspec.decoding.views import ImageInput, ViewContext, make_view
-from mmspec.models import loading, toy_processor
+from mmspec.models import loading
 from mmspec.models.visual import projector_of
+from mmspec.toy import processor as toy_processor
 
 PROMPT = "<bos> user : <image> describe the image . assistant :"
 CAPTION = "a red circle at the top left , a blue square at the bottom right ."

@@ -4,8 +4,8 @@ classifier-free guidance on both models (the paper's Table 3 and Figure 5 in min
 
     python benchmarks/bench_lantern.py --target T --draft D --features F --clip C
 
-T and D are toy image generators (models.toy_imagegen, sharing a codebook), F the FID feature
-network and C the CLIP (models.toy_image_nets). Every setting draws one image per held-out
+T and D are toy image generators (toy.imagegen, sharing a codebook), F the FID feature
+network and C the CLIP (toy.image_nets). Every setting draws one image per held-out
 caption; FID compares them with textured references of other scenes, CLIP score with their
 captions. Times are one process's, setting after setting: quote ratios, not seconds.
 """
@@ -22,7 +22,6 @@ import argparse
 import numpy as np
 import torch
 
-from mmspec.data import toyworld
 from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
@@ -31,9 +30,11 @@ from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.trees import ChainPolicy
 from mmspec.methods.registry import resolve
-from mmspec.models import loading, toy_imagegen
+from mmspec.models import loading
 from mmspec.models.vq import PatchVQ
 from mmspec.scoring import image_metrics
+from mmspec.toy import imagegen as toy_imagegen
+from mmspec.toy import world as toyworld
 
 
 class Generator:

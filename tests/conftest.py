@@ -69,7 +69,7 @@ TINY_IMAGEGEN = dict(
 def imagegen_dirs(tmp_path_factory):
     """(target, draft) folders of tiny toy image generators (trained a few seconds each, the
     draft with another seed and half the steps), saved once for every test that reads them."""
-    from mmspec.models import toy_imagegen
+    from mmspec.toy import imagegen as toy_imagegen
 
     root = tmp_path_factory.mktemp("imagegen")
     toy_imagegen.train(TINY_IMAGEGEN, root / "target", seed=0)
@@ -101,7 +101,7 @@ def offline(monkeypatch, tmp_path):
 
 @pytest.fixture(scope="session")
 def processor():
-    from mmspec.models import toy_processor
+    from mmspec.toy import processor as toy_processor
 
     return toy_processor.build_processor()
 
@@ -109,7 +109,7 @@ def processor():
 def _model(processor, hidden, layers, seed, logit_scale=1.0):
     import torch
 
-    from mmspec.models import toy_training
+    from mmspec.toy import training as toy_training
 
     spec = {"hidden": hidden, "layers": layers, "heads": 2, "vision_hidden": 64}
     model = toy_training.build_model(spec, processor.tokenizer, seed).eval()

@@ -13,7 +13,7 @@ from mmspec.decoding.drafters.heads import build_head
 from mmspec.decoding.sampler import seeded
 from mmspec.methods import registry, verify
 from mmspec.methods.runtime import MethodRunner, Sample
-from mmspec.models.toy_training import build_model
+from mmspec.toy.training import build_model
 from mmspec.training.heads import (
     candidate_layers,
     collect_sequence,

@@ -137,7 +137,8 @@ def test_job_memory_adds_the_models_and_falls_back_when_one_is_unknown(tmp_path,
     ],
 )
 def test_toy_models_not_trained_yet_are_sized_from_their_config(spec, tmp_path, monkeypatch):
-    from mmspec.models import toy_processor, toy_training
+    from mmspec.toy import processor as toy_processor
+    from mmspec.toy import training as toy_training
 
     monkeypatch.chdir(tmp_path)  # no results/models/toy here
     assert footprint.footprint("toy:target", "float32").source == "unknown"

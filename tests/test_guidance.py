@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mmspec.data import toyworld
 from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
@@ -16,7 +15,9 @@ from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.trees import ChainPolicy, DynamicTree
 from mmspec.methods.registry import resolve
-from mmspec.models import loading, toy_imagegen
+from mmspec.models import loading
+from mmspec.toy import imagegen as toy_imagegen
+from mmspec.toy import world as toyworld
 
 SCALE = 3.0
 

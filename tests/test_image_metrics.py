@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from transformers import AutoModelForImageClassification
 
-from mmspec.data import toyworld
-from mmspec.models import toy_image_nets
 from mmspec.scoring import image_metrics
+from mmspec.toy import image_nets as toy_image_nets
+from mmspec.toy import world as toyworld
 
 # the recipe the image world will train (about 40 s); smaller ones stay near "empty" everywhere
 FEATURES = dict(hidden=64, layers=2, heads=4, patch=4, steps=1500, batch_size=32, lr=2e-3)

@@ -42,7 +42,7 @@ from mmspec.scoring.judge import (
 )
 from mmspec.scoring.judge import cache as cache_module
 from mmspec.scoring.judge.server import MODEL
-from mmspec.scoring.toy_quality import score_toy
+from mmspec.toy.quality import score_toy
 
 KEY_VAR = "MMSPEC_TEST_JUDGE_KEY"
 QUESTION = "describe the video in detail ."

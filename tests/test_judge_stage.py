@@ -10,11 +10,12 @@ import socket
 import pyarrow as pa
 import pytest
 
-from mmspec.data import media, toyworld
+from mmspec.data import media
 from mmspec.scoring.judge import JudgeCache, JudgeUnreachable
 from mmspec.stages import judge
 from mmspec.stages.score import _add_judgements
 from mmspec.tables import JUDGEMENTS, PREPARED, SAMPLES, read_table, write_table
+from mmspec.toy import world as toyworld
 
 CELL = {"dataset": "toy_vdesc", "pair": "p", "method": "m", "hp": "default", "hparams": "{}"}
 SETTINGS = {

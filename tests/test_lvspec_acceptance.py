@@ -1,4 +1,4 @@
-"""benchmarks/lvspec_acceptance.py on a results folder written here: its verdicts follow the
+"""analysis/lvspec/acceptance.py on a results folder written here: its verdicts follow the
 cells, and PST's paired change is computed from the score tables."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "lvspec_acceptance.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "analysis" / "lvspec" / "acceptance.py"
 SAMPLES = 8
 
 

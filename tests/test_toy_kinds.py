@@ -96,7 +96,7 @@ def test_toy_model_stage_trains_each_kind(tmp_path, name):
     record = json.loads((out / "training.json").read_text())
     assert record["spec"]["kind"] == spec["kind"] and (out / "config.json").exists()
     if name == "image_target":
-        from mmspec.models import toy_imagegen
+        from mmspec.toy import imagegen as toy_imagegen
 
         vectors, offset = toy_imagegen.codebook_of(out)
         assert vectors.shape[0] == 16 and offset > 0

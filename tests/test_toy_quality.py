@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from mmspec.data import toyworld as tw
-from mmspec.scoring.toy_quality import SCENARIOS, score_rows, score_toy
+from mmspec.toy import world as tw
+from mmspec.toy.quality import SCENARIOS, score_rows, score_toy
 
 GARBAGE = ["", "   ", "the the the", "a red", "?? ,, .", "<unk> <pad>", "circle " * 50, "é 🙂 \n"]
 

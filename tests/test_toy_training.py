@@ -1,12 +1,13 @@
-"""Toy training's encoding of examples (mmspec.models.toy_training)."""
+"""Toy training's encoding of examples (mmspec.toy.training)."""
 
 from __future__ import annotations
 
 import pytest
 
 from mmspec.data import media
-from mmspec.data import toyworld as tw
-from mmspec.models import toy_processor, toy_training
+from mmspec.toy import processor as toy_processor
+from mmspec.toy import training as toy_training
+from mmspec.toy import world as tw
 
 SCENARIOS = ["toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story", "toy_video"]
 

@@ -8,9 +8,9 @@ import pytest
 from PIL import Image
 
 from mmspec.data import media
-from mmspec.data import toyworld as tw
-from mmspec.scoring.toy_quality import listed, motions, score_video
 from mmspec.tables import PREPARED
+from mmspec.toy import world as tw
+from mmspec.toy.quality import listed, motions, score_video
 
 N = 60  # samples per dataset: enough to hit every branch, fast
 N_IMAGES = {
@@ -76,7 +76,7 @@ def test_rows_fit_the_prepared_schema(datasets):
                 assert n_images in (N_IMAGES[name], N_IMAGES_MULTITURN_NEW)
             else:
                 assert n_images == N_IMAGES[name]
-            assert row["image_ids"] == [tw.image_id(png) for png in row["images"]]
+            assert row["image_ids"] == [media.image_id(png) for png in row["images"]]
             # fits max_new_tokens 64 and the end (descriptions: 96, as toy_lvspec.yaml sets)
             assert len(row["reference"].split()) <= (90 if name == "toy_vdesc" else 60)
 
@@ -250,10 +250,10 @@ def test_render_colours_the_right_quadrants():
 
 def test_png_round_trips():
     img = tw.render(tw.random_scene(np.random.default_rng(0)))
-    png = tw.png_bytes(img)
-    assert png == tw.png_bytes(img.copy())
+    png = media.png_bytes(img)
+    assert png == media.png_bytes(img.copy())
     assert np.array_equal(np.asarray(Image.open(io.BytesIO(png)).convert("RGB")), img)
-    assert len(tw.image_id(png)) == 40
+    assert len(media.image_id(png)) == 40
 
 
 def test_training_examples():

@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from mmspec import config as mmconfig
-from mmspec.data import toyworld as tw
 from mmspec.decoding.acceptance.loose import visual_relevance
-from mmspec.models import loading, toy_processor, toy_training
+from mmspec.models import loading
+from mmspec.toy import processor as toy_processor
+from mmspec.toy import training as toy_training
+from mmspec.toy import world as tw
 
 
 @pytest.fixture(scope="module")

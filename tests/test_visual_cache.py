@@ -6,8 +6,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from mmspec.models import toy_processor, toy_training
 from mmspec.stages import cache_visual, generate, prepare
+from mmspec.toy import processor as toy_processor
+from mmspec.toy import training as toy_training
 
 TINY = {
     "hidden": 32,

@@ -15,6 +15,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from mmspec import schema as config_schema
 from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.component import (
     CAPTIONS,
@@ -28,7 +29,6 @@ from mmspec.methods import components, registry
 from mmspec.methods.components import SELF_DRAFT
 from mmspec.models import families
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 TOY_PREFIX = "toy:"
 
@@ -55,11 +55,6 @@ class Cell:
             f"dataset={self.dataset}/pair={self.pair}/method={self.method}/"
             f"hp={self.hp}/seed={self.seed}"
         )
-
-
-def load_schema() -> dict:
-    with open(SCHEMA_PATH) as f:
-        return yaml.safe_load(f)
 
 
 # --config KEY=VALUE: Snakemake reads a mapping or list VALUE with YAML's BaseLoader, which leaves
@@ -98,22 +93,11 @@ def _expected_types(schema: dict) -> list[str]:
     return [_JSON_TYPES.get(type(v), "object") for v in literals]
 
 
-def _resolve_ref(ref: str, root: dict) -> dict:
-    """The subschema a local `$ref` ("#/$defs/x") points to; {} (no coercion) for others."""
-    if not ref.startswith("#"):
-        return {}
-    node = root
-    for part in ref[1:].split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
-        node = node[int(part)] if isinstance(node, list) else node.get(part, {})
-    return node if isinstance(node, dict) else {}
-
-
 def _coerce(value, schema, root: dict, validator):
     if not isinstance(schema, dict):
         return value  # boolean schemas say nothing about types
     if "$ref" in schema:
-        value = _coerce(value, _resolve_ref(schema["$ref"], root), root, validator)
+        value = _coerce(value, config_schema.resolve_ref(schema["$ref"], root), root, validator)
     for sub in schema.get("allOf", []):
         value = _coerce(value, sub, root, validator)
     for keyword in ("oneOf", "anyOf"):
@@ -188,7 +172,7 @@ def coerce(value, schema: dict | None = None):
 def _coercion_schema() -> dict:
     """The config schema plus the types it leaves to later checks: method hyperparameters (from
     the registry; a list is a grid) and the devices of a device map (a GPU index)."""
-    schema = copy.deepcopy(load_schema())
+    schema = copy.deepcopy(config_schema.load())
     hyperparameters = {}
     for key, param in registry.known_params().items():
         kind = {int: "integer", bool: "boolean"}.get(param.type, "number")
@@ -276,7 +260,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     """
     check_overrides(overrides)
     config = coerce(config)
-    validator = jsonschema.Draft202012Validator(load_schema())
+    validator = jsonschema.Draft202012Validator(config_schema.load())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(_describe(errors[0]))
@@ -363,18 +347,6 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     return config
 
 
-# the judge block's defaults (config/schema.yaml documents them)
-JUDGE_DEFAULTS = {
-    "api_key_env": None,
-    "concurrency": 4,
-    "requests_per_s": None,
-    "timeout_s": 60,
-    "max_retries": 4,
-    "backoff_s": 1.0,
-    "max_backoff_s": 30.0,
-}
-
-
 def judged_datasets(config: dict, swept: list | None = None) -> list[str]:
     """The swept datasets (of `swept`, the config's cells) that name a judge template."""
     datasets = {c.dataset for c in (cells(config) if swept is None else swept)}
@@ -411,7 +383,7 @@ def toy_scenario(name: str, ds: dict) -> str:
 def _check_toy_scenarios(config: dict) -> None:
     """A toy dataset's scenario is its name (or its `scenario` key), and toy models train on
     scenarios: unknown names are found here, not when the prepare or training job fails."""
-    from mmspec.data.toyworld import DATASETS, HOUSE_STYLES, IMAGEGEN
+    from mmspec.toy.world import DATASETS, HOUSE_STYLES, IMAGEGEN
 
     known = sorted(DATASETS)
     for name, ds in config["datasets"].items():
@@ -527,47 +499,10 @@ def _check_model_files(name: str, pair: dict) -> None:
 
 
 def _with_defaults(config: dict) -> dict:
+    """A copy of a valid `config` with every default config/schema.yaml declares filled in (the
+    one place defaults are written)."""
     config = json.loads(json.dumps(config))  # a deep copy of plain data
-    config.setdefault("seeds", [0])
-    gen = config.setdefault("generation", {})
-    gen.setdefault("max_new_tokens", 48)
-    gen.setdefault("temperature", 0.0)
-    gen.setdefault("cfg", 3.0)
-    gen.setdefault("top_k", 0)
-    timing = config.setdefault("timing", {})
-    timing.setdefault("warmup_samples", 2)
-    timing.setdefault("threads", 1)
-    toy = config.setdefault("toy", {})
-    toy.setdefault("seed", 0)
-    toy.setdefault("models", {})
-    for model in toy["models"].values():
-        model.setdefault("heads", 4)
-        model.setdefault("batch_size", 32)
-        model.setdefault("lr", 0.001)
-        # `kind` is left unset on captioners, so their specs stay as they were
-        for key, value in TOY_KIND_DEFAULTS[model.get("kind", "captioner")].items():
-            model.setdefault(key, value)
-    captioner = config.get("captioner")
-    if captioner is not None:
-        captioner.setdefault("prompt", "<CAPTION>")
-        captioner.setdefault("max_new_tokens", 64)
-        captioner.setdefault("dtype", "float32")
-    for ds in config["datasets"].values():
-        ds.setdefault("group", "benchmark")
-        if ds["source"] == "toy":
-            ds.setdefault("samples", 40)
-        else:
-            ds.setdefault("prompt", "{question}")
-            ds.setdefault("image_columns", [])
-            ds.setdefault("metric", "exact_match")
-            ds.setdefault("task", "answer")
-    for pair in config["pairs"].values():
-        pair.setdefault("dtype", "float32")
-    judge = config.get("judge")
-    if judge is not None:
-        for key, value in JUDGE_DEFAULTS.items():
-            judge.setdefault(key, value)
-    config.setdefault("sweep", [{"datasets": "all", "pairs": "all"}])
+    config_schema.fill_defaults(config, jsonschema.Draft202012Validator(config_schema.load()))
     return config
 
 
@@ -814,24 +749,18 @@ def load_as_snakemake(path: str | Path, default: str | Path = DEFAULT_CONFIG) ->
     return validate(merge(_read_mapping(default), data), overrides=data)
 
 
-# Keys (with defaults) that only one kind of toy recipe reads; the rest are common to all.
-TOY_KIND_DEFAULTS = {
-    "captioner": {"vision_hidden": 64, "image_dropout": 0.0, "scenarios": ["toy_caption"]},
-    "image_generator": {"codes": 256, "patch": 4, "cfg_dropout": 0.1, "vq_images": 400},
-    "fid_features": {"patch": 4},
-    "clip": {},
-}
-# Every key one kind alone reads (its defaults, and keys without one).
-TOY_KIND_KEYS = {kind: set(defaults) for kind, defaults in TOY_KIND_DEFAULTS.items()}
-TOY_KIND_KEYS["captioner"] |= {
-    "grounding_steps",
-    "text_scenarios",
-    "vdesc_style",
-    "vdesc_colour_noise",
-    "vdesc_foreign_share",
-    "visual_alignment",
-    "alignment_null",
-}
+def _toy_kind_keys() -> dict[str, set[str]]:
+    """Every key one kind of toy recipe alone reads (config/schema.yaml: the `then` of its kind's
+    part of a recipe's `allOf`); the other keys are common to all kinds."""
+    recipe = config_schema.section("toy", "models")["additionalProperties"]
+    keys = {}
+    for part in recipe["allOf"]:
+        kind = part["if"]["properties"]["kind"]["const"]
+        keys[kind] = set(part["then"]["properties"])
+    return keys
+
+
+TOY_KIND_KEYS = _toy_kind_keys()
 # The codebook of an image generator is fitted from these: a pair's two must agree on them.
 CODEBOOK_KEYS = ("codes", "patch", "vq_images")
 
@@ -1018,7 +947,7 @@ def _language_layers(config: dict, ref: str) -> int | None:
 def dataset_task(config: dict, name: str) -> str:
     """What a dataset's samples ask for: an answer (text), or an image (`media.IMAGE_GENERATION`:
     the toy world's image-generation scenario, or an HF dataset with `task: image_generation`)."""
-    from mmspec.data.toyworld import IMAGEGEN
+    from mmspec.toy.world import IMAGEGEN
 
     ds = config["datasets"][name]
     if ds["source"] == "toy":

@@ -24,32 +24,36 @@ MODEL_CODE = [
 # Reading an image generator: its prompts, codes and VQ decoder (generate).
 IMAGE_GENERATOR_CODE = [
     "models/image_generation.py",
-    "models/toy_imagegen.py",
+    "toy/__init__.py",
+    "toy/imagegen.py",
     "models/vq.py",
     "models/loading.py",
     # imported by toy_imagegen for training, which the stages do not run
-    "models/toy_training.py",
-    "models/toy_processor.py",
-    "data/toyworld.py",
+    "toy/training.py",
+    "toy/processor.py",
+    "toy/world.py",
 ]
 # The modules (files or folders, relative to the package) whose code each stage executes.
 STAGE_CODE = {
     "prepare": [
         "stages/prepare.py",
-        "data/toyworld.py",
+        "toy/__init__.py",
+        "toy/world.py",
         "data/hf.py",
+        "schema.py",
         "data/video.py",
         "data/media.py",
         "tables.py",
     ],
     "toy_model": [
         "stages/toy_model.py",
-        "models/toy_training.py",
-        "models/toy_processor.py",
-        "models/toy_imagegen.py",
-        "models/toy_image_nets.py",
+        "toy/__init__.py",
+        "toy/training.py",
+        "toy/processor.py",
+        "toy/imagegen.py",
+        "toy/image_nets.py",
         "models/vq.py",
-        "data/toyworld.py",
+        "toy/world.py",
         "data/media.py",
     ],
     "cache_visual": [
@@ -91,19 +95,22 @@ STAGE_CODE = {
     "score": [
         "stages/score.py",
         "scoring",
-        "data/toyworld.py",
+        "toy/quality.py",  # the toy datasets' task metric
+        "toy/world.py",
         "data/media.py",
         *MODEL_CODE,
-        "models/toy_image_nets.py",  # the toy FID network's pixel normalisation
-        "models/toy_training.py",  # imported by toy_image_nets for training
-        "models/toy_processor.py",
+        "toy/__init__.py",
+        "toy/image_nets.py",  # the toy FID network's pixel normalisation
+        "toy/training.py",  # imported by toy_image_nets for training
+        "toy/processor.py",
         "tables.py",
     ],
     "judge": [
         "stages/judge.py",
         "scoring/judge",
-        "scoring/toy_quality.py",  # the embedded judge's rubric
-        "data/toyworld.py",
+        "toy/__init__.py",
+        "toy/quality.py",  # the embedded judge's rubric
+        "toy/world.py",
         "data/media.py",
         "tables.py",
     ],

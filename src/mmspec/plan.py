@@ -61,7 +61,7 @@ def _sample_turns(cfg: dict, dataset: str, results: Path) -> int | None:
         return pq.read_metadata(prepared).num_rows
     spec = cfg["datasets"][dataset]
     if spec["source"] == "toy":
-        from mmspec.data import toyworld
+        from mmspec.toy import world as toyworld
 
         seed = spec.get("seed", cfg["toy"]["seed"])
         return len(toyworld.generate_dataset(dataset, spec["samples"], seed))

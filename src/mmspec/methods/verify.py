@@ -72,7 +72,7 @@ def build_tokenizer():
 def build_models(seed: int, tokenizer):
     """A random target (hidden 32, 2 layers) and draft (hidden 16, 1 layer), float64, with
     sharpened output layers so that drafts are often rejected."""
-    from mmspec.models.toy_training import build_model
+    from mmspec.toy.training import build_model
 
     models = []
     for hidden, layers, scale, offset in [(32, 2, 6.0, 0), (16, 1, 4.0, 1)]:

@@ -7,7 +7,7 @@ A model's weight bytes in the dtype it is loaded in come from the first source t
    vision tower, projector); within a few percent of LLaVA-1.5-7B and the toy models, looser
    where a tiny vision tower dominates;
 3. a toy model not trained yet: its `toy.models` entry (hidden, layers) in the toy
-   architecture (`models.toy_training.build_model`);
+   architecture (`toy.training.build_model`);
 4. its hub id: a size in the name ("Qwen2.5-VL-72B-Instruct", "SmolVLM-256M");
 5. none of these (a hub id not downloaded yet, with no size in its name): unknown, and the
    job gets the fallback request.
@@ -200,7 +200,7 @@ def _round_up(mb: float) -> int:
 
 def toy_config(spec: dict) -> dict:
     """The config.json of a toy model of `spec` (a `toy.models` entry), as far as its size
-    goes: mirrors models.toy_training.build_model (a ~70-word vocabulary; an image generator's
+    goes: mirrors toy.training.build_model (a ~70-word vocabulary; an image generator's
     adds its codes, and it has no vision tower)."""
     text = {
         "vocab_size": 128 + spec.get("codes", 0),

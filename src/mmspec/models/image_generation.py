@@ -24,8 +24,9 @@ import numpy as np
 import torch
 
 from mmspec.decoding.decoder import Decoder
-from mmspec.models import loading, toy_imagegen
+from mmspec.models import loading
 from mmspec.models.vq import PatchVQ
+from mmspec.toy import imagegen as toy_imagegen
 
 JANUS = "janus"  # model_type of transformers' Janus config
 JANUS_BOI = "<begin_of_image>"

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import torch
 
-from mmspec.models import processors, toy_processor, video_processing
+from mmspec.models import processors, video_processing
+from mmspec.toy import processor as toy_processor
 
 # per family: the specials its processor and chat template use; the image marker the chat
 # template emits for an image item

@@ -3,7 +3,7 @@ CLIP score (`CLIPScore` over an HF `CLIPModel`), for generated images against re
 their captions.
 
 Both networks load from an HF folder or id through `from_pretrained`. `feature_network` reads
-the toy world's (models.toy_image_nets: 32 x 32 images normalised as the toy models do) or any
+the toy world's (toy.image_nets: 32 x 32 images normalised as the toy models do) or any
 vision model with an image processor (DINOv2, ViT, CLIP: the Frechet distance in its space, not
 Inception's FID, whose weights are not wired in). torchmetrics' default Inception needs
 torch-fidelity, which breaks torch here, so FID always takes a feature module. Images are uint8
@@ -65,7 +65,7 @@ def feature_network(ref: str) -> torch.nn.Module:
     processor (`PretrainedFeatures`)."""
     from pathlib import Path
 
-    from mmspec.models.toy_image_nets import is_feature_network, pixels
+    from mmspec.toy.image_nets import is_feature_network, pixels
 
     if Path(ref).is_dir() and is_feature_network(ref):
         return PooledFeatures(AutoModelForImageClassification.from_pretrained(ref), pixels)

@@ -12,7 +12,7 @@ def normalise(text: str) -> str:
 def quality(metric: str, scenario: str, turn: int, output: str, reference: str) -> float | None:
     """`toy`: the toy world's exact object-level accuracy; `exact_match`; `none` -> None."""
     if metric == "toy":
-        from mmspec.scoring.toy_quality import score_toy
+        from mmspec.toy.quality import score_toy
 
         return score_toy(scenario, turn, output, reference)
     if metric == "exact_match":

@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
-from mmspec.data import media, toyworld
+from mmspec.data import media
 from mmspec.decoding.component import DRAFT_MODEL, TRAINED_HEAD
 from mmspec.decoding.drafters.heads import load_head
 from mmspec.decoding.sampler import TorchSampler, seeded
@@ -245,7 +245,7 @@ class ImageWork:
     def outputs(self, ids: list[int]) -> dict:
         """The image as PNG, decoded by the target's own VQ decoder (no text)."""
         image = self.generator.images([ids], self.out)[0]
-        return {"output_text": "", "image_png": toyworld.png_bytes(image)}
+        return {"output_text": "", "image_png": media.png_bytes(image)}
 
 
 def run(

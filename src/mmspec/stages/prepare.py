@@ -10,7 +10,7 @@ from mmspec.tables import PREPARED, write_table
 def run(name: str, spec: dict, out: str, toy_seed: int) -> int:
     """Write the prepared table of dataset `name`; returns the number of rows."""
     if spec["source"] == "toy":
-        from mmspec.data import toyworld
+        from mmspec.toy import world as toyworld
 
         seed = spec.get("seed", toy_seed)
         scenario = spec.get("scenario", name)

@@ -1,19 +1,19 @@
 """Stage toy_model: train one toy-world model -> results/models/toy/<name>/ (save_pretrained).
 
-The recipe's `kind` picks what is trained: a captioner (models.toy_training), an image generator
-(models.toy_imagegen), or a network the image metrics read (models.toy_image_nets).
+The recipe's `kind` picks what is trained: a captioner (toy.training), an image generator
+(toy.imagegen), or a network the image metrics read (toy.image_nets).
 """
 
 from __future__ import annotations
 
 import importlib
 
-# kind -> (module of mmspec.models, its training function), imported only when trained
+# kind -> (module of mmspec.toy, its training function), imported only when trained
 TRAINERS = {
-    "captioner": ("toy_training", "train"),
-    "image_generator": ("toy_imagegen", "train"),
-    "fid_features": ("toy_image_nets", "train_features"),
-    "clip": ("toy_image_nets", "train_clip"),
+    "captioner": ("training", "train"),
+    "image_generator": ("imagegen", "train"),
+    "fid_features": ("image_nets", "train_features"),
+    "clip": ("image_nets", "train_clip"),
 }
 
 
@@ -30,5 +30,5 @@ def run(name: str, spec: dict, out_dir: str, seed: int, threads: int) -> dict:
     if kind not in TRAINERS:
         raise ValueError(f"toy.models.{name}: unknown kind {kind!r}; known: {sorted(TRAINERS)}")
     module, function = TRAINERS[kind]
-    train = getattr(importlib.import_module(f"mmspec.models.{module}"), function)
+    train = getattr(importlib.import_module(f"mmspec.toy.{module}"), function)
     return train(spec, out_dir, seed=seed, threads=threads)

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from mmspec.scoring import toy_quality
 from mmspec.scoring.judge.templates import read_messages
+from mmspec.toy import quality as toy_quality
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ its AR cell's, word by word (difflib over the words of each description), split 
 It reads a finished run of the toy_lvspec preset (results/generate, and each cell's tau from
 results/summary/cells.parquet); every cell of the pair on the dataset is listed:
 
-    python benchmarks/lvspec_diffs.py --dataset toy_vdesc --pair toy_vdesc_pair
+    python analysis/lvspec/diffs.py --dataset toy_vdesc --pair toy_vdesc_pair
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from mmspec.data import toyworld
+from mmspec.toy import world as toyworld
 
 
 def edits(reference: str, output: str) -> Counter:

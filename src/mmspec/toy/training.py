@@ -13,8 +13,9 @@ from tqdm import tqdm
 from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
-from mmspec.data import media, toyworld
-from mmspec.models import toy_processor
+from mmspec.data import media
+from mmspec.toy import processor as toy_processor
+from mmspec.toy import world as toyworld
 
 IGNORE = -100
 

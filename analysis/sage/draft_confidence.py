@@ -9,7 +9,7 @@ and t + lag within a sample (pooled over samples) for lags 1, 2, 4, and the shar
 where the draft's argmax is the target's token. Needs a finished default run (trained toy models,
 prepared datasets and visual caches under results/).
 
-    python benchmarks/analyze_entropy.py --datasets toy_caption toy_video --json entropy.json
+    python analysis/sage/draft_confidence.py --datasets toy_caption toy_video --json entropy.json
 """
 
 # ruff: noqa: E402  (HF_HUB_OFFLINE must be set before transformers is imported)

@@ -44,9 +44,7 @@ Scenarios (one dataset each, see DATASETS):
 
 from __future__ import annotations
 
-import hashlib
 import json
-import struct
 import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -255,38 +253,11 @@ def render_textured(scene: Scene, rng: np.random.Generator) -> np.ndarray:
     return np.clip(img, 0, 255).round().astype(np.uint8)
 
 
-def _png_chunk(tag: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
-
-
-def png_bytes(img: np.ndarray) -> bytes:
-    """PNG encoding of an RGB uint8 image; the same pixels always give the same bytes.
-
-    Written with zlib rather than Pillow: ten times faster, and the bytes (hence the image ids,
-    which key the visual cache) do not change with the Pillow version. Pillow reads it back.
-    """
-    h, w, _ = img.shape
-    rows = np.zeros((h, 1 + 3 * w), dtype=np.uint8)  # each row: filter type 0, then RGB bytes
-    rows[:, 1:] = img.reshape(h, 3 * w)
-    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)  # 8-bit RGB, no interlace
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + _png_chunk(b"IHDR", header)
-        + _png_chunk(b"IDAT", zlib.compress(rows.tobytes(), 1))
-        + _png_chunk(b"IEND", b"")
-    )
-
-
-def image_id(png: bytes) -> str:
-    """Content hash of an encoded image (the key of the visual cache)."""
-    return hashlib.sha1(png).hexdigest()
-
-
 @lru_cache(maxsize=1 << 16)
 def _scene_png(scene: Scene) -> tuple[bytes, str]:
     # scenes repeat a lot (story frames, small scenes), so encode each once
-    png = png_bytes(render(scene))
-    return png, image_id(png)
+    png = media.png_bytes(render(scene))
+    return png, media.image_id(png)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -728,7 +699,7 @@ def generate_imagegen_dataset(n_samples: int, seed: int) -> list[dict]:
     FID's real set) and `reference` the caption (CLIP score's text)."""
     rows = []
     for i, (text, image) in enumerate(imagegen_examples(n_samples, seed, IMAGEGEN_PROMPT_STREAM)):
-        png = png_bytes(image)
+        png = media.png_bytes(image)
         user = {"role": "user", "content": [{"type": "text", "text": text}]}
         rows.append(
             {
@@ -737,7 +708,7 @@ def generate_imagegen_dataset(n_samples: int, seed: int) -> list[dict]:
                 "scenario": IMAGEGEN,
                 "messages": json.dumps([user]),
                 "images": [png],
-                "image_ids": [image_id(png)],
+                "image_ids": [media.image_id(png)],
                 "reference": text,
                 "qa": None,
             }

@@ -16,7 +16,7 @@ as a plugin's would be), named in the spec like any rule.
 
 Run after the toy_lvspec preset (it reads its prepared data, visual caches and models):
 
-    python benchmarks/lvspec_oracle.py --rho 0.5 --lam 0.7 [--dataset vdesc_2000]
+    python analysis/lvspec/oracle.py --rho 0.5 --lam 0.7 [--dataset vdesc_2000]
 """
 
 # ruff: noqa: E402  (HF_HUB_OFFLINE must be set before transformers is imported)
@@ -33,7 +33,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import torch
 
-from mmspec.data import toyworld
 from mmspec.decoding import catalog
 from mmspec.decoding.acceptance.loose import (
     LVSpec,
@@ -45,8 +44,9 @@ from mmspec.decoding.acceptance.loose import (
 from mmspec.decoding.acceptance.rule import Rule
 from mmspec.methods import registry
 from mmspec.models import loading
-from mmspec.scoring.toy_quality import score_rows
 from mmspec.stages import generate
+from mmspec.toy import world as toyworld
+from mmspec.toy.quality import score_rows
 
 PAIR = {"target": "toy:vtarget", "draft": "toy:vdraft", "dtype": "float32"}
 
@@ -91,12 +91,12 @@ class PerfectlyRanked(Rule):
 
 def register(tokenizer) -> None:
     """Add the two rules to the catalog, knowing the toy world's visual words."""
-    Oracle.visual = PerfectlyRanked.visual = _visual_ids(tokenizer)
+    Oracle.visual = PerfectlyRanked.visual = visual_ids(tokenizer)
     catalog.register(Oracle)
     catalog.register(PerfectlyRanked)
 
 
-def _visual_ids(tokenizer) -> set[int]:
+def visual_ids(tokenizer) -> set[int]:
     words = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     return {i for i, w in enumerate(words) if w in toyworld.VISUAL_WORDS}
 

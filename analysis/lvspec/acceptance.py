@@ -16,7 +16,7 @@ visually blind baselines), one block per (results folder, dataset, pair, tempera
   retention paired per sample-turn (quality difference / the set's AR mean) with a 95% bootstrap
   interval; pooled over every set given at the end.
 
-    python benchmarks/lvspec_acceptance.py results/ [other_run/results/ ...]
+    python analysis/lvspec/acceptance.py results/ [other_run/results/ ...]
 
 Reads only what the workflow wrote (results/summary/cells.parquet and results/score/); nothing
 is decoded again.

@@ -11,7 +11,7 @@ in the toy world: teacher-forced on held-out toy_vdesc descriptions, the target'
   token): the AUC of ranking non-visual tokens above visual ones (a mismatch there is what the
   gate lets through).
 
-    python benchmarks/lvspec_signals.py --model results/models/toy/vtarget --style a
+    python analysis/lvspec/signals.py --model results/models/toy/vtarget --style a
 
 `--style` writes the descriptions' fillers in a house style (toyworld.HOUSE_STYLES; the
 target's own in toy_lvspec.yaml), else uniformly.
@@ -30,9 +30,11 @@ import math
 import numpy as np
 import torch
 
-from mmspec.data import toyworld
 from mmspec.decoding.acceptance.loose import top_entropy, visual_relevance
-from mmspec.models import loading, toy_processor, toy_training
+from mmspec.models import loading
+from mmspec.toy import processor as toy_processor
+from mmspec.toy import training as toy_training
+from mmspec.toy import world as toyworld
 
 
 def auc(positive: np.ndarray, negative: np.ndarray) -> float:

@@ -22,9 +22,10 @@ import numpy as np
 import torch
 from transformers import LlamaForCausalLM
 
-from mmspec.data import toyworld
-from mmspec.models import toy_processor, toy_training
 from mmspec.models.vq import PatchVQ
+from mmspec.toy import processor as toy_processor
+from mmspec.toy import training as toy_training
+from mmspec.toy import world as toyworld
 
 IGNORE = toy_training.IGNORE
 SPECIALS = ["<pad>", "<unk>", "<bos>", "<eos>", "<boi>"]

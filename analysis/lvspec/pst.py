@@ -15,7 +15,7 @@ visual words, what it accepts is a visual word the target did not choose.
 
 Run after the toy_lvspec preset (it reads its prepared data, visual caches and models):
 
-    python benchmarks/lvspec_pst.py [--dataset vdesc_2000] [--target vtarget --draft vdraft]
+    python analysis/lvspec/pst.py [--dataset vdesc_2000] [--target vtarget --draft vdraft]
 """
 
 # ruff: noqa: E402  (HF_HUB_OFFLINE must be set before transformers is imported)
@@ -29,7 +29,7 @@ import argparse
 from collections import Counter
 from pathlib import Path
 
-from lvspec_oracle import _visual_ids, decode
+from oracle import decode, visual_ids
 
 from mmspec.decoding import acceptance
 from mmspec.decoding.acceptance.loose import Walk, loosened, visual_relevance, walk_loosely
@@ -75,7 +75,7 @@ def main() -> None:
     tokenizer = loading.tokenizer_of(loading.load_processor(str(model)))
     counts = Counter()
     n = registry.resolve("lvspec", {})["lvspec_n"]
-    rule = recording_rule(_visual_ids(tokenizer), args.lam, n, counts)
+    rule = recording_rule(visual_ids(tokenizer), args.lam, n, counts)
     hparams = {"views": "M", "lvspec_lambda": args.lam}
     tau, quality = decode(
         args.results, args.dataset, args.threads, "lvspec", hparams, rule, args.target, args.draft

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from mmspec.data.toyworld import COLOURS, POSITIONS, SHAPES, SYNONYMS
+from mmspec.toy.world import COLOURS, POSITIONS, SHAPES, SYNONYMS
 
 SCENARIOS = (
     "toy_caption",

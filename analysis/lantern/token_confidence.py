@@ -2,7 +2,7 @@
 probability a model gives its next token, teacher-forced on held-out data, for the captioning
 target (text answers about an image) beside the image generator (image codes from a caption).
 
-    python benchmarks/token_confidence.py --text results/models/toy/target \
+    python analysis/lantern/token_confidence.py --text results/models/toy/target \
         --image results/models/toy/image_target
 
 A visual AR model spreads its next-token mass over many similar codes, a language model much
@@ -21,9 +21,12 @@ import argparse
 import numpy as np
 import torch
 
-from mmspec.data import toyworld
-from mmspec.models import loading, toy_imagegen, toy_processor, toy_training
+from mmspec.models import loading
 from mmspec.models.vq import PatchVQ
+from mmspec.toy import imagegen as toy_imagegen
+from mmspec.toy import processor as toy_processor
+from mmspec.toy import training as toy_training
+from mmspec.toy import world as toyworld
 
 
 def text_confidence(folder: str, n: int, seed: int) -> tuple[float, float]:

@@ -26,8 +26,9 @@ from transformers import (
     ViTForImageClassification,
 )
 
-from mmspec.data import toyworld
-from mmspec.models import toy_processor, toy_training
+from mmspec.toy import processor as toy_processor
+from mmspec.toy import training as toy_training
+from mmspec.toy import world as toyworld
 
 KINDS = [(colour, shape) for colour in toyworld.COLOURS for shape in toyworld.SHAPES]
 CLASSES = 1 + len(KINDS)  # per quadrant: empty, or a colour-shape kind

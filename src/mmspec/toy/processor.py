@@ -9,7 +9,7 @@ from __future__ import annotations
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import CLIPImageProcessorPil, LlavaProcessor, PreTrainedTokenizerFast
 
-from mmspec.data import toyworld
+from mmspec.toy import world as toyworld
 
 IMAGE_SIZE = 32
 PATCH_SIZE = 8

@@ -4,18 +4,30 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
-import itertools
 import json
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import jsonschema
 import yaml
 
 from mmspec import schema as config_schema
+from mmspec.cells import (  # noqa: F401 (the cells' names, for callers of mmspec.config)
+    Cell,
+    Expansion,
+    ar_cell,
+    cells,
+    check_ar_cells,
+    check_distinct,
+    drafter_dir,
+    expand,
+    head_training,
+    hp_slug,
+    method_points,
+    model_slug,
+    slug,
+)
 from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.component import (
     CAPTIONS,
@@ -27,34 +39,21 @@ from mmspec.decoding.component import (
 )
 from mmspec.methods import components, registry
 from mmspec.methods.components import SELF_DRAFT
-from mmspec.models import families
+from mmspec.model_refs import (  # noqa: F401 (the references' names, for callers of mmspec.config)
+    CODEBOOK_KEYS,
+    TOY_KIND_KEYS,
+    TOY_PREFIX,
+    check_device_map,
+    check_local_model,
+    check_model_files,
+    is_hub_id,
+    language_layers,
+    model_kind,
+    normalize_model_ref,
+)
+from mmspec.schema import ConfigError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-TOY_PREFIX = "toy:"
-
-
-class ConfigError(ValueError):
-    """A configuration problem, with the key path that caused it."""
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One generation job: (dataset, pair, method, hyperparameters, seed)."""
-
-    dataset: str
-    pair: str
-    method: str  # the config entry's name
-    hp: str  # slug of the hyperparameters given in the config
-    seed: int
-    spec: dict = field(hash=False, compare=False)  # the resolved method spec
-
-    @property
-    def path(self) -> str:
-        """The key=value folder of this cell under results/generate and results/score."""
-        return (
-            f"dataset={self.dataset}/pair={self.pair}/method={self.method}/"
-            f"hp={self.hp}/seed={self.seed}"
-        )
 
 
 # --config KEY=VALUE: Snakemake reads a mapping or list VALUE with YAML's BaseLoader, which leaves
@@ -288,19 +287,19 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
             ref = pair.get(role)
             if ref is None:
                 continue
-            _check_local_model(f"pairs.{name}.{role}", ref, f"pair {name!r}, role {role}")
+            check_local_model(f"pairs.{name}.{role}", ref, f"pair {name!r}, role {role}")
             pair[role] = normalize_model_ref(ref)
             if ref.startswith(TOY_PREFIX) and ref[len(TOY_PREFIX) :] not in config["toy"]["models"]:
                 raise ConfigError(
                     f"config key pairs.{name}.{role}: {ref!r} names no model under toy.models "
                     f"(known: {sorted(config['toy']['models'])})"
                 )
-        _check_model_files(name, pair)
+        check_model_files(name, pair)
         if "target_device_map" in pair:
-            _check_device_map(f"pairs.{name}.target_device_map", pair["target_device_map"])
+            check_device_map(f"pairs.{name}.target_device_map", pair["target_device_map"])
     captioner = config.get("captioner")
     if captioner:
-        _check_local_model("captioner.model", captioner["model"], "the captioner")
+        check_local_model("captioner.model", captioner["model"], "the captioner")
         captioner["model"] = normalize_model_ref(captioner["model"])
     if captioner and captioner["model"].startswith(TOY_PREFIX):
         if captioner["model"][len(TOY_PREFIX) :] not in config["toy"]["models"]:
@@ -320,7 +319,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                             f"known: {sorted(config[section])}"
                         )
     swept = cells(config)
-    _check_distinct(swept)
+    check_distinct(swept)
     for cell in swept:
         drafter = cell.spec["drafter"]
         if components.needs(cell.spec, DRAFT_MODEL) and "draft" not in config["pairs"][cell.pair]:
@@ -343,7 +342,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                 "config names no captioner"
             )
     _check_toy_scenarios(config)
-    _check_ar_cells(swept)
+    check_ar_cells(swept)
     return config
 
 
@@ -410,282 +409,12 @@ def _check_toy_scenarios(config: dict) -> None:
             )
 
 
-DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
-_DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?)$")
-
-
-def _check_device_map(key: str, value) -> None:
-    """A device_map as accelerate takes it: a placement strategy, or module name -> device.
-    ("disk" offload is left out: it needs an offload folder and is too slow to time.)"""
-    expected = (
-        f"expected one of {', '.join(DEVICE_MAP_STRATEGIES)}, or a mapping of module name to "
-        'device (a GPU index, "cuda:N" or "cpu")'
-    )
-    if isinstance(value, str):
-        if value not in DEVICE_MAP_STRATEGIES:
-            raise ConfigError(f"config key {key}: {value!r} is no placement strategy; {expected}")
-        return
-    if not value:
-        raise ConfigError(f"config key {key}: an empty mapping; {expected}")
-    for module, device in value.items():
-        index = isinstance(device, int) and not isinstance(device, bool) and device >= 0
-        if not (index or (isinstance(device, str) and _DEVICE_RE.match(device))):
-            raise ConfigError(f"config key {key}.{module}: device {device!r}; {expected}")
-
-
-# A Hugging Face hub id: owner/name of letters, digits, '_', '.', '-', neither part starting or
-# ending with '.' or '-' (the hub also forbids '--' and '..' inside, checked apart).
-_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?"
-HUB_ID_RE = re.compile(rf"{_HUB_PART}/{_HUB_PART}")
-LOCAL_PREFIXES = ("./", "../", "/", "~")
-
-
-def is_hub_id(ref: str) -> bool:
-    """Whether `ref` could name a hub repository (owner/name), not only a local path."""
-    return bool(HUB_ID_RE.fullmatch(ref)) and "--" not in ref and ".." not in ref
-
-
-def normalize_model_ref(ref: str) -> str:
-    """A model reference in one spelling: local paths normalised ("./models/tgt" and
-    "models/tgt/" -> "models/tgt", "~" expanded); hub ids and toy models unchanged."""
-    if ref.startswith(TOY_PREFIX):
-        return ref
-    return os.path.normpath(os.path.expanduser(ref))  # an owner/name id is a fixed point
-
-
-def _check_local_model(key: str, ref: str, what: str) -> None:
-    """A reference that can only be a local path must be a directory here: found at parse time,
-    not when the job that loads it fails. Hub ids need not be cached (the job downloads them)."""
-    if ref.startswith(TOY_PREFIX):
-        return
-    if not ref:
-        raise ConfigError(f"config key {key}: {what}: an empty model reference")
-    path = Path(os.path.expanduser(ref))
-    if path.is_dir():
-        return
-    if path.exists():
-        raise ConfigError(f"config key {key}: {what}: {ref!r} is a file, not a model directory")
-    if ref.startswith(LOCAL_PREFIXES) or not is_hub_id(ref):
-        raise ConfigError(
-            f"config key {key}: {what}: local model path {ref!r} does not exist (relative to "
-            f"{os.getcwd()}), and it is no hub id of the form owner/name"
-        )
-
-
-def _check_model_files(name: str, pair: dict) -> None:
-    """Models whose files are here (local folders, the HF cache): a supported family, and a
-    draft tokenizer equal to the target's; checked before any job is submitted."""
-    vocabularies = {}
-    for role in ("target", "draft"):
-        ref = pair.get(role)
-        folder = None if ref is None or ref.startswith(TOY_PREFIX) else families.local_files(ref)
-        if folder is None:
-            continue  # trained by the workflow, or downloaded by the job
-        model_config = json.loads((folder / "config.json").read_text())
-        if families.generates_images(model_config):
-            continue  # read by models.image_generation, not a VLM family
-        try:
-            families.check_config_dict(model_config, ref)
-        except ValueError as e:
-            raise ConfigError(f"config key pairs.{name}.{role}: {e}") from None
-        vocabularies[role] = families.tokenizer_vocabulary(folder)
-    target, draft = vocabularies.get("target"), vocabularies.get("draft")
-    if target is not None and draft is not None and target != draft:
-        raise ConfigError(
-            f"config key pairs.{name}.draft: the draft's tokenizer ({len(draft)} tokens) differs "
-            f"from the target's ({len(target)} tokens); speculative decoding needs a shared "
-            "tokenizer"
-        )
-
-
 def _with_defaults(config: dict) -> dict:
     """A copy of a valid `config` with every default config/schema.yaml declares filled in (the
     one place defaults are written)."""
     config = json.loads(json.dumps(config))  # a deep copy of plain data
     config_schema.fill_defaults(config, jsonschema.Draft202012Validator(config_schema.load()))
     return config
-
-
-def _grid(entry: dict) -> list[dict]:
-    """Expand list values of a method entry into the Cartesian product of hyperparameter dicts.
-
-    `paths` (a static tree) is itself a list of lists: it is a grid only when it is a list of
-    such trees.
-    """
-    items = {k: v for k, v in entry.items() if k != "method"}
-    keys = sorted(items)
-
-    def grid(key, v):
-        if key == "paths":
-            is_trees = (
-                isinstance(v, list)
-                and bool(v)
-                and all(isinstance(t, list) and all(isinstance(p, list) for p in t) for t in v)
-            )
-            return v if is_trees else [v]
-        return v if isinstance(v, list) else [v]
-
-    values = [grid(k, items[k]) for k in keys]
-    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
-
-
-def slug(value: str) -> str:
-    """A safe, stable, readable path component for any string (HF ids with '/' included)."""
-    text = re.sub(r"[^A-Za-z0-9._-]+", "-", value.replace("/", "--")).strip("-")
-    if text != value:
-        text = f"{text}-{hashlib.sha1(value.encode()).hexdigest()[:6]}"
-    return text or "empty"
-
-
-def hp_slug(hparams: dict) -> str:
-    """The slug of a hyperparameter set: sorted key-value pairs, e.g. gamma-5_view-M."""
-    if not hparams:
-        return "default"
-    parts = []
-    for key in sorted(hparams):
-        value = hparams[key]
-        text = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-        parts.append(f"{key}-{text}")
-    raw = "_".join(parts)
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", raw)
-    if safe != raw or len(safe) > 120:
-        safe = f"{safe[:100]}-{hashlib.sha1(raw.encode()).hexdigest()[:8]}"
-    return safe
-
-
-def model_slug(ref: str) -> str:
-    """The folder name of a model reference: toy:target -> toy-target, org/name -> org--name-<hash>;
-    spellings of one local path share it ("./models/tgt" as "models/tgt")."""
-    if ref.startswith(TOY_PREFIX):
-        return "toy-" + ref[len(TOY_PREFIX) :]
-    # The rules' `model` wildcard starts with a letter or digit: "../m" must not give "..--m-...".
-    # The hash in the slug of such a path keeps it apart from a model named "m".
-    return slug(normalize_model_ref(ref)).lstrip("._-") or "empty"
-
-
-@dataclass(frozen=True)
-class Expansion:
-    """A sweep's cells, and how many grid points (dataset x pair x method entry x hyperparameter
-    point x seed) they came from: points whose components read the same values are one cell."""
-
-    cells: list[Cell]
-    grid_points: int
-
-    @property
-    def merged(self) -> int:
-        """Grid points that decode what another point's cell decodes."""
-        return self.grid_points - len(self.cells)
-
-
-def method_points(name: str, entry: dict, temperature: float) -> list[tuple[str, dict]]:
-    """(hp slug, resolved spec) of each point of a method entry's grid. The slug keys only the
-    values the point's components read, so points that differ in keys nobody reads share one
-    (the caller keeps the first). A key of the entry read at no point is a ConfigError."""
-    base = entry.get("method", name)
-    points, read_somewhere = [], set()
-    for hparams in _grid(entry):
-        try:
-            spec = registry.resolve(base, hparams, temperature, strict=False)
-        except ValueError as e:
-            raise ConfigError(f"config key methods.{name}: {e}") from None
-        read = {k: v for k, v in hparams.items() if k in spec}
-        read_somewhere |= set(read)
-        points.append((hp_slug(read), spec))
-    for key in entry:
-        if key != "method" and key not in read_somewhere:
-            spec = points[0][1]
-            raise ConfigError(
-                f"config key methods.{name}: {registry.unread_key_error(key, base, spec)}"
-            )
-    return points
-
-
-def expand(config: dict) -> Expansion:
-    """Every cell of the sweep, in a stable order, one per distinct decoding."""
-    temperature = config["generation"]["temperature"]
-    points = {
-        name: method_points(name, entry, temperature) for name, entry in config["methods"].items()
-    }
-    combos: dict[tuple, None] = {}  # (dataset, pair, method entry, seed), once across rules
-    for rule in config["sweep"]:
-        combos.update(
-            dict.fromkeys(
-                (dataset, pair, name, int(seed))
-                for dataset, pair, name, seed in itertools.product(
-                    _pick(rule.get("datasets", "all"), config["datasets"]),
-                    _pick(rule.get("pairs", "all"), config["pairs"]),
-                    _pick(rule.get("methods", "all"), config["methods"]),
-                    config["seeds"],
-                )
-            )
-        )
-    out: dict[tuple, Cell] = {}
-    for dataset, pair, name, seed in combos:
-        for hp, spec in points[name]:
-            out.setdefault(
-                (dataset, pair, name, hp, seed), Cell(dataset, pair, name, hp, seed, spec)
-            )
-    grid_points = sum(len(points[name]) for _, _, name, _ in combos)
-    return Expansion(list(out.values()), grid_points)
-
-
-def _check_distinct(swept: list[Cell]) -> None:
-    """Two method entries that decode the same thing (the same components reading the same
-    values) on the same dataset, pair and seed would spend the same compute twice."""
-    seen: dict[tuple, Cell] = {}
-    for cell in swept:
-        decoding = {k: v for k, v in cell.spec.items() if k != "method"}
-        key = (cell.dataset, cell.pair, cell.seed, json.dumps(decoding, sort_keys=True))
-        other = seen.setdefault(key, cell)
-        if other is not cell:
-            raise ConfigError(
-                f"config key methods.{cell.method}: its cell hp={cell.hp} decodes exactly what "
-                f"methods.{other.method}'s cell hp={other.hp} decodes on dataset "
-                f"{cell.dataset!r}, pair {cell.pair!r}, seed {cell.seed} (the same components "
-                "reading the same values); sweep one of them there (a `sweep` rule, or a grid "
-                "without that point)"
-            )
-
-
-def _check_ar_cells(swept: list[Cell]) -> None:
-    """Every cell is scored against the AR cell of its dataset, pair, seed and temperature."""
-    ar = {
-        (c.dataset, c.pair, c.seed, c.spec["temperature"])
-        for c in swept
-        if c.spec["drafter"] == "none"
-    }
-    for cell in swept:
-        if (cell.dataset, cell.pair, cell.seed, cell.spec["temperature"]) not in ar:
-            raise ConfigError(
-                f"config key sweep: cell {cell.path} (temperature {cell.spec['temperature']}) "
-                "needs an `ar` cell with the same dataset, pair, seed and temperature for its "
-                "lossless check and quality retention: sweep `ar` (or an entry of it at that "
-                "temperature) there too"
-            )
-
-
-def cells(config: dict) -> list[Cell]:
-    """Every cell of the sweep, in a stable order, one per distinct decoding."""
-    return expand(config).cells
-
-
-def ar_cell(config: dict, cell: Cell) -> Cell:
-    """The AR cell that `cell` is compared against (same dataset, pair, seed, temperature)."""
-    for other in cells(config):
-        if (
-            other.spec["method"] == "ar"
-            and (other.dataset, other.pair, other.seed) == (cell.dataset, cell.pair, cell.seed)
-            and other.spec["temperature"] == cell.spec["temperature"]
-        ):
-            return other
-    raise ConfigError(
-        f"cell {cell.path} needs an `ar` cell with the same dataset, pair, seed and temperature "
-        "for its lossless check and quality retention: add `ar: {}` to methods"
-    )
-
-
-def _pick(names, section: dict) -> list[str]:
-    return list(section) if names == "all" else list(names)
 
 
 def read_yaml(path: str | Path):
@@ -747,41 +476,6 @@ def load_as_snakemake(path: str | Path, default: str | Path = DEFAULT_CONFIG) ->
             "name the default sweep"
         )
     return validate(merge(_read_mapping(default), data), overrides=data)
-
-
-def _toy_kind_keys() -> dict[str, set[str]]:
-    """Every key one kind of toy recipe alone reads (config/schema.yaml: the `then` of its kind's
-    part of a recipe's `allOf`); the other keys are common to all kinds."""
-    recipe = config_schema.section("toy", "models")["additionalProperties"]
-    keys = {}
-    for part in recipe["allOf"]:
-        kind = part["if"]["properties"]["kind"]["const"]
-        keys[kind] = set(part["then"]["properties"])
-    return keys
-
-
-TOY_KIND_KEYS = _toy_kind_keys()
-# The codebook of an image generator is fitted from these: a pair's two must agree on them.
-CODEBOOK_KEYS = ("codes", "patch", "vq_images")
-
-
-def model_kind(config: dict, ref: str) -> str | None:
-    """The kind of model a reference names: a toy recipe's kind; for a real model whose files
-    are here, "image_generator" if it generates images (Janus), else None (as for one not yet
-    downloaded)."""
-    if not ref.startswith(TOY_PREFIX):
-        return "image_generator" if _local_image_generator(ref) else None
-    return config["toy"]["models"][ref[len(TOY_PREFIX) :]].get("kind", "captioner")
-
-
-@functools.cache
-def _local_image_generator(ref: str) -> bool:
-    """Whether a real model whose files are here generates images; read once per reference,
-    not once per cell."""
-    folder = families.local_files(ref)
-    return folder is not None and families.generates_images(
-        json.loads((folder / "config.json").read_text())
-    )
 
 
 def _check_toy_kinds(config: dict) -> None:
@@ -852,7 +546,7 @@ def _check_target(config: dict, cell) -> None:
         else None
     )
     codes = toy.get("codes") if toy and model_kind(config, target) == "image_generator" else None
-    facts = TargetFacts(target, layers=_language_layers(config, target), codes=codes)
+    facts = TargetFacts(target, layers=language_layers(config, target), codes=codes)
     for part in components.parts(cell.spec):
         try:
             part.check_target(cell.spec, facts)
@@ -878,18 +572,6 @@ def _check_visual_rule(config: dict, cell) -> None:
             f"{cell.pair!r} (target {target!r}) generate images from text prompts, which have "
             "none; sweep it over datasets with images or video"
         )
-
-
-head_training = components.head_training
-
-
-def drafter_dir(cell) -> str | None:
-    """Where the trained head of a cell's head drafter lives (None for other drafters): one
-    per (pair, kind, training hyperparameters), shared by every method that drafts with it."""
-    kind = cell.spec["drafter"]
-    if not components.needs(cell.spec, TRAINED_HEAD):
-        return None
-    return f"results/drafters/{cell.pair}/{kind}/{hp_slug(head_training(cell.spec))}"
 
 
 def _check_head(config: dict, cell) -> None:
@@ -930,18 +612,6 @@ def _check_head(config: dict, cell) -> None:
             f"{where}: a {kind} head reads the hidden states of a language model, and pair "
             f"{cell.pair!r}'s target {target!r} is an image generator"
         )
-
-
-def _language_layers(config: dict, ref: str) -> int | None:
-    """The decoder layers of a toy recipe or a local model's language model (None: unknown
-    before its files are at hand)."""
-    if ref.startswith(TOY_PREFIX):
-        return config["toy"]["models"][ref[len(TOY_PREFIX) :]].get("layers")
-    config_file = Path(ref).expanduser() / "config.json"
-    if not config_file.is_file():
-        return None
-    model = json.loads(config_file.read_text())
-    return (model.get("text_config") or model).get("num_hidden_layers")
 
 
 def dataset_task(config: dict, name: str) -> str:
@@ -989,7 +659,7 @@ def _check_image_metrics(config: dict) -> None:
         )
     for key in ("fid_features", "clip"):
         ref = metrics[key]
-        _check_local_model(f"image_metrics.{key}", ref, f"the {key} network")
+        check_local_model(f"image_metrics.{key}", ref, f"the {key} network")
         metrics[key] = normalize_model_ref(ref)
         if not ref.startswith(TOY_PREFIX):
             continue

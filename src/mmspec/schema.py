@@ -16,6 +16,10 @@ import yaml
 PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
 
 
+class ConfigError(ValueError):
+    """A configuration problem, with the key path that caused it."""
+
+
 @functools.lru_cache(maxsize=1)
 def load() -> dict:
     """config/schema.yaml (read once; callers must not change it)."""

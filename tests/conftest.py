@@ -10,6 +10,22 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest  # noqa: E402
 
 
+def pytest_collection_finish(session):
+    """Start the run through a real Slurm in the background when its test is collected: it
+    mostly waits on Slurm, so the other tests run meanwhile (tests/test_slurm.py)."""
+    if any(item.nodeid.startswith("tests/test_slurm.py::") for item in session.items):
+        import test_slurm
+
+        test_slurm.start(session.config._tmp_path_factory.mktemp("slurm"))
+
+
+def pytest_sessionfinish(session):
+    import sys
+
+    if "test_slurm" in sys.modules:
+        sys.modules["test_slurm"].stop()
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
     """A workdir where the workflow ran the tiny config (tests/configs/tiny.yaml) end to end."""

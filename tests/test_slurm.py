@@ -1,20 +1,21 @@
 """The workflow through a real Slurm, with the repository's `slurm/` profile, end to end.
 
-A session fixture starts a single-node Slurm on this machine (tests/slurm/start_slurm.sh:
-munge, MariaDB + slurmdbd, slurmctld, slurmd, two fake GPUs). The test then runs, from the
-repository root, what a user runs on a cluster:
+When the session collects the test, conftest.py starts, in a background thread, a single-node
+Slurm on this machine (tests/slurm/start_slurm.sh: munge, MariaDB + slurmdbd, slurmctld, slurmd,
+two fake GPUs) and then runs, from the repository root, what a user runs on a cluster:
 
     snakemake --cores all --profile slurm --directory <tmp> --configfile tests/configs/tiny.yaml
 
-and checks that every non-local job went through sbatch (slurmdbd has a job per rule of this
-run, all COMPLETED), that the GPU rules asked for a GPU and the CPU rules did not, and that
-the outputs are complete. The profile itself is used unchanged; the only command-line
+The run mostly waits on Slurm, so the other tests use the machine meanwhile. The test waits
+for the run's end and checks that every non-local job went through sbatch (slurmdbd has a job
+per rule of this run, all COMPLETED), that the GPU rules asked for a GPU and the CPU rules did
+not, and that the outputs are complete. The profile itself is used unchanged; the only command-line
 additions are test-only switches (no retries, short latency wait, keep the Slurm logs).
 
 Needs root to install and start Slurm (CI runs as root). As a non-root user it only runs
 when a Slurm with slurmdbd is already reachable, otherwise it is skipped with the reason.
 Environment: MMSPEC_SLURM_DIR (scratch folder of the local Slurm), MMSPEC_SLURM_KEEP=1 to
-leave a Slurm this fixture started running afterwards (faster reruns).
+leave the Slurm the session started running afterwards (faster reruns).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -69,22 +71,71 @@ def _slurm_up(env) -> bool:
     return ping.returncode == 0 and "UP" in ping.stdout and acct.returncode == 0
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster():
-    env = _slurm_env()
+def _start_cluster(env) -> dict:
+    """Start the local Slurm (tests/slurm/start_slurm.sh); {"skip": reason} where it cannot."""
     already_up = SLURM_CONF.exists() and _slurm_up(env)
     if os.geteuid() != 0 and not already_up:
-        pytest.skip("needs root to install and start a local Slurm (CI runs the suite as root)")
+        return {"skip": "needs root to install and start a local Slurm (CI runs the suite as root)"}
     t0 = time.monotonic()
     proc = subprocess.run(
         ["bash", str(SLURM_SCRIPTS / "start_slurm.sh")], env=env, capture_output=True, text=True
     )
-    start_s = time.monotonic() - t0
-    print(proc.stdout)
-    assert proc.returncode == 0, f"start_slurm.sh failed:\n{proc.stdout}\n{proc.stderr}"
-    yield {"env": env, "start_s": start_s}
-    if not already_up and os.environ.get("MMSPEC_SLURM_KEEP") != "1":
-        subprocess.run(["bash", str(SLURM_SCRIPTS / "stop_slurm.sh")], env=env, check=False)
+    start = {"already_up": already_up, "start_s": time.monotonic() - t0, "log": proc.stdout}
+    if proc.returncode != 0:
+        start["error"] = f"start_slurm.sh failed:\n{proc.stdout}\n{proc.stderr}"
+    return start
+
+
+def _run_through_slurm(workdir: Path) -> dict:
+    """Start Slurm, then run what a user runs on a cluster, from the repository root (+ the
+    test-only switches); the test reads the outcome."""
+    env = _slurm_env()
+    run = {"env": env, "workdir": workdir, **_start_cluster(env)}
+    if "skip" in run or "error" in run:
+        return run
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "all", "--profile", "slurm"]
+    cmd += ["--directory", str(workdir), "--configfile", "tests/configs/tiny.yaml", *TEST_ARGS]
+    workdir.mkdir(parents=True, exist_ok=True)
+    run["rc"], run["output"], run["run_s"] = _run_snakemake(
+        cmd, env, workdir.parent / "snakemake.log"
+    )
+    return run
+
+
+# The run through Slurm spends most of its time waiting (submission, status polls, job starts),
+# so it starts in the background when the session collects this test (conftest.py calls
+# `start`) and the other tests use the machine meanwhile; the test waits for it and checks it.
+_background: dict = {}
+
+
+def start(tmp_root: Path) -> None:
+    """Begin the run through Slurm in a background thread (once per session)."""
+    if "future" not in _background:
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slurm-run")
+        _background["future"] = executor.submit(_run_through_slurm, tmp_root / "run")
+        executor.shutdown(wait=False)
+
+
+def stop() -> None:
+    """End of session: stop the Slurm this session started (unless MMSPEC_SLURM_KEEP=1)."""
+    future = _background.pop("future", None)
+    if future is None or not future.done():
+        return
+    run = future.result()
+    if "start_s" in run and not run["already_up"] and os.environ.get("MMSPEC_SLURM_KEEP") != "1":
+        subprocess.run(["bash", str(SLURM_SCRIPTS / "stop_slurm.sh")], env=run["env"], check=False)
+
+
+@pytest.fixture(scope="session")
+def slurm_run(tmp_path_factory):
+    """The outcome of the run through Slurm (started in the background, or now)."""
+    if "future" not in _background:  # e.g. collected without conftest's hook
+        start(tmp_path_factory.mktemp("slurm"))
+    run = _background["future"].result()
+    if "skip" in run:
+        pytest.skip(run["skip"])
+    assert "error" not in run, run["error"]
+    return run
 
 
 def _run_snakemake(cmd, env, log_path: Path) -> tuple[int, str, float]:
@@ -123,14 +174,10 @@ def _diagnostics(workdir: Path, output: str) -> str:
     return "\n".join(parts)
 
 
-def test_workflow_through_slurm(slurm_cluster, tmp_path):
-    env = slurm_cluster["env"]
-    workdir = tmp_path / "run"
-    # what a user runs on a cluster, from the repository root (+ the test-only switches)
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "all", "--profile", "slurm"]
-    cmd += ["--directory", str(workdir), "--configfile", "tests/configs/tiny.yaml", *TEST_ARGS]
-    rc, output, run_s = _run_snakemake(cmd, env, tmp_path / "snakemake.log")
-    print(f"slurm start {slurm_cluster['start_s']:.1f} s, snakemake through slurm {run_s:.1f} s")
+def test_workflow_through_slurm(slurm_run):
+    env, workdir = slurm_run["env"], slurm_run["workdir"]
+    rc, output, run_s = slurm_run["rc"], slurm_run["output"], slurm_run["run_s"]
+    print(f"slurm start {slurm_run['start_s']:.1f} s, snakemake through slurm {run_s:.1f} s")
     diag = _diagnostics(workdir, output)
     assert rc == 0, f"snakemake exited {rc} after {run_s:.0f} s\n{diag}"
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
-from transformers import DynamicCache
-
-from mmspec.decoding.kv_cache import new_cache
 from mmspec.decoding.lean_stack import LeanStack, supports
 from mmspec.decoding.prompt import Prompt, as_prompt
+from mmspec.lazy import F, inference_mode, torch
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 
 @dataclass
@@ -163,7 +163,7 @@ class Decoder:
     def rows(self) -> int:
         return len(self.pad)
 
-    @torch.inference_mode()
+    @inference_mode
     def prefill(
         self,
         prompts: Prompt | torch.Tensor | list,
@@ -220,6 +220,8 @@ class Decoder:
                     use_cache=False,
                 )
             scores = scoring.result()
+        from mmspec.decoding.kv_cache import new_cache  # transformers: imported on first use
+
         self.cache = new_cache(self.stack.config)
         out = self._run(
             embeds, layers=layers, position_ids=position_ids, blocks=blocks, last_only=True
@@ -228,7 +230,7 @@ class Decoder:
         out.visual_attention = scores
         return out
 
-    @torch.inference_mode()
+    @inference_mode
     def extend(
         self,
         tokens: list[int] | torch.Tensor,
@@ -253,7 +255,7 @@ class Decoder:
         embeds = embeds.expand(self.rows, -1, -1)
         return self._run(embeds, attention, past, positions, layers)
 
-    @torch.inference_mode()
+    @inference_mode
     def extend_vectors(
         self,
         vectors: torch.Tensor,
@@ -416,7 +418,7 @@ class Decoder:
             self.cache.crop(length - self.length)
             self.length = length
 
-    @torch.inference_mode()
+    @inference_mode
     def keep(self, base: int, offsets: list[int]) -> None:
         """Keep cached positions [0, base) plus base + offsets (a tree path), compacted in order."""
         if offsets == list(range(len(offsets))):

@@ -10,9 +10,8 @@ then lossless with respect to the guided distribution, which is the distribution
 
 from __future__ import annotations
 
-import torch
-
 from mmspec.decoding.decoder import Decoder, Forward
+from mmspec.lazy import torch
 
 
 class GuidedDecoder:

@@ -12,8 +12,7 @@ architectures, biases, models split over devices) keep transformers' forward.
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
+from mmspec.lazy import F, torch
 
 # decoder stacks whose forward this reproduces (DREAM's head: two Llama layers around its
 # cross-attention block, which the stack runs between them: `between`)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import torch
+from mmspec.lazy import torch
 
 
 def distribution(logits: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+from mmspec.lazy import torch
 
 
 @dataclass

@@ -6,7 +6,7 @@ import importlib.metadata
 import json
 import platform
 
-import torch
+from mmspec.lazy import torch
 
 
 def sync(device: torch.device) -> None:

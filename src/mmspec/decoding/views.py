@@ -15,8 +15,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
 from mmspec.data import media
 from mmspec.decoding import catalog
 from mmspec.decoding.component import (
@@ -28,6 +26,7 @@ from mmspec.decoding.component import (
     View,
 )
 from mmspec.decoding.prompt import Prompt
+from mmspec.lazy import torch
 
 CAPTION_PREFIX = "image: "  # TABED appendix I.2
 

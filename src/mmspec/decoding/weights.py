@@ -13,10 +13,9 @@ from __future__ import annotations
 import math
 from itertools import combinations
 
-import torch
-
 from mmspec.decoding import catalog
 from mmspec.decoding.component import NUMBER, Param, WeightPolicy
+from mmspec.lazy import torch
 
 EPS = 1e-6
 

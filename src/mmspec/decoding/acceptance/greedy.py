@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import torch
-
 from mmspec.decoding import catalog
 from mmspec.decoding.acceptance.rule import Rule
 from mmspec.decoding.proposal import ROOT, Proposal
+from mmspec.lazy import torch
 
 
 def accept_greedy(proposal: Proposal, logits: torch.Tensor, temperature, sampler):

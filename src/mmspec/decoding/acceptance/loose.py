@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from mmspec.decoding import catalog
 from mmspec.decoding.acceptance.rule import Rule
 from mmspec.decoding.acceptance.sampling import _residual
 from mmspec.decoding.component import HIDDEN_STATES, NUMBER, Param
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT, Proposal
+from mmspec.lazy import torch
 
 FLY_TOP = 3  # FLy's entropy reads the target's 3 most probable tokens
 

@@ -19,13 +19,12 @@ Two proposals, two constructions, each exact:
 
 from __future__ import annotations
 
-import torch
-
 from mmspec.decoding import catalog
 from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.acceptance.rule import Rule
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT, Proposal
+from mmspec.lazy import torch
 
 
 def accept_sampling(proposal: Proposal, logits: torch.Tensor, temperature, sampler):

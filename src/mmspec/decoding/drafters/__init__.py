@@ -22,9 +22,8 @@ nothing else.
 
 from __future__ import annotations
 
-import torch
-
 from mmspec.decoding import component
+from mmspec.lazy import torch
 
 
 class Drafter(component.Drafter):

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-
 from mmspec.decoding import catalog
 from mmspec.decoding.component import NUMBER, TARGET_ATTENTION, Param
 from mmspec.decoding.drafters.eagle import EagleDrafter
 from mmspec.decoding.drafters.trained import HEAD_NOISE, HEAD_TRAINING
+from mmspec.lazy import inference_mode, torch
 
 if TYPE_CHECKING:
     from mmspec.decoding.drafters.dream_net import DreamHead
@@ -128,7 +127,7 @@ class DreamDrafter(EagleDrafter):
         self._remember(target.hidden[positions.to(target.hidden.device)], positions)
         self.memory_positions = len(prompt)
 
-    @torch.inference_mode()
+    @inference_mode
     def _remember(self, features: torch.Tensor, positions: torch.Tensor) -> None:
         keys, values = self.stack.cross.project(features.to(self.head.dtype))
         positions = positions.to(keys.device)

@@ -19,8 +19,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-import torch
-
 from mmspec.decoding import catalog
 from mmspec.decoding.component import Param
 from mmspec.decoding.decoder import Decoder
@@ -30,6 +28,7 @@ from mmspec.decoding.guidance import GuidedDecoder
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT
 from mmspec.decoding.timing import sync
+from mmspec.lazy import inference_mode, torch
 
 if TYPE_CHECKING:
     from mmspec.decoding.drafters.eagle_net import EagleHead
@@ -84,7 +83,7 @@ class EagleDrafter(HeadDrafter):
             return [target.hidden]
         return [target.hidden, target.unconditional]
 
-    @torch.inference_mode()
+    @inference_mode
     def start(self, prompts, first_token: int, target) -> None:
         """Queue one entry per prompt position and row: the next position's input embedding
         (the first token's after the last) with the target's prefill feature of this one.
@@ -123,7 +122,7 @@ class EagleDrafter(HeadDrafter):
             logits = logits[0]
         return distribution(logits, self.q_temperature)
 
-    @torch.inference_mode()
+    @inference_mode
     def root(self, sampler) -> torch.Tensor:
         """Feed the queued entries (true features); the first drafted position's q."""
         vectors = [self.head.inputs(embeds, features) for embeds, features in self.pending]
@@ -132,7 +131,7 @@ class EagleDrafter(HeadDrafter):
         self.first = self.decoder.length
         return self._q(predicted)
 
-    @torch.inference_mode()
+    @inference_mode
     def expand(self, tree, nodes: list[int]) -> torch.Tensor:
         """Feed `nodes` (each with its parent's predicted feature); q after each [n, V]."""
         features = torch.stack([self.out[tree.parents[n]] for n in nodes], dim=1)  # [R, n, H]
@@ -143,7 +142,7 @@ class EagleDrafter(HeadDrafter):
         self.out.update(zip(nodes, predicted.transpose(0, 1), strict=True))
         return self._q(predicted)
 
-    @torch.inference_mode()
+    @inference_mode
     def commit(self, tree, path: list[int], next_token: int, target) -> None:
         """Drop the drafted entries; queue the accepted tokens and the next one, each with the
         target's feature of the position before it (in every row)."""

@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
 from mmspec.decoding import catalog
+from mmspec.lazy import torch
 
 
 def head_kind(kind: str):

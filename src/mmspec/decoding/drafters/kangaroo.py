@@ -15,13 +15,12 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING
 
-from torch import nn
-
 from mmspec.decoding import catalog
 from mmspec.decoding.component import NUMBER, TRAINED_HEAD, Param, TargetFacts
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.drafters.trained import HEAD_TRAINING, HeadDrafter
+from mmspec.lazy import nn
 
 if TYPE_CHECKING:
     from mmspec.decoding.drafters.kangaroo_net import KangarooAdapter

@@ -16,13 +16,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-import torch
-
 from mmspec.decoding import catalog
 from mmspec.decoding.component import Param
 from mmspec.decoding.drafters.trained import HEAD_NOISE, HEAD_TRAINING, HeadDrafter
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.timing import sync
+from mmspec.lazy import torch
 
 if TYPE_CHECKING:
     from mmspec.decoding.drafters.medusa_net import MultiHead

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import time
 
-import torch
-
 from mmspec.decoding import catalog
 from mmspec.decoding.component import DRAFT_MODEL, Param
 from mmspec.decoding.decoder import Decoder
@@ -24,6 +22,7 @@ from mmspec.decoding.proposal import ROOT
 from mmspec.decoding.timing import sync
 from mmspec.decoding.views import parse_views
 from mmspec.decoding.weights import History, StaticWeights, make_policy, weight_grid
+from mmspec.lazy import torch
 
 VIEWS = Param("views", str, "M", "the views it drafts from, one letter each (an ensemble: 2+)")
 WEIGHTS = Param("weights", str, "static", "the weight policy of an ensemble of views")

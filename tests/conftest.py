@@ -8,6 +8,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
+from report_pages import report  # noqa: E402, F401 (the page the report tests share)
 
 
 def pytest_collection_finish(session):

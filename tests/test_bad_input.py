@@ -9,22 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from base_config import base_config
 
 from mmspec import config as mmconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
-BASE = {
-    "datasets": {"toy_caption": {"source": "toy", "samples": 4}},
-    "pairs": {"toy": {"target": "toy:target", "draft": "toy:draft"}},
-    "toy": {
-        "models": {
-            "target": {"hidden": 32, "layers": 1, "steps": 1},
-            "draft": {"hidden": 16, "layers": 1, "steps": 1},
-        }
-    },
-    "methods": {"ar": {}, "sd": {"views": "M", "gamma": 5}},
-}
+BASE = base_config(methods={"ar": {}, "sd": {"views": "M", "gamma": 5}})
 
 
 def changed(**sections) -> dict:

@@ -6,20 +6,11 @@ import copy
 
 import pytest
 import yaml
+from base_config import base_config
 
 from mmspec import config as mmconfig
 
-BASE = {
-    "datasets": {"toy_caption": {"source": "toy", "samples": 4}},
-    "pairs": {"toy": {"target": "toy:target", "draft": "toy:draft"}},
-    "toy": {
-        "models": {
-            "target": {"hidden": 32, "layers": 1, "steps": 1},
-            "draft": {"hidden": 16, "layers": 1, "steps": 1},
-        }
-    },
-    "methods": {"ar": {}, "sd": {"views": ["M", "T"], "gamma": [1, 3]}},
-}
+BASE = base_config(methods={"ar": {}, "sd": {"views": ["M", "T"], "gamma": [1, 3]}})
 
 
 def with_change(path: list, value):

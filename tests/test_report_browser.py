@@ -32,7 +32,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from playwright.sync_api import sync_playwright
-from test_report import (
+from report_pages import (
     CELL_ROWS,
     HOSTILE,
     PAIR,

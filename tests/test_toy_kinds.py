@@ -10,30 +10,20 @@ import subprocess
 import sys
 
 import pytest
+from base_config import base_config
 
 from mmspec import config as mmconfig
 
 GENERATOR = {"kind": "image_generator", "hidden": 16, "layers": 1, "steps": 4, "codes": 16,
              "vq_images": 30, "batch_size": 4}  # fmt: skip
 SWEEP = {"datasets": "all", "pairs": ["toy"], "methods": "all"}
-BASE = {
-    "datasets": {"toy_caption": {"source": "toy", "samples": 4}},
-    "pairs": {
-        "toy": {"target": "toy:target", "draft": "toy:draft"},
-        "image": {"target": "toy:image_target", "draft": "toy:image_draft"},
-    },
-    "toy": {
-        "models": {
-            "target": {"hidden": 32, "layers": 1, "steps": 1},
-            "draft": {"hidden": 16, "layers": 1, "steps": 1},
-            "image_target": GENERATOR,
-            "image_draft": {**GENERATOR, "hidden": 8},
-            "features": {"kind": "fid_features", "hidden": 16, "layers": 1, "steps": 2},
-            "clip": {"kind": "clip", "hidden": 16, "layers": 1, "steps": 2},
-        }
-    },
-    "methods": {"ar": {}, "sd": {}},
-    "sweep": [SWEEP],
+BASE = base_config(methods={"ar": {}, "sd": {}}, sweep=[SWEEP])
+BASE["pairs"]["image"] = {"target": "toy:image_target", "draft": "toy:image_draft"}
+BASE["toy"]["models"] |= {
+    "image_target": GENERATOR,
+    "image_draft": {**GENERATOR, "hidden": 8},
+    "features": {"kind": "fid_features", "hidden": 16, "layers": 1, "steps": 2},
+    "clip": {"kind": "clip", "hidden": 16, "layers": 1, "steps": 2},
 }
 
 

@@ -1,0 +1,80 @@
+"""Per-dataset accepted length (TABED's table) and block efficiency marks."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+import pytest
+from report_pages import PAIR, grid_cell, grid_rows, page_of, sections, table_rows
+
+from mmspec.report.block_efficiency import tau_by_dataset
+from mmspec.report.cells import with_labels
+
+
+def test_tau_by_dataset_group_averages():
+    cells = with_labels(pd.DataFrame(grid_rows()))
+    table = tau_by_dataset(cells)
+    # single views first, then the ensemble; AR is left out
+    assert list(table.index) == ["M", "T", "TABED^MT"]
+    assert [c for c in table.columns] == [
+        ("dataset", "d1"),
+        ("dataset", "d2"),
+        ("dataset", "d3"),
+        ("group", "benchmark"),
+        ("group", "ood"),
+        ("all", ""),
+    ]
+    tabed = table.loc["TABED^MT"]
+    assert tabed[("dataset", "d1")] == pytest.approx(2.2)  # mean over seeds
+    assert tabed[("group", "benchmark")] == pytest.approx((2.2 + 3.0) / 2)
+    assert tabed[("group", "ood")] == pytest.approx(2.8)
+    assert tabed[("all", "")] == pytest.approx((2.2 + 3.0 + 2.8) / 3)
+    t = table.loc["T"]
+    assert t[("group", "benchmark")] == pytest.approx(1.75)
+    assert t[("all", "")] == pytest.approx(6.5 / 3)
+
+
+def test_tau_by_dataset_incomplete_group_and_hp_sweep():
+    rows = grid_rows() + [
+        # on d1 and d3 only: its benchmark and overall averages are undefined
+        grid_cell("C", "C", "d1", 2.1),
+        grid_cell("C", "C", "d3", 2.3),
+        # a gamma sweep of one label: one row per hp
+        grid_cell("P", "P", "d1", 1.8, hp="g3", gamma=3),
+        grid_cell("P", "P", "d1", 1.9, hp="g5", gamma=5),
+    ]
+    table = tau_by_dataset(with_labels(pd.DataFrame(rows)))
+    assert list(table.index) == ["M", "T", "C", "P · g3", "P · g5", "TABED^MT"]
+    c = table.loc["C"]
+    assert math.isnan(c[("group", "benchmark")]) and math.isnan(c[("all", "")])
+    assert c[("group", "ood")] == pytest.approx(2.3)
+
+
+def test_block_efficiency_marks(tmp_path):
+    section = sections(page_of(tmp_path, grid_rows()))["Block efficiency by dataset"]
+    assert "new_tokens / steps" in section and "every one of them" in section
+    assert f"<h3>{PAIR} · greedy · temperature 0</h3>" in section
+    head = section[section.index("<thead>") : section.index("</thead>")]
+    assert re.findall(r"<th>(.*?)</th>", head) == [
+        "method",
+        "d1",
+        "d2",
+        "d3",
+        "avg benchmark",
+        "avg ood",
+        "avg all",
+    ]
+    rows = table_rows(section)
+    assert list(rows) == ["M", "T", "TABED<sup>MT</sup>"]  # no AR row
+    assert rows["TABED<sup>MT</sup>"] == [
+        "<b>2.20</b>",  # d1: best
+        "<b>3.00</b>",  # d2: tied with M, both bold
+        "<u>2.80</u>",  # d3: second
+        "<b>2.60</b>",
+        "<u>2.80</u>",
+        "<b>2.67</b>",
+    ]
+    assert rows["M"] == ["<u>2.00</u>", "<b>3.00</b>", "2.50", "<u>2.50</u>", "2.50", "<u>2.50</u>"]
+    assert rows["T"] == ["1.50", "<u>2.00</u>", "<b>3.00</b>", "1.75", "<b>3.00</b>", "2.17"]

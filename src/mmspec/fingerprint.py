@@ -60,6 +60,7 @@ STAGE_CODE = {
         "stages/cache_visual.py",
         *MODEL_CODE,
         "decoding/timing.py",
+        "lazy.py",  # torch as the decoding modules import it
         "tables.py",
     ],
     "caption": [
@@ -68,12 +69,14 @@ STAGE_CODE = {
         "models/captioner.py",
         *MODEL_CODE,
         "decoding/timing.py",
+        "lazy.py",  # torch as the decoding modules import it
         "tables.py",
     ],
     "generate": [
         "stages/generate.py",
         "stages/checkpoints.py",
         "decoding",
+        "lazy.py",  # torch as the decoding modules import it
         "methods",
         *MODEL_CODE,
         "models/prompts.py",
@@ -86,6 +89,7 @@ STAGE_CODE = {
         "stages/checkpoints.py",
         "training",
         "decoding",
+        "lazy.py",  # torch as the decoding modules import it
         "methods",
         *MODEL_CODE,
         "models/prompts.py",
@@ -120,6 +124,7 @@ STAGE_CODE = {
         "stages/aggregate.py",
         "methods",
         "decoding",
+        "lazy.py",  # torch as the decoding modules import it
         "data/media.py",
         "tables.py",
     ],
@@ -128,6 +133,7 @@ STAGE_CODE = {
         "report",
         "methods",
         "decoding",
+        "lazy.py",  # torch as the decoding modules import it
         "data/media.py",
         "tables.py",
     ],

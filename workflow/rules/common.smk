@@ -10,6 +10,7 @@ from mmspec.decoding.component import CAPTIONS, DRAFT_MODEL, DRAFT_VISUAL
 from mmspec.methods import components
 from mmspec.models import footprint
 from mmspec.stages import toy_model
+from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
 
 # Validation runs at parse time, so a bad config stops the run before any job starts.
 try:
@@ -128,22 +129,8 @@ def generate_inputs(w):
 
 
 def generate_params(w):
-    cell = cell_of(w)
-    params = {
-        "cell": {
-            "dataset": cell.dataset,
-            "pair": cell.pair,
-            "method": cell.method,
-            "hp": cell.hp,
-            "seed": cell.seed,
-            "spec": cell.spec,
-        },
-        "pair": CONFIG["pairs"][cell.pair],
-        "task": mmconfig.dataset_task(CONFIG, cell.dataset),
-        "generation": CONFIG["generation"],
-        "timing": CONFIG["timing"],
-    }
-    return json.dumps(params, sort_keys=True)
+    """The cell's job (stages.jobs.GenerateJob), as the JSON the generate stage reads."""
+    return GenerateJob.of_cell(CONFIG, cell_of(w)).to_json()
 
 
 def optional_inputs(w, input):
@@ -177,16 +164,8 @@ def train_drafter_inputs(w):
 
 
 def train_drafter_params(w):
-    cell = head_cell(w)
-    params = {
-        "pair": CONFIG["pairs"][cell.pair],
-        "kind": cell.spec["drafter"],
-        "training": mmconfig.head_training(cell.spec),
-        "task": mmconfig.dataset_task(CONFIG, cell.spec["head_data"]),
-        "generation": CONFIG["generation"],
-        "seed": CONFIG["toy"]["seed"],
-    }
-    return json.dumps(params, sort_keys=True)
+    """The head's job (stages.jobs.TrainDrafterJob), as the JSON the train_drafter stage reads."""
+    return TrainDrafterJob.of_cell(CONFIG, head_cell(w)).to_json()
 
 
 def target_memory(w):

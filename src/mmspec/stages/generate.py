@@ -24,12 +24,13 @@ from mmspec.decoding.drafters.heads import load_head
 from mmspec.decoding.sampler import TorchSampler, seeded
 from mmspec.decoding.timing import describe_device, pick_device, versions
 from mmspec.decoding.views import Chat, ImageInput
-from mmspec.methods.components import is_self_draft, needs
+from mmspec.methods.components import needs
 from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import families, loading, visual
 from mmspec.models.image_generation import ImageGenerator
 from mmspec.stages.checkpoints import Checkpoints, job_key
+from mmspec.stages.jobs import GenerateJob
 from mmspec.tables import CAPTIONS, PREPARED, SAMPLES, VISUAL, read_table, write_table
 
 CHUNK = 8  # samples per checkpoint: a killed job loses at most this many
@@ -123,35 +124,42 @@ class TextWork:
     """A cell over prompts with images: the method runner and how a prepared row decodes."""
 
     def __init__(
-        self, params, prepared, target_visual, draft_visual, captions, device, drafter=None
+        self,
+        job: GenerateJob,
+        prepared,
+        target_visual,
+        draft_visual,
+        captions,
+        device,
+        drafter=None,
     ):
-        cell, pair, spec = params["cell"], params["pair"], params["cell"]["spec"]
-        with loading.about(pair["target"]):
-            processor = loading.load_processor(pair["target"])
+        pair, spec = job.pair, job.spec
+        with loading.about(pair.target):
+            processor = loading.load_processor(pair.target)
             target_model = loading.load_model(
-                pair["target"], device, pair["dtype"], device_map=pair.get("target_device_map")
+                pair.target, device, pair.dtype, device_map=pair.target_device_map
             )
         self.tokenizer = tokenizer = loading.tokenizer_of(processor)
         draft_model = draft_processor = None
-        if needs(spec, DRAFT_MODEL) and is_self_draft(pair):
+        if needs(spec, DRAFT_MODEL) and pair.self_draft:
             # Self-SD: the target drafts for itself (from the view the method names, e.g. S's
             # pruned visual tokens); one copy of the weights, each role its own KV cache
             draft_model, draft_processor = target_model, processor
         elif needs(spec, DRAFT_MODEL):
-            with loading.about(pair["draft"]):
+            with loading.about(pair.draft):
                 draft_model = loading.load_model(
-                    pair["draft"], loading.input_device(target_model), pair["dtype"]
+                    pair.draft, loading.input_device(target_model), pair.dtype
                 )
-                draft_processor = loading.load_processor(pair["draft"])
+                draft_processor = loading.load_processor(pair.draft)
             check_shared_vocabulary(
-                f"pair {cell['pair']}", tokenizer, loading.tokenizer_of(draft_processor)
+                f"pair {job.pair_name}", tokenizer, loading.tokenizer_of(draft_processor)
             )
         head = None
         if needs(spec, TRAINED_HEAD):
             if drafter is None:
-                raise ValueError(f"method {cell['method']!r} needs its trained head (--drafter)")
+                raise ValueError(f"method {job.method!r} needs its trained head (--drafter)")
             device = loading.input_device(target_model)
-            head = load_head(drafter, pair["target"], device, target_model.dtype, spec["drafter"])
+            head = load_head(drafter, pair.target, device, target_model.dtype, spec["drafter"])
         image_token = loading.image_token_of(processor)
         self.runner = MethodRunner(
             spec,
@@ -164,7 +172,7 @@ class TextWork:
             head=head,
         )
         self.stop = stop_tokens(target_model, tokenizer)
-        self.max_new = params["generation"]["max_new_tokens"]
+        self.max_new = job.generation.max_new_tokens
         self.target_store = ImageStore(target_visual)
         self.draft_store = ImageStore(draft_visual, "P" in spec.get("views", ""), captions)
         self.processor, self.prepared = processor, prepared
@@ -209,23 +217,21 @@ class ImageWork:
     """A cell of image generation: each prepared row's caption in, a grid of codes out, with
     classifier-free guidance at `generation.cfg` on target and draft."""
 
-    def __init__(self, params, prepared, out, device, drafter=None):
-        cell, pair, spec = params["cell"], params["pair"], params["cell"]["spec"]
-        with loading.about(pair["target"]):
-            target = ImageGenerator.load(pair["target"], device, pair["dtype"])
+    def __init__(self, job: GenerateJob, prepared, out, device, drafter=None):
+        pair, spec = job.pair, job.spec
+        with loading.about(pair.target):
+            target = ImageGenerator.load(pair.target, device, pair.dtype)
         draft = head = None
         if needs(spec, DRAFT_MODEL):
-            with loading.about(pair["draft"]):
-                draft = ImageGenerator.load(pair["draft"], device, pair["dtype"])
+            with loading.about(pair.draft):
+                draft = ImageGenerator.load(pair.draft, device, pair.dtype)
         if needs(spec, TRAINED_HEAD):
             if drafter is None:
-                raise ValueError(f"method {cell['method']!r} needs its trained head (--drafter)")
+                raise ValueError(f"method {job.method!r} needs its trained head (--drafter)")
             dtype = target.model.dtype
-            head = load_head(drafter, pair["target"], device, dtype, spec["drafter"])
-        gen = params["generation"]
-        self.runner = ImageMethodRunner(
-            spec, target, draft, gen["cfg"], gen.get("top_k", 0), head=head
-        )
+            head = load_head(drafter, pair.target, device, dtype, spec["drafter"])
+        gen = job.generation
+        self.runner = ImageMethodRunner(spec, target, draft, gen.cfg, gen.top_k, head=head)
         self.generator, self.out = target, out  # `out`: the table errors name
         self.prepared = prepared
 
@@ -249,7 +255,7 @@ class ImageWork:
 
 
 def run(
-    params: dict,
+    job: GenerateJob | dict,
     prepared: str,
     target_visual: str | None,
     draft_visual: str | None,
@@ -259,42 +265,44 @@ def run(
     drafter: str | None = None,
 ):
     """Decode every sample-turn of one cell into `out`; finished samples are checkpointed every
-    `chunk` samples, and a rerun of the same job resumes after the last checkpoint."""
-    cell = params["cell"]
-    spec, timing = cell["spec"], params["timing"]
-    torch.set_num_threads(timing["threads"])
+    `chunk` samples, and a rerun of the same job resumes after the last checkpoint. `job`: the
+    GenerateJob, or its JSON's dict."""
+    job = GenerateJob.parse(job)
+    spec, timing = job.spec, job.timing
+    torch.set_num_threads(timing.threads)
     device = pick_device()
     rows = read_table(prepared, PREPARED).to_pylist()
     if not rows:
         raise ValueError(f"{prepared}: no samples to decode")
-    if params.get("task") == media.IMAGE_GENERATION:
-        work = ImageWork(params, prepared, out, device, drafter)
+    if job.task == media.IMAGE_GENERATION:
+        work = ImageWork(job, prepared, out, device, drafter)
     else:
         if target_visual is None:
-            raise ValueError(f"cell {cell['dataset']}: a visual cache of the target is needed")
-        work = TextWork(params, prepared, target_visual, draft_visual, captions, device, drafter)
+            raise ValueError(f"cell {job.dataset}: a visual cache of the target is needed")
+        work = TextWork(job, prepared, target_visual, draft_visual, captions, device, drafter)
     runner = work.runner
 
-    for row in rows[: timing["warmup_samples"]]:
+    for row in rows[: timing.warmup_samples]:
         sample = work.sample(row)
-        work.decode(sample, sample_sampler(cell["seed"], "warmup", 0, "m"))
-        work.decode_ar(sample, sample_sampler(cell["seed"], "warmup", 0, "ar"))
+        work.decode(sample, sample_sampler(job.seed, "warmup", 0, "m"))
+        work.decode_ar(sample, sample_sampler(job.seed, "warmup", 0, "ar"))
     runner.reset_stats()
 
     chunk = chunk or CHUNK
     checkpoints = Checkpoints(
-        out, job_key(params, prepared, target_visual, draft_visual, captions, *_head_files(drafter))
+        out,
+        job_key(
+            job.to_dict(), prepared, target_visual, draft_visual, captions, *_head_files(drafter)
+        ),
     )
     records, counters = checkpoints.load()
     chunk_start = len(records)
     chunk_ar = {"ar_decode_s": 0.0, "ar_forwards": 0}
-    progress = tqdm(
-        total=len(rows), initial=len(records), desc=f"generate {cell['method']} {cell['hp']}"
-    )
+    progress = tqdm(total=len(rows), initial=len(records), desc=f"generate {job.method} {job.hp}")
     for i in range(len(records), len(rows)):
         row = rows[i]
         sample = work.sample(row)
-        key = (cell["seed"], row["sample_id"], row["turn"])
+        key = (job.seed, row["sample_id"], row["turn"])
         runs = {
             "ar": lambda s=sample, k=key: work.decode_ar(s, sample_sampler(*k, "ar")),
             "method": lambda s=sample, k=key: work.decode(s, sample_sampler(*k, "method")),
@@ -323,19 +331,23 @@ def run(
     n_steps = sum(len(r["step_accepted"]) for r in records) if runner.drafter else 0
     t_q = forward_s / forwards if forwards else math.nan
     t_p = ar_decode_s / ar_forwards if ar_forwards else math.nan
-    job = {
+    columns = {
         "t_q_s": t_q,
         "draft_forwards_per_step": forwards / n_steps if n_steps else math.nan,
         "t_p_s": t_p,
         "device": describe_device(device),
         "versions": versions(),
-        **{k: cell[k] for k in ("dataset", "pair", "method", "hp", "seed")},
+        "dataset": job.dataset,
+        "pair": job.pair_name,
+        "method": job.method,
+        "hp": job.hp,
+        "seed": job.seed,
         "hparams": json.dumps(spec, sort_keys=True),
         **runner.method.columns(),
     }
     for record in records:
         record.update(work.outputs(record["output_ids"]))  # after timing: never timed
-        record.update(job)
+        record.update(columns)
     write_table(pa.Table.from_pylist(records, schema=SAMPLES), out, SAMPLES)
     checkpoints.clear()
 

@@ -28,6 +28,7 @@ from mmspec.decoding.prompt import as_prompt
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.timing import pick_device
 from mmspec.stages.checkpoints import job_key
+from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
 from mmspec.tables import HEAD_CURVES, PREPARED, read_table, write_table
 from mmspec.training.heads import collect_sequence, train_head
 
@@ -61,16 +62,16 @@ class Partial:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def collect(params: dict, prepared: str, target_visual: str | None, device, stored=None):
+def collect(job: TrainDrafterJob, prepared: str, target_visual: str | None, device, stored=None):
     """(target `Decoder`, training sequences): the target's greedy answers and its features
     (`stored`: those of an interrupted run of the same job, kept)."""
     from mmspec.stages.generate import TextWork
 
-    if params.get("task") == media.IMAGE_GENERATION:
-        return collect_images(params, prepared, device, stored)
+    if job.task == media.IMAGE_GENERATION:
+        return collect_images(job, prepared, device, stored)
 
     work = TextWork(
-        {"cell": {"spec": AR_SPEC}, "pair": params["pair"], "generation": params["generation"]},
+        GenerateJob.target_only(job.pair, job.task, job.generation, AR_SPEC),
         prepared,
         target_visual,
         None,
@@ -83,7 +84,7 @@ def collect(params: dict, prepared: str, target_visual: str | None, device, stor
     runner, sequences = work.runner, []
     if stored is not None:
         return runner.target, stored
-    collection = head_kind(params["kind"]).collection(params["training"])
+    collection = head_kind(job.kind).collection(job.training)
     for row in tqdm(rows, desc="train_drafter: the target answers"):
         sample = work.sample(row)
         answer = work.decode_ar(sample, seeded(0)).tokens
@@ -92,7 +93,7 @@ def collect(params: dict, prepared: str, target_visual: str | None, device, stor
     return runner.target, sequences
 
 
-def collect_images(params: dict, prepared: str, device, stored=None):
+def collect_images(job: TrainDrafterJob, prepared: str, device, stored=None):
     """(the target's `Decoder`, training sequences) of an image generator: per caption, the
     target's guided greedy image and one guided sample (temperature 1, the generation's top-k:
     image generators decode both ways), each teacher-forced behind the conditional and behind
@@ -104,7 +105,7 @@ def collect_images(params: dict, prepared: str, device, stored=None):
     from mmspec.stages.generate import ImageWork, sample_sampler
 
     work = ImageWork(
-        {"cell": {"spec": AR_SPEC}, "pair": params["pair"], "generation": params["generation"]},
+        GenerateJob.target_only(job.pair, job.task, job.generation, AR_SPEC),
         prepared,
         prepared,
         device,
@@ -119,7 +120,7 @@ def collect_images(params: dict, prepared: str, device, stored=None):
     sequences = []
     for row in tqdm(rows, desc="train_drafter: the target draws"):
         prompt = work.sample(row)
-        sampler = sample_sampler(params["seed"], row["sample_id"], row["turn"], "head")
+        sampler = sample_sampler(job.seed, row["sample_id"], row["turn"], "head")
         images = [
             decode_ar(runner.target, prompt.target, runner.grid, set(), temperature, sampler)
             for temperature in (0.0, 1.0)
@@ -140,26 +141,34 @@ def _layer_counts(sequences) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
 
 
-def run(params: dict, prepared: str, target_visual: str | None, out: str, threads: int = 1) -> dict:
-    """Train the head `params` names (pair, kind, training, generation, seed) into `out`."""
+def run(
+    job: TrainDrafterJob | dict,
+    prepared: str,
+    target_visual: str | None,
+    out: str,
+    threads: int = 1,
+) -> dict:
+    """Train the head `job` names (pair, kind, training, generation, seed) into `out`; `job`: the
+    TrainDrafterJob, or its JSON's dict."""
+    job = TrainDrafterJob.parse(job)
     started = time.perf_counter()
     torch.set_num_threads(threads)
     device = pick_device()
-    hp, kind, pair = params["training"], params["kind"], params["pair"]
+    hp, kind, pair = job.training, job.kind, job.pair
     out_dir = Path(out)
-    partial = Partial(out_dir, job_key(params, prepared, target_visual))
+    partial = Partial(out_dir, job_key(job.to_dict(), prepared, target_visual))
     stored = partial.load("sequences")
-    target, sequences = collect(params, prepared, target_visual, device, stored)
+    target, sequences = collect(job, prepared, target_visual, device, stored)
     if stored is None:
         partial.save("sequences", sequences)
-    torch.manual_seed(params["seed"])
-    head = build_head(kind, target.model.config, hp, pair["target"]).float()
+    torch.manual_seed(job.seed)
+    head = build_head(kind, target.model.config, hp, pair.target).float()
     curve = train_head(
         head,
         target.lm_head.float(),
         sequences,
         hp,
-        params["seed"],
+        job.seed,
         state=partial.load("state"),
         save=lambda state: partial.save("state", state),
         kind=kind,
@@ -172,7 +181,7 @@ def run(params: dict, prepared: str, target_visual: str | None, out: str, thread
     )
     record = {
         "kind": kind,
-        "target": pair["target"],
+        "target": pair.target,
         "training": hp,
         "sequences": len(sequences),
         "entries": sum(len(s.embeds) - max(s.answer_from, 0) - 1 for s in sequences),

@@ -1,0 +1,215 @@
+"""The jobs of the cell stages, typed: what the workflow writes once (JSON on the command line,
+`to_json`) and the stage reads once (`parse`) into objects with named fields.
+
+- `GenerateJob`: one cell to decode (stage generate);
+- `TrainDrafterJob`: one drafter head to train for a pair (stage train_drafter).
+
+Their JSON keeps the layout the stages have always read ({"cell": {...}, "pair": {...}, ...}),
+so the checkpoint key of an interrupted job (stages.checkpoints.job_key) does not change. Keys a
+hand-written job leaves out take the defaults config/schema.yaml declares.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+from mmspec import schema
+from mmspec.methods.spec import MethodSpec
+
+
+def _with_defaults(cls, data: dict, *section: str) -> dict:
+    """`data` with the schema's defaults of `section` under it, reduced to `cls`'s fields; a
+    field with neither is a named error."""
+    values = {**schema.defaults(schema.section(*section)), **data}
+    missing = [f.name for f in fields(cls) if f.name not in values]
+    if missing:
+        raise ValueError(f"job key {'.'.join(section)}: missing {missing}")
+    return {f.name: values[f.name] for f in fields(cls)}
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The sweep's generation settings (config key `generation`)."""
+
+    max_new_tokens: int
+    temperature: float
+    cfg: float
+    top_k: int
+
+    @classmethod
+    def parse(cls, data: dict) -> Generation:
+        return cls(**_with_defaults(cls, data, "generation"))
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How a generate job times its cell (config key `timing`)."""
+
+    warmup_samples: int
+    threads: int
+
+    @classmethod
+    def parse(cls, data: dict) -> Timing:
+        return cls(**_with_defaults(cls, data, "timing"))
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A model pair as validated (config key `pairs.<name>`; "self" already resolved)."""
+
+    target: str
+    dtype: str
+    draft: str | None = None
+    target_device_map: str | dict | None = None
+
+    @classmethod
+    def parse(cls, data: dict) -> Pair:
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"job key pair: unknown {unknown}")
+        defaults = schema.defaults(schema.section("pairs")["additionalProperties"])
+        return cls(**{**defaults, **data})
+
+    @property
+    def self_draft(self) -> bool:
+        """Whether the target drafts for itself (Self-SD)."""
+        return self.draft == self.target
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class GenerateJob:
+    """One cell to decode: which (dataset, pair, method entry, hp, seed), the method's resolved
+    spec, the pair's models, the dataset's task and the sweep's generation and timing."""
+
+    dataset: str
+    pair_name: str
+    method: str  # the config entry's name
+    hp: str
+    seed: int
+    spec: dict  # the resolved method spec (methods.registry.resolve)
+    pair: Pair
+    task: str  # "answer" or media.IMAGE_GENERATION
+    generation: Generation
+    timing: Timing
+
+    @classmethod
+    def of_cell(cls, config: dict, cell) -> GenerateJob:
+        """The job of a validated config's cell (the workflow's side)."""
+        from mmspec.config import dataset_task
+
+        return cls(
+            dataset=cell.dataset,
+            pair_name=cell.pair,
+            method=cell.method,
+            hp=cell.hp,
+            seed=cell.seed,
+            spec=cell.spec,
+            pair=Pair.parse(config["pairs"][cell.pair]),
+            task=dataset_task(config, cell.dataset),
+            generation=Generation.parse(config["generation"]),
+            timing=Timing.parse(config["timing"]),
+        )
+
+    @classmethod
+    def target_only(cls, pair: Pair, task: str, generation: Generation, spec: dict) -> GenerateJob:
+        """A job that decodes with the pair's target alone (a drafter head's training data)."""
+        timing = Timing.parse({})
+        return cls("", "", spec["method"], "", 0, spec, pair, task, generation, timing)
+
+    @classmethod
+    def parse(cls, data: dict | str | GenerateJob) -> GenerateJob:
+        """The job from its JSON (or the dict of it); defaults for what a hand-written one omits."""
+        if isinstance(data, GenerateJob):
+            return data
+        data = json.loads(data) if isinstance(data, str) else data
+        cell = data["cell"]
+        return cls(
+            dataset=cell.get("dataset", ""),
+            pair_name=cell.get("pair", ""),
+            method=cell.get("method", cell["spec"]["method"]),
+            hp=cell.get("hp", ""),
+            seed=int(cell.get("seed", 0)),
+            spec=cell["spec"],
+            pair=Pair.parse(data["pair"]),
+            task=data.get("task", "answer"),
+            generation=Generation.parse(data.get("generation", {})),
+            timing=Timing.parse(data.get("timing", {})),
+        )
+
+    @property
+    def method_spec(self) -> MethodSpec:
+        return MethodSpec.parse(self.spec)
+
+    def to_dict(self) -> dict:
+        cell = {"dataset": self.dataset, "pair": self.pair_name, "method": self.method}
+        cell |= {"hp": self.hp, "seed": self.seed, "spec": self.spec}
+        return {
+            "cell": cell,
+            "pair": self.pair.to_dict(),
+            "task": self.task,
+            "generation": asdict(self.generation),
+            "timing": asdict(self.timing),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class TrainDrafterJob:
+    """One drafter head to train: the pair, the head's kind and training hyperparameters, the
+    task of its training data, the sweep's generation settings and the toy world's seed."""
+
+    pair: Pair
+    kind: str
+    training: dict  # methods.components.head_training of a cell that drafts with the head
+    task: str
+    generation: Generation
+    seed: int
+
+    @classmethod
+    def of_cell(cls, config: dict, cell) -> TrainDrafterJob:
+        """The job that trains the head of a validated config's cell (the workflow's side)."""
+        from mmspec.config import dataset_task
+        from mmspec.methods.components import head_training
+
+        return cls(
+            pair=Pair.parse(config["pairs"][cell.pair]),
+            kind=cell.spec["drafter"],
+            training=head_training(cell.spec),
+            task=dataset_task(config, cell.spec["head_data"]),
+            generation=Generation.parse(config["generation"]),
+            seed=config["toy"]["seed"],
+        )
+
+    @classmethod
+    def parse(cls, data: dict | str | TrainDrafterJob) -> TrainDrafterJob:
+        """The job from its JSON (or the dict of it)."""
+        if isinstance(data, TrainDrafterJob):
+            return data
+        data = json.loads(data) if isinstance(data, str) else data
+        return cls(
+            pair=Pair.parse(data["pair"]),
+            kind=data["kind"],
+            training=data["training"],
+            task=data.get("task", "answer"),
+            generation=Generation.parse(data.get("generation", {})),
+            seed=int(data.get("seed", 0)),
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "pair": self.pair.to_dict(),
+            "kind": self.kind,
+            "training": self.training,
+            "task": self.task,
+            "generation": asdict(self.generation),
+            "seed": self.seed,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)

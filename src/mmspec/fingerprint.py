@@ -75,6 +75,8 @@ STAGE_CODE = {
     "generate": [
         "stages/generate.py",
         "stages/checkpoints.py",
+        "stages/jobs.py",
+        "schema.py",  # the defaults a hand-written job omits
         "decoding",
         "lazy.py",  # torch as the decoding modules import it
         "methods",
@@ -87,6 +89,8 @@ STAGE_CODE = {
         "stages/train_drafter.py",
         "stages/generate.py",  # its prompts and greedy answers are a generate job's
         "stages/checkpoints.py",
+        "stages/jobs.py",
+        "schema.py",  # the defaults a hand-written job omits
         "training",
         "decoding",
         "lazy.py",  # torch as the decoding modules import it

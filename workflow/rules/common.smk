@@ -130,7 +130,9 @@ def generate_inputs(w):
 
 def generate_params(w):
     """The cell's job (stages.jobs.GenerateJob), as the JSON the generate stage reads."""
-    return GenerateJob.of_cell(CONFIG, cell_of(w)).to_json()
+    cell = cell_of(w)
+    task = mmconfig.dataset_task(CONFIG, cell.dataset)
+    return GenerateJob.of_cell(CONFIG, cell, task).to_json()
 
 
 def optional_inputs(w, input):
@@ -165,7 +167,9 @@ def train_drafter_inputs(w):
 
 def train_drafter_params(w):
     """The head's job (stages.jobs.TrainDrafterJob), as the JSON the train_drafter stage reads."""
-    return TrainDrafterJob.of_cell(CONFIG, head_cell(w)).to_json()
+    cell = head_cell(w)
+    task = mmconfig.dataset_task(CONFIG, cell.spec["head_data"])
+    return TrainDrafterJob.of_cell(CONFIG, cell, task).to_json()
 
 
 def target_memory(w):

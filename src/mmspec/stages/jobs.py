@@ -97,10 +97,9 @@ class GenerateJob:
     timing: Timing
 
     @classmethod
-    def of_cell(cls, config: dict, cell) -> GenerateJob:
-        """The job of a validated config's cell (the workflow's side)."""
-        from mmspec.config import dataset_task
-
+    def of_cell(cls, config: dict, cell, task: str) -> GenerateJob:
+        """The job of a validated config's cell (the workflow's side); `task`: its dataset's
+        (config.dataset_task)."""
         return cls(
             dataset=cell.dataset,
             pair_name=cell.pair,
@@ -109,7 +108,7 @@ class GenerateJob:
             seed=cell.seed,
             spec=cell.spec,
             pair=Pair.parse(config["pairs"][cell.pair]),
-            task=dataset_task(config, cell.dataset),
+            task=task,
             generation=Generation.parse(config["generation"]),
             timing=Timing.parse(config["timing"]),
         )
@@ -172,16 +171,16 @@ class TrainDrafterJob:
     seed: int
 
     @classmethod
-    def of_cell(cls, config: dict, cell) -> TrainDrafterJob:
-        """The job that trains the head of a validated config's cell (the workflow's side)."""
-        from mmspec.config import dataset_task
+    def of_cell(cls, config: dict, cell, task: str) -> TrainDrafterJob:
+        """The job that trains the head of a validated config's cell (the workflow's side);
+        `task`: the task of the head's training data (config.dataset_task)."""
         from mmspec.methods.components import head_training
 
         return cls(
             pair=Pair.parse(config["pairs"][cell.pair]),
             kind=cell.spec["drafter"],
             training=head_training(cell.spec),
-            task=dataset_task(config, cell.spec["head_data"]),
+            task=task,
             generation=Generation.parse(config["generation"]),
             seed=config["toy"]["seed"],
         )

@@ -531,18 +531,20 @@ def decode_dtype(method: str, hparams: dict, pair: dict, inputs: tuple, max_new:
     from mmspec.decoding.timing import pick_device
     from mmspec.methods.registry import resolve
     from mmspec.stages.generate import TextWork, sample_sampler
+    from mmspec.stages.jobs import GenerateJob
     from mmspec.tables import PREPARED, read_table
 
     prepared, target_cache, draft_cache = inputs
     spec = dict(resolve(method, hparams), method=method, temperature=0.0)
-    params = {
-        "cell": {"dataset": "toy_diff", "pair": "tiny", "method": method, "hp": "", "seed": 0},
-        "pair": pair,
-        "generation": {"max_new_tokens": max_new, "temperature": 0.0},
-        "timing": {"warmup_samples": 0, "threads": 1},
-    }
-    params["cell"]["spec"] = spec
-    work = TextWork(params, prepared, target_cache, draft_cache, None, pick_device())
+    job = GenerateJob.parse(
+        {
+            "cell": {"dataset": "toy_diff", "pair": "tiny", "method": method, "spec": spec},
+            "pair": pair,
+            "generation": {"max_new_tokens": max_new, "temperature": 0.0},
+            "timing": {"warmup_samples": 0, "threads": 1},
+        }
+    )
+    work = TextWork(job, prepared, target_cache, draft_cache, None, pick_device())
     runner, dtype, out = work.runner, getattr(torch, pair["dtype"]), Decoded()
     rows = read_table(prepared, PREPARED).to_pylist()
     with torch.inference_mode():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from head_jobs import image_head_job
 
-from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.heads import build_head
 from mmspec.decoding.enumeration import (
@@ -24,7 +24,6 @@ from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.registry import resolve
 from mmspec.models.image_generation import ImageGenerator
 from mmspec.stages import prepare, train_drafter
-from mmspec.stages.jobs import Generation, Pair, TrainDrafterJob
 from mmspec.training.heads import collect_sequence, train_head
 
 CPU = torch.device("cpu")
@@ -41,14 +40,7 @@ def trained(imagegen_dirs, tmp_path_factory):
     prepared = root / "prepared.parquet"
     prepare.run("toy_imagegen", {"source": "toy", "samples": 6}, str(prepared), 0)
     target_dir = str(imagegen_dirs[0])
-    job = TrainDrafterJob(
-        pair=Pair(target=target_dir, dtype="float32"),
-        kind="eagle",
-        training={},  # collecting reads no training hyperparameter of an EAGLE head
-        task=IMAGE_GENERATION,
-        generation=Generation(max_new_tokens=8, temperature=0.0, cfg=CFG, top_k=0),
-        seed=0,
-    )
+    job = image_head_job(target_dir, CFG)
     decoder, sequences = train_drafter.collect_images(job, str(prepared), CPU)
     torch.manual_seed(0)
     spec = resolve("eagle", {"head_data": "x"})

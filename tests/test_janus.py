@@ -9,15 +9,14 @@ import copy
 
 import pytest
 import torch
+from head_jobs import image_head_job
 
-from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.acceptance.lantern import Neighbours
 from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.registry import resolve
 from mmspec.models import tiny
 from mmspec.models.image_generation import ImageGenerator, JanusGenerator
-from mmspec.stages.jobs import Generation, Pair, TrainDrafterJob
 
 CPU = torch.device("cpu")
 CAPTIONS = ["a red circle top left .", "two blue squares .", "a green triangle bottom right ."]
@@ -119,14 +118,7 @@ def test_an_eagle_head_trains_on_janus_and_drafts_its_codes_losslessly(tmp_path)
     prepared = tmp_path / "prepared.parquet"
     # enough draws that the head sees most codes: it drafts codes of captions it never saw
     prepare.run("toy_imagegen", {"source": "toy", "samples": 16}, str(prepared), 0)
-    job = TrainDrafterJob(
-        pair=Pair(target=target_dir, dtype="float32"),
-        kind="eagle",
-        training={},  # collecting reads no training hyperparameter of an EAGLE head
-        task=IMAGE_GENERATION,
-        generation=Generation(max_new_tokens=8, temperature=0.0, cfg=SCALE, top_k=0),
-        seed=0,
-    )
+    job = image_head_job(target_dir, SCALE)
     decoder, sequences = train_drafter.collect_images(job, str(prepared), CPU)
     assert len(sequences) == 16 * 4
     torch.manual_seed(0)

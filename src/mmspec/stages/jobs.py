@@ -18,40 +18,43 @@ from mmspec import schema
 from mmspec.methods.spec import MethodSpec
 
 
-def _with_defaults(cls, data: dict, *section: str) -> dict:
-    """`data` with the schema's defaults of `section` under it, reduced to `cls`'s fields; a
-    field with neither is a named error."""
-    values = {**schema.defaults(schema.section(*section)), **data}
-    missing = [f.name for f in fields(cls) if f.name not in values]
-    if missing:
-        raise ValueError(f"job key {'.'.join(section)}: missing {missing}")
-    return {f.name: values[f.name] for f in fields(cls)}
+class _Settings:
+    """Settings read from one section of the config: `parse` takes a dict of it and fills what
+    it omits from the schema's defaults of that section; an unknown key, or a key with neither
+    a value nor a default, is a named error."""
+
+    SECTION = ""
+
+    @classmethod
+    def parse(cls, data: dict):
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"job key {cls.SECTION}: unknown {unknown}")
+        values = {**schema.defaults(schema.section(cls.SECTION)), **data}
+        missing = [f.name for f in fields(cls) if f.name not in values]
+        if missing:
+            raise ValueError(f"job key {cls.SECTION}: missing {missing}")
+        return cls(**{f.name: values[f.name] for f in fields(cls)})
 
 
 @dataclass(frozen=True)
-class Generation:
+class Generation(_Settings):
     """The sweep's generation settings (config key `generation`)."""
 
+    SECTION = "generation"
     max_new_tokens: int
     temperature: float
     cfg: float
     top_k: int
 
-    @classmethod
-    def parse(cls, data: dict) -> Generation:
-        return cls(**_with_defaults(cls, data, "generation"))
-
 
 @dataclass(frozen=True)
-class Timing:
+class Timing(_Settings):
     """How a generate job times its cell (config key `timing`)."""
 
+    SECTION = "timing"
     warmup_samples: int
     threads: int
-
-    @classmethod
-    def parse(cls, data: dict) -> Timing:
-        return cls(**_with_defaults(cls, data, "timing"))
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class Pair:
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"job key pair: unknown {unknown}")
+        if "target" not in data:
+            raise ValueError("job key pair: missing ['target']")
         defaults = schema.defaults(schema.section("pairs")["additionalProperties"])
         return cls(**{**defaults, **data})
 

@@ -218,13 +218,10 @@ def _pick(names, section: dict) -> list[str]:
     return list(section) if names == "all" else list(names)
 
 
-head_training = components.head_training
-
-
 def drafter_dir(cell) -> str | None:
     """Where the trained head of a cell's head drafter lives (None for other drafters): one
     per (pair, kind, training hyperparameters), shared by every method that drafts with it."""
     kind = cell.spec["drafter"]
     if not components.needs(cell.spec, TRAINED_HEAD):
         return None
-    return f"results/drafters/{cell.pair}/{kind}/{hp_slug(head_training(cell.spec))}"
+    return f"results/drafters/{cell.pair}/{kind}/{hp_slug(components.head_training(cell.spec))}"

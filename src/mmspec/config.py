@@ -22,7 +22,6 @@ from mmspec.cells import (  # noqa: F401 (the cells' names, for callers of mmspe
     check_distinct,
     drafter_dir,
     expand,
-    head_training,
     hp_slug,
     method_points,
     model_slug,

@@ -21,6 +21,8 @@ MODEL_CODE = [
     "models/visual.py",
     "data/media.py",
 ]
+# The decoding engine, and torch as its modules import it (mmspec.lazy).
+DECODING_CODE = ["decoding", "lazy.py"]
 # Reading an image generator: its prompts, codes and VQ decoder (generate).
 IMAGE_GENERATOR_CODE = [
     "models/image_generation.py",
@@ -60,7 +62,7 @@ STAGE_CODE = {
         "stages/cache_visual.py",
         *MODEL_CODE,
         "decoding/timing.py",
-        "lazy.py",  # torch as the decoding modules import it
+        "lazy.py",  # torch as decoding/timing.py imports it
         "tables.py",
     ],
     "caption": [
@@ -69,7 +71,7 @@ STAGE_CODE = {
         "models/captioner.py",
         *MODEL_CODE,
         "decoding/timing.py",
-        "lazy.py",  # torch as the decoding modules import it
+        "lazy.py",  # torch as decoding/timing.py imports it
         "tables.py",
     ],
     "generate": [
@@ -77,8 +79,7 @@ STAGE_CODE = {
         "stages/checkpoints.py",
         "stages/jobs.py",
         "schema.py",  # the defaults a hand-written job omits
-        "decoding",
-        "lazy.py",  # torch as the decoding modules import it
+        *DECODING_CODE,
         "methods",
         *MODEL_CODE,
         "models/prompts.py",
@@ -92,8 +93,7 @@ STAGE_CODE = {
         "stages/jobs.py",
         "schema.py",  # the defaults a hand-written job omits
         "training",
-        "decoding",
-        "lazy.py",  # torch as the decoding modules import it
+        *DECODING_CODE,
         "methods",
         *MODEL_CODE,
         "models/prompts.py",
@@ -127,8 +127,7 @@ STAGE_CODE = {
     "aggregate": [
         "stages/aggregate.py",
         "methods",
-        "decoding",
-        "lazy.py",  # torch as the decoding modules import it
+        *DECODING_CODE,
         "data/media.py",
         "tables.py",
     ],
@@ -136,8 +135,7 @@ STAGE_CODE = {
         "stages/report.py",
         "report",
         "methods",
-        "decoding",
-        "lazy.py",  # torch as the decoding modules import it
+        *DECODING_CODE,
         "data/media.py",
         "tables.py",
     ],

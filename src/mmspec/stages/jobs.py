@@ -12,10 +12,9 @@ hand-written job leaves out take the defaults config/schema.yaml declares.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 
 from mmspec import schema
-from mmspec.methods.spec import MethodSpec
 
 
 class _Settings:
@@ -23,25 +22,29 @@ class _Settings:
     it omits from the schema's defaults of that section; an unknown key, or a key with neither
     a value nor a default, is a named error."""
 
-    SECTION = ""
+    KEY = ""  # the section's name in a job's errors
+
+    @classmethod
+    def _schema(cls) -> dict:
+        return schema.section(cls.KEY)
 
     @classmethod
     def parse(cls, data: dict):
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:
-            raise ValueError(f"job key {cls.SECTION}: unknown {unknown}")
-        values = {**schema.defaults(schema.section(cls.SECTION)), **data}
-        missing = [f.name for f in fields(cls) if f.name not in values]
+            raise ValueError(f"job key {cls.KEY}: unknown {unknown}")
+        values = {**schema.defaults(cls._schema()), **data}
+        missing = [f.name for f in fields(cls) if f.name not in values and f.default is MISSING]
         if missing:
-            raise ValueError(f"job key {cls.SECTION}: missing {missing}")
-        return cls(**{f.name: values[f.name] for f in fields(cls)})
+            raise ValueError(f"job key {cls.KEY}: missing {missing}")
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 
 @dataclass(frozen=True)
 class Generation(_Settings):
     """The sweep's generation settings (config key `generation`)."""
 
-    SECTION = "generation"
+    KEY = "generation"
     max_new_tokens: int
     temperature: float
     cfg: float
@@ -52,29 +55,24 @@ class Generation(_Settings):
 class Timing(_Settings):
     """How a generate job times its cell (config key `timing`)."""
 
-    SECTION = "timing"
+    KEY = "timing"
     warmup_samples: int
     threads: int
 
 
 @dataclass(frozen=True)
-class Pair:
+class Pair(_Settings):
     """A model pair as validated (config key `pairs.<name>`; "self" already resolved)."""
 
+    KEY = "pair"
     target: str
     dtype: str
     draft: str | None = None
     target_device_map: str | dict | None = None
 
     @classmethod
-    def parse(cls, data: dict) -> Pair:
-        unknown = sorted(set(data) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"job key pair: unknown {unknown}")
-        if "target" not in data:
-            raise ValueError("job key pair: missing ['target']")
-        defaults = schema.defaults(schema.section("pairs")["additionalProperties"])
-        return cls(**{**defaults, **data})
+    def _schema(cls) -> dict:
+        return schema.section("pairs")["additionalProperties"]
 
     @property
     def self_draft(self) -> bool:
@@ -143,10 +141,6 @@ class GenerateJob:
             generation=Generation.parse(data.get("generation", {})),
             timing=Timing.parse(data.get("timing", {})),
         )
-
-    @property
-    def method_spec(self) -> MethodSpec:
-        return MethodSpec.parse(self.spec)
 
     def to_dict(self) -> dict:
         cell = {"dataset": self.dataset, "pair": self.pair_name, "method": self.method}

@@ -23,14 +23,19 @@ class EagleHeadConfig(LlamaConfig):
         self.training = training or {}
 
 
-class EagleHead(PreTrainedModel):
+class LlamaLayerHead(PreTrainedModel):
+    """A trained head built of Llama decoder layers (EAGLE's, DREAM's, Kangaroo's adapter)."""
+
+    base_model_prefix = "head"
+    _supports_sdpa = True  # its layers attend with SDPA, as the target's do
+    _no_split_modules = ["LlamaDecoderLayer"]
+
+
+class EagleHead(LlamaLayerHead):
     """fc(2H -> H) over [token embedding, target feature], then a Llama stack (its own
     embedding table is unused: inputs arrive as vectors)."""
 
     config_class = EagleHeadConfig
-    base_model_prefix = "head"
-    _supports_sdpa = True  # its layers attend with SDPA, as the target's do
-    _no_split_modules = ["LlamaDecoderLayer"]
 
     def __init__(self, config: EagleHeadConfig):
         super().__init__(config)

@@ -5,9 +5,9 @@ states. `drafters.kangaroo` joins it to the target's first layers and drafts wit
 from __future__ import annotations
 
 import torch
-from transformers import LlamaModel, PreTrainedModel
+from transformers import LlamaModel
 
-from mmspec.decoding.drafters.eagle_net import EagleHeadConfig
+from mmspec.decoding.drafters.eagle_net import EagleHeadConfig, LlamaLayerHead
 
 
 class KangarooConfig(EagleHeadConfig):
@@ -18,13 +18,10 @@ class KangarooConfig(EagleHeadConfig):
         self.exit_layer = exit_layer  # the target layers the draft runs before the adapter
 
 
-class KangarooAdapter(PreTrainedModel):
+class KangarooAdapter(LlamaLayerHead):
     """One Llama decoder layer and a norm over the target's exit-layer states."""
 
     config_class = KangarooConfig
-    base_model_prefix = "head"
-    _supports_sdpa = True  # its layers attend with SDPA, as the target's do
-    _no_split_modules = ["LlamaDecoderLayer"]
 
     def __init__(self, config: KangarooConfig):
         super().__init__(config)

@@ -1,15 +1,26 @@
-"""The typed jobs of the cell stages (stages/jobs.py): what the workflow writes is what the stage
+"""The typed jobs of the stages (stages/jobs.py): what the workflow writes is what the stage
 reads, defaults come from the schema, and a bad job names its key."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 from base_config import base_config
 
 from mmspec import config as mmconfig
-from mmspec.stages.jobs import GenerateJob, Generation, Pair, Timing, TrainDrafterJob
+from mmspec.gpu_check import REPO
+from mmspec.stages.jobs import (
+    Captioner,
+    GenerateJob,
+    Generation,
+    ImageModels,
+    JudgeSettings,
+    Pair,
+    Timing,
+    TrainDrafterJob,
+)
 
 
 def _config():
@@ -45,8 +56,38 @@ def test_what_a_hand_written_job_omits_takes_the_schemas_defaults():
         (Timing.parse, {"thread": 2}, "timing"),
         (Pair.parse, {"target": "t", "drafts": "d"}, "pair"),
         (Pair.parse, {"draft": "d"}, "pair"),  # a target has no default
+        (Captioner.parse, {"model": "m", "max_tokens": 3}, "captioner"),
+        (JudgeSettings.parse, {"endpoint": "embedded"}, "judge"),  # no model
+        (ImageModels.parse, {"fid_features": "toy:f"}, "image_metrics"),
     ],
 )
 def test_a_bad_job_names_its_key(parse, data, key):
     with pytest.raises(ValueError, match=f"job key {key}: "):
         parse(data)
+
+
+def test_the_settings_the_workflow_writes_are_the_validated_sections():
+    """The JSON of each section's settings is the section as validated, so the typed settings
+    leave a sweep's params (and its finished jobs) as they were."""
+    import yaml
+
+    with open(REPO / "config" / "config.yaml") as f:  # the tour: a judge, a captioner
+        config = mmconfig.validate(yaml.safe_load(f), overrides={})
+    sections = {"judge": JudgeSettings, "captioner": Captioner, "image_metrics": ImageModels}
+    for key, kind in sections.items():
+        settings = kind.parse(config[key])
+        assert json.loads(settings.to_json()) == config[key]
+        assert kind.parse(settings.to_json()) == settings
+    judge = JudgeSettings.parse({"endpoint": "embedded", "model": "m"})
+    assert (judge.concurrency, judge.api_key_env, judge.max_retries) == (4, None, 4)
+
+
+def test_a_stage_names_the_bad_key_of_its_settings_on_the_command_line(tmp_path):
+    done = subprocess.run(
+        ["mmspec", "caption", "--spec", '{"model": "toy:c", "max_tokens": 3}', "--prepared",
+         str(tmp_path / "p.parquet"), "--out", str(tmp_path / "c.parquet")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "argument --spec: job key captioner: unknown ['max_tokens']" in done.stderr
+    assert not (tmp_path / "c.parquet").exists()

@@ -20,6 +20,22 @@ def _json(text: str) -> dict:
         raise argparse.ArgumentTypeError(f"not valid JSON: {e}") from None
 
 
+def _settings(kind: str):
+    """An argparse type: JSON of a config section parsed into its typed settings
+    (stages.jobs.<kind>), its errors named on the command line."""
+
+    def parse(text: str):
+        from mmspec.stages import jobs
+
+        try:
+            return getattr(jobs, kind).parse(_json(text))
+        except (ValueError, TypeError) as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = kind
+    return parse
+
+
 def _families() -> list[str]:
     from mmspec.models.families import FAMILIES, IMAGE_GENERATORS
 
@@ -51,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
 
     p = sub.add_parser("caption", help="a caption of every image of a dataset (view C)")
-    p.add_argument("--spec", type=_json, required=True, help="the config's captioner (JSON)")
+    p.add_argument(
+        "--spec", type=_settings("Captioner"), required=True, help="the config's captioner (JSON)"
+    )
     p.add_argument("--prepared", required=True)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True)
@@ -90,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", required=True)
     p.add_argument(
         "--image-models",
-        type=_json,
+        type=_settings("ImageModels"),
         default=None,
         help="metric image: JSON {fid_features, clip} model references",
     )
@@ -103,7 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prepared", required=True)
     p.add_argument("--template", required=True, help="the dataset's judge template (vdd, vdc)")
     p.add_argument(
-        "--settings", type=_json, required=True, help="the config's judge block (JSON, no key)"
+        "--settings",
+        type=_settings("JudgeSettings"),
+        required=True,
+        help="the config's judge block (JSON, no key)",
     )
     p.add_argument(
         "--cache", required=True, help="the shared judgement cache directory (results/judge/cache)"

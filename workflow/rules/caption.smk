@@ -14,7 +14,7 @@ rule caption:
         mem_mb=lambda w: captioner_memory(w).host_mb,
         gpu_mem_mb=lambda w: captioner_memory(w).gpu_mb,
     params:
-        spec=lambda w: json.dumps(CAPTIONER, sort_keys=True),
+        spec=lambda w: Captioner.parse(CAPTIONER).to_json(),
         code=fingerprint("caption"),
     shell:
         "mmspec caption --spec {params.spec:q} --prepared {input.prepared}"

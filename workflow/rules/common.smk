@@ -10,7 +10,13 @@ from mmspec.decoding.component import CAPTIONS, DRAFT_MODEL, DRAFT_VISUAL
 from mmspec.methods import components
 from mmspec.models import footprint
 from mmspec.stages import toy_model
-from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
+from mmspec.stages.jobs import (
+    Captioner,
+    GenerateJob,
+    ImageModels,
+    JudgeSettings,
+    TrainDrafterJob,
+)
 
 # Validation runs at parse time, so a bad config stops the run before any job starts.
 try:
@@ -205,7 +211,7 @@ def score_models(w):
 def score_options(w):
     if not makes_images(w.dataset):
         return ""
-    models = json.dumps(CONFIG["image_metrics"], sort_keys=True)
+    models = ImageModels.parse(CONFIG["image_metrics"]).to_json()
     return f"--image-models {shlex.quote(models)}"
 
 

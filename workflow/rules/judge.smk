@@ -23,7 +23,7 @@ rule judge:
         judge=1,
     params:
         template=lambda w: CONFIG["datasets"][w.dataset]["judge"],
-        settings=lambda w: json.dumps(CONFIG["judge"], sort_keys=True),
+        settings=lambda w: JudgeSettings.parse(CONFIG["judge"]).to_json(),
         cache=JUDGE_CACHE_DIR,
         code=fingerprint("judge"),
     shell:

@@ -11,27 +11,27 @@ from tqdm import tqdm
 
 from mmspec.decoding.timing import pick_device
 from mmspec.models.captioner import Captioner
+from mmspec.stages import jobs
 from mmspec.stages.cache_visual import distinct_images
 from mmspec.tables import CAPTIONS, PREPARED, read_table, write_table
 
 
-def run(spec: dict, prepared_path: str, out: str, threads: int) -> int:
+def run(spec: jobs.Captioner | dict, prepared_path: str, out: str, threads: int) -> int:
     """`spec`: the config's `captioner` entry (model, prompt, max_new_tokens, dtype)."""
+    spec = jobs.Captioner.parse(spec)
     torch.set_num_threads(threads)
     images = distinct_images(read_table(prepared_path, PREPARED))
     rows = []
     if images:
         captioner = Captioner(
-            spec["model"], pick_device(), spec["dtype"], spec["prompt"], spec["max_new_tokens"]
+            spec.model, pick_device(), spec.dtype, spec.prompt, spec.max_new_tokens
         )
         items = list(images.items())
         captioner.caption(Image.open(io.BytesIO(items[0][1])).convert("RGB"))  # warm-up, untimed
-        for image_id, png in tqdm(items, desc=f"caption {spec['model']}"):
+        for image_id, png in tqdm(items, desc=f"caption {spec.model}"):
             text, seconds = captioner.caption(Image.open(io.BytesIO(png)).convert("RGB"))
             if not text:
-                raise ValueError(
-                    f"captioner {spec['model']} returned an empty caption for {image_id}"
-                )
+                raise ValueError(f"captioner {spec.model} returned an empty caption for {image_id}")
             rows.append({"image_id": image_id, "caption": text, "caption_s": seconds})
     write_table(pa.Table.from_pylist(rows, schema=CAPTIONS), out, CAPTIONS)
     return len(rows)

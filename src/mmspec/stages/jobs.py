@@ -2,7 +2,14 @@
 `to_json`) and the stage reads once (`parse`) into objects with named fields.
 
 - `GenerateJob`: one cell to decode (stage generate);
-- `TrainDrafterJob`: one drafter head to train for a pair (stage train_drafter).
+- `TrainDrafterJob`: one drafter head to train for a pair (stage train_drafter);
+- the config sections the other stages read, as settings with named fields: `Captioner`
+  (stage caption), `JudgeSettings` (stage judge), `ImageModels` (stage score, image metrics).
+  Their JSON is the section as validated, so a workflow's params do not change with them.
+
+The stages' remaining arguments are paths and scalars (typed by the command line); a dataset's
+entry (stage prepare) and a toy model's recipe (stage toy_model) stay the schema-validated
+dicts, whose keys differ by source and kind.
 
 Their JSON keeps the layout the stages have always read ({"cell": {...}, "pair": {...}, ...}),
 so the checkpoint key of an interrupted job (stages.checkpoints.job_key) does not change. Keys a
@@ -29,7 +36,13 @@ class _Settings:
         return schema.section(cls.KEY)
 
     @classmethod
-    def parse(cls, data: dict):
+    def parse(cls, data: dict | str):
+        """The settings from the section's dict (or its JSON); an instance passes through."""
+        if isinstance(data, cls):
+            return data
+        data = json.loads(data) if isinstance(data, str) else data
+        if not isinstance(data, dict):
+            raise ValueError(f"job key {cls.KEY}: expected a mapping, got {data!r}")
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"job key {cls.KEY}: unknown {unknown}")
@@ -38,6 +51,9 @@ class _Settings:
         if missing:
             raise ValueError(f"job key {cls.KEY}: missing {missing}")
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,42 @@ class Pair(_Settings):
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Captioner(_Settings):
+    """The captioning model of view C (config key `captioner`)."""
+
+    KEY = "captioner"
+    model: str
+    prompt: str
+    max_new_tokens: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class JudgeSettings(_Settings):
+    """The LLM judge's endpoint and its client's limits (config key `judge`)."""
+
+    KEY = "judge"
+    endpoint: str
+    model: str
+    api_key_env: str | None
+    concurrency: int
+    requests_per_s: float | None
+    timeout_s: float
+    max_retries: int
+    backoff_s: float
+    max_backoff_s: float
+
+
+@dataclass(frozen=True)
+class ImageModels(_Settings):
+    """FID's feature network and the CLIP model of CLIP score (config key `image_metrics`)."""
+
+    KEY = "image_metrics"
+    fid_features: str
+    clip: str
 
 
 @dataclass(frozen=True)

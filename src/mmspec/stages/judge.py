@@ -24,10 +24,11 @@ from mmspec.scoring.judge import (
     JudgeItem,
     judge_items,
 )
+from mmspec.stages.jobs import JudgeSettings
 from mmspec.tables import JUDGEMENTS, PREPARED, SAMPLES, read_table, write_table
 
 EMBEDDED = "embedded"  # `judge.endpoint` value that starts mmspec's own judge server
-# the config's judge keys that JudgeEndpoint takes as they are
+# the judge settings that JudgeEndpoint takes as they are
 ENDPOINT_KEYS = (
     "model",
     "api_key_env",
@@ -40,21 +41,24 @@ ENDPOINT_KEYS = (
 
 
 @contextmanager
-def endpoint(settings: dict):
+def endpoint(settings: JudgeSettings | dict):
     """The judge endpoint of the config's `judge` block; the embedded server runs meanwhile."""
-    options = {k: settings[k] for k in ENDPOINT_KEYS if settings.get(k) is not None}
-    if settings["endpoint"] != EMBEDDED:
-        yield JudgeEndpoint(base_url=settings["endpoint"], **options)
+    settings = JudgeSettings.parse(settings)
+    options = {k: getattr(settings, k) for k in ENDPOINT_KEYS}
+    options = {k: v for k, v in options.items() if v is not None}
+    if settings.endpoint != EMBEDDED:
+        yield JudgeEndpoint(base_url=settings.endpoint, **options)
         return
     with EmbeddedJudge() as server:
         yield JudgeEndpoint(base_url=server.base_url, **options)
 
 
 def run(
-    samples: str, prepared: str, template: str, settings: dict, cache: str, out: str
+    samples: str, prepared: str, template: str, settings: JudgeSettings | dict, cache: str, out: str
 ) -> tuple[int, int, int]:
     """Judge one cell's answers with `template` (vdd, vdc) through the judgement cache directory
     `cache`; returns the endpoint calls made, the failed judgements and the answers judged."""
+    settings = JudgeSettings.parse(settings)
     rows = read_table(samples, SAMPLES).to_pylist()
     refs = {(r["sample_id"], r["turn"]): r for r in read_table(prepared, PREPARED).to_pylist()}
     items = []
@@ -86,14 +90,14 @@ def run(
         )
     with endpoint(settings) as where:
         client = JudgeClient(where)
-        judged = judge_items(items, client, JudgeCache(cache), settings["concurrency"])
+        judged = judge_items(items, client, JudgeCache(cache), settings.concurrency)
         calls = client.calls
     records = [
         {
             **{k: row[k] for k in ("dataset", "pair", "method", "hp", "hparams", "seed")},
             "sample_id": row["sample_id"],
             "turn": row["turn"],
-            "judge_model": settings["model"],
+            "judge_model": settings.model,
             "template": template,
             "judge_score": j.score,
             "judge_error": j.error,

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from mmspec.scoring.lossless import first_divergence
 from mmspec.scoring.task_quality import quality
+from mmspec.stages.jobs import ImageModels
 from mmspec.tables import (
     JUDGEMENTS,
     METHOD_COLUMNS,
@@ -42,7 +43,7 @@ def run(
     prepared: str,
     metric: str,
     out: str,
-    image_models: dict | None = None,
+    image_models: ImageModels | dict | None = None,
     judgements: tuple[str, str] | None = None,
 ) -> None:
     """Score one cell; `image_models` names FID's feature network and the CLIP model
@@ -93,13 +94,14 @@ def run(
             raise ValueError(f"{samples}: metric {IMAGE_METRIC!r} needs the image models")
         keys = [(r["sample_id"], r["turn"]) for r in rows]
         paired = [ar_rows[k] for k in keys], [refs[k] for k in keys]
-        _score_images(records, rows, *paired, image_models, (samples, ar_samples, prepared))
+        models = ImageModels.parse(image_models)
+        _score_images(records, rows, *paired, models, (samples, ar_samples, prepared))
     if judgements:
         _add_judgements(records, *judgements)
     write_table(pa.Table.from_pylist(records, schema=SCORES), out, SCORES)
 
 
-def _score_images(records, rows, ar_rows, refs, models, paths) -> None:
+def _score_images(records, rows, ar_rows, refs, models: ImageModels, paths) -> None:
     """CLIP score per image and FID per cell, for the cell's images and its AR cell's (the
     generate stage decoded them)."""
     from mmspec.models.loading import resolve_ref
@@ -112,8 +114,8 @@ def _score_images(records, rows, ar_rows, refs, models, paths) -> None:
     size = references.shape[1:3]
     scored, ar_scored = (image_metrics.resized(i, size) for i in (images, ar_images))
     captions = [r["reference"] for r in refs]
-    features = image_metrics.feature_network(resolve_ref(models["fid_features"]))
-    scorer = image_metrics.clip_scorer(resolve_ref(models["clip"]))
+    features = image_metrics.feature_network(resolve_ref(models.fid_features))
+    scorer = image_metrics.clip_scorer(resolve_ref(models.clip))
     fid = image_metrics.fid(references, scored, features)
     ar_fid = image_metrics.fid(references, ar_scored, features)
     clips = image_metrics.clip_score(scored, captions, scorer)

@@ -47,6 +47,24 @@ def test_every_kind_validates_with_its_own_defaults():
     assert models["features"]["patch"] == 4
 
 
+def test_a_hand_written_recipe_trains_with_the_schemas_defaults_of_its_kind():
+    """The trainers complete a recipe from config/schema.yaml (toy/recipe.py): what a test or an
+    analysis leaves out takes the default a config would, and a bad key is named."""
+    from mmspec.schema import ConfigError
+    from mmspec.toy.recipe import complete
+
+    cfg = mmconfig.validate(copy.deepcopy(BASE))
+    for name, spec in cfg["toy"]["models"].items():
+        assert complete(spec, name) == spec  # a validated recipe is complete already
+    captioner = complete({"hidden": 16, "layers": 1, "steps": 2})
+    assert (captioner["text_scenarios"], captioner["grounding_steps"]) == ([], 0)
+    assert (captioner["image_dropout"], captioner["vision_hidden"]) == (0.0, 64)
+    assert "visual_alignment" not in captioner  # absent: next-token loss alone
+    assert complete({"kind": "image_generator", "hidden": 16, "layers": 1, "steps": 2})["codes"]
+    with pytest.raises(ConfigError, match=r"toy.models.t.grounding_steps: -1 is less than"):
+        complete({"hidden": 16, "layers": 1, "steps": 2, "grounding_steps": -1}, "t")
+
+
 @pytest.mark.parametrize(
     "path, value, message",
     [

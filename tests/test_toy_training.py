@@ -6,6 +6,7 @@ import pytest
 
 from mmspec.data import media
 from mmspec.toy import processor as toy_processor
+from mmspec.toy import recipe as toy_recipe
 from mmspec.toy import training as toy_training
 from mmspec.toy import world as tw
 
@@ -33,6 +34,7 @@ def test_foreign_descriptions_teach_all_but_their_style_words():
     recipe without the key gets the data it always had."""
     tokenizer = toy_processor.build_processor().tokenizer
     spec = {"steps": 24, "batch_size": 8, "scenarios": ["toy_vdesc"], "vdesc_style": "a"}
+    spec = toy_recipe.complete({"hidden": 16, "layers": 1, **spec})
     style_ids = set(tokenizer.convert_tokens_to_ids(sorted(tw.STYLE_WORDS)))
     then = tokenizer.convert_tokens_to_ids("then")
 

@@ -76,6 +76,22 @@ def fill_defaults(instance, validator, schema=None) -> None:
             fill_defaults(item, validator, schema["items"])
 
 
+def complete(instance: dict, node: dict, where: str) -> dict:
+    """A copy of `instance` with the defaults the subschema `node` declares (its `allOf` and
+    `if`/`then` parts included), after checking it against `node`: a ConfigError names `where`,
+    the key and what was expected."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(load())
+    error = jsonschema.exceptions.best_match(validator.evolve(schema=node).iter_errors(instance))
+    if error is not None:
+        key = "".join(f".{p}" for p in error.absolute_path)
+        raise ConfigError(f"{where}{key}: {error.message}")
+    out = copy.deepcopy(instance)
+    fill_defaults(out, validator, node)
+    return out
+
+
 def section(*path: str) -> dict:
     """The subschema at `path` under the schema's properties (a `oneOf` step is the branch whose
     `source` is that constant, e.g. section("datasets", "hf"))."""

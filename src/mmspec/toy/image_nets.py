@@ -27,6 +27,7 @@ from transformers import (
 )
 
 from mmspec.toy import processor as toy_processor
+from mmspec.toy import recipe
 from mmspec.toy import training as toy_training
 from mmspec.toy import world as toyworld
 
@@ -58,6 +59,7 @@ def _scenes(n: int, seed: int, stream: int):
 
 def train_features(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     """Train the quadrant classifier whose pooled features FID compares; save it."""
+    spec = recipe.complete({"kind": "fid_features", **spec})
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     config = ViTConfig(
@@ -111,6 +113,7 @@ def quadrant_accuracy(model, images: np.ndarray, scenes) -> float:
 
 def train_clip(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     """Train a small CLIP on (caption, textured image) pairs; save it with its processor."""
+    spec = recipe.complete({"kind": "clip", **spec})
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     processor = clip_processor()

@@ -24,6 +24,7 @@ from transformers import LlamaForCausalLM
 
 from mmspec.models.vq import PatchVQ
 from mmspec.toy import processor as toy_processor
+from mmspec.toy import recipe
 from mmspec.toy import training as toy_training
 from mmspec.toy import world as toyworld
 
@@ -117,6 +118,7 @@ def _batch(rows, pad: int) -> dict:
 
 def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     """Fit the VQ codebook on textured toy images, train the generator, save the folder."""
+    spec = recipe.complete({"kind": "image_generator", **spec})
     torch.set_num_threads(threads)
     start = time.perf_counter()
     vq_images = [img for _, img in toyworld.imagegen_examples(spec["vq_images"], seed, stream=2)]

@@ -15,6 +15,7 @@ from transformers.utils.chat_template_utils import _compile_jinja_template
 
 from mmspec.data import media
 from mmspec.toy import processor as toy_processor
+from mmspec.toy import recipe
 from mmspec.toy import world as toyworld
 
 IGNORE = -100
@@ -105,7 +106,7 @@ def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
     order = schedule(spec)
     per_scenario = {name: order.count(name) * size for name in set(order)}
     pools = {}
-    text_scenarios = set(spec.get("text_scenarios", []))
+    text_scenarios = set(spec["text_scenarios"])
     aligned = spec.get("visual_alignment", 0.0) > 0
     null = spec.get("alignment_null", False)
     noise = spec.get("vdesc_colour_noise", 0.0)
@@ -121,7 +122,7 @@ def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
             examples = [examples[i] for i in order_rng.permutation(len(examples))]
         for turns, is_foreign in examples:
             messages, images = toyworld.training_example(turns)
-            dropped = name in text_scenarios or rng.random() < spec.get("image_dropout", 0.0)
+            dropped = name in text_scenarios or rng.random() < spec["image_dropout"]
             text_only = bool(images) and dropped
             ids, labels = encode_example(messages, tokenizer, text_only)
             if is_foreign:
@@ -210,8 +211,8 @@ def alignment_loss(hidden: torch.Tensor, visual: torch.Tensor, shows: list) -> t
 
 def schedule(spec: dict) -> list[str]:
     """The scenario of every training batch: a caption-only grounding phase, then round-robin."""
-    scenarios = spec["scenarios"] + spec.get("text_scenarios", [])
-    grounding = spec.get("grounding_steps", 0) if "toy_caption" in scenarios else 0
+    scenarios = spec["scenarios"] + spec["text_scenarios"]
+    grounding = spec["grounding_steps"] if "toy_caption" in scenarios else 0
     grounding = min(grounding, spec["steps"])
     rest = spec["steps"] - grounding
     return ["toy_caption"] * grounding + [scenarios[i % len(scenarios)] for i in range(rest)]
@@ -288,6 +289,7 @@ def save_trained(out_dir, parts, spec: dict, seed: int, start: float, losses) ->
 
 def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     """Train one toy model as `spec` says and save it (with its processor) to `out_dir`."""
+    spec = recipe.complete(spec)
     torch.set_num_threads(threads)
     processor = toy_processor.build_processor()
     tokenizer = processor.tokenizer

@@ -350,7 +350,7 @@ def test_image_generation_rows_are_captions_with_a_reference_image(tmp_path, off
     [
         ({"image_columns": ["image", "views"]}, "exactly one of `image_columns`"),
         ({"image_columns": []}, "exactly one of `image_columns`"),
-        ({"task": "painting"}, "`task` must be answer or image_generation"),
+        ({"task": "painting"}, r"`task`: 'painting' is not one of \["),
         ({"conversation": {"column": "question"}}, "no `conversation` or `video`"),
     ],
 )

@@ -257,11 +257,11 @@ def test_frame_lists_need_no_pyav(tmp_path, offline, no_av):
 @pytest.mark.parametrize(
     ("video", "needle"),
     [
-        ("clip", "`video` must be a mapping"),
-        ({"column": "clip", "fps": 2}, r"unknown key\(s\) \['fps'\] in `video`"),
-        ({"column": "clip", "frames": 0}, "`video.frames` must be a positive integer"),
-        ({"column": "clip", "frames": True}, "`video.frames` must be a positive integer"),
-        ({"frames": 4}, "`video.column`"),
+        ("clip", "`video`: 'clip' is not of type 'object'"),
+        ({"column": "clip", "fps": 2}, r"`video`: Additional properties .* \('fps' was unexpected"),
+        ({"column": "clip", "frames": 0}, "`video.frames`: 0 is less than the minimum of 1"),
+        ({"column": "clip", "frames": True}, "`video.frames`: True is not of type 'integer'"),
+        ({"frames": 4}, "`video`: 'column' is a required property"),
         ({"column": "clip", "dir": 3}, "`video.dir`"),
         ({"column": "nope"}, r"`video.column` names column 'nope'.*available columns"),
         ({"column": "clip", "frames": 2}, r"row 0 \(id 0\), column 'clip', frame 1: cannot decode"),

@@ -61,7 +61,7 @@ def test_a_hand_written_recipe_trains_with_the_schemas_defaults_of_its_kind():
     assert (captioner["image_dropout"], captioner["vision_hidden"]) == (0.0, 64)
     assert "visual_alignment" not in captioner  # absent: next-token loss alone
     assert complete({"kind": "image_generator", "hidden": 16, "layers": 1, "steps": 2})["codes"]
-    with pytest.raises(ConfigError, match=r"toy.models.t.grounding_steps: -1 is less than"):
+    with pytest.raises(ConfigError, match=r"toy.models.t: `grounding_steps`: -1 is less than"):
         complete({"hidden": 16, "layers": 1, "steps": 2, "grounding_steps": -1}, "t")
 
 

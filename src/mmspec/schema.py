@@ -85,8 +85,10 @@ def complete(instance: dict, node: dict, where: str) -> dict:
     validator = jsonschema.Draft202012Validator(load())
     error = jsonschema.exceptions.best_match(validator.evolve(schema=node).iter_errors(instance))
     if error is not None:
-        key = "".join(f".{p}" for p in error.absolute_path)
-        raise ConfigError(f"{where}{key}: {error.message}")
+        key = ".".join(str(p) for p in error.absolute_path)
+        raise ConfigError(
+            f"{where}: `{key}`: {error.message}" if key else f"{where}: {error.message}"
+        )
     out = copy.deepcopy(instance)
     fill_defaults(out, validator, node)
     return out

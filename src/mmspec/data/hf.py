@@ -64,25 +64,15 @@ from mmspec.data.media import to_png
 from mmspec.data.video import video_frames
 from mmspec.tables import PREPARED, write_table
 
-# A `source: hf` entry as config/schema.yaml declares it: its keys and defaults are read there
-# (`metric` is for scoring, unused here). A spec given here directly, not through a validated
-# config, gets the same defaults; None stands for a key left out.
+# A `source: hf` entry as config/schema.yaml declares it: check_spec checks a spec against it and
+# takes its defaults there (`metric` is for scoring, unused here), so a spec given here directly,
+# not through a validated config, is checked and completed as the config's would be.
 SPEC_SCHEMA = schema.section("datasets", "hf")
-SPEC_KEYS = set(SPEC_SCHEMA["properties"])
-CONVERSATION_DEFAULTS = schema.defaults(SPEC_SCHEMA["properties"]["conversation"])
-VIDEO_KEYS = set(SPEC_SCHEMA["properties"]["video"]["properties"])
-VIDEO_DEFAULTS = {"dir": None, **schema.defaults(SPEC_SCHEMA["properties"]["video"])}
 COLUMN_FIELDS = set(SPEC_SCHEMA["properties"]["columns"]["properties"])
 REQUIRED_COLUMN_FIELDS = ("question", "answer")
-DEFAULTS = {
-    "config": None,
-    "split": "train",
-    "limit": None,
-    "where": {},
-    "video": None,
-    "conversation": None,
-    **{k: v for k, v in schema.defaults(SPEC_SCHEMA).items() if k not in ("metric", "group")},
-}
+# what a key the schema gives no default reads as when left out
+UNSET = {"config": None, "limit": None, "where": {}, "video": None, "conversation": None}
+UNSET_VIDEO = {"dir": None}
 PROGRESS_MIN_ROWS = 300  # show a progress bar when converting more rows than this
 BATCH_SIZE = 64
 
@@ -119,125 +109,37 @@ def prepare_hf(name: str, spec: dict, out_path: str | Path) -> int:
 
 
 def check_spec(spec: dict) -> dict:
-    """Validate a `source: hf` spec and return it with defaults filled in."""
+    """A `source: hf` spec checked against config/schema.yaml (its keys, types and ranges, named
+    as the schema's errors name them) and completed with the schema's defaults, then against the
+    rules between keys that the schema does not state. A key left out that has no default reads
+    as None (`config`, `limit`, `video`, `conversation`) or {} (`where`)."""
     if not isinstance(spec, dict):
         raise ValueError(f"hf dataset spec must be a mapping, got {type(spec).__name__}")
-    unknown = sorted(set(spec) - SPEC_KEYS)
-    if unknown:
-        raise ValueError(f"hf dataset spec: unknown key(s) {unknown}; allowed: {sorted(SPEC_KEYS)}")
-    spec = {**DEFAULTS, **spec}
-    if spec.get("source", "hf") != "hf":
-        raise ValueError(f"hf dataset spec: source must be 'hf', got {spec['source']!r}")
-    if not isinstance(spec.get("id"), str) or not spec["id"]:
-        raise ValueError("hf dataset spec: `id` (a hub id or local directory) is required")
-    for key in ("config", "split", "prompt"):
-        if not (isinstance(spec[key], str) or (key == "config" and spec[key] is None)):
-            raise ValueError(f"{spec['id']}: `{key}` must be a string, got {spec[key]!r}")
-    spec["conversation"] = _check_conversation(spec["id"], spec["conversation"])
+    spec = {"source": "hf", **spec}
+    if isinstance(spec.get("image_columns"), str):  # one column, written as its name
+        spec["image_columns"] = [spec["image_columns"]]
+    source = spec["id"] if isinstance(spec.get("id"), str) else "hf dataset spec"
+    spec = {**UNSET, **schema.complete(spec, SPEC_SCHEMA, source)}
+    if spec["video"] is not None:
+        spec["video"] = {**UNSET_VIDEO, **spec["video"]}
     images = spec["task"] == media.IMAGE_GENERATION
-    if spec["task"] not in ("answer", media.IMAGE_GENERATION):
-        raise ValueError(
-            f"{spec['id']}: `task` must be answer or {media.IMAGE_GENERATION}, got {spec['task']!r}"
-        )
     if images and (spec["conversation"] or spec["video"]):
-        raise ValueError(f"{spec['id']}: image generation takes no `conversation` or `video`")
+        raise ValueError(f"{source}: image generation takes no `conversation` or `video`")
     required = () if spec["conversation"] else REQUIRED_COLUMN_FIELDS
     if images:
         required = ("question",)  # the caption; the reference is the row's image
-    spec["columns"] = _check_column_map(spec["id"], spec.get("columns"), required)
-    spec["image_columns"] = _check_image_columns(spec["id"], spec["image_columns"])
+    for field in required:
+        if field not in spec["columns"]:
+            raise ValueError(f"{source}: `columns.{field}` is required")
     if images and len(spec["image_columns"]) != 1:
         raise ValueError(
-            f"{spec['id']}: image generation needs exactly one of `image_columns` (the reference "
+            f"{source}: image generation needs exactly one of `image_columns` (the reference "
             f"image), got {spec['image_columns']}"
         )
-    spec["video"] = _check_video(spec["id"], spec["video"])
-    if not isinstance(spec["where"], dict):
-        raise ValueError(f"{spec['id']}: `where` must map column names to values")
-    limit = spec["limit"]
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"{spec['id']}: `limit` must be a positive integer or null, got {limit!r}")
+    empty = [k for k, v in (spec["conversation"] or {}).items() if not v]
+    if empty:
+        raise ValueError(f"{source}: `conversation.{empty[0]}` must be a non-empty string")
     return spec
-
-
-def _check_conversation(source: str, conversation: Any) -> dict | None:
-    """Check `conversation`: {column, role, content, user, assistant, image_token}, or None."""
-    if conversation is None:
-        return None
-    if not isinstance(conversation, dict) or not isinstance(conversation.get("column"), str):
-        raise ValueError(
-            f"{source}: `conversation` must be a mapping with `column` (the turns' column), "
-            f"got {conversation!r}"
-        )
-    unknown = sorted(set(conversation) - set(CONVERSATION_DEFAULTS) - {"column"})
-    if unknown:
-        raise ValueError(
-            f"{source}: unknown key(s) {unknown} in `conversation`; allowed: "
-            f"{sorted([*CONVERSATION_DEFAULTS, 'column'])}"
-        )
-    conversation = {**CONVERSATION_DEFAULTS, **conversation}
-    for key, value in conversation.items():
-        if not isinstance(value, str) or not value:
-            raise ValueError(f"{source}: `conversation.{key}` must be a string, got {value!r}")
-    return conversation
-
-
-def _check_column_map(
-    source: str, columns: Any, required: tuple[str, ...] = REQUIRED_COLUMN_FIELDS
-) -> dict[str, str]:
-    """Check `columns`: our field -> dataset column, with the `required` fields present."""
-    if not isinstance(columns, dict):
-        raise ValueError(f"{source}: `columns` must map question/answer[/id] to dataset columns")
-    unknown = sorted(set(columns) - COLUMN_FIELDS)
-    if unknown:
-        raise ValueError(
-            f"{source}: unknown key(s) {unknown} in `columns`; allowed: {sorted(COLUMN_FIELDS)}"
-        )
-    for field in required:
-        if field not in columns:
-            raise ValueError(f"{source}: `columns.{field}` is required")
-    for field, column in columns.items():
-        if not isinstance(column, str):
-            raise ValueError(f"{source}: `columns.{field}` must be a column name, got {column!r}")
-    return dict(columns)
-
-
-def _check_image_columns(source: str, image_columns: Any) -> list[str]:
-    """Check `image_columns`: a column name or a list of them (possibly empty)."""
-    if isinstance(image_columns, str):
-        image_columns = [image_columns]
-    if not isinstance(image_columns, list) or not all(isinstance(c, str) for c in image_columns):
-        raise ValueError(
-            f"{source}: `image_columns` must be a list of column names, got {image_columns!r}"
-        )
-    return image_columns
-
-
-def _check_video(source: str, video: Any) -> dict | None:
-    """Check `video`: {column, frames (default 16), dir, suffix}, or None for no video."""
-    if video is None:
-        return None
-    if not isinstance(video, dict):
-        raise ValueError(
-            f"{source}: `video` must be a mapping such as {{column: video, frames: 16}}, "
-            f"got {video!r}"
-        )
-    unknown = sorted(set(video) - VIDEO_KEYS)
-    if unknown:
-        raise ValueError(
-            f"{source}: unknown key(s) {unknown} in `video`; allowed: {sorted(VIDEO_KEYS)}"
-        )
-    video = {**VIDEO_DEFAULTS, **video}
-    if not isinstance(video.get("column"), str) or not video["column"]:
-        raise ValueError(f"{source}: `video.column` (the column holding the videos) is required")
-    frames = video["frames"]
-    if isinstance(frames, bool) or not isinstance(frames, int) or frames < 1:
-        raise ValueError(f"{source}: `video.frames` must be a positive integer, got {frames!r}")
-    if video["dir"] is not None and (not isinstance(video["dir"], str) or not video["dir"]):
-        raise ValueError(f"{source}: `video.dir` must be a directory path, got {video['dir']!r}")
-    if not isinstance(video["suffix"], str):
-        raise ValueError(f"{source}: `video.suffix` must be a string, got {video['suffix']!r}")
-    return video
 
 
 def load_split(spec: dict):

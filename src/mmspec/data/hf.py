@@ -68,7 +68,6 @@ from mmspec.tables import PREPARED, write_table
 # takes its defaults there (`metric` is for scoring, unused here), so a spec given here directly,
 # not through a validated config, is checked and completed as the config's would be.
 SPEC_SCHEMA = schema.section("datasets", "hf")
-COLUMN_FIELDS = set(SPEC_SCHEMA["properties"]["columns"]["properties"])
 REQUIRED_COLUMN_FIELDS = ("question", "answer")
 # what a key the schema gives no default reads as when left out
 UNSET = {"config": None, "limit": None, "where": {}, "video": None, "conversation": None}

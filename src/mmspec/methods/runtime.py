@@ -7,14 +7,12 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from mmspec.decoding import catalog
-from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.component import TARGET_ATTENTION, TRAINED_HEAD
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import HeadPrompts
 from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
 from mmspec.decoding.prompt import Prompt
-from mmspec.decoding.trees import make_tree_policy
-from mmspec.decoding.views import FullView, ImageInput, ViewContext, make_view, parse_views
+from mmspec.decoding.views import FullView, ImageInput, ViewContext
 from mmspec.methods import components
 from mmspec.methods.spec import MethodSpec
 from mmspec.models.visual import projector_of
@@ -97,15 +95,18 @@ class MethodRunner(DraftCounters):
         self.drafter = drafter.build(
             spec, target=self.target, draft=draft_model, head=head, temperature=self.temperature
         )
-        self.policy = make_tree_policy(spec)
-        self.rule = make_rule(spec)
+        tree, rule = self.method.part("tree"), self.method.part("acceptance")
+        self.policy = tree.component.from_spec(tree.values)
+        self.rule = rule.component.from_spec(rule.values)
         self.views = None  # a head reads the target's own prompt and features
         # views built from the target's prefill (S) and DREAM's visual token compression rank
         # visual tokens by the target's text-to-visual attention there
         self.score_visual = components.needs(spec, TARGET_ATTENTION)
         if "views" in spec:  # a draft model over views of the prompt
             decoder = self.drafter.decoder
-            self.views = [make_view(v, spec) for v in parse_views(spec["views"])]
+            self.views = [
+                v.component(**v.component.arguments(v.values)) for v in self.method.parts_of("view")
+            ]
             project = projector_of(draft_model) if "P" in spec["views"] else None
             builder = _builder(draft_model, draft_processor)
             if "P" in spec["views"] and builder is not None and not builder.family.pooled_view:

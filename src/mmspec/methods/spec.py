@@ -1,5 +1,7 @@
 """A resolved method spec, parsed once into a typed object (torch-free).
 
+A `MethodSpec` is made of its components' own specs (`Part`: a component and the values of the
+parameters it declares and reads), so the runner builds each component from its part alone.
 Stages read its fields and write them as typed columns (`columns`), so score, aggregate and the
 report never re-parse the JSON of the hyperparameters.
 """
@@ -8,7 +10,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mmspec.decoding import catalog
+from mmspec.decoding.component import Component
+from mmspec.methods import components
 from mmspec.methods.components import is_lossless
+
+
+@dataclass(frozen=True)
+class Part:
+    """One component of a method: its kind and name, and the values of the parameters it reads
+    in the method's setting (`Component.reads`)."""
+
+    kind: str  # "drafter", "view", "weights", "tree" or "acceptance"
+    name: str
+    values: dict
+
+    @property
+    def component(self) -> type[Component]:
+        return catalog.get(self.kind, self.name)
+
+    @classmethod
+    def of(cls, component: type[Component], spec: dict) -> Part:
+        values = {p.key: spec[p.key] for p in component.reads(spec) if p.key in spec}
+        return cls(component.kind, component.name, values)
 
 
 @dataclass(frozen=True)
@@ -22,6 +46,7 @@ class MethodSpec:
     temperature: float
     gamma: int | None  # chain length (None for trees and AR)
     params: dict  # every resolved hyperparameter, as `registry.resolve` returned it
+    parts: tuple[Part, ...] = ()  # drafter, views (and weights), tree, rule; none for AR
 
     @classmethod
     def parse(cls, spec: dict) -> MethodSpec:
@@ -37,7 +62,15 @@ class MethodSpec:
             temperature=float(spec["temperature"]),
             gamma=int(spec["gamma"]) if tree == "chain" else None,
             params=spec,
+            parts=tuple(Part.of(c, spec) for c in components.parts(spec)),
         )
+
+    def part(self, kind: str) -> Part | None:
+        """The part of `kind` (the first view of an ensemble); None where the method has none."""
+        return next((p for p in self.parts if p.kind == kind), None)
+
+    def parts_of(self, kind: str) -> list[Part]:
+        return [p for p in self.parts if p.kind == kind]
 
     @property
     def lossless(self) -> bool:

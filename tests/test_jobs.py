@@ -1,5 +1,6 @@
-"""The typed jobs of the stages (stages/jobs.py): what the workflow writes is what the stage
-reads, defaults come from the schema, and a bad job names its key."""
+"""The typed jobs and settings of the stages (stages/jobs.py, stages/settings.py): what the
+workflow writes is what the stage reads, defaults come from the schema, and a bad job names its
+key."""
 
 from __future__ import annotations
 
@@ -11,16 +12,8 @@ from base_config import base_config
 
 from mmspec import config as mmconfig
 from mmspec.gpu_check import REPO
-from mmspec.stages.jobs import (
-    Captioner,
-    GenerateJob,
-    Generation,
-    ImageModels,
-    JudgeSettings,
-    Pair,
-    Timing,
-    TrainDrafterJob,
-)
+from mmspec.stages.jobs import GenerateJob, Generation, Pair, Timing, TrainDrafterJob
+from mmspec.stages.settings import Captioner, ImageModels, JudgeSettings
 
 
 def _config():

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from mmspec.decoding import trees
+from mmspec.decoding import catalog, trees
 from mmspec.decoding.proposal import Proposal
 from mmspec.methods import verify
 
@@ -66,6 +66,13 @@ class BestOfTwoDraws(trees.TreePolicy):
     """Draws two tokens from q without replacement and proposes the likelier one, as if it had
     been drawn from q: pruning by the drawn identities, which biases rejection sampling."""
 
+    name = "best_of_two_draws"
+    params = ()
+
+    @classmethod
+    def max_depth(cls, spec: dict) -> int | None:
+        return 1
+
     def propose(self, drafter, sampler, room):
         q = drafter.root(sampler)
         first = sampler.categorical(q)
@@ -77,14 +84,12 @@ class BestOfTwoDraws(trees.TreePolicy):
 
 
 def test_the_verifier_catches_pruning_by_drawn_identity(monkeypatch):
-    chain = trees.make_tree_policy
-
-    def patched(spec):
-        return BestOfTwoDraws() if spec["tree"] == "chain" else chain(spec)
-
-    monkeypatch.setattr("mmspec.methods.runtime.make_tree_policy", patched)
-    verdict = verify.verify_method("sd", {}, seed=0)
+    """A tree policy of its own, added to the catalog as a plugin's would be."""
+    catalog.load()
+    monkeypatch.setitem(catalog._COMPONENTS["tree"], BestOfTwoDraws.name, BestOfTwoDraws)
+    verdict = verify.verify_method("sd", {"tree": BestOfTwoDraws.name}, seed=0)
     assert verdict.tvd > 1e-3 and not verdict.passed
+    assert verify.verify_method("sd", {"gamma": 1}, seed=0).passed  # the chain it replaces
 
 
 def test_the_verifier_catches_a_wrong_residual(monkeypatch):

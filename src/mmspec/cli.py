@@ -22,13 +22,13 @@ def _json(text: str) -> dict:
 
 def _settings(kind: str):
     """An argparse type: JSON of a config section parsed into its typed settings
-    (stages.jobs.<kind>), its errors named on the command line."""
+    (stages.settings.<kind>), its errors named on the command line."""
 
     def parse(text: str):
-        from mmspec.stages import jobs
+        from mmspec.stages import settings
 
         try:
-            return getattr(jobs, kind).parse(_json(text))
+            return getattr(settings, kind).parse(_json(text))
         except (ValueError, TypeError) as e:
             raise argparse.ArgumentTypeError(str(e)) from None
 

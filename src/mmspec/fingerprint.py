@@ -32,6 +32,7 @@ IMAGE_GENERATOR_CODE = [
     "models/loading.py",
     # imported by toy_imagegen for training, which the stages do not run
     "toy/training.py",
+    "toy/recipe.py",
     "toy/processor.py",
     "toy/world.py",
 ]
@@ -48,6 +49,8 @@ STAGE_CODE = {
         "tables.py",
     ],
     "toy_model": [
+        "toy/recipe.py",
+        "schema.py",  # a recipe's defaults
         "stages/toy_model.py",
         "toy/__init__.py",
         "toy/training.py",
@@ -66,6 +69,8 @@ STAGE_CODE = {
         "tables.py",
     ],
     "caption": [
+        "stages/settings.py",
+        "schema.py",  # the settings' defaults
         "stages/caption.py",
         "stages/cache_visual.py",
         "models/captioner.py",
@@ -78,6 +83,7 @@ STAGE_CODE = {
         "stages/generate.py",
         "stages/checkpoints.py",
         "stages/jobs.py",
+        "stages/settings.py",
         "schema.py",  # the defaults a hand-written job omits
         *DECODING_CODE,
         "methods",
@@ -91,6 +97,7 @@ STAGE_CODE = {
         "stages/generate.py",  # its prompts and greedy answers are a generate job's
         "stages/checkpoints.py",
         "stages/jobs.py",
+        "stages/settings.py",
         "schema.py",  # the defaults a hand-written job omits
         "training",
         *DECODING_CODE,
@@ -101,6 +108,8 @@ STAGE_CODE = {
         "tables.py",
     ],
     "score": [
+        "stages/settings.py",
+        "schema.py",  # the settings' defaults
         "stages/score.py",
         "scoring",
         "toy/quality.py",  # the toy datasets' task metric
@@ -110,10 +119,13 @@ STAGE_CODE = {
         "toy/__init__.py",
         "toy/image_nets.py",  # the toy FID network's pixel normalisation
         "toy/training.py",  # imported by toy_image_nets for training
+        "toy/recipe.py",
         "toy/processor.py",
         "tables.py",
     ],
     "judge": [
+        "stages/settings.py",
+        "schema.py",  # the settings' defaults
         "stages/judge.py",
         "scoring/judge",
         "toy/__init__.py",

@@ -10,13 +10,8 @@ from mmspec.decoding.component import CAPTIONS, DRAFT_MODEL, DRAFT_VISUAL
 from mmspec.methods import components
 from mmspec.models import footprint
 from mmspec.stages import toy_model
-from mmspec.stages.jobs import (
-    Captioner,
-    GenerateJob,
-    ImageModels,
-    JudgeSettings,
-    TrainDrafterJob,
-)
+from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
+from mmspec.stages.settings import Captioner, ImageModels, JudgeSettings
 
 # Validation runs at parse time, so a bad config stops the run before any job starts.
 try:

@@ -11,14 +11,14 @@ from tqdm import tqdm
 
 from mmspec.decoding.timing import pick_device
 from mmspec.models.captioner import Captioner
-from mmspec.stages import jobs
 from mmspec.stages.cache_visual import distinct_images
+from mmspec.stages.settings import Captioner as CaptionerSettings
 from mmspec.tables import CAPTIONS, PREPARED, read_table, write_table
 
 
-def run(spec: jobs.Captioner | dict, prepared_path: str, out: str, threads: int) -> int:
+def run(spec: CaptionerSettings | dict, prepared_path: str, out: str, threads: int) -> int:
     """`spec`: the config's `captioner` entry (model, prompt, max_new_tokens, dtype)."""
-    spec = jobs.Captioner.parse(spec)
+    spec = CaptionerSettings.parse(spec)
     torch.set_num_threads(threads)
     images = distinct_images(read_table(prepared_path, PREPARED))
     rows = []

@@ -3,13 +3,8 @@
 
 - `GenerateJob`: one cell to decode (stage generate);
 - `TrainDrafterJob`: one drafter head to train for a pair (stage train_drafter);
-- the config sections the other stages read, as settings with named fields: `Captioner`
-  (stage caption), `JudgeSettings` (stage judge), `ImageModels` (stage score, image metrics).
-  Their JSON is the section as validated, so a workflow's params do not change with them.
 
-The stages' remaining arguments are paths and scalars (typed by the command line); a dataset's
-entry (stage prepare) and a toy model's recipe (stage toy_model) stay the schema-validated
-dicts, whose keys differ by source and kind.
+The config sections the other stages read are typed in stages/settings.py.
 
 Their JSON keeps the layout the stages have always read ({"cell": {...}, "pair": {...}, ...}),
 so the checkpoint key of an interrupted job (stages.checkpoints.job_key) does not change. Keys a
@@ -19,45 +14,14 @@ hand-written job leaves out take the defaults config/schema.yaml declares.
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 from mmspec import schema
-
-
-class _Settings:
-    """Settings read from one section of the config: `parse` takes a dict of it and fills what
-    it omits from the schema's defaults of that section; an unknown key, or a key with neither
-    a value nor a default, is a named error."""
-
-    KEY = ""  # the section's name in a job's errors
-
-    @classmethod
-    def _schema(cls) -> dict:
-        return schema.section(cls.KEY)
-
-    @classmethod
-    def parse(cls, data: dict | str):
-        """The settings from the section's dict (or its JSON); an instance passes through."""
-        if isinstance(data, cls):
-            return data
-        data = json.loads(data) if isinstance(data, str) else data
-        if not isinstance(data, dict):
-            raise ValueError(f"job key {cls.KEY}: expected a mapping, got {data!r}")
-        unknown = sorted(set(data) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"job key {cls.KEY}: unknown {unknown}")
-        values = {**schema.defaults(cls._schema()), **data}
-        missing = [f.name for f in fields(cls) if f.name not in values and f.default is MISSING]
-        if missing:
-            raise ValueError(f"job key {cls.KEY}: missing {missing}")
-        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+from mmspec.stages.settings import Settings
 
 
 @dataclass(frozen=True)
-class Generation(_Settings):
+class Generation(Settings):
     """The sweep's generation settings (config key `generation`)."""
 
     KEY = "generation"
@@ -68,7 +32,7 @@ class Generation(_Settings):
 
 
 @dataclass(frozen=True)
-class Timing(_Settings):
+class Timing(Settings):
     """How a generate job times its cell (config key `timing`)."""
 
     KEY = "timing"
@@ -77,7 +41,7 @@ class Timing(_Settings):
 
 
 @dataclass(frozen=True)
-class Pair(_Settings):
+class Pair(Settings):
     """A model pair as validated (config key `pairs.<name>`; "self" already resolved)."""
 
     KEY = "pair"
@@ -97,42 +61,6 @@ class Pair(_Settings):
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
-
-
-@dataclass(frozen=True)
-class Captioner(_Settings):
-    """The captioning model of view C (config key `captioner`)."""
-
-    KEY = "captioner"
-    model: str
-    prompt: str
-    max_new_tokens: int
-    dtype: str
-
-
-@dataclass(frozen=True)
-class JudgeSettings(_Settings):
-    """The LLM judge's endpoint and its client's limits (config key `judge`)."""
-
-    KEY = "judge"
-    endpoint: str
-    model: str
-    api_key_env: str | None
-    concurrency: int
-    requests_per_s: float | None
-    timeout_s: float
-    max_retries: int
-    backoff_s: float
-    max_backoff_s: float
-
-
-@dataclass(frozen=True)
-class ImageModels(_Settings):
-    """FID's feature network and the CLIP model of CLIP score (config key `image_metrics`)."""
-
-    KEY = "image_metrics"
-    fid_features: str
-    clip: str
 
 
 @dataclass(frozen=True)

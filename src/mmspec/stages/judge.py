@@ -24,7 +24,7 @@ from mmspec.scoring.judge import (
     JudgeItem,
     judge_items,
 )
-from mmspec.stages.jobs import JudgeSettings
+from mmspec.stages.settings import JudgeSettings
 from mmspec.tables import JUDGEMENTS, PREPARED, SAMPLES, read_table, write_table
 
 EMBEDDED = "embedded"  # `judge.endpoint` value that starts mmspec's own judge server

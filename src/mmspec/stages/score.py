@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from mmspec.scoring.lossless import first_divergence
 from mmspec.scoring.task_quality import quality
-from mmspec.stages.jobs import ImageModels
+from mmspec.stages.settings import ImageModels
 from mmspec.tables import (
     JUDGEMENTS,
     METHOD_COLUMNS,

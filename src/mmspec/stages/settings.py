@@ -1,0 +1,87 @@
+"""Config sections as typed settings, parsed once: `Settings.parse` takes a section's dict (or
+its JSON), fills what it omits from the schema's defaults of that section, and names an unknown
+key or a key with neither a value nor a default.
+
+- `Captioner` (stage caption), `JudgeSettings` (stage judge), `ImageModels` (stage score, image
+  metrics); the cell jobs' `Generation`, `Timing` and `Pair` (stages/jobs.py) are settings too.
+
+Their JSON is the section as validated, so a workflow's params do not change with them. The
+stages' other arguments are paths and scalars (typed by the command line); a dataset's entry
+(stage prepare) and a toy model's recipe (stage toy_model, toy/recipe.py) stay the
+schema-validated dicts, whose keys differ by source and kind.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import MISSING, asdict, dataclass, fields
+
+from mmspec import schema
+
+
+class Settings:
+    """Settings read from one section of the config: `parse` takes a dict of it and fills what
+    it omits from the schema's defaults of that section; an unknown key, or a key with neither
+    a value nor a default, is a named error."""
+
+    KEY = ""  # the section's name in a job's errors
+
+    @classmethod
+    def _schema(cls) -> dict:
+        return schema.section(cls.KEY)
+
+    @classmethod
+    def parse(cls, data: dict | str):
+        """The settings from the section's dict (or its JSON); an instance passes through."""
+        if isinstance(data, cls):
+            return data
+        data = json.loads(data) if isinstance(data, str) else data
+        if not isinstance(data, dict):
+            raise ValueError(f"job key {cls.KEY}: expected a mapping, got {data!r}")
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"job key {cls.KEY}: unknown {unknown}")
+        values = {**schema.defaults(cls._schema()), **data}
+        missing = [f.name for f in fields(cls) if f.name not in values and f.default is MISSING]
+        if missing:
+            raise ValueError(f"job key {cls.KEY}: missing {missing}")
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class Captioner(Settings):
+    """The captioning model of view C (config key `captioner`)."""
+
+    KEY = "captioner"
+    model: str
+    prompt: str
+    max_new_tokens: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class JudgeSettings(Settings):
+    """The LLM judge's endpoint and its client's limits (config key `judge`)."""
+
+    KEY = "judge"
+    endpoint: str
+    model: str
+    api_key_env: str | None
+    concurrency: int
+    requests_per_s: float | None
+    timeout_s: float
+    max_retries: int
+    backoff_s: float
+    max_backoff_s: float
+
+
+@dataclass(frozen=True)
+class ImageModels(Settings):
+    """FID's feature network and the CLIP model of CLIP score (config key `image_metrics`)."""
+
+    KEY = "image_metrics"
+    fid_features: str
+    clip: str

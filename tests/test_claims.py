@@ -322,3 +322,27 @@ def pyarrow_table(frame, schema):
     import pyarrow as pa
 
     return pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+
+
+def test_the_report_shows_the_scorecard_first_and_escapes_it(tmp_path):
+    import pyarrow as pa
+    from report_pages import CELL_ROWS, sections
+
+    from mmspec.report.page import write_report
+    from mmspec.tables import CELLS, CLAIMS, write_table
+
+    write_table(pa.Table.from_pylist(CELL_ROWS, schema=CELLS), tmp_path / "cells.parquet", CELLS)
+    hostile = "<script>alert(1)</script>"
+    write_claims(tmp_path / "claims", [claim("c", COMPARE, note=hostile, section="summary")])
+    cells = pd.DataFrame([cell("cap", "m", 5.2), cell("cap", "t", 2.7)])
+    table = evaluate(load(tmp_path / "claims"), {"run": cells})
+    write_table(pa.Table.from_pandas(table, schema=CLAIMS), tmp_path / "claims.parquet", CLAIMS)
+    out = tmp_path / "report.html"
+    write_report(tmp_path / "cells.parquet", out, claims_path=tmp_path / "claims.parquet")
+    page = out.read_text()
+    found = sections(page)
+    assert next(iter(found)) == "Reproduction: the papers' claims"
+    scorecard = found["Reproduction: the papers' claims"]
+    assert "class='verdict v-holds'" in scorecard and "href='#summary'" in scorecard
+    assert hostile not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in scorecard
+    assert "1 holds, 0 fails, 0 inconclusive, 0 not applicable" in scorecard

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+
+from mmspec.claims.checks import VERDICTS
 from playwright.sync_api import sync_playwright
 from report_pages import (
     CELL_ROWS,
@@ -286,6 +288,10 @@ def test_the_end_to_end_runs_report_renders_cleanly(browser, tiny_run):
     try:
         assert opened.problems(n_figures(report)) == []
         assert opened.requests == [report.as_uri()]
+        # the reproduction scorecard comes first, with a verdict for every claim
+        assert opened.page.locator("h2").first.inner_text() == "Reproduction: the papers' claims"
+        verdicts = opened.page.locator("table.claims .verdict").all_inner_texts()
+        assert len(verdicts) >= 20 and set(verdicts) <= VERDICTS
     finally:
         opened.page.close()
 

@@ -31,8 +31,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
-from mmspec.claims.checks import VERDICTS
 from playwright.sync_api import sync_playwright
 from report_pages import (
     CELL_ROWS,
@@ -46,6 +44,7 @@ from report_pages import (
 )
 
 from mmspec import cli
+from mmspec.claims.checks import VERDICTS
 from mmspec.report.formatting import fmt_num
 from mmspec.tables import BLOCKS, CELLS, write_table
 

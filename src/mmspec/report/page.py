@@ -100,6 +100,11 @@ METRIC_DEFINITIONS = [
         "separately).",
     ),
     (
+        "tau_low, tau_high",
+        "tau's 95% interval: over the seeds where a row pools several; of a single cell, the "
+        "percentile bootstrap interval of the pooled tau, resampling the cell's sample-turns.",
+    ),
+    (
         "speedup_low, speedup_high",
         "the speedup's 95% interval: over the seeds (see interval over seeds) where a row pools "
         "several; of a single cell (a seed's row, or a row of one seed), the percentile bootstrap "

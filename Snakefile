@@ -22,6 +22,7 @@ include: "workflow/rules/generate.smk"
 include: "workflow/rules/judge.smk"
 include: "workflow/rules/score.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/claims.smk"
 include: "workflow/rules/report.smk"
 
 
@@ -29,4 +30,9 @@ rule all:
     default_target: True
     input:
         "results/summary/cells.parquet",
+        "results/summary/claims.parquet",
         "reports/index.html",
+
+
+onsuccess:
+    print(finished("results/summary/claims.parquet", "reports/index.html"))

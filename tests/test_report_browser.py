@@ -44,6 +44,7 @@ from report_pages import (
 )
 
 from mmspec import cli
+from mmspec.claims.checks import VERDICTS
 from mmspec.report.formatting import fmt_num
 from mmspec.tables import BLOCKS, CELLS, write_table
 
@@ -286,6 +287,10 @@ def test_the_end_to_end_runs_report_renders_cleanly(browser, tiny_run):
     try:
         assert opened.problems(n_figures(report)) == []
         assert opened.requests == [report.as_uri()]
+        # the reproduction scorecard comes first, with a verdict for every claim
+        assert opened.page.locator("h2").first.inner_text() == "Reproduction: the papers' claims"
+        verdicts = opened.page.locator("table.claims .verdict").all_inner_texts()
+        assert len(verdicts) >= 20 and set(verdicts) <= VERDICTS
     finally:
         opened.page.close()
 

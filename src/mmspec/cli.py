@@ -175,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cells", required=True)
     p.add_argument("--blocks", default=None)
+    p.add_argument(
+        "--claims", default=None, help="the claims table (mmspec claims): the scorecard, first"
+    )
     heads = p.add_mutually_exclusive_group()
     heads.add_argument("--heads", nargs="*", default=[], help="trained drafter head folders")
     heads.add_argument(
@@ -259,6 +262,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("second", help="another results folder")
 
     p = sub.add_parser(
+        "claims",
+        help="check each paper's claims (config/claims/) on finished sweeps: holds / fails / "
+        "inconclusive / not applicable, with the numbers",
+        description="Check every claim of config/claims/*.yaml on the cells of the given "
+        "results folders (or cells.parquet files), each folder's sets apart, and print the "
+        "scorecard: per claim its verdict over all sets (holds where every set holds, fails "
+        "where every set fails, else inconclusive) and each set's numbers.",
+    )
+    p.add_argument("results", nargs="+", help="results folders (or cells.parquet files)")
+    p.add_argument("--out", default=None, help="also write the rows here (Parquet)")
+    p.add_argument(
+        "--claims", default=None, help="a folder of claims files (default: config/claims)"
+    )
+    p.add_argument("--brief", action="store_true", help="verdicts only, not each set's numbers")
+
+    p = sub.add_parser(
         "gpu-check",
         help="check a GPU machine end to end: the tour and a sampled cell of every method "
         "family, the engine benchmark, bf16/fp16 greedy SD against AR; one table, exit 1 on "
@@ -310,6 +329,12 @@ def _main(argv: list[str], warm: bool) -> int:
             result = compare.compare(args.first, args.second)
             print(compare.render(result))
             return 0 if result.identical else 1
+        if args.stage == "claims":
+            from mmspec.stages import claims
+
+            table = claims.run(args.results, args.out, args.claims)
+            print(claims.text(table, verbose=not args.brief))
+            return 0
         if args.stage == "gpu-check":
             from mmspec import gpu_check
 
@@ -452,7 +477,7 @@ def run(args: argparse.Namespace) -> None:
         from mmspec.stages import report
 
         heads = sweep_head_folders(args.sweep) if args.sweep is not None else args.heads
-        report.run(args.cells, args.out, args.blocks, heads)
+        report.run(args.cells, args.out, args.blocks, heads, args.claims)
     elif args.stage == "tiny-model":
         from mmspec.models import tiny
 

@@ -38,6 +38,7 @@ IMAGE_GENERATOR_CODE = [
 ]
 # The modules (files or folders, relative to the package) whose code each stage executes.
 STAGE_CODE = {
+    "claims": ["stages/claims.py", "claims", "tables.py"],
     "prepare": [
         "stages/prepare.py",
         "toy/__init__.py",

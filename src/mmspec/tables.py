@@ -231,6 +231,8 @@ CELLS = pa.schema(
         # tokens and max_new_tokens cut the last step
         ("new_tokens", pa.int64()),
         ("tau", pa.float64()),  # new_tokens / steps, pooled over the cell
+        ("tau_low", pa.float64()),  # its 95% bootstrap interval over sample-turns
+        ("tau_high", pa.float64()),
         ("tau_per_sample", pa.float64()),  # mean over sample-turns of their own tau
         ("accepted_mean", pa.float64()),  # emitted draft tokens / steps (tau without the bonus)
         # share of the emitted draft tokens that a lossy rule accepted on a mismatch
@@ -306,6 +308,26 @@ BLOCKS = pa.schema(
         ("depth", pa.int32()),  # proposal levels
         ("width", pa.int32()),  # most proposal nodes on one level
         ("weights", pa.list_(pa.float32())),  # one per view, in `views` order
+    ]
+)
+
+
+# results/summary/claims.parquet: each paper's claims (config/claims/) checked on the cells, one
+# row per (claim, results folder, set of cells it was checked on) (claims/scorecard.py).
+CLAIMS = pa.schema(
+    [
+        ("paper", pa.string()),
+        ("claim_id", pa.string()),
+        ("claim", pa.string()),  # the claim in one sentence
+        ("where", pa.string()),  # where the paper states it
+        ("paper_numbers", pa.string()),  # the paper's own numbers for it
+        ("section", pa.string()),  # the report section that shows it (anchor)
+        ("shown_by", pa.string()),  # the toy preset that studies it in full
+        ("note", pa.string()),
+        ("run", pa.string()),  # the results folder or cells file
+        ("set", pa.string()),  # the set of cells: dataset, pair, temperature, seed
+        ("verdict", pa.string()),  # holds, fails, inconclusive, not applicable
+        ("measured", pa.string()),  # the numbers behind the verdict
     ]
 )
 

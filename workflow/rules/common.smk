@@ -4,12 +4,14 @@ import shlex
 
 from mmspec import config as mmconfig
 from mmspec import gpus
+from mmspec.claims.claim import CLAIMS_DIR
 from mmspec.fingerprint import fingerprint
 from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.component import CAPTIONS, DRAFT_MODEL, DRAFT_VISUAL
 from mmspec.methods import components
 from mmspec.models import footprint
 from mmspec.stages import toy_model
+from mmspec.stages.claims import finished
 from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
 from mmspec.stages.settings import Captioner, ImageModels, JudgeSettings
 
@@ -39,6 +41,8 @@ MODELS = {
 }
 CAPTIONER = CONFIG.get("captioner")
 TOY_MODELS = CONFIG["toy"]["models"]
+# the claims files (rule claims reads them all)
+CLAIMS_FILES = sorted(str(p) for p in CLAIMS_DIR.glob("*.yaml"))
 # a trained head's folder -> one cell drafting with it (they share its training hyperparameters)
 HEAD_CELLS = {
     mmconfig.drafter_dir(c): c for c in CELLS.values() if mmconfig.drafter_dir(c)

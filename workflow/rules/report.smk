@@ -6,6 +6,7 @@ rule report:
     input:
         cells="results/summary/cells.parquet",
         blocks="results/summary/blocks.parquet",
+        claims="results/summary/claims.parquet",
         heads=sorted(HEAD_CELLS),
     output:
         report("reports/index.html", caption="../report/index.rst", category="Report"),
@@ -19,5 +20,5 @@ rule report:
         sweep=lambda w: json.dumps(CONFIG, sort_keys=True),
         code=fingerprint("report"),
     shell:
-        "mmspec report --cells {input.cells} --blocks {input.blocks} --sweep {params.sweep:q}"
-        " --out {output} 2> {log}"
+        "mmspec report --cells {input.cells} --blocks {input.blocks} --claims {input.claims}"
+        " --sweep {params.sweep:q} --out {output} 2> {log}"

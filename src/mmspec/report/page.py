@@ -40,6 +40,7 @@ from mmspec.report import (
     loose,
     methods_table,
     pareto,
+    reproduction,
     summary,
     tau_gamma,
     trees,
@@ -51,7 +52,7 @@ from mmspec.report.cells import lossless_bug, with_labels
 from mmspec.report.figures import method_colors
 from mmspec.report.formatting import MISSING, esc, heading
 from mmspec.report.pooled import INTERVAL_METRICS, pool_seeds
-from mmspec.tables import CELLS, read_table
+from mmspec.tables import CELLS, CLAIMS, read_table
 
 DEFINITIONS_ANCHOR = "definitions"
 METRIC_DEFINITIONS = [
@@ -97,6 +98,11 @@ METRIC_DEFINITIONS = [
         "AR decode time per emitted token / method decode time per emitted token, greedy and "
         "sampling alike, on the same samples, same job, interleaved (prefill excluded, reported "
         "separately).",
+    ),
+    (
+        "tau_low, tau_high",
+        "tau's 95% interval: over the seeds where a row pools several; of a single cell, the "
+        "percentile bootstrap interval of the pooled tau, resampling the cell's sample-turns.",
     ),
     (
         "speedup_low, speedup_high",
@@ -240,12 +246,14 @@ def write_report(
     out_html: str | Path,
     blocks_path: str | Path | None = None,
     head_folders: list[str | Path] | None = None,
+    claims_path: str | Path | None = None,
 ) -> None:
     """Render the cells table at `cells_path` as one self-contained HTML page at `out_html`.
 
     With `blocks_path` (results/summary/blocks.parquet) the page also shows the acceptance rate by
     draft position, the tree methods side by side and the ensemble weights over decoding; without
-    it those sections are left out. `head_folders` (trained drafter heads) adds their training.
+    it those sections are left out. `head_folders` (trained drafter heads) adds their training;
+    `claims_path` (results/summary/claims.parquet) the reproduction scorecard, first.
     """
     cells = read_table(cells_path, CELLS).to_pandas()
     blocks = step_stats = None
@@ -258,6 +266,7 @@ def write_report(
         blocks=blocks,
         step_stats=step_stats,
         heads=heads_section.load_heads(head_folders or []),
+        claims=read_table(claims_path, CLAIMS).to_pandas() if claims_path else None,
     )
     out_html = Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)
@@ -273,6 +282,7 @@ def render_page(
     blocks: pd.DataFrame | None = None,
     step_stats: pd.DataFrame | None = None,
     heads: list[dict] | None = None,
+    claims: pd.DataFrame | None = None,
 ) -> str:
     """The full HTML page for a cells frame (one row per cell, CELLS columns).
 
@@ -300,6 +310,11 @@ def render_page(
         (weights.ANCHOR, weights.TITLE, weights_html),
         (heads_section.ANCHOR, heads_section.TITLE, heads_section.render(cells, heads or [])),
     ]
+    present = {anchor for anchor, _, html in sections if html}
+    present |= {"sec-" + str(i) for i in range(len(keys))}
+    sections.insert(
+        0, (reproduction.ANCHOR, reproduction.TITLE, reproduction.render(claims, present))
+    )
     toc = [(anchor, title) for anchor, title, html in sections if html]
     body = "\n".join(
         [render_header(cells, pooled, generated, toc), *(html for _, _, html in sections)]
@@ -307,7 +322,7 @@ def render_page(
     return (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
         "<title>mmspec report</title>\n"
-        f"<style>{CSS}</style>\n"
+        f"<style>{CSS}{reproduction.CSS}</style>\n"
         # Inlined once here, so every figure below embeds with include_plotlyjs=False.
         f"<script type='text/javascript'>{get_plotlyjs()}</script>\n"
         f"<script type='text/javascript'>{datatable.TABLE_JS}</script>\n"

@@ -86,6 +86,7 @@ SELECT
   list(ar_n_tokens - 1 ORDER BY sample_id, turn) AS timing_ar_tokens,
   list(decode_s ORDER BY sample_id, turn) AS timing_s,
   list(new_tokens ORDER BY sample_id, turn) AS timing_tokens,
+  list(steps ORDER BY sample_id, turn) AS tau_steps,
   -- the per-sample-turn qualities the retentions pair, for their bootstrap intervals (not written)
   list(quality ORDER BY sample_id, turn) AS paired_quality,
   list(ar_quality ORDER BY sample_id, turn) AS paired_ar_quality,
@@ -237,6 +238,16 @@ def speedup_interval(ar_s, ar_tokens, s, tokens, seed: int = 0) -> tuple[float, 
     return percentile_interval(ratios)
 
 
+def tau_interval(tokens, steps, seed: int = 0) -> tuple[float, float]:
+    """The percentile bootstrap interval (CONFIDENCE) of the pooled tau sum tokens / sum steps,
+    resampling sample-turns."""
+    tokens, steps = (np.asarray(c, dtype=float) for c in (tokens, steps))
+    picks = np.random.default_rng(seed).integers(0, len(tokens), size=(RESAMPLES, len(tokens)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = tokens[picks].sum(axis=1) / steps[picks].sum(axis=1)
+    return percentile_interval(ratios)
+
+
 def retention_interval(quality, ar_quality, seed: int = 0) -> tuple[float, float]:
     """The percentile bootstrap interval (CONFIDENCE) of the retention mean(quality) /
     mean(ar_quality), resampling sample-turns with their AR answer's quality paired (so what
@@ -266,6 +277,7 @@ def percentile_interval(values: np.ndarray) -> tuple[float, float]:
 # (column, its interval function, the CELLS_SQL per-sample-turn lists it reads): written as
 # <column>_low and <column>_high
 INTERVALS = [
+    ("tau", tau_interval, ["timing_tokens", "tau_steps"]),
     ("speedup", speedup_interval, ["timing_ar_s", "timing_ar_tokens", "timing_s", "timing_tokens"]),
     ("retention", retention_interval, ["paired_quality", "paired_ar_quality"]),
     ("judge_retention", retention_interval, ["paired_judge_score", "paired_ar_judge_score"]),

@@ -1,0 +1,191 @@
+"""The kinds of check a claim makes over measured values, each giving a verdict.
+
+A value is a point estimate with its 95% interval where the cells table has one (tau, speedup,
+retention, judge retention); a value without an interval (FID, draft visual tokens) is compared by
+its point, within the claim's stated tolerance. Two values differ only when their intervals do not
+overlap: a difference inside overlapping intervals is INCONCLUSIVE, never a verdict either way.
+
+- `compare`: a above b (or below, `higher: false`);
+- `threshold`: a at or above a fixed value (or below);
+- `order`: values in the stated order, each above the next;
+- `trend`: a value rises (or falls) along a hyperparameter;
+- `dominates`: every baseline point has a claimed point as fast (x) with quality (y) as high;
+- `near`: a within a relative tolerance of b.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+HOLDS, FAILS, INCONCLUSIVE, NOT_APPLICABLE = "holds", "fails", "inconclusive", "not applicable"
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_APPLICABLE)
+
+
+@dataclass(frozen=True)
+class Value:
+    """A measured value: its point estimate and, where measured, its 95% interval (NaN if not)."""
+
+    point: float
+    low: float = math.nan
+    high: float = math.nan
+    name: str = ""  # what it is, in words: "M tau", "lvspec lambda 0.7 retention"
+
+    @property
+    def lower(self) -> float:
+        return self.low if math.isfinite(self.low) else self.point
+
+    @property
+    def upper(self) -> float:
+        return self.high if math.isfinite(self.high) else self.point
+
+    def text(self) -> str:
+        interval = f" [{self.low:.3g}, {self.high:.3g}]" if math.isfinite(self.low) else ""
+        where = f"{self.name} " if self.name else ""
+        return f"{where}{self.point:.3g}{interval}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    verdict: str
+    measured: str  # the numbers behind the verdict, in words
+
+
+def _missing(*values: Value) -> str | None:
+    bad = [v.name or "a value" for v in values if not math.isfinite(v.point)]
+    return f"no measurement of {', '.join(bad)}" if bad else None
+
+
+def _above(a: Value, b: Value, tolerance: float) -> str:
+    """HOLDS when a lies above b beyond both intervals (and `tolerance`, absolute), FAILS when
+    below, else INCONCLUSIVE."""
+    if a.lower > b.upper + tolerance:
+        return HOLDS
+    if a.upper < b.lower - tolerance:
+        return FAILS
+    return INCONCLUSIVE
+
+
+def compare(a: Value, b: Value, higher: bool = True, tolerance: float = 0.0) -> Outcome:
+    """a above b (`higher`) or below it. `tolerance` (relative to b) widens the band a
+    difference must leave before it counts, for values without intervals."""
+    missing = _missing(a, b)
+    if missing:
+        return Outcome(NOT_APPLICABLE, missing)
+    band = abs(tolerance * b.point)
+    verdict = _above(a, b, band) if higher else _above(b, a, band)
+    sign = ">" if higher else "<"
+    return Outcome(verdict, f"{a.text()} {sign}? {b.text()}")
+
+
+def threshold(a: Value, value: float, higher: bool = True) -> Outcome:
+    """a at or above `value` (`higher`), or at or below it: decided by a's interval."""
+    missing = _missing(a)
+    if missing:
+        return Outcome(NOT_APPLICABLE, missing)
+    if higher:
+        verdict = HOLDS if a.lower >= value else FAILS if a.upper < value else INCONCLUSIVE
+    else:
+        verdict = HOLDS if a.upper <= value else FAILS if a.lower > value else INCONCLUSIVE
+    return Outcome(verdict, f"{a.text()} {'>=' if higher else '<='}? {value:g}")
+
+
+def order(values: list[Value], higher: bool = True, tolerance: float = 0.0) -> Outcome:
+    """Each value above the next (`higher`): HOLDS when every neighbouring pair holds, FAILS
+    when any pair is reversed beyond its intervals, else INCONCLUSIVE."""
+    if len(values) < 2:
+        return Outcome(NOT_APPLICABLE, "fewer than two of the ordered values were measured")
+    missing = _missing(*values)
+    if missing:
+        return Outcome(NOT_APPLICABLE, missing)
+    verdicts = [compare(a, b, higher, tolerance).verdict for a, b in _neighbours(values)]
+    sign = " > " if higher else " < "
+    return Outcome(_all(verdicts), sign.join(v.text() for v in values))
+
+
+def trend(values: list[tuple[float, Value]], rises: bool = True, tolerance: float = 0.0) -> Outcome:
+    """The value rises (`rises`) or falls along a hyperparameter: `values` are (setting, value).
+    HOLDS when the points move that way at every step and the last setting's value lies beyond
+    the first's interval; FAILS when any step, or the whole range, goes the other way beyond the
+    intervals; else INCONCLUSIVE."""
+    values = sorted(values, key=lambda sv: sv[0])
+    if len({s for s, _ in values}) < 2:
+        return Outcome(NOT_APPLICABLE, "fewer than two settings were measured")
+    missing = _missing(*(v for _, v in values))
+    if missing:
+        return Outcome(NOT_APPLICABLE, missing)
+    steps = [compare(b, a, rises, tolerance).verdict for (_, a), (_, b) in _neighbours(values)]
+    ends = compare(values[-1][1], values[0][1], rises, tolerance).verdict
+    monotone = all(
+        (b.point > a.point) if rises else (b.point < a.point)
+        for (_, a), (_, b) in _neighbours(values)
+    )
+    if FAILS in steps or ends == FAILS:
+        verdict = FAILS
+    else:
+        verdict = HOLDS if monotone and ends == HOLDS else INCONCLUSIVE
+    return Outcome(verdict, ", ".join(f"{s:g}: {v.text()}" for s, v in values))
+
+
+def dominates(claimed: list[tuple[Value, Value]], baselines: list[tuple[Value, Value]]) -> Outcome:
+    """Every baseline point (x, y) has a claimed point at least as far on x with y at least as
+    high (both higher-is-better). A baseline point that no claimed point reaches FAILS the claim
+    when its y lies above every such point's interval (or no claimed point is as far on x), and
+    makes it INCONCLUSIVE when the intervals overlap."""
+    if not claimed or not baselines:
+        return Outcome(NOT_APPLICABLE, "no claimed point" if not claimed else "no baseline point")
+    missing = _missing(*(v for point in claimed + baselines for v in point))
+    if missing:
+        return Outcome(NOT_APPLICABLE, missing)
+    verdicts, notes = [], []
+    for bx, by in baselines:
+        reach = [(x, y) for x, y in claimed if x.point >= bx.point]
+        best = max(reach, key=lambda xy: xy[1].point, default=None)
+        if best is not None and best[1].point >= by.point:
+            verdicts.append(HOLDS)
+            continue
+        verdict = FAILS if best is None or best[1].upper < by.lower else INCONCLUSIVE
+        verdicts.append(verdict)
+        against = (
+            "none as far" if best is None else f"best as far {best[0].text()}, {best[1].text()}"
+        )
+        notes.append(f"{bx.text()}, {by.text()} ({against})")
+    measured = f"{verdicts.count(HOLDS)} of {len(baselines)} baseline points dominated"
+    return Outcome(_all(verdicts), measured + ("; not: " + "; ".join(notes) if notes else ""))
+
+
+def near(a: Value, b: Value, tolerance: float) -> Outcome:
+    """a within `tolerance` (relative to b) of b, by their points."""
+    missing = _missing(a, b)
+    if missing:
+        return Outcome(NOT_APPLICABLE, missing)
+    gap = abs(a.point - b.point) / abs(b.point) if b.point else math.inf
+    verdict = HOLDS if gap <= tolerance else FAILS
+    return Outcome(
+        verdict, f"{a.text()} vs {b.text()}: {100 * gap:.1f}% apart (<= {tolerance:.0%}?)"
+    )
+
+
+def _neighbours(items: list) -> list[tuple]:
+    return list(zip(items[:-1], items[1:], strict=True))
+
+
+def _all(verdicts: list[str]) -> str:
+    """HOLDS when all hold, FAILS when any fails, else INCONCLUSIVE."""
+    if FAILS in verdicts:
+        return FAILS
+    return HOLDS if all(v == HOLDS for v in verdicts) else INCONCLUSIVE
+
+
+def overall(verdicts: list[str]) -> str:
+    """One verdict over several sets (results folders, datasets, seeds): HOLDS when every
+    applicable set holds, FAILS when every one fails, NOT_APPLICABLE when none applies, else
+    INCONCLUSIVE (the sets disagree, or some are inconclusive)."""
+    applicable = [v for v in verdicts if v != NOT_APPLICABLE]
+    if not applicable:
+        return NOT_APPLICABLE
+    if all(v == HOLDS for v in applicable):
+        return HOLDS
+    if all(v == FAILS for v in applicable):
+        return FAILS
+    return INCONCLUSIVE

@@ -1,0 +1,214 @@
+"""A paper's claims, written once as data (config/claims/<paper>.yaml), and the cells they read.
+
+A claims file names its paper and lists its claims; each claim says what the paper claims (one
+sentence), where the paper states it and with which numbers, which toy preset studies it in full,
+the report section that shows it, and its check: a kind (claims/checks.py), the statistic, and
+the cells it compares, picked by `Selector`s over the cells table's columns and hyperparameters.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+CLAIMS_DIR = Path(__file__).resolve().parents[3] / "config" / "claims"
+
+# statistic -> (the cells table's column, its interval's columns or None, higher is better)
+STATS = {
+    "tau": ("tau", ("tau_low", "tau_high"), True),
+    "speedup": ("speedup", ("speedup_low", "speedup_high"), True),
+    "retention": ("retention", ("retention_low", "retention_high"), True),
+    "judge_retention": ("judge_retention", ("judge_retention_low", "judge_retention_high"), True),
+    "fid": ("fid", None, False),
+    "fid_retention": ("fid_retention", None, True),
+    "lossless_rate": ("lossless_rate", None, True),
+    "draft_visual_tokens": ("draft_visual_tokens", None, False),
+}
+# the cells table's columns a selector may name (besides `hp`, the hyperparameters)
+SELECTABLE = (
+    "registry_method",
+    "method",
+    "label",
+    "views",
+    "weights",
+    "tree",
+    "acceptance",
+    "gamma",
+    "pair",
+    "dataset",
+)
+# what a set of cells is, by default: a claim is checked on each (results folder, dataset, pair,
+# temperature, seed) apart; `per` names fewer keys to pool a claim over the others (`mean_over`)
+SET_KEYS = ("dataset", "pair", "temperature", "seed")
+# kind -> (its required keys, its optional keys)
+KINDS = {
+    "compare": ({"stat", "a", "b"}, {"higher", "tolerance", "mean_over"}),
+    "threshold": ({"stat", "a", "value"}, {"higher"}),
+    "order": ({"stat", "cells"}, {"higher", "tolerance"}),
+    "trend": ({"stat", "a", "along"}, {"rises", "tolerance"}),
+    "dominates": ({"a", "b"}, {"x", "y"}),
+    "near": ({"stat", "a", "b", "tolerance"}, set()),
+}
+CLAIM_KEYS = {"id", "claim", "where", "paper", "check"}
+OPTIONAL_CLAIM_KEYS = {"datasets", "per", "section", "shown_by", "note"}
+
+
+class ClaimError(ValueError):
+    """A claims file that does not say what a check needs; names the file, claim and key."""
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which cells a check reads: each named column equal to its value (or one of a list's), and
+    each named hyperparameter (`hp`) equal to its value."""
+
+    columns: dict = field(default_factory=dict)
+    hp: dict = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, data, where: str) -> Selector:
+        if not isinstance(data, dict) or not data:
+            raise ClaimError(f"{where}: a selector is a mapping of cells columns, got {data!r}")
+        unknown = sorted(set(data) - set(SELECTABLE) - {"hp"})
+        if unknown:
+            raise ClaimError(
+                f"{where}: unknown selector key(s) {unknown}; known: {list(SELECTABLE)}, hp"
+            )
+        hp = data.get("hp", {})
+        if not isinstance(hp, dict):
+            raise ClaimError(f"{where}.hp: a mapping of hyperparameters, got {hp!r}")
+        return cls({k: v for k, v in data.items() if k != "hp"}, dict(hp))
+
+    def mask(self, cells: pd.DataFrame) -> pd.Series:
+        keep = pd.Series(True, index=cells.index)
+        for column, value in self.columns.items():
+            values = value if isinstance(value, list) else [value]
+            keep &= cells[column].isin(values)
+        for key, value in self.hp.items():
+            values = value if isinstance(value, list) else [value]
+            keep &= cells["_hp"].map(lambda h, k=key, vs=values: h.get(k) in vs)
+        return keep
+
+    def text(self) -> str:
+        parts = [f"{k}={v}" for k, v in {**self.columns, **self.hp}.items()]
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Check:
+    kind: str
+    stat: str  # "" for `dominates` (x and y instead)
+    selectors: dict  # "a", "b" (a list for compare), "cells" (order): Selector or list of them
+    options: dict  # higher, tolerance, value, along, rises, x, y, mean_over
+
+
+@dataclass(frozen=True)
+class Claim:
+    paper: str
+    id: str
+    claim: str
+    where: str  # where the paper states it: "Table 2", "Figure 7, Section 4.3"
+    paper_numbers: str  # the paper's own numbers for it
+    check: Check
+    datasets: tuple[str, ...] = ()  # the datasets it speaks of (empty: every dataset)
+    per: tuple[str, ...] = SET_KEYS
+    section: str = ""  # the report section (anchor) that shows it
+    shown_by: str = ""  # the toy preset (config/presets/<name>.yaml) that studies it in full
+    note: str = ""  # a known deviation, or what the toy world can and cannot show
+
+    @property
+    def key(self) -> str:
+        return f"{self.paper}/{self.id}"
+
+
+def _selectors(value, where: str):
+    if isinstance(value, list):
+        if not value:
+            raise ClaimError(f"{where}: an empty list of selectors")
+        return [Selector.parse(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return Selector.parse(value, where)
+
+
+def parse_check(data, where: str) -> Check:
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind not in KINDS:
+        raise ClaimError(f"{where}.kind: one of {sorted(KINDS)}, got {kind!r}")
+    required, optional = KINDS[kind]
+    keys = set(data) - {"kind"}
+    missing, unknown = sorted(required - keys), sorted(keys - required - optional)
+    if missing:
+        raise ClaimError(f"{where}: check {kind} needs {missing}")
+    if unknown:
+        raise ClaimError(
+            f"{where}: check {kind} takes no {unknown} (it takes {sorted(required | optional)})"
+        )
+    for stat_key in ("stat", "x", "y"):
+        if stat_key in data and data[stat_key] not in STATS:
+            raise ClaimError(f"{where}.{stat_key}: one of {sorted(STATS)}, got {data[stat_key]!r}")
+    if kind == "compare" and "mean_over" in data and data["mean_over"] != "dataset":
+        raise ClaimError(f"{where}.mean_over: only 'dataset', got {data['mean_over']!r}")
+    selectors = {k: _selectors(data[k], f"{where}.{k}") for k in ("a", "b", "cells") if k in data}
+    if kind in ("threshold", "trend", "near", "dominates") and isinstance(selectors.get("a"), list):
+        raise ClaimError(f"{where}.a: one selector for check {kind}")
+    options = {k: v for k, v in data.items() if k not in ("kind", "stat", "a", "b", "cells")}
+    return Check(kind, data.get("stat", ""), selectors, options)
+
+
+def parse_file(path: Path) -> list[Claim]:
+    """The claims of one claims file; a ClaimError names the file, the claim and the key."""
+    with open(path) as f:
+        data = yaml.safe_load(f)
+    if not isinstance(data, dict) or not isinstance(data.get("paper"), str):
+        raise ClaimError(f"{path}: a claims file has `paper` (its name) and `claims` (a list)")
+    if not isinstance(data.get("claims"), list):
+        raise ClaimError(f"{path}: `claims` must be a list")
+    claims, seen = [], set()
+    for i, entry in enumerate(data["claims"]):
+        where = f"{path}: claims[{i}]"
+        if not isinstance(entry, dict):
+            raise ClaimError(f"{where}: a mapping, got {entry!r}")
+        where = f"{path}: claim {entry.get('id', i)!r}"
+        missing = sorted(CLAIM_KEYS - set(entry))
+        unknown = sorted(set(entry) - CLAIM_KEYS - OPTIONAL_CLAIM_KEYS)
+        if missing or unknown:
+            what = f"needs {missing}" if missing else f"unknown key(s) {unknown}"
+            raise ClaimError(f"{where}: {what}")
+        if entry["id"] in seen:
+            raise ClaimError(f"{where}: a second claim with this id")
+        seen.add(entry["id"])
+        per = tuple(entry.get("per", SET_KEYS))
+        if not set(per) <= set(SET_KEYS):
+            raise ClaimError(f"{where}.per: keys of {list(SET_KEYS)}, got {list(per)}")
+        claims.append(
+            Claim(
+                paper=data["paper"],
+                id=str(entry["id"]),
+                claim=str(entry["claim"]).strip(),
+                where=str(entry["where"]),
+                paper_numbers=str(entry["paper"]).strip(),
+                check=parse_check(entry["check"], f"{where}.check"),
+                datasets=tuple(entry.get("datasets", ())),
+                per=per,
+                section=str(entry.get("section", "")),
+                shown_by=str(entry.get("shown_by", "")),
+                note=str(entry.get("note", "")).strip(),
+            )
+        )
+    return claims
+
+
+def load(folder: Path = CLAIMS_DIR) -> list[Claim]:
+    """Every claim of every claims file in `folder`, papers in file order."""
+    files = sorted(folder.glob("*.yaml"))
+    if not files:
+        raise ClaimError(f"{folder}: no claims files (<paper>.yaml)")
+    return [claim for path in files for claim in parse_file(path)]
+
+
+def with_hparams(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells with their hyperparameters parsed (column `_hp`), for selectors."""
+    return cells.assign(_hp=cells["hparams"].map(lambda h: json.loads(h) if h else {}))

@@ -1,0 +1,258 @@
+"""The scorecard: every claim checked on the cells of one or more results folders.
+
+A claim is checked on each set of cells apart (by default one results folder's dataset, pair,
+temperature and seed; `per` pools over the rest) where the cells its check names first are
+present. Its verdict over all its sets is `checks.overall`'s: it holds where every set holds,
+fails where every set fails, and is inconclusive where they disagree. A set whose other cells
+are absent is "not applicable", and so is a claim with no set at all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from mmspec.claims import checks
+from mmspec.claims.checks import NOT_APPLICABLE, Outcome, Value
+from mmspec.claims.claim import STATS, Check, Claim, Selector, with_hparams
+
+COLUMNS = [
+    "paper",
+    "claim_id",
+    "claim",
+    "where",
+    "paper_numbers",
+    "section",
+    "shown_by",
+    "note",
+    "run",
+    "set",
+    "verdict",
+    "measured",
+]
+
+
+class Ambiguous(Exception):
+    """A selector that should pick one cell of a set picks several (or none)."""
+
+
+def value(row: pd.Series, stat: str, name: str = "") -> Value:
+    column, interval, _ = STATS[stat]
+    point = row.get(column)
+    low, high = (row.get(c) for c in interval) if interval else (math.nan, math.nan)
+    as_float = [math.nan if v is None or pd.isna(v) else float(v) for v in (point, low, high)]
+    return Value(*as_float, name=name)
+
+
+def _name(row: pd.Series, stat: str) -> str:
+    return f"{row['method']} {stat}"
+
+
+def _one(group: pd.DataFrame, selector: Selector) -> pd.Series:
+    rows = group[selector.mask(group)]
+    if len(rows) != 1:
+        found = ", ".join(sorted(set(rows["method"] + " " + rows["hp"]))[:4])
+        raise Ambiguous(
+            f"{'no cell' if rows.empty else f'{len(rows)} cells'} of {selector.text()}"
+            + (f" ({found}): add keys that pick one" if len(rows) > 1 else "")
+        )
+    return rows.iloc[0]
+
+
+def _higher(check: Check, stat: str) -> bool:
+    """The check's direction: its `higher`, else the statistic's own (FID: lower is better)."""
+    return bool(check.options.get("higher", STATS[stat][2]))
+
+
+def _mean(group: pd.DataFrame, selector: Selector, stat: str, datasets: list[str]) -> Value:
+    rows = group[selector.mask(group)]
+    points = []
+    for dataset in datasets:
+        one = rows[rows["dataset"] == dataset]
+        if len(one) != 1:
+            raise Ambiguous(f"{len(one)} cells of {selector.text()} on {dataset}")
+        points.append(value(one.iloc[0], stat).point)
+    label = rows["method"].iloc[0] if len(rows) else selector.text()
+    n = len(points)
+    over = f"mean over {n} dataset{'s' if n > 1 else ''}"
+    return Value(sum(points) / n, name=f"{label} {stat} ({over})")
+
+
+def run_check(check: Check, group: pd.DataFrame) -> Outcome:
+    """The check's outcome on one set of cells."""
+    try:
+        return _run(check, group)
+    except Ambiguous as e:
+        return Outcome(NOT_APPLICABLE, str(e))
+
+
+def _run(check: Check, group: pd.DataFrame) -> Outcome:
+    kind, stat, sel, opt = check.kind, check.stat, check.selectors, check.options
+    tolerance = float(opt.get("tolerance", 0.0))
+    if kind == "compare":
+        others = sel["b"] if isinstance(sel["b"], list) else [sel["b"]]
+        if opt.get("mean_over") == "dataset":
+            everywhere = [group[s.mask(group)]["dataset"] for s in [sel["a"], *others]]
+            datasets = sorted(set.intersection(*(set(d) for d in everywhere)))
+            if not datasets:
+                raise Ambiguous("no dataset has every compared cell")
+            a = _mean(group, sel["a"], stat, datasets)
+            bs = [_mean(group, b, stat, datasets) for b in others]
+        else:
+            row = _one(group, sel["a"])
+            a = value(row, stat, _name(row, stat))
+            bs = [value(r, stat, _name(r, stat)) for r in (_one(group, b) for b in others)]
+        outcomes = [checks.compare(a, b, _higher(check, stat), tolerance) for b in bs]
+        verdicts = [o.verdict for o in outcomes]
+        if NOT_APPLICABLE in verdicts:
+            return next(o for o in outcomes if o.verdict == NOT_APPLICABLE)
+        return Outcome(checks._all(verdicts), "; ".join(o.measured for o in outcomes))
+    if kind == "threshold":
+        row = _one(group, sel["a"])
+        return checks.threshold(
+            value(row, stat, _name(row, stat)), float(opt["value"]), _higher(check, stat)
+        )
+    if kind == "order":  # over the ordered cells the set has (a sweep may have some only)
+        rows = [_one(group, s) for s in sel["cells"] if s.mask(group).any()]
+        values = [value(r, stat, _name(r, stat)) for r in rows]
+        return checks.order(values, _higher(check, stat), tolerance)
+    if kind == "trend":
+        rows = group[sel["a"].mask(group)]
+        along = opt["along"]
+        settings = rows["_hp"].map(lambda h: h.get(along))
+        if settings.isna().any():
+            raise Ambiguous(f"a cell of {sel['a'].text()} has no {along}")
+        if settings.duplicated().any():
+            repeated = settings[settings.duplicated()].iloc[0]
+            raise Ambiguous(f"several cells of {sel['a'].text()} at {along}={repeated}")
+        values = [
+            (float(s), value(r, stat, stat))
+            for s, (_, r) in zip(settings, rows.iterrows(), strict=True)
+        ]
+        return checks.trend(values, bool(opt.get("rises", True)), tolerance)
+    if kind == "dominates":
+        x, y = opt.get("x", "tau"), opt.get("y", "retention")
+
+        def points(selector):
+            rows = group[selector.mask(group)]
+            return [
+                (value(r, x, _name(r, x)), value(r, y, _name(r, y))) for _, r in rows.iterrows()
+            ]
+
+        return checks.dominates(points(sel["a"]), points(sel["b"]))
+    if kind == "near":
+        a, b = _one(group, sel["a"]), _one(group, sel["b"])
+        return checks.near(
+            value(a, stat, _name(a, stat)), value(b, stat, _name(b, stat)), tolerance
+        )
+    raise ValueError(f"unknown check kind {kind!r}")
+
+
+def _first(check: Check) -> Selector:
+    """The selector whose cells make a set one of the claim's."""
+    first = check.selectors.get("a") or check.selectors["cells"]
+    return first[0] if isinstance(first, list) else first
+
+
+def _set_name(keys: tuple[str, ...], values) -> str:
+    values = values if isinstance(values, tuple) else (values,)
+    parts = []
+    for key, v in zip(keys, values, strict=True):
+        parts.append(
+            f"T={v:g}" if key == "temperature" else f"seed {v}" if key == "seed" else str(v)
+        )
+    return " · ".join(parts)
+
+
+def evaluate(claims: list[Claim], runs: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per (claim, results folder, set) where the claim applies (COLUMNS); a claim with
+    no set in any folder gets one not-applicable row."""
+    prepared = {run: with_hparams(cells) for run, cells in runs.items()}
+    rows = []
+    for claim in claims:
+        found = 0
+        for run, cells in prepared.items():
+            if claim.datasets:
+                cells = cells[cells["dataset"].isin(claim.datasets)]
+            present = cells[_first(claim.check).mask(cells)]
+            if present.empty:
+                continue
+            keys = list(claim.per)
+            for set_values, _ in present.groupby(keys, sort=True):
+                set_values = set_values if isinstance(set_values, tuple) else (set_values,)
+                mask = pd.Series(True, index=cells.index)
+                for key, v in zip(keys, set_values, strict=True):
+                    mask &= cells[key] == v
+                outcome = run_check(claim.check, cells[mask])
+                rows.append(_row(claim, run, _set_name(claim.per, set_values), outcome))
+                found += 1
+        if not found:
+            what = f"no cell of {_first(claim.check).text()}"
+            if claim.datasets:
+                what += f" on {', '.join(claim.datasets)}"
+            rows.append(_row(claim, "", "", Outcome(NOT_APPLICABLE, what)))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _row(claim: Claim, run: str, set_name: str, outcome: Outcome) -> dict:
+    return {
+        "paper": claim.paper,
+        "claim_id": claim.id,
+        "claim": claim.claim,
+        "where": claim.where,
+        "paper_numbers": claim.paper_numbers,
+        "section": claim.section,
+        "shown_by": claim.shown_by,
+        "note": claim.note,
+        "run": run,
+        "set": set_name,
+        "verdict": outcome.verdict,
+        "measured": outcome.measured,
+    }
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per claim: its overall verdict, the count of sets by verdict, and its rows."""
+    out = []
+    for _, rows in table.groupby(["paper", "claim_id"], sort=False):
+        verdicts = rows["verdict"].tolist()
+        counts = Counter(verdicts)
+        first = rows.iloc[0]
+        out.append(
+            {
+                **{c: first[c] for c in COLUMNS[:8]},
+                "verdict": checks.overall(verdicts),
+                "sets": sum(v != NOT_APPLICABLE for v in verdicts),
+                **{f"n_{v.replace(' ', '_')}": counts.get(v, 0) for v in checks.VERDICTS},
+                "rows": rows,
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def counts(table: pd.DataFrame) -> dict[str, int]:
+    """The claims by overall verdict."""
+    found = Counter(summary(table)["verdict"]) if len(table) else Counter()
+    return {v: found.get(v, 0) for v in checks.VERDICTS}
+
+
+def read_runs(paths: list[str | Path]) -> dict[str, pd.DataFrame]:
+    """Cells tables by name: a results folder (its summary/cells.parquet) or a cells file."""
+    from mmspec.tables import CELLS, read_table
+
+    runs = {}
+    for path in map(Path, paths):
+        cells = path / "summary" / "cells.parquet" if path.is_dir() else path
+        if not cells.exists():
+            raise FileNotFoundError(
+                f"{path}: no cells table (a results folder holds summary/cells.parquet, written "
+                "by the aggregate stage)"
+            )
+        name = str(path)
+        if name in runs:
+            raise ValueError(f"{path}: given twice")
+        runs[name] = read_table(cells, CELLS).to_pandas()
+    return runs

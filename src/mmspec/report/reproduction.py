@@ -1,0 +1,84 @@
+"""The reproduction scorecard, first on the page: one row per paper's claim (config/claims/),
+its verdict on this sweep's cells, the paper's numbers beside the measured ones, and a link to
+the section whose figure shows it."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from mmspec.claims import scorecard
+from mmspec.claims.checks import VERDICTS
+from mmspec.report.formatting import esc, heading
+
+ANCHOR = "reproduction"
+TITLE = "Reproduction: the papers' claims"
+VERDICT_CLASS = {v: "v-" + v.replace(" ", "-") for v in VERDICTS}
+CSS = """
+.verdict { font-weight: 600; padding: 0 0.3rem; border-radius: 3px; white-space: nowrap; }
+.v-holds { background: #dff3e4; color: #17612f; }
+.v-fails { background: #fbe2e2; color: #8a1c1c; }
+.v-inconclusive { background: #fdf1d6; color: #7a5200; }
+.v-not-applicable { background: #eee; color: #666; }
+table.claims { border-collapse: collapse; }
+table.claims td, table.claims th { border-bottom: 1px solid #ddd; padding: 0.3rem 0.5rem;
+  text-align: left; vertical-align: top; }
+"""
+
+
+def render(claims: pd.DataFrame | None, sections: set[str]) -> str:
+    """The section from the claims table (CLAIMS rows); "" without one. `sections`: the anchors
+    the page has, so a claim links only to a section that is there."""
+    if claims is None:
+        return ""
+    parts = [heading(ANCHOR, TITLE)]
+    if claims.empty:
+        return parts[0] + "<p class='note'>No claims were checked.</p>"
+    counts = scorecard.counts(claims)
+    tally = ", ".join(f"{n} {v}" for v, n in counts.items())
+    parts.append(
+        f"<p class='note'>{tally}. Each claim is checked on every set of cells it names (a "
+        "dataset, pair, temperature and seed): two values differ only where their 95% intervals "
+        "do not overlap, else the set is inconclusive; a claim holds where every set holds and "
+        "fails where every set fails. Not applicable: the sweep lacks its cells. A claim's "
+        "check is in config/claims/&lt;paper&gt;.yaml; <code>mmspec claims RESULTS...</code> "
+        "pools several results folders.</p>"
+    )
+    rows = []
+    for _, claim in scorecard.summary(claims).iterrows():
+        verdict = claim["verdict"]
+        badge = f"<span class='verdict {VERDICT_CLASS[verdict]}'>{esc(verdict)}</span>"
+        measured = "<br>".join(
+            f"{esc(r['set'] + ': ' if r['set'] else '')}{esc(r['verdict'])}: {esc(r['measured'])}"
+            for _, r in claim["rows"].iterrows()
+        )
+        notes = []
+        if verdict != "holds" and claim["shown_by"]:
+            notes.append(
+                f"This sweep does not show it; config/presets/{esc(claim['shown_by'])}.yaml "
+                "studies it in full."
+            )
+        if claim["note"]:
+            notes.append(esc(claim["note"]))
+        link = claim["section"]
+        see = f"<a href='#{esc(link)}'>figure</a>" if link in sections else ""
+        cells = [
+            badge,
+            esc(claim["paper"]),
+            esc(claim["claim"]) + "".join(f"<br><small>{n}</small>" for n in notes),
+            f"{esc(claim['where'])}<br><small>{esc(claim['paper_numbers'])}</small>",
+            f"<small>{measured}</small>",
+            see,
+        ]
+        rows.append(
+            f"<tr class='{VERDICT_CLASS[verdict]}-row'>"
+            + "".join(f"<td>{c}</td>" for c in cells)
+            + "</tr>"
+        )
+    head = "".join(
+        f"<th>{h}</th>" for h in ("verdict", "paper", "claim", "paper says", "measured", "see")
+    )
+    parts.append(
+        f"<table class='claims'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+    return "\n".join(parts)

@@ -1,0 +1,65 @@
+"""Stage claims: each paper's claims (config/claims/) checked on the cells of one or more
+results folders -> results/summary/claims.parquet; `text` words the scorecard for a terminal.
+
+The workflow runs it on the sweep's cells table after aggregation; `mmspec claims RESULTS...`
+runs it by hand over several folders (toy seeds, reruns), pooling each claim's sets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from mmspec.claims import claim as claims_file
+from mmspec.claims import scorecard
+from mmspec.tables import CLAIMS, write_table
+
+
+def run(inputs: list[str], out: str | None = None, folder: str | Path | None = None):
+    """Check every claim on the cells of `inputs` (results folders or cells files); write the
+    rows to `out` (CLAIMS) when given; the rows."""
+    claims = claims_file.load(Path(folder) if folder else claims_file.CLAIMS_DIR)
+    table = scorecard.evaluate(claims, scorecard.read_runs(inputs))
+    if out is not None:
+        write_table(pa.Table.from_pandas(table, schema=CLAIMS, preserve_index=False), out, CLAIMS)
+    return table
+
+
+def text(table, verbose: bool = True) -> str:
+    """The scorecard in words: per claim its verdict over its sets and, with `verbose`, each
+    set's numbers; then the count of claims by verdict."""
+    lines = []
+    runs = sorted({r for r in table["run"] if r})
+    for _, row in scorecard.summary(table).iterrows():
+        sets = row["sets"]
+        tally = ", ".join(
+            f"{row[f'n_{v}']} {v}" for v in ("holds", "fails", "inconclusive") if row[f"n_{v}"]
+        )
+        over = f" ({tally} of {sets} sets)" if sets > 1 else ""
+        lines.append(f"{row['verdict'].upper():>14}  {row['paper']}: {row['claim']}{over}")
+        lines.append(f"{'':16}paper: {row['where']}: {row['paper_numbers']}")
+        if verbose:
+            for _, one in row["rows"].iterrows():
+                where = f"{one['run']} · " if len(runs) > 1 else ""
+                what = f"{where}{one['set']}: " if one["set"] else ""
+                lines.append(f"{'':16}{what}{one['verdict']}: {one['measured']}")
+        if row["verdict"] != "holds" and row["shown_by"]:
+            lines.append(f"{'':16}studied in full by config/presets/{row['shown_by']}.yaml")
+    counts = scorecard.counts(table)
+    lines.append("claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    return "\n".join(lines)
+
+
+def finished(claims: str | Path, report: str | Path) -> str:
+    """What the end of a run says: the claims by verdict and where the report is (each only
+    when the run wrote it)."""
+    import pandas as pd
+
+    lines = []
+    if Path(claims).exists():
+        counts = scorecard.counts(pd.read_parquet(claims))
+        lines.append("mmspec claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    if Path(report).exists():
+        lines.append(f"mmspec report: {Path(report).resolve()}")
+    return "\n".join(lines)

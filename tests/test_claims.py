@@ -1,0 +1,348 @@
+"""The reproduction scorecard (src/mmspec/claims): each check kind's verdicts on values built to
+hold, to fail and to be inconclusive; claims files read and refused with the key named; the
+scorecard over cells tables, one folder and several."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+
+import pandas as pd
+import pytest
+import yaml
+
+from mmspec.claims import checks
+from mmspec.claims.checks import FAILS, HOLDS, INCONCLUSIVE, NOT_APPLICABLE, Value
+from mmspec.claims.claim import CLAIMS_DIR, STATS, ClaimError, load, parse_file
+from mmspec.claims.scorecard import counts, evaluate, summary
+from mmspec.methods import registry
+
+
+def v(point, low=math.nan, high=math.nan):
+    return Value(point, low, high)
+
+
+# ---------------------------------------------------------------------------------------------
+# the check kinds
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "higher", "verdict"),
+    [
+        (v(5, 4.5, 5.5), v(3, 2.5, 3.5), True, HOLDS),
+        (v(3, 2.5, 3.5), v(5, 4.5, 5.5), True, FAILS),
+        (v(5, 4.0, 6.0), v(4.5, 3.8, 5.2), True, INCONCLUSIVE),  # intervals overlap
+        (v(3, 2.5, 3.5), v(5, 4.5, 5.5), False, HOLDS),  # lower is better (FID)
+        (v(5.0), v(4.0), True, HOLDS),  # points only: any difference decides
+        (v(4.0), v(4.0), True, INCONCLUSIVE),
+        (v(math.nan), v(4.0), True, NOT_APPLICABLE),
+    ],
+)
+def test_compare(a, b, higher, verdict):
+    assert checks.compare(a, b, higher).verdict == verdict
+
+
+def test_a_tolerance_widens_the_band_a_difference_must_leave():
+    assert checks.compare(v(4.2), v(4.0), tolerance=0.1).verdict == INCONCLUSIVE
+    assert checks.compare(v(4.5), v(4.0), tolerance=0.1).verdict == HOLDS
+    assert checks.compare(v(3.5), v(4.0), tolerance=0.1).verdict == FAILS
+
+
+@pytest.mark.parametrize(
+    ("a", "verdict"),
+    [
+        (v(0.99, 0.98, 1.0), HOLDS),
+        (v(0.62, 0.40, 0.83), FAILS),
+        (v(0.95, 0.90, 1.01), INCONCLUSIVE),  # the floor lies inside the interval
+        (v(0.98, 0.95, 1.0), INCONCLUSIVE),  # the point is above, the interval is not
+        (v(0.97), HOLDS),  # at the floor counts
+    ],
+)
+def test_threshold(a, verdict):
+    assert checks.threshold(a, 0.97).verdict == verdict
+    assert checks.threshold(v(12.0), 10.0, higher=False).verdict == FAILS
+
+
+def test_order():
+    separated = [v(6, 5.8, 6.2), v(5, 4.8, 5.2), v(4, 3.8, 4.2)]
+    assert checks.order(separated).verdict == HOLDS
+    swapped = [separated[1], separated[0], separated[2]]
+    assert checks.order(swapped).verdict == FAILS
+    close = [v(6, 5, 7), v(5.5, 4.5, 6.5), v(4, 3.8, 4.2)]
+    assert checks.order(close).verdict == INCONCLUSIVE
+    assert checks.order([v(6)]).verdict == NOT_APPLICABLE
+
+
+def test_trend():
+    rising = [(0.0, v(3, 2.8, 3.2)), (0.5, v(5, 4.8, 5.2)), (0.9, v(8, 7.7, 8.3))]
+    assert checks.trend(rising).verdict == HOLDS
+    assert checks.trend(rising, rises=False).verdict == FAILS
+    assert checks.trend(list(reversed(rising))).verdict == HOLDS  # sorted by setting
+    dip = [(0.0, v(3, 2.5, 3.5)), (0.5, v(2.9, 2.4, 3.4)), (0.9, v(8, 7.7, 8.3))]
+    assert checks.trend(dip).verdict == INCONCLUSIVE  # not monotone, within the intervals
+    falls = [(0.0, v(3, 2.8, 3.2)), (0.5, v(6, 5.8, 6.2)), (0.9, v(4, 3.8, 4.2))]
+    assert checks.trend(falls).verdict == FAILS  # a step falls beyond its intervals
+    assert checks.trend([(0.7, v(3))]).verdict == NOT_APPLICABLE
+
+
+def test_dominates():
+    claimed = [(v(4), v(0.99, 0.97, 1.0)), (v(7), v(0.95, 0.92, 0.98))]
+    beaten = [(v(3.5), v(0.90, 0.85, 0.95)), (v(6.5), v(0.93, 0.9, 0.96))]
+    assert checks.dominates(claimed, beaten).verdict == HOLDS
+    above = [(v(6.5), v(0.995, 0.99, 1.0))]  # as fast as the 7.0 point, above its interval
+    assert checks.dominates(claimed, above).verdict == FAILS
+    close = [(v(6.5), v(0.96, 0.93, 0.99))]  # above the point, inside its interval
+    assert checks.dominates(claimed, close).verdict == INCONCLUSIVE
+    faster = [(v(9), v(0.5, 0.4, 0.6))]  # no claimed point is as fast
+    assert checks.dominates(claimed, faster).verdict == FAILS
+    assert checks.dominates([], beaten).verdict == NOT_APPLICABLE
+
+
+def test_near():
+    assert checks.near(v(52.0), v(55.0), 0.1).verdict == HOLDS
+    assert checks.near(v(70.0), v(55.0), 0.1).verdict == FAILS
+
+
+def test_overall_verdict_of_several_sets():
+    assert checks.overall([HOLDS, HOLDS, NOT_APPLICABLE]) == HOLDS
+    assert checks.overall([FAILS, FAILS]) == FAILS
+    assert checks.overall([HOLDS, FAILS]) == INCONCLUSIVE
+    assert checks.overall([HOLDS, INCONCLUSIVE]) == INCONCLUSIVE
+    assert checks.overall([NOT_APPLICABLE]) == NOT_APPLICABLE
+
+
+# ---------------------------------------------------------------------------------------------
+# claims over cells tables
+
+
+def cell(dataset, method, tau, low=None, high=None, seed=0, temperature=0.0, **hp) -> dict:
+    registry_method = hp.pop("registry_method", method)
+    row = {
+        "dataset": dataset,
+        "pair": "toy",
+        "method": method,
+        "hp": "_".join(f"{k}-{x}" for k, x in sorted(hp.items())) or "default",
+        "hparams": json.dumps({"method": registry_method, **hp}),
+        "seed": seed,
+        "registry_method": registry_method,
+        "temperature": temperature,
+        "tau": tau,
+        "tau_low": tau - 0.2 if low is None else low,
+        "tau_high": tau + 0.2 if high is None else high,
+    }
+    for column in {c for s in STATS.values() for c in [s[0], *(s[1] or ())]} - set(row):
+        row[column] = math.nan
+    for column in ("label", "views", "weights", "tree", "acceptance", "gamma"):
+        row[column] = None
+    return row
+
+
+def write_claims(folder, claims: list[dict], paper="P") -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / "p.yaml").write_text(yaml.safe_dump({"paper": paper, "claims": claims}))
+
+
+def claim(cid, check, **extra) -> dict:
+    return {"id": cid, "claim": "c", "where": "Table 1", "paper": "1 vs 2", "check": check, **extra}
+
+
+COMPARE = {"kind": "compare", "stat": "tau", "a": {"method": "m"}, "b": {"method": "t"}}
+
+
+def test_a_claim_is_checked_on_each_set_and_its_verdict_pools_them(tmp_path):
+    write_claims(tmp_path / "claims", [claim("m-above-t", COMPARE, datasets=["cap", "story"])])
+    cells = pd.DataFrame(
+        [
+            cell("cap", "m", 5.2),
+            cell("cap", "t", 2.7),
+            cell("story", "m", 2.4),
+            cell("story", "t", 3.8),
+            cell("video", "m", 1.0),  # a dataset the claim does not speak of
+            cell("video", "t", 9.0),
+        ]
+    )
+    table = evaluate(load(tmp_path / "claims"), {"run": cells})
+    assert table["set"].tolist() == ["cap · toy · T=0 · seed 0", "story · toy · T=0 · seed 0"]
+    assert table["verdict"].tolist() == [HOLDS, FAILS]
+    row = summary(table).iloc[0]
+    assert (row["verdict"], row["sets"], row["n_holds"], row["n_fails"]) == (INCONCLUSIVE, 2, 1, 1)
+    assert "m tau 5.2 [5, 5.4] >? t tau 2.7 [2.5, 2.9]" in table["measured"].iloc[0]
+
+
+def test_several_folders_pool_and_absent_cells_are_not_applicable(tmp_path):
+    write_claims(
+        tmp_path / "claims",
+        [
+            claim("m-above-t", COMPARE),
+            claim("absent", {**COMPARE, "a": {"method": "nothing"}}),
+            claim("half", {**COMPARE, "b": {"method": "missing"}}),
+        ],
+    )
+    first = pd.DataFrame([cell("cap", "m", 5.2), cell("cap", "t", 2.7)])
+    second = pd.DataFrame([cell("cap", "m", 5.0), cell("cap", "t", 2.9)])
+    table = evaluate(load(tmp_path / "claims"), {"one": first, "two": second})
+    verdicts = dict(zip(summary(table)["claim_id"], summary(table)["verdict"], strict=True))
+    assert verdicts == {"m-above-t": HOLDS, "absent": NOT_APPLICABLE, "half": NOT_APPLICABLE}
+    assert sorted(table[table["claim_id"] == "m-above-t"]["run"]) == ["one", "two"]
+    assert "no cell of method=missing" in table[table["claim_id"] == "half"]["measured"].iloc[0]
+    assert counts(table) == {HOLDS: 1, FAILS: 0, INCONCLUSIVE: 0, NOT_APPLICABLE: 2}
+
+
+def test_a_selector_that_picks_several_cells_says_so(tmp_path):
+    write_claims(tmp_path / "claims", [claim("c", COMPARE)])
+    cells = pd.DataFrame(
+        [cell("cap", "m", 5.2, gamma=3), cell("cap", "m", 5.9, gamma=7), cell("cap", "t", 2.7)]
+    )
+    table = evaluate(load(tmp_path / "claims"), {"run": cells})
+    assert table["verdict"].tolist() == [NOT_APPLICABLE]
+    assert "2 cells of method=m" in table["measured"].iloc[0]
+    assert "add keys that pick one" in table["measured"].iloc[0]
+    write_claims(
+        tmp_path / "pinned", [claim("c", {**COMPARE, "a": {"method": "m", "hp": {"gamma": 7}}})]
+    )
+    pinned = evaluate(load(tmp_path / "pinned"), {"run": cells})
+    assert pinned["verdict"].tolist() == [HOLDS] and "5.9" in pinned["measured"].iloc[0]
+
+
+LAMBDAS = [(0.0, 3), (0.5, 5), (0.9, 8)]
+
+
+def test_trend_order_dominates_and_means_over_datasets_read_their_cells(tmp_path):
+    cells = pd.DataFrame(
+        [
+            *(
+                cell("v", f"lv{x}", t, lam=x, registry_method="lv")
+                for x, t in [(0.0, 3), (0.5, 5), (0.9, 8)]
+            ),
+            cell("v", "e", 4.0),
+            cell("v", "d", 6.0),
+            cell("v", "k", 2.0),
+            cell("a", "ens", 5.0),
+            cell("a", "m", 4.8, 3.0, 6.0),
+            cell("b", "ens", 4.0),
+            cell("b", "m", 3.0),
+        ]
+    )
+    # retention for the frontier: lambda costs quality
+    cells["retention"] = [1.0, 0.98, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    cells["retention_low"] = cells["retention"] - 0.01
+    cells["retention_high"] = cells["retention"] + 0.01
+    cells.loc[cells["method"] == "k", ["tau", "retention"]] = [4.5, 0.95]  # a blind baseline
+    trend = {"kind": "trend", "stat": "tau", "along": "lam", "a": {"registry_method": "lv"}}
+    ordered = [{"method": "d"}, {"method": "e"}, {"method": "absent"}]
+    frontier = {"kind": "dominates", "a": {"registry_method": "lv"}, "b": {"method": "k"}}
+    mean = {**COMPARE, "mean_over": "dataset", "a": {"method": "ens"}, "b": [{"method": "m"}]}
+    write_claims(
+        tmp_path / "claims",
+        [
+            claim("trend", trend),
+            claim("order", {"kind": "order", "stat": "tau", "cells": ordered}),
+            claim("frontier", frontier),
+            claim("mean", mean, per=["pair", "temperature", "seed"]),
+        ],
+    )
+    table = evaluate(load(tmp_path / "claims"), {"run": cells}).set_index("claim_id")
+    assert table.loc["trend", "verdict"] == HOLDS
+    assert table.loc["trend", "measured"].startswith("0: tau 3 [2.8, 3.2], 0.5: tau 5")
+    assert table.loc["order", "verdict"] == HOLDS  # over the cells the set has
+    assert table.loc["frontier", "verdict"] == HOLDS  # lambda 0.5: tau 5 >= 4.5, 0.98 >= 0.95
+    assert table.loc["mean", "verdict"] == HOLDS  # means 4.5 vs 3.9, points only
+    assert "mean over 2 datasets" in table.loc["mean", "measured"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"id": "x", "claim": "c", "where": "w", "paper": "p"}, r"claim 'x': needs \['check'\]"),
+        (claim("x", COMPARE, typo=1), r"claim 'x': unknown key\(s\) \['typo'\]"),
+        (claim("x", {**COMPARE, "kind": "beats"}), r"claim 'x'.check.kind: one of"),
+        (claim("x", {**COMPARE, "stat": "taus"}), r"claim 'x'.check.stat: one of"),
+        (claim("x", {**COMPARE, "value": 1}), r"check compare takes no \['value'\]"),
+        (claim("x", {**COMPARE, "a": {"methods": "m"}}), r"claim 'x'.check.a: unknown selector"),
+        (
+            claim("x", {"kind": "threshold", "stat": "tau", "a": {"method": "m"}}),
+            r"needs \['value'\]",
+        ),
+        (claim("x", COMPARE, per=["dataset", "gpu"]), r"claim 'x'.per: keys of"),
+    ],
+)
+def test_a_bad_claim_is_refused_naming_its_file_claim_and_key(tmp_path, entry, message):
+    write_claims(tmp_path, [entry])
+    with pytest.raises(ClaimError, match=message) as info:
+        parse_file(tmp_path / "p.yaml")
+    assert str(tmp_path / "p.yaml") in str(info.value)
+
+
+def test_the_projects_claims_name_methods_stats_and_sections_that_exist():
+    from mmspec.report import heads, image_generation, loose, pareto, summary, trees, weights
+
+    claims = load(CLAIMS_DIR)
+    papers = {c.paper for c in claims}
+    assert papers == {"TABED", "SAGE", "SpecVLM", "DREAM", "LVSpec", "LANTERN"}
+    sections = (heads, image_generation, loose, pareto, summary, trees, weights)
+    anchors = {section.ANCHOR for section in sections}
+    for c in claims:
+        assert c.section in anchors, c.key
+        selectors = [
+            s for v in c.check.selectors.values() for s in (v if isinstance(v, list) else [v])
+        ]
+        for s in selectors:
+            names = s.columns.get("registry_method", [])
+            for name in names if isinstance(names, list) else [names]:
+                assert name in registry.METHODS, (c.key, name)
+
+
+def test_mmspec_claims_prints_the_scorecard_of_a_results_folder(tmp_path):
+    from mmspec.tables import CELLS
+
+    rows = [cell("toy_caption", "m", 5.2), cell("toy_caption", "t", 2.7)]
+    frame = pd.DataFrame(rows)
+    for name in CELLS.names:
+        if name not in frame:
+            frame[name] = None
+    (tmp_path / "results" / "summary").mkdir(parents=True)
+    table = pyarrow_table(frame[CELLS.names], CELLS)
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, tmp_path / "results" / "summary" / "cells.parquet")
+    done = subprocess.run(
+        ["mmspec", "claims", str(tmp_path / "results"), "--out", str(tmp_path / "claims.parquet")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "HOLDS  TABED: Drafting from the whole multimodal prompt (M)" in done.stdout
+    assert "toy_caption · toy · T=0 · seed 0: holds: m tau 5.2" in done.stdout
+    assert done.stdout.strip().splitlines()[-1].startswith("claims: 1 holds, 0 fails")
+    assert pd.read_parquet(tmp_path / "claims.parquet")["verdict"].tolist().count(HOLDS) == 1
+
+
+def pyarrow_table(frame, schema):
+    import pyarrow as pa
+
+    return pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+
+
+def test_the_report_shows_the_scorecard_first_and_escapes_it(tmp_path):
+    import pyarrow as pa
+    from report_pages import CELL_ROWS, sections
+
+    from mmspec.report.page import write_report
+    from mmspec.tables import CELLS, CLAIMS, write_table
+
+    write_table(pa.Table.from_pylist(CELL_ROWS, schema=CELLS), tmp_path / "cells.parquet", CELLS)
+    hostile = "<script>alert(1)</script>"
+    write_claims(tmp_path / "claims", [claim("c", COMPARE, note=hostile, section="summary")])
+    cells = pd.DataFrame([cell("cap", "m", 5.2), cell("cap", "t", 2.7)])
+    table = evaluate(load(tmp_path / "claims"), {"run": cells})
+    write_table(pa.Table.from_pandas(table, schema=CLAIMS), tmp_path / "claims.parquet", CLAIMS)
+    out = tmp_path / "report.html"
+    write_report(tmp_path / "cells.parquet", out, claims_path=tmp_path / "claims.parquet")
+    page = out.read_text()
+    found = sections(page)
+    assert next(iter(found)) == "Reproduction: the papers' claims"
+    scorecard = found["Reproduction: the papers' claims"]
+    assert "class='verdict v-holds'" in scorecard and "href='#summary'" in scorecard
+    assert hostile not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in scorecard
+    assert "1 holds, 0 fails, 0 inconclusive, 0 not applicable" in scorecard

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
+import background as background_fixtures
 import pytest
 
 from mmspec.decoding import catalog, trees
@@ -15,26 +17,27 @@ from mmspec.methods import verify
 SEEDS = (0, 1)
 
 
-@pytest.fixture(scope="module")
-def verified():
-    """seed -> the finished `mmspec verify-lossless --seed` run over every method; the seeds run
-    side by side, one thread each (the enumeration is float64 and exact either way)."""
+def background(root: Path) -> dict:
+    """seed -> the finished `mmspec verify-lossless --seed` run over every method, one seed
+    after the other on one thread (the enumeration is float64 and exact either way); started
+    with the session (tests/background.py)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    runs = {
-        seed: subprocess.Popen(
+    return {
+        seed: subprocess.run(
             ["mmspec", "verify-lossless", "--seed", str(seed)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            capture_output=True,
             text=True,
             env=env,
         )
         for seed in SEEDS
     }
-    outs = {}
-    for seed, run in runs.items():
-        stdout, stderr = run.communicate()
-        outs[seed] = subprocess.CompletedProcess(run.args, run.returncode, stdout, stderr)
-    return outs
+
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory):
+    return background_fixtures.result(
+        __name__, background, lambda: tmp_path_factory.mktemp("verify")
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -13,19 +13,11 @@ from report_pages import report  # noqa: E402, F401 (the page the report tests s
 
 def pytest_collection_finish(session):
     """Start the run through a real Slurm in the background when its test is collected: it
-    mostly waits on Slurm, so the other tests run meanwhile (tests/test_slurm.py). Then queue the
-    background fixture of every collected module that has one (tests/background.py)."""
+    mostly waits on Slurm, so the other tests run meanwhile (tests/test_slurm.py)."""
     if any(item.nodeid.startswith("tests/test_slurm.py::") for item in session.items):
         import test_slurm
 
         test_slurm.start(session.config._tmp_path_factory.mktemp("slurm"))
-    import background
-
-    modules = {item.module.__name__: item.module for item in session.items}
-    for name, module in modules.items():
-        if hasattr(module, "background"):
-            root = session.config._tmp_path_factory.mktemp(f"background-{name}")
-            background.start(name, module.background, root)
 
 
 def pytest_sessionfinish(session):

@@ -7,9 +7,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-from pathlib import Path
 
-import background as background_fixtures
 import pytest
 import torch
 import yaml
@@ -186,9 +184,9 @@ def test_a_rule_that_names_no_methods_keeps_its_own_methods_when_sampled_ones_jo
 # the command, on the CPU
 
 
-def _table(text: str) -> dict[str, list[str]]:
+def _table(folder) -> dict[str, list[str]]:
     """cell -> the other columns of the Markdown table the check wrote."""
-    lines = text.splitlines()
+    lines = (folder / "gpu_check" / "table.md").read_text().splitlines()
     rows = [[v.strip() for v in line.strip("|").split("|")] for line in lines if line[:2] == "| "]
     assert rows[0] == list(gpu_check.COLUMNS)
     return {row[0]: row[1:] for row in rows[1:]}
@@ -196,39 +194,28 @@ def _table(text: str) -> dict[str, list[str]]:
 
 def _check(out, *args):
     cmd = [sys.executable, "-m", "mmspec.gpu_check", "--quick", "--out", str(out), *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    table = out / "gpu_check" / "table.md"
-    return done, table.read_text() if table.exists() else ""
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
 
 
-def background(root: Path) -> dict:
-    """The quick check with a cell that fails, then in the same folder without it (each run's
-    process and table); started with the session (tests/background.py)."""
+@pytest.mark.slow
+def test_the_quick_check_fails_on_a_failing_cell_and_passes_without_it(tmp_path):
+    from mmspec.models import tiny
+
     # a draft of another family: its tokenizer differs, so the SD cell's generate job fails
-    foreign = root / "foreign"
-    cmd = ["mmspec", "tiny-model", "qwen2_5_vl", str(foreign), "--layers", "1", "--seed", "1"]
-    subprocess.run(cmd, check=True, capture_output=True)
+    foreign = tiny.save("qwen2_5_vl", tmp_path / "foreign", layers=1, seed=1)
     sampled = yaml.safe_load(gpu_check.QUICK_SAMPLED.read_text())
     sampled["pairs"] = {"foreign": {"target": "toy:target", "draft": str(foreign)}}
     sampled["methods"]["sd_text"] = {"method": "sd", "views": "T", "gamma": 2}
     sampled["sweep"].append({"datasets": ["toy_caption"], "pairs": ["foreign"],
                              "methods": ["ar", "sd_text"]})  # fmt: skip
-    (root / "sampled.yaml").write_text(yaml.safe_dump(sampled))
-    failing = _check(root / "run", "--sampled", str(root / "sampled.yaml"))
-    passing = _check(root / "run", "--skip", "dtypes")
-    return {"sampled": root / "sampled.yaml", "failing": failing, "passing": passing}
+    (tmp_path / "sampled.yaml").write_text(yaml.safe_dump(sampled))
+    out = tmp_path / "run"
 
-
-@pytest.mark.slow
-def test_the_quick_check_fails_on_a_failing_cell_and_passes_without_it(tmp_path_factory):
-    runs = background_fixtures.result(
-        __name__, background, lambda: tmp_path_factory.mktemp("quick")
-    )
-    failing, table = runs["failing"]
+    failing = _check(out, "--sampled", str(tmp_path / "sampled.yaml"))
     assert failing.returncode == 1, failing.stdout[-3000:] + failing.stderr[-3000:]
-    swept = gpu_check.sweep_config(gpu_check.QUICK_CONFIG, runs["sampled"])
+    swept = gpu_check.sweep_config(gpu_check.QUICK_CONFIG, tmp_path / "sampled.yaml")
     cells = mmconfig.cells(mmconfig.validate(swept, overrides={}))
-    rows = _table(table)
+    rows = _table(out)
     # a row per cell (the grid of `sd`, views M and T, with its hyperparameters), 3 benchmark
     # rows, 12 dtype rows (2 families x 2 dtypes x 3 methods)
     assert len(cells) == 14
@@ -252,9 +239,9 @@ def test_the_quick_check_fails_on_a_failing_cell_and_passes_without_it(tmp_path_
     assert rows["toy_caption/toy/lvspec"][1].startswith("lossy")
 
     # the same folder without the failing cell: the workflow reuses every finished job
-    passing, table = runs["passing"]
+    passing = _check(out, "--skip", "dtypes")
     assert passing.returncode == 0, passing.stdout[-3000:] + passing.stderr[-3000:]
-    rows = _table(table)
+    rows = _table(out)
     assert "toy_caption/foreign/sd_text" not in rows and len(rows) == 12 + 3
     assert all(row[0] == "ok" for row in rows.values()), rows
     assert "result: all 15 passed" in passing.stdout

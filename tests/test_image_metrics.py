@@ -4,11 +4,6 @@ caption; bad inputs are named."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
-
-import background as background_fixtures
 import numpy as np
 import pytest
 from transformers import AutoModelForImageClassification
@@ -22,22 +17,12 @@ FEATURES = dict(hidden=64, layers=2, heads=4, patch=4, steps=1500, batch_size=32
 CLIP = dict(hidden=32, layers=1, heads=2, steps=200, batch_size=32, lr=3e-3)
 
 
-def background(root: Path) -> tuple[Path, Path]:
-    """The feature network and the CLIP model, trained by `mmspec toy_model` (a process of its
-    own: torch's global settings stay the foreground's); started with the session."""
-    recipes = {"features": {"kind": "fid_features", **FEATURES}, "clip": {"kind": "clip", **CLIP}}
-    for name, spec in recipes.items():
-        cmd = ["mmspec", "toy_model", "--name", name, "--spec", json.dumps(spec), "--seed", "0"]
-        done = subprocess.run(cmd + ["--out", str(root / name)], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-3000:]
-    return root / "features", root / "clip"
-
-
 @pytest.fixture(scope="module")
 def nets(tmp_path_factory):
-    return background_fixtures.result(
-        __name__, background, lambda: tmp_path_factory.mktemp("image_nets")
-    )
+    root = tmp_path_factory.mktemp("image_nets")
+    toy_image_nets.train_features(FEATURES, root / "features", seed=0)
+    toy_image_nets.train_clip(CLIP, root / "clip", seed=0)
+    return root / "features", root / "clip"
 
 
 def _draws(n: int, seed: int):

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
-import background as background_fixtures
 import pytest
 
 from mmspec.decoding import catalog, trees
@@ -17,27 +15,26 @@ from mmspec.methods import verify
 SEEDS = (0, 1)
 
 
-def background(root: Path) -> dict:
-    """seed -> the finished `mmspec verify-lossless --seed` run over every method, one seed
-    after the other on one thread (the enumeration is float64 and exact either way); started
-    with the session (tests/background.py)."""
+@pytest.fixture(scope="module")
+def verified():
+    """seed -> the finished `mmspec verify-lossless --seed` run over every method; the seeds run
+    side by side, one thread each (the enumeration is float64 and exact either way)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return {
-        seed: subprocess.run(
+    runs = {
+        seed: subprocess.Popen(
             ["mmspec", "verify-lossless", "--seed", str(seed)],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
             env=env,
         )
         for seed in SEEDS
     }
-
-
-@pytest.fixture(scope="module")
-def verified(tmp_path_factory):
-    return background_fixtures.result(
-        __name__, background, lambda: tmp_path_factory.mktemp("verify")
-    )
+    outs = {}
+    for seed, run in runs.items():
+        stdout, stderr = run.communicate()
+        outs[seed] = subprocess.CompletedProcess(run.args, run.returncode, stdout, stderr)
+    return outs
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -290,7 +290,7 @@ def test_the_end_to_end_runs_report_renders_cleanly(browser, tiny_run):
         # the reproduction scorecard comes first, with a verdict for every claim
         assert opened.page.locator("h2").first.inner_text() == "Reproduction: the papers' claims"
         verdicts = opened.page.locator("table.claims .verdict").all_inner_texts()
-        assert len(verdicts) >= 20 and set(verdicts) <= VERDICTS
+        assert len(verdicts) >= 20 and set(verdicts) <= set(VERDICTS)
     finally:
         opened.page.close()
 

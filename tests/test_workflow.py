@@ -88,15 +88,25 @@ def test_changing_one_gamma_reruns_only_that_cell(run_dir, tmp_path):
     before = {p: p.stat().st_mtime_ns for p in (run_dir / "results").rglob("*.parquet")}
     config = write_config(tmp_path / "c.yaml", lambda c: c["methods"]["sd"].update(gamma=[2, 4]))
     plan = planned_jobs(run_dir, config)
-    # two new cells (views M and T at gamma 4), judged, then the summary; nothing upstream reruns
-    assert plan == {"generate": 2, "judge": 2, "score": 2, "aggregate": 1, "report": 1, "all": 1}
+    # two new cells (views M and T at gamma 4), judged, then the summary and the scorecard;
+    # nothing upstream reruns
+    assert plan == {
+        "generate": 2,
+        "judge": 2,
+        "score": 2,
+        "aggregate": 1,
+        "claims": 1,
+        "report": 1,
+        "all": 1,
+    }
     out = snakemake(run_dir, config)
     assert out.returncode == 0, out.stderr[-3000:]
     after = {p: p.stat().st_mtime_ns for p in before}
     changed = {p.relative_to(run_dir).as_posix() for p in before if after[p] != before[p]}
     # the judge's shared cache is untouched: greedy SD answers as AR did, and those answers were
     # judged already (the new cells' judge jobs made no call)
-    assert changed == {"results/summary/cells.parquet", "results/summary/blocks.parquet"}
+    summary = {"cells", "blocks", "claims"}
+    assert changed == {f"results/summary/{name}.parquet" for name in summary}
     logs = [p for p in (run_dir / "logs/judge").rglob("*.log") if "gamma-4" in str(p)]
     assert len(logs) == 2
     for log in logs:

@@ -75,6 +75,7 @@ def test_changing_one_training_setting_retrains_only_that_head(run_dir, tmp_path
         "generate": 1,
         "score": 1,
         "aggregate": 1,
+        "claims": 1,
         "report": 1,
         "all": 1,
     }

@@ -145,6 +145,7 @@ STAGE_CODE = {
         "tables.py",
     ],
     "report": [
+        "claims",  # the reproduction section
         "stages/report.py",
         "report",
         "methods",

@@ -346,3 +346,78 @@ def test_the_report_shows_the_scorecard_first_and_escapes_it(tmp_path):
     assert "class='verdict v-holds'" in scorecard and "href='#summary'" in scorecard
     assert hostile not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in scorecard
     assert "1 holds, 0 fails, 0 inconclusive, 0 not applicable" in scorecard
+
+
+def rows(*specs) -> pd.DataFrame:
+    """Cells from (method, column values) pairs on one dataset, with an hp where given."""
+    found = []
+    for method, values in specs:
+        values = dict(values)
+        hp = values.pop("hp", {})
+        row = cell("d", method, values.pop("tau", 1.0), **hp)
+        row.update(values)
+        found.append(row)
+    return pd.DataFrame(found)
+
+
+def tau(point, low, high) -> dict:
+    return {"tau": point, "tau_low": low, "tau_high": high}
+
+
+def retention(point, low, high, **more) -> dict:
+    return {"retention": point, "retention_low": low, "retention_high": high, **more}
+
+
+COMPARE_TAU = COMPARE
+THRESHOLD = {"kind": "threshold", "stat": "retention", "value": 0.97, "a": {"method": "m"}}
+ORDER = {"kind": "order", "stat": "tau", "cells": [{"method": x} for x in ("a", "b", "c")]}
+TREND = {"kind": "trend", "stat": "tau", "along": "lam", "a": {"registry_method": "lv"}}
+FRONTIER = {"kind": "dominates", "a": {"registry_method": "lv"}, "b": {"method": "k"}}
+NEAR = {"kind": "near", "stat": "fid", "tolerance": 0.1, "a": {"method": "m"}, "b": {"method": "t"}}
+
+
+def lv(*points) -> list:
+    """LVSpec-like cells along lambda: (lambda, tau triple, retention triple)."""
+    return [(f"lv{x}", {"hp": {"lam": x, "registry_method": "lv"}, **t, **r}) for x, t, r in points]
+
+
+def T(point: float, half: float = 0.2) -> dict:
+    return tau(point, point - half, point + half)
+
+
+def R(point: float, half: float = 0.02) -> dict:
+    return retention(point, point - half, point + half)
+
+
+@pytest.mark.parametrize(
+    ("check", "cells", "verdict"),
+    [
+        (COMPARE_TAU, [("m", T(5)), ("t", T(3))], HOLDS),
+        (COMPARE_TAU, [("m", T(3)), ("t", T(5))], FAILS),
+        (COMPARE_TAU, [("m", T(5, 1)), ("t", T(4.8, 0.8))], INCONCLUSIVE),
+        (THRESHOLD, [("m", R(0.99, 0.01))], HOLDS),
+        (THRESHOLD, [("m", R(0.62, 0.2))], FAILS),
+        (THRESHOLD, [("m", R(0.98, 0.03))], INCONCLUSIVE),
+        (ORDER, [("a", T(6)), ("b", T(5)), ("c", T(4))], HOLDS),
+        (ORDER, [("a", T(5)), ("b", T(6)), ("c", T(4))], FAILS),
+        (ORDER, [("a", T(6, 1)), ("b", T(5.5, 1)), ("c", T(4))], INCONCLUSIVE),
+        (TREND, lv((0.0, T(3), {}), (0.5, T(5), {}), (0.9, T(8), {})), HOLDS),
+        (TREND, lv((0.0, T(3), {}), (0.5, T(8), {}), (0.9, T(5), {})), FAILS),
+        (TREND, lv((0.0, T(3, 0.5), {}), (0.5, T(2.9, 0.5), {}), (0.9, T(8), {})), INCONCLUSIVE),
+        (FRONTIER, [*lv((0.5, T(5), R(0.98))), ("k", {**T(4.5), **R(0.95)})], HOLDS),
+        (FRONTIER, [*lv((0.5, T(5), R(0.90))), ("k", {**T(4.5), **R(0.99, 0.01)})], FAILS),
+        (
+            FRONTIER,
+            [*lv((0.5, T(5), R(0.95, 0.05))), ("k", {**T(4.5), **R(0.96, 0.03)})],
+            INCONCLUSIVE,
+        ),
+        (NEAR, [("m", {"fid": 52.0}), ("t", {"fid": 55.0})], HOLDS),
+        (NEAR, [("m", {"fid": 70.0}), ("t", {"fid": 55.0})], FAILS),
+    ],
+)
+def test_each_check_kind_over_cells_tables(tmp_path, check, cells, verdict):
+    """Every kind fed a cells table built to hold, to fail and (where it can) to be
+    inconclusive, through the claims file, the selectors and the scorecard."""
+    write_claims(tmp_path / "claims", [claim("c", check)])
+    table = evaluate(load(tmp_path / "claims"), {"run": rows(*cells)})
+    assert table["verdict"].tolist() == [verdict], table["measured"].tolist()

@@ -12,8 +12,8 @@ from base_config import base_config
 
 from mmspec import config as mmconfig
 from mmspec.gpu_check import REPO
-from mmspec.stages.jobs import GenerateJob, Generation, Pair, Timing, TrainDrafterJob
-from mmspec.stages.settings import Captioner, ImageModels, JudgeSettings
+from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
+from mmspec.stages.settings import Captioner, Generation, ImageModels, JudgeSettings, Pair, Timing
 
 
 def _config():

@@ -2,9 +2,9 @@
 `to_json`) and the stage reads once (`parse`) into objects with named fields.
 
 - `GenerateJob`: one cell to decode (stage generate);
-- `TrainDrafterJob`: one drafter head to train for a pair (stage train_drafter);
+- `TrainDrafterJob`: one drafter head to train for a pair (stage train_drafter).
 
-The config sections the other stages read are typed in stages/settings.py.
+The config sections they carry (generation, timing, the pair) are typed in stages/settings.py.
 
 Their JSON keeps the layout the stages have always read ({"cell": {...}, "pair": {...}, ...}),
 so the checkpoint key of an interrupted job (stages.checkpoints.job_key) does not change. Keys a
@@ -16,51 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from mmspec import schema
-from mmspec.stages.settings import Settings
-
-
-@dataclass(frozen=True)
-class Generation(Settings):
-    """The sweep's generation settings (config key `generation`)."""
-
-    KEY = "generation"
-    max_new_tokens: int
-    temperature: float
-    cfg: float
-    top_k: int
-
-
-@dataclass(frozen=True)
-class Timing(Settings):
-    """How a generate job times its cell (config key `timing`)."""
-
-    KEY = "timing"
-    warmup_samples: int
-    threads: int
-
-
-@dataclass(frozen=True)
-class Pair(Settings):
-    """A model pair as validated (config key `pairs.<name>`; "self" already resolved)."""
-
-    KEY = "pair"
-    target: str
-    dtype: str
-    draft: str | None = None
-    target_device_map: str | dict | None = None
-
-    @classmethod
-    def _schema(cls) -> dict:
-        return schema.section("pairs")["additionalProperties"]
-
-    @property
-    def self_draft(self) -> bool:
-        """Whether the target drafts for itself (Self-SD)."""
-        return self.draft == self.target
-
-    def to_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+from mmspec.stages.settings import Generation, Pair, Timing
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ its JSON), fills what it omits from the schema's defaults of that section, and n
 key or a key with neither a value nor a default.
 
 - `Captioner` (stage caption), `JudgeSettings` (stage judge), `ImageModels` (stage score, image
-  metrics); the cell jobs' `Generation`, `Timing` and `Pair` (stages/jobs.py) are settings too.
+  metrics); `Generation`, `Timing` and `Pair`, which the cell jobs carry (stages/jobs.py).
 
 Their JSON is the section as validated, so a workflow's params do not change with them. The
 stages' other arguments are paths and scalars (typed by the command line); a dataset's entry
@@ -85,3 +85,46 @@ class ImageModels(Settings):
     KEY = "image_metrics"
     fid_features: str
     clip: str
+
+
+@dataclass(frozen=True)
+class Generation(Settings):
+    """The sweep's generation settings (config key `generation`)."""
+
+    KEY = "generation"
+    max_new_tokens: int
+    temperature: float
+    cfg: float
+    top_k: int
+
+
+@dataclass(frozen=True)
+class Timing(Settings):
+    """How a generate job times its cell (config key `timing`)."""
+
+    KEY = "timing"
+    warmup_samples: int
+    threads: int
+
+
+@dataclass(frozen=True)
+class Pair(Settings):
+    """A model pair as validated (config key `pairs.<name>`; "self" already resolved)."""
+
+    KEY = "pair"
+    target: str
+    dtype: str
+    draft: str | None = None
+    target_device_map: str | dict | None = None
+
+    @classmethod
+    def _schema(cls) -> dict:
+        return schema.section("pairs")["additionalProperties"]
+
+    @property
+    def self_draft(self) -> bool:
+        """Whether the target drafts for itself (Self-SD)."""
+        return self.draft == self.target
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}

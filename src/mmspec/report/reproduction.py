@@ -19,9 +19,14 @@ CSS = """
 .v-fails { background: #fbe2e2; color: #8a1c1c; }
 .v-inconclusive { background: #fdf1d6; color: #7a5200; }
 .v-not-applicable { background: #eee; color: #666; }
-table.claims { border-collapse: collapse; }
+table.claims { border-collapse: collapse; table-layout: fixed; width: 100%; }
 table.claims td, table.claims th { border-bottom: 1px solid #ddd; padding: 0.3rem 0.5rem;
-  text-align: left; vertical-align: top; }
+  text-align: left; vertical-align: top; white-space: normal; overflow-wrap: anywhere; }
+table.claims th:nth-child(1) { width: 7rem; }
+table.claims th:nth-child(2) { width: 5rem; }
+table.claims th:nth-child(3) { width: 28%; }
+table.claims th:nth-child(4) { width: 22%; }
+table.claims th:nth-child(6) { width: 3.5rem; }
 """
 
 

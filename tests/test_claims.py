@@ -421,3 +421,19 @@ def test_each_check_kind_over_cells_tables(tmp_path, check, cells, verdict):
     write_claims(tmp_path / "claims", [claim("c", check)])
     table = evaluate(load(tmp_path / "claims"), {"run": rows(*cells)})
     assert table["verdict"].tolist() == [verdict], table["measured"].tolist()
+
+
+def test_the_points_alone_are_given_where_the_intervals_leave_a_set_undecided(tmp_path):
+    """A retention of 0.983 [0.968, 0.996] against a floor of 0.97 is inconclusive; its point
+    alone holds, and the scorecard says so beside the verdict."""
+    write_claims(tmp_path / "claims", [claim("c", THRESHOLD)])
+    cells = pd.DataFrame([{**cell("d", "m", 5.0), **retention(0.983, 0.968, 0.996)}])
+    table = evaluate(load(tmp_path / "claims"), {"run": cells})
+    assert table[["verdict", "by_points"]].values.tolist() == [[INCONCLUSIVE, HOLDS]]
+    row = summary(table).iloc[0]
+    assert (row["n_holds"], row["n_holds_by_points"]) == (0, 1)
+    from mmspec.stages.claims import text
+
+    printed = text(table)
+    assert "INCONCLUSIVE  P: c (by the points alone, 1 of 1 hold)" in printed
+    assert "inconclusive (by the points alone: holds): m retention 0.983 [0.968, 0.996]" in printed

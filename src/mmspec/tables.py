@@ -328,6 +328,7 @@ CLAIMS = pa.schema(
         ("set", pa.string()),  # the set of cells: dataset, pair, temperature, seed
         ("verdict", pa.string()),  # holds, fails, inconclusive, not applicable
         ("measured", pa.string()),  # the numbers behind the verdict
+        ("by_points", pa.string()),  # the verdict of the point estimates alone
     ]
 )
 

@@ -49,6 +49,9 @@ class Value:
 class Outcome:
     verdict: str
     measured: str  # the numbers behind the verdict, in words
+    # the verdict of the point estimates alone (intervals ignored): what a reading of the
+    # numbers without their uncertainty would say, set by the scorecard
+    by_points: str = ""
 
 
 def _missing(*values: Value) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -32,6 +33,7 @@ COLUMNS = [
     "set",
     "verdict",
     "measured",
+    "by_points",
 ]
 
 
@@ -39,10 +41,11 @@ class Ambiguous(Exception):
     """A selector that should pick one cell of a set picks several (or none)."""
 
 
-def value(row: pd.Series, stat: str, name: str = "") -> Value:
+def value_of(row: pd.Series, stat: str, name: str = "", points: bool = False) -> Value:
+    """The row's `stat` with its interval (none with `points`: the point estimate alone)."""
     column, interval, _ = STATS[stat]
     point = row.get(column)
-    low, high = (row.get(c) for c in interval) if interval else (math.nan, math.nan)
+    low, high = (row.get(c) for c in interval) if interval and not points else (math.nan,) * 2
     as_float = [math.nan if v is None or pd.isna(v) else float(v) for v in (point, low, high)]
     return Value(*as_float, name=name)
 
@@ -74,7 +77,7 @@ def _mean(group: pd.DataFrame, selector: Selector, stat: str, datasets: list[str
         one = rows[rows["dataset"] == dataset]
         if len(one) != 1:
             raise Ambiguous(f"{len(one)} cells of {selector.text()} on {dataset}")
-        points.append(value(one.iloc[0], stat).point)
+        points.append(value_of(one.iloc[0], stat).point)
     label = rows["method"].iloc[0] if len(rows) else selector.text()
     n = len(points)
     over = f"mean over {n} dataset{'s' if n > 1 else ''}"
@@ -82,15 +85,20 @@ def _mean(group: pd.DataFrame, selector: Selector, stat: str, datasets: list[str
 
 
 def run_check(check: Check, group: pd.DataFrame) -> Outcome:
-    """The check's outcome on one set of cells."""
+    """The check's outcome on one set of cells, with the verdict of the points alone."""
     try:
-        return _run(check, group)
+        outcome = _run(check, group)
+        return replace(outcome, by_points=_run(check, group, points=True).verdict)
     except Ambiguous as e:
-        return Outcome(NOT_APPLICABLE, str(e))
+        return Outcome(NOT_APPLICABLE, str(e), NOT_APPLICABLE)
 
 
-def _run(check: Check, group: pd.DataFrame) -> Outcome:
+def _run(check: Check, group: pd.DataFrame, points: bool = False) -> Outcome:
     kind, stat, sel, opt = check.kind, check.stat, check.selectors, check.options
+
+    def value(row, stat, name=""):
+        return value_of(row, stat, name, points)
+
     tolerance = float(opt.get("tolerance", 0.0))
     if kind == "compare":
         others = sel["b"] if isinstance(sel["b"], list) else [sel["b"]]
@@ -136,13 +144,13 @@ def _run(check: Check, group: pd.DataFrame) -> Outcome:
     if kind == "dominates":
         x, y = opt.get("x", "tau"), opt.get("y", "retention")
 
-        def points(selector):
+        def xy(selector):
             rows = group[selector.mask(group)]
             return [
                 (value(r, x, _name(r, x)), value(r, y, _name(r, y))) for _, r in rows.iterrows()
             ]
 
-        return checks.dominates(points(sel["a"]), points(sel["b"]))
+        return checks.dominates(xy(sel["a"]), xy(sel["b"]))
     if kind == "near":
         a, b = _one(group, sel["a"]), _one(group, sel["b"])
         return checks.near(
@@ -211,6 +219,7 @@ def _row(claim: Claim, run: str, set_name: str, outcome: Outcome) -> dict:
         "set": set_name,
         "verdict": outcome.verdict,
         "measured": outcome.measured,
+        "by_points": outcome.by_points or outcome.verdict,
     }
 
 
@@ -227,6 +236,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
                 "verdict": checks.overall(verdicts),
                 "sets": sum(v != NOT_APPLICABLE for v in verdicts),
                 **{f"n_{v.replace(' ', '_')}": counts.get(v, 0) for v in checks.VERDICTS},
+                "n_holds_by_points": int((rows["by_points"] == checks.HOLDS).sum()),
                 "rows": rows,
             }
         )

@@ -43,7 +43,8 @@ def render(claims: pd.DataFrame | None, sections: set[str]) -> str:
     parts.append(
         f"<p class='note'>{tally}. Each claim is checked on every set of cells it names (a "
         "dataset, pair, temperature and seed): two values differ only where their 95% intervals "
-        "do not overlap, else the set is inconclusive; a claim holds where every set holds and "
+        "do not overlap, else the set is inconclusive (what the point estimates alone say is "
+        "given beside it where it differs); a claim holds where every set holds and "
         "fails where every set fails. Not applicable: the sweep lacks its cells. A claim's "
         "check is in config/claims/&lt;paper&gt;.yaml; <code>mmspec claims RESULTS...</code> "
         "pools several results folders.</p>"
@@ -53,7 +54,7 @@ def render(claims: pd.DataFrame | None, sections: set[str]) -> str:
         verdict = claim["verdict"]
         badge = f"<span class='verdict {VERDICT_CLASS[verdict]}'>{esc(verdict)}</span>"
         measured = "<br>".join(
-            f"{esc(r['set'] + ': ' if r['set'] else '')}{esc(r['verdict'])}: {esc(r['measured'])}"
+            f"{esc(r['set'] + ': ' if r['set'] else '')}{esc(_verdict(r))}: {esc(r['measured'])}"
             for _, r in claim["rows"].iterrows()
         )
         notes = []
@@ -87,3 +88,10 @@ def render(claims: pd.DataFrame | None, sections: set[str]) -> str:
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
     return "\n".join(parts)
+
+
+def _verdict(row) -> str:
+    """A set's verdict, and the points' alone where they differ."""
+    if row["by_points"] == row["verdict"]:
+        return row["verdict"]
+    return f"{row['verdict']} (by the points alone: {row['by_points']})"

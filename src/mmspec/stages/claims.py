@@ -36,14 +36,20 @@ def text(table, verbose: bool = True) -> str:
         tally = ", ".join(
             f"{row[f'n_{v}']} {v}" for v in ("holds", "fails", "inconclusive") if row[f"n_{v}"]
         )
-        over = f" ({tally} of {sets} sets)" if sets > 1 else ""
+        notes = [f"{tally} of {sets} sets"] if sets > 1 else []
+        if row["n_holds_by_points"] != row["n_holds"]:
+            notes.append(f"by the points alone, {row['n_holds_by_points']} of {sets} hold")
+        over = f" ({'; '.join(notes)})" if notes else ""
         lines.append(f"{row['verdict'].upper():>14}  {row['paper']}: {row['claim']}{over}")
         lines.append(f"{'':16}paper: {row['where']}: {row['paper_numbers']}")
         if verbose:
             for _, one in row["rows"].iterrows():
                 where = f"{one['run']} · " if len(runs) > 1 else ""
                 what = f"{where}{one['set']}: " if one["set"] else ""
-                lines.append(f"{'':16}{what}{one['verdict']}: {one['measured']}")
+                verdict = one["verdict"]
+                if one["by_points"] != verdict:
+                    verdict += f" (by the points alone: {one['by_points']})"
+                lines.append(f"{'':16}{what}{verdict}: {one['measured']}")
         if row["verdict"] != "holds" and row["shown_by"]:
             lines.append(f"{'':16}studied in full by config/presets/{row['shown_by']}.yaml")
     counts = scorecard.counts(table)

@@ -294,18 +294,15 @@ def test_the_projects_claims_name_methods_stats_and_sections_that_exist():
 
 
 def test_mmspec_claims_prints_the_scorecard_of_a_results_folder(tmp_path):
-    from mmspec.tables import CELLS
+    import pyarrow as pa
 
-    rows = [cell("toy_caption", "m", 5.2), cell("toy_caption", "t", 2.7)]
-    frame = pd.DataFrame(rows)
-    for name in CELLS.names:
-        if name not in frame:
-            frame[name] = None
-    (tmp_path / "results" / "summary").mkdir(parents=True)
-    table = pyarrow_table(frame[CELLS.names], CELLS)
-    import pyarrow.parquet as pq
+    from mmspec.tables import CELLS, write_table
 
-    pq.write_table(table, tmp_path / "results" / "summary" / "cells.parquet")
+    frame = pd.DataFrame([cell("toy_caption", "m", 5.2), cell("toy_caption", "t", 2.7)])
+    for name in set(CELLS.names) - set(frame):
+        frame[name] = None  # the contract's other columns, empty
+    table = pa.Table.from_pandas(frame[CELLS.names], schema=CELLS, preserve_index=False)
+    write_table(table, tmp_path / "results" / "summary" / "cells.parquet", CELLS)
     done = subprocess.run(
         ["mmspec", "claims", str(tmp_path / "results"), "--out", str(tmp_path / "claims.parquet")],
         capture_output=True,
@@ -316,12 +313,6 @@ def test_mmspec_claims_prints_the_scorecard_of_a_results_folder(tmp_path):
     assert "toy_caption · toy · T=0 · seed 0: holds: m tau 5.2" in done.stdout
     assert done.stdout.strip().splitlines()[-1].startswith("claims: 1 holds, 0 fails")
     assert pd.read_parquet(tmp_path / "claims.parquet")["verdict"].tolist().count(HOLDS) == 1
-
-
-def pyarrow_table(frame, schema):
-    import pyarrow as pa
-
-    return pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
 
 
 def test_the_report_shows_the_scorecard_first_and_escapes_it(tmp_path):

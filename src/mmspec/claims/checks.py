@@ -103,7 +103,7 @@ def order(values: list[Value], higher: bool = True, tolerance: float = 0.0) -> O
         return Outcome(NOT_APPLICABLE, missing)
     verdicts = [compare(a, b, higher, tolerance).verdict for a, b in _neighbours(values)]
     sign = " > " if higher else " < "
-    return Outcome(_all(verdicts), sign.join(v.text() for v in values))
+    return Outcome(all_of(verdicts), sign.join(v.text() for v in values))
 
 
 def trend(values: list[tuple[float, Value]], rises: bool = True, tolerance: float = 0.0) -> Outcome:
@@ -154,7 +154,7 @@ def dominates(claimed: list[tuple[Value, Value]], baselines: list[tuple[Value, V
         )
         notes.append(f"{bx.text()}, {by.text()} ({against})")
     measured = f"{verdicts.count(HOLDS)} of {len(baselines)} baseline points dominated"
-    return Outcome(_all(verdicts), measured + ("; not: " + "; ".join(notes) if notes else ""))
+    return Outcome(all_of(verdicts), measured + ("; not: " + "; ".join(notes) if notes else ""))
 
 
 def near(a: Value, b: Value, tolerance: float) -> Outcome:
@@ -173,7 +173,7 @@ def _neighbours(items: list) -> list[tuple]:
     return list(zip(items[:-1], items[1:], strict=True))
 
 
-def _all(verdicts: list[str]) -> str:
+def all_of(verdicts: list[str]) -> str:
     """HOLDS when all hold, FAILS when any fails, else INCONCLUSIVE."""
     if FAILS in verdicts:
         return FAILS

@@ -117,7 +117,7 @@ def _run(check: Check, group: pd.DataFrame, points: bool = False) -> Outcome:
         verdicts = [o.verdict for o in outcomes]
         if NOT_APPLICABLE in verdicts:
             return next(o for o in outcomes if o.verdict == NOT_APPLICABLE)
-        return Outcome(checks._all(verdicts), "; ".join(o.measured for o in outcomes))
+        return Outcome(checks.all_of(verdicts), "; ".join(o.measured for o in outcomes))
     if kind == "threshold":
         row = _one(group, sel["a"])
         return checks.threshold(
@@ -185,16 +185,10 @@ def evaluate(claims: list[Claim], runs: dict[str, pd.DataFrame]) -> pd.DataFrame
         for run, cells in prepared.items():
             if claim.datasets:
                 cells = cells[cells["dataset"].isin(claim.datasets)]
-            present = cells[_first(claim.check).mask(cells)]
-            if present.empty:
-                continue
-            keys = list(claim.per)
-            for set_values, _ in present.groupby(keys, sort=True):
-                set_values = set_values if isinstance(set_values, tuple) else (set_values,)
-                mask = pd.Series(True, index=cells.index)
-                for key, v in zip(keys, set_values, strict=True):
-                    mask &= cells[key] == v
-                outcome = run_check(claim.check, cells[mask])
+            for set_values, group in cells.groupby(list(claim.per), sort=True):
+                if not _first(claim.check).mask(group).any():
+                    continue  # a set of the claim holds the cells its check names first
+                outcome = run_check(claim.check, group)
                 rows.append(_row(claim, run, _set_name(claim.per, set_values), outcome))
                 found += 1
         if not found:

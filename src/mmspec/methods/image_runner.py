@@ -14,12 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.drafters.eagle import EagleDrafter
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.guidance import GuidedDecoder
 from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
-from mmspec.decoding.trees import make_tree_policy
 from mmspec.methods.components import head_drafters, image_head_drafters
 from mmspec.methods.runtime import DraftCounters
 from mmspec.methods.spec import MethodSpec
@@ -84,8 +82,8 @@ class ImageMethodRunner(DraftCounters):
         elif spec["drafter"] != "none":
             raise ValueError(f"unknown drafter {spec['drafter']!r}")
         if self.drafter is not None:
-            self.policy = make_tree_policy(spec)
-            self.rule = make_rule(spec, codebook=target.codebook())
+            self.policy = self.method.part("tree").build()
+            self.rule = self.method.part("acceptance").build(codebook=target.codebook())
         # prompts are text: no visual tokens on either side (columns of the samples table)
         self.last_draft_visual = self.last_target_visual = 0
 

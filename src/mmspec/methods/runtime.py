@@ -95,9 +95,8 @@ class MethodRunner(DraftCounters):
         self.drafter = drafter.build(
             spec, target=self.target, draft=draft_model, head=head, temperature=self.temperature
         )
-        tree, rule = self.method.part("tree"), self.method.part("acceptance")
-        self.policy = tree.component.from_spec(tree.values)
-        self.rule = rule.component.from_spec(rule.values)
+        self.policy = self.method.part("tree").build()
+        self.rule = self.method.part("acceptance").build()
         self.views = None  # a head reads the target's own prompt and features
         # views built from the target's prefill (S) and DREAM's visual token compression rank
         # visual tokens by the target's text-to-visual attention there

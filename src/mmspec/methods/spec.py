@@ -29,6 +29,11 @@ class Part:
     def component(self) -> type[Component]:
         return catalog.get(self.kind, self.name)
 
+    def build(self, **context):
+        """The tree policy or acceptance rule of this part (`from_spec` over its own values;
+        `context`: what the component takes beside them, e.g. a rule's codebook)."""
+        return self.component.from_spec(self.values, **context)
+
     @classmethod
     def of(cls, component: type[Component], spec: dict) -> Part:
         values = {p.key: spec[p.key] for p in component.reads(spec) if p.key in spec}

@@ -2,12 +2,12 @@
 
 The sweep (tests/scale_sweep.py: two toy datasets x 50 seeds x AR and SD at gamma 1..99) gets a
 synthetic score table per cell, then Snakemake runs only `aggregate` and `report` on it
-(`--allowed-rules`). Checked: `snakemake -n -p` and the run print no shell command over Linux's
+(`--allowed-rules`). Checked: the run prints (`-p`) no shell command over Linux's
 128 KiB limit on one argument (MAX_ARG_STRLEN; Snakemake runs a command as one argument of
 `bash -c`; the two commands used to list every score file and head folder), the cells table
 holds every cell, and the report opens in Chromium with its seeds pooled, tables paged,
 sortable and filterable, and a seed's row one click away. benchmarks/bench_sweep_report.py
-measures the same sweep (and the whole sweep's dry run).
+measures the same sweep (and the whole sweep's dry run, which prints the same commands).
 """
 
 from __future__ import annotations
@@ -48,17 +48,16 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> dict:
-    """The sweep's workdir with a score table per cell, the dry run (`-n -p`) and the run of
-    aggregate and report on them."""
+    """The sweep's workdir with a score table per cell and the run (`-p`) of aggregate and
+    report on them."""
     workdir = tmp_path_factory.mktemp("sweep")
     scale_sweep.write_config(workdir / "sweep.yaml", SEEDS)
     cells = scale_sweep.write_scores(workdir, scale_sweep.sweep_config(SEEDS))
     # only these two rules, so that Snakemake neither plans nor explores the score files'
     # upstream; "--": the options before take several values each
     args = ["--printshellcmds", "--allowed-rules", *RULES, "--", *TARGETS]
-    dry_run = snakemake(workdir, "--dry-run", *args)
     run = snakemake(workdir, *args)
-    return {"workdir": workdir, "cells": cells, "dry_run": dry_run, "run": run}
+    return {"workdir": workdir, "cells": cells, "run": run}
 
 
 def test_the_sweep_has_10000_cells(sweep):
@@ -71,16 +70,16 @@ def shell_commands(out: subprocess.CompletedProcess) -> list[str]:
 
 
 def test_no_shell_command_over_128_kib(sweep):
-    for out in (sweep["dry_run"], sweep["run"]):
-        assert job_counts(out.stdout + out.stderr) == {"aggregate": 1, "claims": 1, "report": 1}
-        commands = {c.split()[3]: c for c in shell_commands(out)}  # "Shell command: mmspec X"
-        assert sorted(commands) == RULES
-        # the two commands that took every score file and head folder: now a fixed size
-        for stage in ("aggregate", "report"):
-            command = commands[stage]
-            assert "--sweep '" in command and "results/score/" not in command
-            assert len(command.encode()) < 8 * 1024 < MAX_ARG_STRLEN, len(command)
-        assert len(commands["claims"].encode()) < 8 * 1024
+    out = sweep["run"]
+    assert job_counts(out.stdout + out.stderr) == {"aggregate": 1, "claims": 1, "report": 1}
+    commands = {c.split()[3]: c for c in shell_commands(out)}  # "Shell command: mmspec X"
+    assert sorted(commands) == RULES
+    # the two commands that took every score file and head folder: now a fixed size
+    for stage in ("aggregate", "report"):
+        command = commands[stage]
+        assert "--sweep '" in command and "results/score/" not in command
+        assert len(command.encode()) < 8 * 1024 < MAX_ARG_STRLEN, len(command)
+    assert len(commands["claims"].encode()) < 8 * 1024
 
 
 def test_only_the_summary_rules_ran(sweep):

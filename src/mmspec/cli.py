@@ -278,6 +278,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--brief", action="store_true", help="verdicts only, not each set's numbers")
 
     p = sub.add_parser(
+        "reference",
+        help="write the docs' reference pages (docs/reference/) from the schema, the report's "
+        "definitions, the registry and this command line",
+        description="Generate docs/reference/config.md, metrics.md, methods.md and cli.md from "
+        "the declarations they describe. --check writes nothing and exits 1 listing the pages "
+        "that differ from what the code generates now.",
+    )
+    p.add_argument("--check", action="store_true", help="list stale pages, write nothing")
+
+    p = sub.add_parser(
         "gpu-check",
         help="check a GPU machine end to end: the tour and a sampled cell of every method "
         "family, the engine benchmark, bf16/fp16 greedy SD against AR; one table, exit 1 on "
@@ -334,6 +344,17 @@ def _main(argv: list[str], warm: bool) -> int:
 
             table = claims.run(args.results, args.out, args.claims)
             print(claims.text(table, verbose=not args.brief))
+            return 0
+        if args.stage == "reference":
+            from mmspec import reference
+
+            if args.check:
+                stale = reference.stale()
+                for name in stale:
+                    print(f"stale: docs/reference/{name} (run `mmspec reference`)")
+                return 1 if stale else 0
+            for path in reference.write():
+                print(path.relative_to(reference.ROOT))
             return 0
         if args.stage == "gpu-check":
             from mmspec import gpu_check

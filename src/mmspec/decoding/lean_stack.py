@@ -86,6 +86,12 @@ class LeanStack:
                 )
             )
 
+    def __deepcopy__(self, memo) -> LeanStack:
+        """Itself: it holds the model's weights (some fused into new tensors) and a table of
+        rotary rows, and no decoding state, so copies of a decoding's state (`mmspec
+        verify-lossless` forks one per outcome) share it as they share the model."""
+        return self
+
     @staticmethod
     def _norm(x: torch.Tensor, norm: tuple) -> torch.Tensor:
         weight, shape, eps = norm

@@ -13,8 +13,8 @@ from mmspec.report.formatting import is_missing
 
 # Method names of the plain autoregressive baseline (tau = 1 by construction).
 AR_METHODS = {"ar"}
-# Canonical order of the view letters (the README's views), and of the ensemble weight policies:
-# rows are ordered by them wherever methods are listed.
+# Canonical order of the view letters (docs/reference/methods.md, views), and of the ensemble
+# weight policies: rows are ordered by them wherever methods are listed.
 VIEW_ORDER = "MTCPUSV"
 WEIGHT_POLICIES = ["static", "random", "kld", "tvd", "grid", "softmax", "adaboost"]
 # Dataset groups whose average columns come first, in this order; any other group follows by name.

@@ -29,7 +29,7 @@ from mmspec.tables import BLOCKS, CELLS, THUMBNAILS, write_table
 BATCH_FILES = 200
 CELL_KEY = ["dataset", "pair", "method", "hp", "seed"]
 
-# Pooled over steps (the README's metric contracts): tau = new_tokens / steps, speedup = AR time
+# Pooled over steps (docs/reference/metrics.md): tau = new_tokens / steps, speedup = AR time
 # per emitted token / method time per emitted token (the prefill's first token is in neither).
 CELLS_SQL = """
 SELECT

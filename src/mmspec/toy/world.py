@@ -82,8 +82,9 @@ STORY_PROMPT = "tell the story ."
 VIDEO_PROMPT = "describe the motion ."
 VIDEO_FRAMES = 8
 # toy_vdesc's videos are shorter: with a single move per object, four frames show it, and a
-# target trains on them in about 60% of the time eight frames take (README "Video descriptions":
-# what teaches the models to read a move is toy_video in their training mix, not the frame count)
+# target trains on them in about 60% of the time eight frames take (docs/toy-world.md, "Video
+# descriptions": what teaches the models to read a move is toy_video in their training mix, not
+# the frame count)
 VDESC_FRAMES = 4
 VDESC_PROMPT = "describe the video in detail ."
 # toy_vdesc's fillers: sentences that say nothing about the video, each {slot} a choice among
@@ -123,7 +124,7 @@ HOUSE_INSERTS = {"a": False, "b": True}
 # names the same things in another order, so that the target's next word is a few words further
 # on in the draft. Style a (the preset's target) lists in either order: trained to list in the
 # motion order, a target that went on from the draft's reversed list named the list's first
-# colour in its first motion sentence, a shortcut its own lists taught it (README).
+# colour in its first motion sentence, a shortcut its own lists taught it (docs/toy-world.md).
 HOUSE_LISTS_REVERSED = {"a": None, "b": True}
 # the words a style chooses (synonym slots and optional words): what a description written in
 # another style says differently, and nothing a motion sentence or the list uses
@@ -137,7 +138,7 @@ STYLE_WORDS = frozenset(
 LIST_PREFERENCE = 0.9
 # the data's top-3 entropy at a slot is then about 0.035 nats: a habit the model is sure of
 # (LVSpec's "low-entropy non-synonyms", which an entropy gate keeps strict down to the loosest
-# gate of its Figure 7, 0.05; at a 99% habit, 0.06 nats, that gate opened on the fillers, README)
+# gate of its Figure 7, 0.05; at a 99% habit, 0.06 nats, that gate opened on the fillers)
 STYLE_PREFERENCE = 0.995
 # colour names that annotators mix up (toy recipe key `vdesc_colour_noise`: the share of training
 # descriptions' colour words that name the near colour instead)

@@ -10,6 +10,8 @@ lossless, equals AR's), so pooling over seeds and the Pareto front have somethin
 from __future__ import annotations
 
 import json
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -112,7 +114,14 @@ def cell_rows(cell: mmconfig.Cell) -> list[dict]:
 def write_scores(workdir: Path, config: dict) -> list[mmconfig.Cell]:
     """results/score/<cell>/scores.parquet under `workdir` for every cell of `config`."""
     cells = mmconfig.cells(mmconfig.validate(config))
+    # two processes, a half of the cells each: the 10 000 files take about 16 s in one
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
+        list(pool.map(_write_scores, [(workdir, cells[0::2]), (workdir, cells[1::2])]))
+    return cells
+
+
+def _write_scores(job: tuple[Path, list[mmconfig.Cell]]) -> None:
+    workdir, cells = job
     for cell in cells:
         table = pa.Table.from_pylist(cell_rows(cell), schema=SCORES)
         write_table(table, workdir / "results" / "score" / cell.path / "scores.parquet", SCORES)
-    return cells

@@ -139,9 +139,9 @@ def test_sigkill_mid_generate_then_rerun_gives_the_uninterrupted_results(tmp_pat
     config.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "MMSPEC_CHECKPOINT_EVERY": "2"}
 
-    def snakemake(workdir, *extra):
+    def snakemake(workdir, *extra, cores=1):
         return subprocess.Popen(
-            snakemake_cmd(workdir, config, *extra, cores=1),
+            snakemake_cmd(workdir, config, *extra, cores=cores),
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -151,7 +151,7 @@ def test_sigkill_mid_generate_then_rerun_gives_the_uninterrupted_results(tmp_pat
         )
 
     whole = tmp_path / "whole"
-    assert snakemake(whole).wait() == 0
+    assert snakemake(whole, cores=2).wait() == 0  # the reference run: any number of cores
     killed = tmp_path / "killed"
     shutil.copytree(whole / "results" / "models", killed / "results" / "models")
     run = snakemake(killed)

@@ -17,6 +17,7 @@ its commands are still parsed, its files and configs are not read.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import shlex
@@ -205,7 +206,19 @@ def test_a_renamed_key_or_command_fails_the_check(tmp_path):
 
 
 def test_the_reference_pages_match_the_code():
-    assert reference.stale() == [], "run `mmspec reference` and commit docs/reference/"
+    stale = reference.stale()
+    diffs = [
+        "".join(
+            difflib.unified_diff(
+                (reference.FOLDER / name).read_text().splitlines(True),
+                reference.PAGES[name]().splitlines(True),
+                f"docs/reference/{name}",
+                "generated now",
+            )
+        )[:3000]
+        for name in stale
+    ]
+    assert not stale, "run `mmspec reference` and commit docs/reference/\n" + "\n".join(diffs)
 
 
 def test_a_renamed_schema_key_makes_the_config_page_stale(monkeypatch):

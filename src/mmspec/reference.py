@@ -225,11 +225,13 @@ def methods_page() -> str:
         )
     for kind, base in KINDS.items():
         lines += ["", f"## {kind}", "", _cell(base.__doc__ or "")]
-        for name, component in catalog.components(kind).items():
+        # by name: the catalog's own order is the order its modules were imported in
+        for name, component in sorted(catalog.components(kind).items()):
             if not component.__module__.startswith("mmspec."):
                 continue  # a plugin's, or one a caller registered (e.g. a test's)
             lines += ["", f"### {kind}: `{name}`", ""]
-            facts = [_cell(component.description or (component.__doc__ or "").split("\n\n")[0])]
+            about = _cell(component.description or (component.__doc__ or "").split("\n\n")[0])
+            facts = [about + "." if about and not about.endswith(".") else about]
             if component.source:
                 facts.append(f"Defaults from: {_cell(component.source)}.")
             if component.requires:

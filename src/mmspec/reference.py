@@ -208,7 +208,12 @@ def methods_page() -> str:
         " an ensemble of views), a tree policy and an acceptance rule. The registry's rows are"
         " named presets of components; any of their keys can be set in a sweep's `methods:`"
         " entry, and a list of values expands to a grid. An installed plugin adds its own"
-        " components and rows ([Architecture](../architecture.md)); they are not listed here.",
+        " components and rows ([Architecture](../architecture.md)); they are not listed here."
+        " Each component names the paper section or release file its defaults come from; each"
+        " paper's page lists its methods and their known deviations from the paper's release:"
+        " [TABED](../papers/tabed.md), [SAGE and SpecVLM](../papers/sage-specvlm.md),"
+        " [LANTERN](../papers/lantern.md), [LVSpec](../papers/lvspec.md),"
+        " [DREAM](../papers/dream.md).",
         "",
         "## Methods",
         "",

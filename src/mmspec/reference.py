@@ -179,10 +179,8 @@ def _param(p) -> str:
     bounds = []
     if p.choices is not None:
         bounds.append("one of " + ", ".join(_value(c) for c in p.choices))
-    if p.low is not None:
-        bounds.append(f"{'>' if p.low_open else '>='} {p.low}")
-    if p.high is not None:
-        bounds.append(f"{'<' if p.high_open else '<='} {p.high}")
+    if p.range_text():
+        bounds.append(p.range_text())
     kind = " or ".join(t.__name__ for t in p.type) if isinstance(p.type, tuple) else p.type.__name__
     return (
         f"| `{p.key}` | {kind} | {_value(p.default)} | {_cell(', '.join(bounds))} | "

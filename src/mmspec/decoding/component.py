@@ -85,7 +85,7 @@ class Param:
             return None
         meaning = f" {self.meaning} and" if self.meaning else ""
         hint = f" ({self.hint})" if self.hint else ""
-        return f"{self.key}{meaning} must be {self._range()}{hint}, got {value}"
+        return f"{self.key}{meaning} must be {self.range_text()}{hint}, got {value}"
 
     def _above_low(self, value) -> bool:
         return value > self.low if self.low_open else value >= self.low
@@ -93,7 +93,10 @@ class Param:
     def _below_high(self, value) -> bool:
         return value < self.high if self.high_open else value <= self.high
 
-    def _range(self) -> str:
+    def range_text(self) -> str:
+        """The allowed range in words ("in [0, 1]", ">= 1"); "" when unbounded."""
+        if self.low is None and self.high is None:
+            return ""
         if self.high is None:
             return f"{'>' if self.low_open else '>='} {_number(self.low)}"
         if self.low is None:

@@ -97,6 +97,10 @@ def test_dominates():
     faster = [(v(9), v(0.5, 0.4, 0.6))]  # no claimed point is as fast
     assert checks.dominates(claimed, faster).verdict == FAILS
     assert checks.dominates([], beaten).verdict == NOT_APPLICABLE
+    # the same retention, summed in another order, differs by rounding only: reached
+    tie = [(v(7), v(0.95 + 1e-12, 0.94, 0.96))]
+    assert checks.dominates(claimed, tie).verdict == HOLDS
+    assert checks.dominates(claimed, [(v(7), v(0.95 + 1e-6, 0.94, 0.96))]).verdict == INCONCLUSIVE
 
 
 def test_near():

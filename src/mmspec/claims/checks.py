@@ -20,6 +20,9 @@ from dataclasses import dataclass
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_APPLICABLE = "holds", "fails", "inconclusive", "not applicable"
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, NOT_APPLICABLE)
+# two means of the same scores, summed in another order, differ by rounding only: a baseline
+# point as high as a claimed one up to this (relative) is reached, not missed
+TIE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,7 @@ def dominates(claimed: list[tuple[Value, Value]], baselines: list[tuple[Value, V
     for bx, by in baselines:
         reach = [(x, y) for x, y in claimed if x.point >= bx.point]
         best = max(reach, key=lambda xy: xy[1].point, default=None)
-        if best is not None and best[1].point >= by.point:
+        if best is not None and best[1].point >= by.point - TIE * max(1.0, abs(by.point)):
             verdicts.append(HOLDS)
             continue
         verdict = FAILS if best is None or best[1].upper < by.lower else INCONCLUSIVE

@@ -106,6 +106,9 @@ def test_dominates():
 def test_near():
     assert checks.near(v(52.0), v(55.0), 0.1).verdict == HOLDS
     assert checks.near(v(70.0), v(55.0), 0.1).verdict == FAILS
+    # a tight tolerance is printed as given, not rounded to 0%
+    exact = checks.near(v(2.87), v(2.87), 0.000001)
+    assert exact.verdict == HOLDS and exact.measured.endswith("0% apart (<= 0.0001%?)")
 
 
 def test_overall_verdict_of_several_sets():

@@ -5,6 +5,7 @@ once with a cell that fails and once without."""
 from __future__ import annotations
 
 import math
+import shutil
 import subprocess
 import sys
 
@@ -198,7 +199,7 @@ def _check(out, *args):
 
 
 @pytest.mark.slow
-def test_the_quick_check_fails_on_a_failing_cell_and_passes_without_it(tmp_path):
+def test_the_quick_check_fails_on_a_failing_cell_and_passes_without_it(tmp_path, tiny_run):
     from mmspec.models import tiny
 
     # a draft of another family: its tokenizer differs, so the SD cell's generate job fails
@@ -209,7 +210,12 @@ def test_the_quick_check_fails_on_a_failing_cell_and_passes_without_it(tmp_path)
     sampled["sweep"].append({"datasets": ["toy_caption"], "pairs": ["foreign"],
                              "methods": ["ar", "sd_text"]})  # fmt: skip
     (tmp_path / "sampled.yaml").write_text(yaml.safe_dump(sampled))
+    # The quick check's base sweep is tests/configs/tiny.yaml, whose cells the shared `tiny_run`
+    # ran end to end: the check starts from a copy of that folder (Snakemake's records
+    # included), so its workflow runs only the cells and stages the check adds, as a rerun of a
+    # finished sweep does. Every cell is still read and judged by the check.
     out = tmp_path / "run"
+    shutil.copytree(tiny_run, out, symlinks=True)
 
     failing = _check(out, "--sampled", str(tmp_path / "sampled.yaml"))
     assert failing.returncode == 1, failing.stdout[-3000:] + failing.stderr[-3000:]

@@ -168,7 +168,7 @@ def near(a: Value, b: Value, tolerance: float) -> Outcome:
     gap = abs(a.point - b.point) / abs(b.point) if b.point else math.inf
     verdict = HOLDS if gap <= tolerance else FAILS
     return Outcome(
-        verdict, f"{a.text()} vs {b.text()}: {100 * gap:.1f}% apart (<= {tolerance:.0%}?)"
+        verdict, f"{a.text()} vs {b.text()}: {100 * gap:.3g}% apart (<= {100 * tolerance:g}%?)"
     )
 
 

@@ -104,16 +104,17 @@ class Serial:
 
 
 class Batched:
-    """`ModelDrafter` itself: one forward over all views per draft step, then the mixture."""
+    """`ModelDrafter` itself (static, uniform weights): one forward over all views per draft
+    step, then the mixture. Each step is a block's root position: the drafter feeds the token
+    it has queued and returns the mixture after it."""
 
     def __init__(self, model, prompts: list[torch.Tensor]):
         self.drafter = ModelDrafter(Decoder(model), 0.0)
         self.drafter.start(prompts, first_token=0, target=None)
-        self.drafter.weights = torch.full((len(prompts),), 1 / len(prompts))
 
     def step(self, token: int) -> int:
-        logits = self.drafter._forward([token])[:, -1]
-        return int(self.drafter._mixture(logits, -1).argmax())
+        self.drafter.pending = [token]
+        return int(self.drafter.root(sampler=None).argmax())
 
 
 def time_steps(runner, steps: int, device) -> list[float]:

@@ -7,11 +7,11 @@ with the tree attention mask and tree position ids for the tree) after a real pr
   tree_25   root + a 25-node static tree of depth 6 (26 positions, tree mask)
 
 and counts, in full greedy decodes of the toy pair with that tree (`ModelDrafter`, static tree),
-the target forwards per verification step (a forward hook on the target's decoder stack; the
-prefill is excluded). Models: the trained toy target (`--target`, default
-results/models/toy/target) and, with `--mid`, a random Llama of hidden 1024 x 8 layers whose
-forward is less dominated by per-call overhead. Median over `--repeats` timings, orders
-alternated; ratios from one run.
+the target forwards per verification step (every forward of the target's `Decoder`, the lean
+one or transformers', counted; the prefill is excluded). Models: the trained toy target
+(`--target`, default results/models/toy/target) and, with `--mid`, a random Llama of hidden
+1024 x 8 layers whose forward is less dominated by per-call overhead. Median over `--repeats`
+timings, orders alternated; ratios from one run.
 
     python benchmarks/bench_tree_verify.py --threads 1 --json bench_tree_verify.json
 """
@@ -97,41 +97,48 @@ def verify_times(model, prompt_len: int, repeats: int, device) -> dict:
     }
 
 
+class CountingDecoder(Decoder):
+    """A `Decoder` that counts its forwards: the prefill and every extension run `_run` once,
+    whichever forward (the lean one or transformers') computes them."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.forwards = 0
+
+    def _run(self, *args, **kwargs):
+        self.forwards += 1
+        return super()._run(*args, **kwargs)
+
+
 def forwards_per_step(target, draft, tokenizer, device, n_samples: int) -> dict:
     """Greedy decodes with the 25-node tree: target forwards per verification step."""
-    calls = []
-    stack = Decoder(target).stack
-    handle = stack.register_forward_pre_hook(lambda *a: calls.append(1))
     steps = forwards = 0
-    try:
-        for i in range(n_samples):
-            ids = (
-                tokenizer(
-                    f"<bos> user : describe the image . assistant : a{' .' * i}",
-                    return_tensors="pt",
-                )
-                .input_ids[0]
-                .to(device)
+    for i in range(n_samples):
+        ids = (
+            tokenizer(
+                f"<bos> user : describe the image . assistant : a{' .' * i}",
+                return_tensors="pt",
             )
-            prompt_t = target.get_input_embeddings()(ids).detach()
-            prompt_d = draft.get_input_embeddings()(ids).detach()
-            calls.clear()
-            out = decode_speculative(
-                Decoder(target),
-                prompt_t,
-                ModelDrafter(Decoder(draft), 0.0),
-                [prompt_d],
-                StaticTree(TREE_25),
-                accept_greedy,
-                40,
-                set(),
-                0.0,
-                None,
-            )
-            steps += len(out.steps)
-            forwards += len(calls) - 1  # minus the prefill
-    finally:
-        handle.remove()
+            .input_ids[0]
+            .to(device)
+        )
+        prompt_t = target.get_input_embeddings()(ids).detach()
+        prompt_d = draft.get_input_embeddings()(ids).detach()
+        counting = CountingDecoder(target)
+        out = decode_speculative(
+            counting,
+            prompt_t,
+            ModelDrafter(Decoder(draft), 0.0),
+            [prompt_d],
+            StaticTree(TREE_25),
+            accept_greedy,
+            40,
+            set(),
+            0.0,
+            None,
+        )
+        steps += len(out.steps)
+        forwards += counting.forwards - 1  # minus the prefill
     return {"steps": steps, "target_forwards": forwards, "per_step": forwards / steps}
 
 

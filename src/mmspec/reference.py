@@ -179,8 +179,8 @@ def _param(p) -> str:
     bounds = []
     if p.choices is not None:
         bounds.append("one of " + ", ".join(_value(c) for c in p.choices))
-    if p.range_text():
-        bounds.append(p.range_text())
+    if within := p.range_text():
+        bounds.append(within)
     kind = " or ".join(t.__name__ for t in p.type) if isinstance(p.type, tuple) else p.type.__name__
     return (
         f"| `{p.key}` | {kind} | {_value(p.default)} | {_cell(', '.join(bounds))} | "

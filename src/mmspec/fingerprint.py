@@ -1,180 +1,53 @@
-"""Code fingerprints: a hash of the package source each stage runs, for Snakemake `params:`.
+"""Code fingerprints: a hash of the source each stage can run, for Snakemake `params:`.
 
 Snakemake does not see edits to an installed package; putting this hash in a rule's params makes
-a change to a stage's code rerun that stage (and what depends on its outputs), nothing else.
+a change to a stage's code rerun that stage (and what depends on its outputs), nothing else. The
+code a stage runs is the import closure of its module (`import_closure`), so no list of files is
+kept by hand: a new helper module is covered as soon as the stage imports it.
+
+A cell's fingerprint adds the import closure of its plugin components (`components.plugin_code`),
+so editing a plugin, or any helper module it imports, reruns exactly the cells that use it. The
+stages that read every component's declaration (aggregate, report) cover every plugin's code.
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
+
+from mmspec import import_closure
 
 PACKAGE = Path(__file__).resolve().parent
 
-# Loading a model and its processor and encoding its images and videos (the stages with models).
-MODEL_CODE = [
-    "models/loading.py",
-    "models/families.py",
-    "models/footprint.py",
-    "models/processors.py",
-    "models/video_processing.py",
-    "models/visual.py",
-    "data/media.py",
-]
-# The decoding engine, and torch as its modules import it (mmspec.lazy).
-DECODING_CODE = ["decoding", "lazy.py"]
-# Reading an image generator: its prompts, codes and VQ decoder (generate).
-IMAGE_GENERATOR_CODE = [
-    "models/image_generation.py",
-    "toy/__init__.py",
-    "toy/imagegen.py",
-    "models/vq.py",
-    "models/loading.py",
-    # imported by toy_imagegen for training, which the stages do not run
-    "toy/training.py",
-    "toy/recipe.py",
-    "toy/processor.py",
-    "toy/world.py",
-]
-# The modules (files or folders, relative to the package) whose code each stage executes.
-STAGE_CODE = {
-    "claims": ["stages/claims.py", "claims", "tables.py"],
-    "prepare": [
-        "stages/prepare.py",
-        "toy/__init__.py",
-        "toy/world.py",
-        "data/hf.py",
-        "schema.py",
-        "data/video.py",
-        "data/media.py",
-        "tables.py",
-    ],
-    "toy_model": [
-        "toy/recipe.py",
-        "schema.py",  # a recipe's defaults
-        "stages/toy_model.py",
-        "toy/__init__.py",
-        "toy/training.py",
-        "toy/processor.py",
-        "toy/imagegen.py",
-        "toy/image_nets.py",
-        "models/vq.py",
-        "toy/world.py",
-        "data/media.py",
-    ],
-    "cache_visual": [
-        "stages/cache_visual.py",
-        *MODEL_CODE,
-        "decoding/timing.py",
-        "lazy.py",  # torch as decoding/timing.py imports it
-        "tables.py",
-    ],
-    "caption": [
-        "stages/settings.py",
-        "schema.py",  # the settings' defaults
-        "stages/caption.py",
-        "stages/cache_visual.py",
-        "models/captioner.py",
-        *MODEL_CODE,
-        "decoding/timing.py",
-        "lazy.py",  # torch as decoding/timing.py imports it
-        "tables.py",
-    ],
-    "generate": [
-        "stages/generate.py",
-        "stages/checkpoints.py",
-        "stages/jobs.py",
-        "stages/settings.py",
-        "schema.py",  # the defaults a hand-written job omits
-        *DECODING_CODE,
-        "methods",
-        *MODEL_CODE,
-        "models/prompts.py",
-        *IMAGE_GENERATOR_CODE,
-        "tables.py",
-    ],
-    "train_drafter": [
-        "stages/train_drafter.py",
-        "stages/generate.py",  # its prompts and greedy answers are a generate job's
-        "stages/checkpoints.py",
-        "stages/jobs.py",
-        "stages/settings.py",
-        "schema.py",  # the defaults a hand-written job omits
-        "training",
-        *DECODING_CODE,
-        "methods",
-        *MODEL_CODE,
-        "models/prompts.py",
-        *IMAGE_GENERATOR_CODE,
-        "tables.py",
-    ],
-    "score": [
-        "stages/settings.py",
-        "schema.py",  # the settings' defaults
-        "stages/score.py",
-        "scoring",
-        "toy/quality.py",  # the toy datasets' task metric
-        "toy/world.py",
-        "data/media.py",
-        *MODEL_CODE,
-        "toy/__init__.py",
-        "toy/image_nets.py",  # the toy FID network's pixel normalisation
-        "toy/training.py",  # imported by toy_image_nets for training
-        "toy/recipe.py",
-        "toy/processor.py",
-        "tables.py",
-    ],
-    "judge": [
-        "stages/settings.py",
-        "schema.py",  # the settings' defaults
-        "stages/judge.py",
-        "scoring/judge",
-        "toy/__init__.py",
-        "toy/quality.py",  # the embedded judge's rubric
-        "toy/world.py",
-        "data/media.py",
-        "tables.py",
-    ],
-    # the registry's labels and the components' declarations (which rules are loose, which
-    # drafters are trained heads) come from the catalog, which imports every component
-    "aggregate": [
-        "stages/aggregate.py",
-        "methods",
-        *DECODING_CODE,
-        "data/media.py",
-        "tables.py",
-    ],
-    "report": [
-        "claims",  # the reproduction section
-        "stages/report.py",
-        "report",
-        "methods",
-        *DECODING_CODE,
-        "data/media.py",
-        "tables.py",
-    ],
-}
-
-
+# The workflow's stages: each is the module mmspec.stages.<stage>, run by `mmspec <stage>`.
+STAGES = (
+    "prepare",
+    "toy_model",
+    "cache_visual",
+    "caption",
+    "train_drafter",
+    "generate",
+    "judge",
+    "score",
+    "aggregate",
+    "claims",
+    "report",
+)
 # Stages that read every component's declaration, and so the installed plugins' too (a generate
-# or train_drafter job's code adds its own components' plugin files: components.plugin_code).
+# or train_drafter job's code adds only its own components' plugin code: components.plugin_code).
 COMPONENT_STAGES = ("aggregate", "report")
 
 
-def fingerprint(stage: str, package: Path = PACKAGE) -> str:
-    """A short hash of the source files `stage` runs: the package's, and for the stages that
-    read every component, the source files of the installed plugins' components."""
-    digest = hashlib.sha256()
-    for entry in STAGE_CODE[stage]:
-        path = package / entry
-        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
-        for file in files:
-            digest.update(str(file.relative_to(package)).encode())
-            digest.update(file.read_bytes())
+def stage_closure(stage: str, package: Path = PACKAGE) -> import_closure.Closure:
+    """The code `stage` can run. `package`: a copy of mmspec to read instead (tests)."""
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; known: {list(STAGES)}")
+    modules = [f"mmspec.stages.{stage}"]
     if stage in COMPONENT_STAGES:
-        from mmspec.decoding import catalog
+        modules += import_closure.plugin_modules()
+    search = [package.parent] if package != PACKAGE else None
+    return import_closure.closure(modules, search)
 
-        for file in catalog.plugin_files():
-            digest.update(file.name.encode())
-            digest.update(file.read_bytes())
-    return digest.hexdigest()[:16]
+
+def fingerprint(stage: str, package: Path = PACKAGE) -> str:
+    """A short hash of the source `stage` can run (see the module's docstring)."""
+    return stage_closure(stage, package).digest()

@@ -32,6 +32,8 @@ import threading
 import time
 from pathlib import Path
 
+from mmspec import import_closure
+
 IDLE_S = 30.0  # a worker's life without a job (MMSPEC_WORKER_IDLE overrides)
 START_S = 300.0  # the longest a client waits for a new worker to listen (imports)
 SLOTS = 256
@@ -77,12 +79,37 @@ def _folder() -> Path:
 
 
 def _key() -> str:
-    """Workers are per working directory, Python, mmspec code and keyed environment: a worker
-    never runs a job with other code or settings than a fresh process would."""
+    """Workers are per working directory, Python, code and keyed environment: a worker never
+    runs a job with other code or settings than a fresh process would. The code is mmspec's
+    files, the installed plugins (their entry points, versions, and the source of every module
+    their modules import: `import_closure`) and the installed distributions (a pip install or
+    upgrade), so a job whose code changed since a worker started gets a fresh worker."""
     package = Path(__file__).parent
     stamp = sorted((str(p), p.stat().st_mtime_ns) for p in package.rglob("*.py"))
-    parts = [os.getcwd(), sys.executable, stamp, [os.environ.get(k) for k in KEYED_ENV]]
+    plugins = import_closure.closure(import_closure.plugin_modules())
+    parts = [
+        os.getcwd(),
+        sys.executable,
+        stamp,
+        import_closure.plugin_stamp(),
+        plugins.digest(),
+        _installed(),
+        [os.environ.get(k) for k in KEYED_ENV],
+    ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def _installed() -> list[str]:
+    """The distributions installed on sys.path, as their metadata folders' names (which carry
+    their versions): a pip install, upgrade or removal changes it."""
+    found = []
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        found += [n for n in names if n.endswith((".dist-info", ".egg-info", ".egg-link"))]
+    return sorted(found)
 
 
 def _run_in(stem: Path, argv: list[str]) -> int | None:

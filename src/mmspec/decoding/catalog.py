@@ -11,8 +11,9 @@ entry point names a Component subclass, e.g. in its pyproject.toml
 (method rows, presets of components, join the registry through `mmspec.methods`:
 `methods.registry`; examples/plugin shows both).
 
-Their names then work in configs, `mmspec cells`, validation, fingerprints (their code changes
-rerun their cells), the report and `mmspec verify-lossless`.
+Their names then work in configs, `mmspec cells`, validation, fingerprints (a change to their
+code or to any module it imports reruns their cells: `import_closure`), the report and
+`mmspec verify-lossless`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import importlib
 import inspect
 import pkgutil
 from importlib.metadata import entry_points
-from pathlib import Path
 
 from mmspec.decoding.component import KINDS, Component
 
@@ -114,20 +114,6 @@ def get(kind: str, name: str) -> type[Component]:
             f"adds components through the entry point group {GROUP}: is it installed?)"
         )
     return found
-
-
-def source_file(component: type[Component]) -> Path:
-    """The file that defines a component."""
-    return Path(inspect.getsourcefile(component))
-
-
-def plugin_files() -> list[Path]:
-    """The source files of the installed plugins' components (the aggregate and report stages'
-    code fingerprints; a cell's own holds those of its components, `components.plugin_code`)."""
-    load()
-    return sorted(
-        {source_file(c) for kind in _COMPONENTS.values() for c in kind.values() if is_plugin(c)}
-    )
 
 
 def is_plugin(component: type[Component]) -> bool:

@@ -8,8 +8,9 @@ data, whether the spec preserves the target's distribution, and which keys defin
 
 from __future__ import annotations
 
-import hashlib
+import functools
 
+from mmspec import import_closure
 from mmspec.decoding import catalog
 from mmspec.decoding.component import (
     DRAFT_MODEL,
@@ -138,17 +139,17 @@ def head_training(spec: dict) -> dict:
 
 
 def plugin_code(spec: dict) -> str:
-    """A short hash of the source files of the spec's components that installed plugins add
-    ("" when it has none): part of its cell's code fingerprint, so that editing a plugin reruns
-    the cells that use it, and only those."""
-    files = sorted({catalog.source_file(part) for part in parts(spec) if catalog.is_plugin(part)})
-    if not files:
-        return ""
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.name.encode())
-        digest.update(file.read_bytes())
-    return "+" + digest.hexdigest()[:16]
+    """A short hash of the code of the spec's components that installed plugins add, with every
+    module it imports ("" when it has none): part of its cell's code fingerprint, so that editing
+    a plugin or a helper module of it reruns the cells that use it, and only those."""
+    modules = tuple(sorted({part.__module__ for part in parts(spec) if catalog.is_plugin(part)}))
+    return "+" + _closure_digest(modules) if modules else ""
+
+
+@functools.cache
+def _closure_digest(modules: tuple[str, ...]) -> str:
+    # one digest per set of plugin modules in a process (a Snakemake parse asks once per cell)
+    return import_closure.closure(list(modules)).digest()
 
 
 def loaded_models(pair: dict, spec: dict) -> list[tuple[str, str]]:

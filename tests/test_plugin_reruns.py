@@ -60,10 +60,10 @@ def matched(drafted, target):
     return n
 '''
 # the helper's behaviour changed: still lossless (it accepts nothing), so only the steps show it
-MATCHING_NONE = '''
+MATCHING_NONE = """
 def matched(drafted, target):
     return 0
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +134,8 @@ def test_a_warm_worker_never_runs_a_plugin_edited_since_it_started(plugin, tiny_
     assert outputs == pq.read_table(tmp_path / "first.parquet")["output_ids"].to_pylist()
 
     # 2. the component's own file: build raises; the rerun fails with the new error...
-    _edit(rules, RULES + "\n    def __init__(self, **params):\n"
-                        "        raise RuntimeError('the edited rule refuses to build')\n")  # fmt: skip
+    refusing = "\n    def __init__(self, **params):\n        raise RuntimeError('{}')\n"
+    _edit(rules, RULES + refusing.format("the edited rule refuses to build"))
     broken = job("rule_edited")
     assert broken.returncode != 0
     assert "the edited rule refuses to build" in broken.stderr

@@ -257,4 +257,3 @@ def _read(path: Path) -> bytes:
 def forget() -> None:
     """Drop what was read (files edited within one process: tests, a long-lived worker)."""
     _plugin_tops.cache_clear()
-

@@ -196,8 +196,8 @@ def test_bad_config_names_the_key(path, value, expected):
 @pytest.mark.parametrize(
     "entry, expected",
     [
-        ({"tree": "none"}, r"methods.sd: tree='none' is not one of \['chain', 'dynamic'"),
-        ({"acceptance": "none"}, r"methods.sd: acceptance='none' is not one of \['fly', "),
+        ({"tree": "none"}, r"methods.sd: unknown tree: tree='none' is not one of \['chain', 'dyn"),
+        ({"acceptance": "none"}, r"methods.sd: unknown acceptance: acceptance='none' is not one"),
         ({"drafter": "none"}, r"methods.sd: drafter='none' is not one of \['dream', 'eagle'"),
         ({"tree": "static"}, "methods.sd: tree 'static' needs `paths`"),
         ({"tree": "static", "paths": [[0], [0, 0, 1]]}, r"methods.sd: paths: \[0, 0, 1\] lacks"),
@@ -211,6 +211,59 @@ def test_bad_config_names_the_key(path, value, expected):
 def test_components_that_cannot_run_are_rejected_before_any_job(entry, expected):
     with pytest.raises(mmconfig.ConfigError, match=expected):
         mmconfig.validate(with_change(["methods", "sd"], entry))
+
+
+def test_a_component_no_installed_package_provides_is_named_before_its_parameters():
+    """A plugin's drafter with its own parameter, the plugin not installed: the drafter is what
+    is unknown (and the entry point group that provides components), not its parameter."""
+    entry = {"method": "sd", "drafter": "prompt_lookup", "max_ngram": 2}
+    with pytest.raises(mmconfig.ConfigError) as error:
+        mmconfig.validate(_grid_config({"lookup": entry}))
+    message = str(error.value)
+    assert "methods.lookup: unknown drafter: drafter='prompt_lookup' is not one of" in message
+    assert "entry point group mmspec.components" in message
+    assert "max_ngram" not in message
+
+
+def test_an_unknown_key_lists_what_each_component_of_the_method_reads():
+    with pytest.raises(mmconfig.ConfigError) as error:
+        mmconfig.validate(_grid_config({"ens": {"method": "tabed_mt", "epsilon": 0.1}}))
+    message = str(error.value)
+    assert "method 'tabed_mt' has no hyperparameter 'epsilon'" in message
+    for part in ("drafter 'model' (views, weights)", "weights 'grid' (window)",
+                 "tree 'chain' (gamma)", "acceptance 'greedy' (no hyperparameters)"):  # fmt: skip
+        assert part in message, message
+    with pytest.raises(mmconfig.ConfigError, match="did you mean 'gamma'"):
+        mmconfig.validate(_grid_config({"sd": {"gama": 3}}))
+
+
+def test_an_unknown_method_names_the_entry_point_group_of_method_rows():
+    with pytest.raises(mmconfig.ConfigError) as error:
+        mmconfig.validate(_grid_config({"mine": {"method": "early_exit"}}))
+    assert "unknown method 'early_exit'" in str(error.value)
+    assert "entry point group mmspec.methods" in str(error.value)
+
+
+def test_a_drafter_without_views_or_head_is_described_by_what_it_is():
+    """Not "drafts with a trained ... head": a drafter that needs no head (a plugin's prompt
+    lookup, registered here as a plugin's would be) is named with its own parameters."""
+    from mmspec.decoding import catalog, component
+    from mmspec.decoding.drafters import Drafter
+
+    class Lookup(Drafter):
+        name = "lookup_of_tests"
+        params = (component.Param("max_ngram", int, 3, "longest n-gram matched", low=1),)
+
+    catalog.register(Lookup)
+    try:
+        entry = {"method": "sd_chain", "drafter": "lookup_of_tests", "keep": 0.5}
+        with pytest.raises(mmconfig.ConfigError) as error:
+            mmconfig.validate(_grid_config({"lookup": entry}))
+    finally:
+        del catalog._COMPONENTS["drafter"]["lookup_of_tests"]
+    message = str(error.value)
+    assert "composes drafter 'lookup_of_tests' (max_ngram), tree 'chain' (gamma)" in message
+    assert "trained" not in message
 
 
 def test_static_tree_paths_are_one_value_and_a_list_of_trees_a_grid():
@@ -362,7 +415,10 @@ def test_a_big_grid_keeps_one_cell_per_distinct_decoding():
         ({"mt": {"sage_k": 3}}, "methods.mt: sage_k is read only by tree 'sage'"),
         ({"m": {"window": 3}}, r"window is read only by weights 'kld', .* two or more views"),
         ({"ar": {"gamma": 3}}, "methods.ar: gamma is read only by tree 'chain'.*autoregressively"),
-        ({"eagle": {"head_data": "toy_caption", "keep": 0.5}}, "trained eagle head"),
+        (
+            {"eagle": {"head_data": "toy_caption", "keep": 0.5}},
+            r"composes drafter 'eagle' \(head_data, head_steps, .*\), tree 'static' \(paths\)",
+        ),
     ],
 )
 def test_a_key_that_no_component_of_the_method_reads_is_refused(methods, expected):

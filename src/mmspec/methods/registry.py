@@ -6,6 +6,7 @@ so a new combination is a new entry (or a config override), never new decoding c
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 
@@ -429,23 +430,29 @@ def resolve(method_name: str, hparams: dict, temperature: float = 0.0, strict: b
     not `strict` (one point of a grid, where another point may read it: config checks the grid
     as a whole)."""
     if method_name not in METHODS:
-        raise ValueError(f"unknown method {method_name!r}; known: {sorted(METHODS)}")
+        raise ValueError(
+            f"unknown method {method_name!r}; known: {sorted(METHODS)} (a package adds method "
+            f"rows through the entry point group {METHOD_GROUP}: is it installed?)"
+        )
     row = METHODS[method_name].defaults
-    known = known_params()
-    for key in hparams:
-        if key not in known and key not in CHOOSERS:
-            raise ValueError(
-                f"method {method_name!r} has no hyperparameter {key!r}; its own: "
-                f"{sorted(set(row) | {TEMPERATURE.key})}, any component's: "
-                f"{sorted(set(known) | set(CHOOSERS))}"
-            )
     spec = {**row, **hparams, "method": method_name}
     spec.setdefault(TEMPERATURE.key, temperature)
+    # the components first: a key of an unknown component is no hyperparameter of the others
     _check_choices(spec, row, method_name)
     # a component's defaults, then those of the parts it names (a drafter's views, weights)
     for _ in range(2):
         for param in read_params(spec):
             spec.setdefault(param.key, param.default)
+    known = known_params()
+    for key in hparams:
+        if key not in known and key not in CHOOSERS:
+            close = difflib.get_close_matches(key, [*known, *CHOOSERS], n=3)
+            guess = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+            raise ValueError(
+                f"method {method_name!r} has no hyperparameter {key!r}: it {composition(spec)}, "
+                f"and no other component of the catalog reads {key!r}{guess} (the method "
+                "catalogue, docs/reference/methods.md, lists every component's)"
+            )
     read = read_keys(spec)
     unread = [key for key in hparams if key not in read]
     if strict and unread:
@@ -480,35 +487,41 @@ def _check_choices(spec: dict, row: dict, method_name: str) -> None:
     for key, kind in CHOOSERS.items():
         names = sorted(catalog.components(kind))
         if spec.get(key) not in names:
-            hint = (
-                f" for method {method_name!r}: every drafting method has a drafter; to decode "
-                "autoregressively use `method: ar`, which has no views or gamma"
-                if key == "drafter"
-                else ""
-            )
+            if key == "drafter" and spec.get(key) in (AR, None):
+                raise ValueError(
+                    f"drafter={spec.get(key)!r} is not one of {names} for method "
+                    f"{method_name!r}: every drafting method has a drafter; to decode "
+                    "autoregressively use `method: ar`, which has no views or gamma"
+                )
             raise ValueError(
-                f"{key}={spec.get(key)!r} is not one of {names}{hint} (a plugin package adds "
-                f"components through the entry point group {catalog.GROUP}: is it installed?)"
+                f"unknown {kind}: {key}={spec.get(key)!r} is not one of {names}. A "
+                f"package adds components through the entry point group {catalog.GROUP}: is "
+                "the one that provides it installed?"
             )
 
 
 def unread_key_error(key: str, method_name: str, spec: dict) -> str:
     """Why `key` is refused on a method whose components do not read it."""
+    return (
+        f"{key} is read only by {readers(key)}, and method {method_name!r} here {composition(spec)}"
+    )
+
+
+def composition(spec: dict) -> str:
+    """What a resolved spec composes, each component with the hyperparameters it reads."""
     if spec["drafter"] == AR:
-        parts_ = "decodes autoregressively (no drafter)"
-    elif "views" in spec:
-        parts_ = (
-            f"drafts from views {spec['views']!r}, tree {spec['tree']!r}, acceptance "
-            f"{spec['acceptance']!r}"
-        )
-        if len(spec["views"]) > 1:
-            parts_ += f", weights {spec.get('weights')!r}"
-    else:
-        parts_ = (
-            f"drafts with a trained {spec['drafter']} head, tree {spec['tree']!r}, acceptance "
-            f"{spec['acceptance']!r}"
-        )
-    return f"{key} is read only by {readers(key)}, and method {method_name!r} here {parts_}"
+        return "decodes autoregressively (no drafter) and reads temperature"
+    described = []
+    for part in parts(spec):
+        keys = [p.key for p in part.params] if part.kind != "drafter" else _own_keys(part, spec)
+        described.append(f"{part.kind} {part.name!r} ({', '.join(keys) or 'no hyperparameters'})")
+    return "composes " + ", ".join(described) + " and reads temperature"
+
+
+def _own_keys(drafter, spec: dict) -> list[str]:
+    """A drafter's own keys (a model drafter also reads its views' and weight policy's)."""
+    others = {p.key for part in parts(spec) if part is not drafter for p in part.params}
+    return [p.key for p in drafter.reads(spec) if p.key not in others]
 
 
 def tree_depth(spec: dict) -> int | None:

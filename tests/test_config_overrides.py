@@ -255,6 +255,89 @@ def test_a_bad_override_fails_naming_the_key_before_any_job(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# Adding to a sweep: `sweep_extra`'s named rows merge as every mapping of a config does
+
+TOUR = ROOT / "config" / "config.yaml"
+ADDITION = {
+    "methods": {"sd_chain3": {"method": "sd_chain", "gamma": 3}},
+    "sweep_extra": {
+        "mine": {"datasets": ["toy_caption"], "pairs": ["toy_vdraft"], "methods": ["sd_chain3"]}
+    },
+}
+
+
+def _paths(cells) -> list[str]:
+    return [c.path for c in cells]
+
+
+def test_a_file_adds_a_row_to_the_default_sweep_without_copying_it(tmp_path):
+    addition = tmp_path / "mine.yaml"
+    addition.write_text(yaml.safe_dump(ADDITION))
+    tour = _paths(mmconfig.cells(mmconfig.load(TOUR)))
+    added = _paths(mmconfig.cells(mmconfig.load_as_snakemake(addition, TOUR)))
+    new = "dataset=toy_caption/pair=toy_vdraft/method=sd_chain3/hp=gamma-3/seed=0"
+    assert added == tour + [new]
+
+    # Snakemake merges the file the same way: the tour's jobs and the one cell more
+    out = dry_run(tmp_path / "run", addition)
+    assert job_counts(out)["generate"] == len(tour) + 1
+    assert "method=sd_chain3" in out.stdout + out.stderr
+
+
+def test_extra_rows_of_several_files_add_up_merge_by_name_and_null_drops_one(tmp_path):
+    """A preset and the researcher's own rows: `mmspec cells preset.yaml mine.yaml` reads them
+    as `snakemake --configfile preset.yaml mine.yaml` does; the preset's own sweep (a list,
+    which replaces the tour's) stays whole."""
+    preset = ROOT / "config" / "presets" / "toy_tabed.yaml"
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text(
+        yaml.safe_dump(
+            {
+                "methods": {"sd_chain9": {"method": "sd_chain", "gamma": 9}},
+                "sweep_extra": {
+                    "long": {
+                        "datasets": ["toy_caption"],
+                        "pairs": ["toy"],
+                        "methods": ["sd_chain9"],
+                    },
+                    "weak": {"datasets": ["toy_caption"], "pairs": ["toy_weak"], "methods": ["mt"]},
+                },
+            }
+        )
+    )
+    second.write_text(
+        yaml.safe_dump({"sweep_extra": {"long": {"datasets": ["toy_story"]}, "weak": None}})
+    )
+    alone = _paths(mmconfig.cells(mmconfig.load_as_snakemake(preset)))
+    once = _paths(mmconfig.cells(mmconfig.load_as_snakemake([preset, first])))
+    assert once == alone + [
+        "dataset=toy_caption/pair=toy/method=sd_chain9/hp=gamma-9/seed=0",
+        "dataset=toy_caption/pair=toy_weak/method=mt/hp=default/seed=0",
+    ]
+    both = _paths(mmconfig.cells(mmconfig.load_as_snakemake([preset, first, second])))
+    assert both == alone + ["dataset=toy_story/pair=toy/method=sd_chain9/hp=gamma-9/seed=0"]
+
+
+def test_bad_extra_rows_are_named_before_any_job(tmp_path):
+    path = tmp_path / "extra.yaml"
+    path.write_text(yaml.safe_dump({"sweep_extra": {}}))
+    with pytest.raises(mmconfig.ConfigError, match="config key sweep_extra: an empty mapping"):
+        mmconfig.load_as_snakemake(path, TOUR)
+    path.write_text(
+        yaml.safe_dump({"sweep_extra": {"mine": {"datasets": ["nope"], "pairs": "all"}}})
+    )
+    with pytest.raises(
+        mmconfig.ConfigError, match="sweep_extra.mine.datasets: unknown name 'nope'"
+    ):
+        mmconfig.load_as_snakemake(path, TOUR)
+    path.write_text(yaml.safe_dump({"sweep_extra": [{"datasets": "all", "pairs": "all"}]}))
+    with pytest.raises(
+        mmconfig.ConfigError, match="config key sweep_extra: .* is not of type 'object'"
+    ):
+        mmconfig.load_as_snakemake(path, TOUR)
+
+
+# ---------------------------------------------------------------------------------------------
 # Local model paths
 
 

@@ -210,12 +210,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "cells",
         help="validate a config and list its cells",
-        description="Validate a config file and list its cells, reading the file as "
-        "`snakemake --configfile CONFIG` does: a file that declares `datasets` is a whole sweep; "
-        "any other file (e.g. only `generation: {max_new_tokens: 16}`) is merged over the "
-        "default sweep, config/config.yaml of the working directory (--default).",
+        description="Validate config files and list their cells, reading them as "
+        "`snakemake --configfile A B ...` does: merged in order (mappings recursively: "
+        "`sweep_extra` rows add up); files that declare `datasets` are a whole sweep; others "
+        "(e.g. only `generation: {max_new_tokens: 16}`) are merged over the default sweep, "
+        "config/config.yaml of the working directory (--default).",
     )
-    p.add_argument("config", help="a whole sweep, or a partial override of the default sweep")
+    p.add_argument(
+        "config",
+        nargs="+",
+        help="a whole sweep, or a partial override of the default sweep (several: merged in order)",
+    )
     p.add_argument(
         "--default",
         default="config/config.yaml",
@@ -229,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
         "under --results), the Slurm jobs the slurm profile packs the cells to run into, and per "
         "pair an estimate of the device hours they need from the pair's earlier cells.",
     )
-    p.add_argument("config", help="a whole sweep, or a partial override of the default sweep")
+    p.add_argument("config", nargs="+", help="as for `mmspec cells`")
     p.add_argument("--default", default="config/config.yaml", help="as for `mmspec cells`")
     p.add_argument("--results", default="results", help="the workflow's results folder")
     p.add_argument("--profile", default="slurm/config.yaml", help="the Slurm profile")

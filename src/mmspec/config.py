@@ -194,6 +194,8 @@ _EMPTY_HINTS = {
     "datasets": "a sweep with no datasets has no cells",
     "pairs": "a sweep with no model pairs has no cells",
     "seeds": "a sweep with no seeds has no cells; leave `seeds` out for [0]",
+    "sweep_extra": "give the rows to add by name, e.g. `sweep_extra: {mine: {datasets: "
+    "[toy_caption], pairs: [toy_vdraft], methods: [sd]}}`",
 }
 
 
@@ -245,7 +247,7 @@ def check_overrides(overrides: dict | None) -> None:
             )
 
 
-EMPTY_OVERRIDE_SECTIONS = ("methods", "datasets", "pairs")
+EMPTY_OVERRIDE_SECTIONS = ("methods", "datasets", "pairs", "sweep_extra")
 
 
 def validate(config: dict, overrides: dict | None = None) -> dict:
@@ -307,16 +309,22 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                 f"toy.models (known: {sorted(config['toy']['models'])})"
             )
     _check_toy_kinds(config)
-    for i, rule in enumerate(config["sweep"]):
+    rows = [(str(i), rule) for i, rule in enumerate(config["sweep"])]
+    rows += [(name, rule) for name, rule in config["sweep_extra"].items() if rule is not None]
+    for row_name, rule in rows:
+        where = f"sweep.{row_name}" if row_name.isdigit() else f"sweep_extra.{row_name}"
         for section in ("datasets", "pairs", "methods"):
             names = rule.get(section, "all")
             if names != "all":
                 for n in names:
                     if n not in config[section]:
                         raise ConfigError(
-                            f"config key sweep.{i}.{section}: unknown name {n!r}; "
+                            f"config key {where}.{section}: unknown name {n!r}; "
                             f"known: {sorted(config[section])}"
                         )
+    # the cells' order: the rows of `sweep`, then the extra rows
+    config["sweep"] = [rule for _, rule in rows]
+    config["sweep_extra"] = {}
     swept = cells(config)
     check_distinct(swept)
     for cell in swept:
@@ -461,18 +469,25 @@ def merge(base: dict, overrides: dict) -> dict:
     return out
 
 
-def load_as_snakemake(path: str | Path, default: str | Path = DEFAULT_CONFIG) -> dict:
-    """Read and validate a config file as `snakemake --configfile PATH` reads it: a file that
-    declares `datasets` is a whole sweep; any other file overrides the default sweep's keys
+def load_as_snakemake(
+    paths: str | Path | list[str | Path], default: str | Path = DEFAULT_CONFIG
+) -> dict:
+    """Read and validate config files as `snakemake --configfile A B ...` reads them: merged in
+    order (mappings recursively, so `sweep_extra` rows add up); if together they declare
+    `datasets` they are a whole sweep, else they override the default sweep's keys
     (`default`, the Snakefile's config/config.yaml of the working directory)."""
-    data = _read_mapping(path)
+    paths = [paths] if isinstance(paths, str | Path) else list(paths)
+    data: dict = {}
+    for path in paths:
+        data = merge(data, _read_mapping(path))
     if "datasets" in data:
-        return validate(data, overrides={})
+        return validate(data, overrides={} if len(paths) == 1 else data)
     if not Path(default).is_file():
         raise ConfigError(
-            f"{path} declares no `datasets`, so it overrides the default sweep {default}, which "
-            f"does not exist (relative to {os.getcwd()}): run from the workflow's directory or "
-            "name the default sweep"
+            f"{', '.join(map(str, paths))} declare{'s' * (len(paths) == 1)} no `datasets`, so "
+            f"{'it overrides' if len(paths) == 1 else 'they override'} the default sweep "
+            f"{default}, which does not exist (relative to {os.getcwd()}): run from the "
+            "workflow's directory or name the default sweep"
         )
     return validate(merge(_read_mapping(default), data), overrides=data)
 

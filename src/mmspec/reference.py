@@ -106,7 +106,8 @@ def _section(node: dict, path: str) -> list[str]:
     lines = []
     entry = node.get("additionalProperties")
     if isinstance(entry, dict):
-        variants = entry.get("oneOf", [entry])
+        # the forms an entry takes (null: an entry dropped, nothing to tabulate)
+        variants = [v for v in entry.get("oneOf", [entry]) if v.get("type") != "null"]
         for variant in variants:
             source = variant.get("properties", {}).get("source", {}).get("const")
             if len(variants) > 1:
@@ -120,6 +121,9 @@ def _section(node: dict, path: str) -> list[str]:
                 lines += ["", "Defaults that depend on `kind`:", "", *kinds]
     elif node.get("properties"):
         lines += [TABLE, *_rows(node, path, set(node.get("required", [])))]
+    elif isinstance(node.get("items"), dict) and node["items"].get("properties"):
+        item = node["items"]
+        lines += [TABLE, *_rows(item, f"{path}[]", set(item.get("required", [])))]
     return lines
 
 

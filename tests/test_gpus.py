@@ -143,7 +143,7 @@ def test_a_workstation_runs_one_gpu_job_per_gpu_and_every_gpu_works(tmp_path):
     assert len(jobs) == 6 and {j[0] for j in jobs} == {"0"} and not _overlapping(jobs)
 
 
-@pytest.mark.parametrize("mode", [0o777, 0o750])
+@pytest.mark.parametrize("mode", [0o777, 0o750], ids=oct)
 def test_a_gpu_job_fails_on_a_lock_folder_others_can_write_to(tmp_path, mode):
     """Another user who made the lock folder first could hold every GPU's lock, or free one
     that a job holds: the job stops with an error saying so, rather than share a GPU."""

@@ -31,7 +31,7 @@ def _foreign_folder(tmp_path: Path) -> tuple[Path, str, int]:
     return Path("/"), "", 0
 
 
-@pytest.mark.parametrize("umask", [0, 0o022, 0o077, 0o277])
+@pytest.mark.parametrize("umask", [0, 0o022, 0o077, 0o277], ids=oct)
 def test_a_missing_folder_is_made_0700_whatever_the_umask(tmp_path, umask):
     old = os.umask(umask)
     try:
@@ -51,7 +51,7 @@ def test_an_existing_folder_of_this_users_own_is_used_as_it_is(tmp_path):
     assert (tmp_path / "mine" / "a.lock").exists()
 
 
-@pytest.mark.parametrize("mode", [0o777, 0o750, 0o701])
+@pytest.mark.parametrize("mode", [0o777, 0o750, 0o701], ids=oct)
 def test_a_folder_others_can_enter_or_write_to_is_refused(tmp_path, mode):
     folder = tmp_path / "shared"
     folder.mkdir()

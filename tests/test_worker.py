@@ -307,7 +307,7 @@ class _Planted:
         self.server = _listening(path)
         self.heard: list[bytes] = []
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
 
     def _serve(self):
@@ -334,6 +334,20 @@ class _Planted:
         return self.heard
 
 
+@pytest.fixture
+def plant():
+    """`plant(path)`: a _Planted socket at `path`, closed after the test even when it fails."""
+    planted = []
+
+    def make(path: Path) -> _Planted:
+        planted.append(_Planted(path))
+        return planted[-1]
+
+    yield make
+    for socket_ in planted:
+        socket_.close()
+
+
 def _planted_folder(base: Path, mode: int) -> Path:
     """A worker folder made beforehand by someone else's hand: left writable to others."""
     folder = base / f"mmspec-workers-{os.getuid()}"
@@ -342,11 +356,13 @@ def _planted_folder(base: Path, mode: int) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("mode", [0o777, 0o750])
-def test_a_job_uses_no_worker_folder_that_others_can_write_to(short_tmp, monkeypatch, capsys, mode):
+@pytest.mark.parametrize("mode", [0o777, 0o750], ids=oct)
+def test_a_job_uses_no_worker_folder_that_others_can_write_to(
+    short_tmp, monkeypatch, capsys, plant, mode
+):
     monkeypatch.setenv("MMSPEC_WORKER_DIR", str(short_tmp))
     folder = _planted_folder(short_tmp, mode)
-    planted = _Planted(folder / f"{worker._key()}-0.sock")
+    planted = plant(folder / f"{worker._key()}-0.sock")
     assert worker.delegate(["generate", "--out", "x"]) is None  # the job runs in its own process
     assert planted.close() == []  # nothing connected, nothing was sent
     assert not list(folder.glob("*.lock"))
@@ -365,12 +381,12 @@ def _console_key(env: dict, cwd: Path) -> str:
     return subprocess.check_output([python, "-c", code], env=env, cwd=cwd, text=True).strip()
 
 
-def test_a_mmspec_job_sends_nothing_to_a_socket_planted_in_a_foreign_folder(short_tmp):
+def test_a_mmspec_job_sends_nothing_to_a_socket_planted_in_a_foreign_folder(short_tmp, plant):
     """End to end: a generate job from the command line, whose worker folder someone else made
     0777 and put a listening socket in, under the name its worker would have."""
     env = _env(short_tmp)
     folder = _planted_folder(short_tmp, 0o777)
-    planted = _Planted(folder / f"{_console_key(env, short_tmp)}-0.sock")
+    planted = plant(folder / f"{_console_key(env, short_tmp)}-0.sock")
     job = _mmspec(["generate", "--out", "x"], env, short_tmp)  # argparse's error, in-process
     assert planted.close() == []
     assert job.returncode == 2 and "required" in job.stderr, job.stderr
@@ -414,7 +430,7 @@ def _own_worker(stem: Path, rc: int) -> threading.Thread:
             conn.sendall(json.dumps({"rc": rc}).encode())
         server.close()
 
-    thread = threading.Thread(target=serve)
+    thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     return thread
 
@@ -531,10 +547,13 @@ def test_a_job_sends_nothing_to_a_worker_socket_of_another_user(short_tmp, monke
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert planted.stdout.readline().strip() == "listening"
-    assert worker.delegate(["generate", "--out", "x"]) is None
-    assert planted.stdout.readline().strip() == "0"  # not a byte of the request
-    planted.wait(timeout=30)
+    try:
+        assert planted.stdout.readline().strip() == "listening"
+        assert worker.delegate(["generate", "--out", "x"]) is None
+        assert planted.stdout.readline().strip() == "0"  # not a byte of the request
+    finally:
+        planted.kill()
+        planted.wait()
     assert (
         f"mmspec: {address} is served by uid {STRANGER}, not by this user (uid 0); running in "
         "this process" in capsys.readouterr().err

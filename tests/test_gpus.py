@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -140,3 +141,45 @@ def test_a_workstation_runs_one_gpu_job_per_gpu_and_every_gpu_works(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     jobs = _intervals(tmp_path)
     assert len(jobs) == 6 and {j[0] for j in jobs} == {"0"} and not _overlapping(jobs)
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o750], ids=oct)
+def test_a_gpu_job_fails_on_a_lock_folder_others_can_write_to(tmp_path, mode):
+    """Another user who made the lock folder first could hold every GPU's lock, or free one
+    that a job holds: the job stops with an error saying so, rather than share a GPU."""
+    folder = tmp_path / f"mmspec-gpus-{os.getuid()}"
+    folder.mkdir()
+    folder.chmod(mode)
+    env = {**os.environ, gpus.SHARED: "0", "TMPDIR": str(tmp_path), "MMSPEC_WORKER": "0"}
+    env.pop("MMSPEC_TRACEBACK", None)
+    job = subprocess.run(
+        [str(Path(sys.executable).parent / "mmspec"), "generate", "--out", "x"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert job.returncode == 1
+    (line,) = job.stderr.splitlines()  # the job's one-line error, before any GPU is held
+    assert line.startswith(
+        f"mmspec generate: error: {folder} has mode {mode:04o}, not 0700: mmspec keeps"
+    ), line
+    assert line.endswith(
+        "remove it (mmspec makes it again, mode 0700), or run every sweep of this machine with "
+        "TMPDIR set to one folder of your own"
+    ), line
+    assert not list(folder.iterdir())
+
+
+def test_a_gpu_lock_is_made_0600_in_a_folder_made_0700(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpus.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv(gpus.SHARED, "0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # (hold sets it; restored after the test)
+    old = os.umask(0)
+    try:
+        assert gpus.hold("generate") == "0"
+    finally:
+        os.umask(old)
+        gpus.release()
+    folder = tmp_path / f"mmspec-gpus-{os.getuid()}"
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(folder / "gpu-0.lock").st_mode) == 0o600

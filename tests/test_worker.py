@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from test_resume import _deterministic
 
@@ -271,4 +275,286 @@ def test_a_worker_that_closes_without_reading_falls_back_to_this_process(tmp_pat
     server.close()
     assert "the warm worker died during the job; running it in this process" in (
         capsys.readouterr().err
+    )
+
+
+# --- the folder, the sockets and whose connections are served ---------------------------------
+
+STRANGER = 65534  # nobody
+
+
+@pytest.fixture
+def short_tmp():
+    """A folder of a short path: under a long one (pytest's tmp_path can be), the worker folder
+    moves to /tmp for the socket path's 107-byte limit."""
+    folder = Path(tempfile.mkdtemp(prefix="mm-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder)
+
+
+def _listening(path: Path) -> socket.socket:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    server.settimeout(0.2)
+    return server
+
+
+class _Planted:
+    """A listening socket put where a worker's would be, keeping what each connection sends."""
+
+    def __init__(self, path: Path):
+        self.server = _listening(path)
+        self.heard: list[bytes] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            with conn:  # a client waits for a reply: read what comes within a moment
+                conn.settimeout(0.5)
+                data = b""
+                try:
+                    while chunk := conn.recv(1 << 16):
+                        data += chunk
+                except TimeoutError:
+                    pass
+                self.heard.append(data)
+
+    def close(self) -> list[bytes]:
+        """What each connection sent (none: nobody connected)."""
+        self.stop.set()
+        self.thread.join()
+        self.server.close()
+        return self.heard
+
+
+@pytest.fixture
+def plant():
+    """`plant(path)`: a _Planted socket at `path`, closed after the test even when it fails."""
+    planted = []
+
+    def make(path: Path) -> _Planted:
+        planted.append(_Planted(path))
+        return planted[-1]
+
+    yield make
+    for socket_ in planted:
+        socket_.close()
+
+
+def _planted_folder(base: Path, mode: int) -> Path:
+    """A worker folder made beforehand by someone else's hand: left writable to others."""
+    folder = base / f"mmspec-workers-{os.getuid()}"
+    folder.mkdir()
+    folder.chmod(mode)
+    return folder
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o750], ids=oct)
+def test_a_job_uses_no_worker_folder_that_others_can_write_to(
+    short_tmp, monkeypatch, capsys, plant, mode
+):
+    monkeypatch.setenv("MMSPEC_WORKER_DIR", str(short_tmp))
+    folder = _planted_folder(short_tmp, mode)
+    planted = plant(folder / f"{worker._key()}-0.sock")
+    assert worker.delegate(["generate", "--out", "x"]) is None  # the job runs in its own process
+    assert planted.close() == []  # nothing connected, nothing was sent
+    assert not list(folder.glob("*.lock"))
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(
+        f"mmspec: no warm worker, running in this process: {folder} has mode {mode:04o}, not 0700"
+    ), line
+    assert line.endswith("or set MMSPEC_WORKER_DIR to a folder of your own"), line
+
+
+def _console_key(env: dict, cwd: Path) -> str:
+    """The worker key a `mmspec` job started with `env` in `cwd` computes (its interpreter)."""
+    script = Path(sys.executable).parent / "mmspec"
+    python = script.read_text().splitlines()[0].removeprefix("#!")
+    code = "from mmspec import worker; print(worker._key())"
+    return subprocess.check_output([python, "-c", code], env=env, cwd=cwd, text=True).strip()
+
+
+def test_a_mmspec_job_sends_nothing_to_a_socket_planted_in_a_foreign_folder(short_tmp, plant):
+    """End to end: a generate job from the command line, whose worker folder someone else made
+    0777 and put a listening socket in, under the name its worker would have."""
+    env = _env(short_tmp)
+    folder = _planted_folder(short_tmp, 0o777)
+    planted = plant(folder / f"{_console_key(env, short_tmp)}-0.sock")
+    job = _mmspec(["generate", "--out", "x"], env, short_tmp)  # argparse's error, in-process
+    assert planted.close() == []
+    assert job.returncode == 2 and "required" in job.stderr, job.stderr
+    assert f"no warm worker, running in this process: {folder} has mode 0777" in job.stderr
+
+
+def test_workers_live_in_the_runtime_dir_when_it_is_the_users_own(short_tmp, monkeypatch):
+    monkeypatch.delenv("MMSPEC_WORKER_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(short_tmp / "tmp"))
+    (short_tmp / "tmp").mkdir()
+    run = short_tmp / "run"
+    run.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    name = f"mmspec-workers-{os.getuid()}"
+    assert worker._folder() == run / name
+    run.chmod(0o755)  # not a runtime dir of this user's alone: the temp dir instead
+    assert worker._folder() == short_tmp / "tmp" / name
+    run.chmod(0o700)
+    monkeypatch.setenv("MMSPEC_WORKER_DIR", str(short_tmp / "tmp"))  # the setting comes first
+    assert worker._folder() == short_tmp / "tmp" / name
+
+
+def test_the_peer_uid_is_compared_with_this_users():
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours, theirs:
+        assert worker._stranger(ours) is None
+        assert worker._stranger(ours, uid=os.getuid() + 1) == os.getuid()
+
+
+def _own_worker(stem: Path, rc: int) -> threading.Thread:
+    """A stand-in worker of this user's that answers one job with `rc`."""
+    server = _listening(Path(f"{stem}.sock"))
+    server.settimeout(30)
+
+    def serve():
+        conn, _ = server.accept()
+        with conn:
+            _, fds = worker._receive(conn)
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(json.dumps({"rc": rc}).encode())
+        server.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_slot_locks_are_0600_and_a_worker_of_ones_own_is_used(short_tmp, monkeypatch):
+    monkeypatch.setenv("MMSPEC_WORKER_DIR", str(short_tmp))
+    folder = short_tmp / f"mmspec-workers-{os.getuid()}"
+    folder.mkdir(mode=0o700)
+    stem = folder / f"{worker._key()}-0"
+    served = _own_worker(stem, rc=7)
+    old = os.umask(0)
+    try:
+        assert worker.delegate(["generate", "--out", "x"]) == 7
+    finally:
+        os.umask(old)
+    served.join()
+    assert stat.S_IMODE(os.stat(f"{stem}.lock").st_mode) == 0o600
+
+
+def _start_worker(folder: Path) -> tuple[subprocess.Popen, Path]:
+    stem = folder / "w"
+    started = worker._spawn(f"{stem}.sock", f"{stem}.lock")
+    deadline = time.monotonic() + 120
+    while not Path(f"{stem}.sock").exists() and time.monotonic() < deadline:
+        assert started.poll() is None, "the worker exited"
+        time.sleep(0.05)
+    return started, stem
+
+
+def test_a_workers_socket_is_0600(tmp_path):
+    old = os.umask(0)
+    try:
+        started, stem = _start_worker(tmp_path)
+    finally:
+        os.umask(old)
+    try:
+        assert stat.S_IMODE(os.stat(f"{stem}.sock").st_mode) == 0o600
+    finally:
+        started.kill()
+        started.wait()
+
+
+STRANGE_CLIENT = """
+import json, os, socket, struct, sys
+request = json.dumps({"argv": ["generate", "--out", "x"], "cwd": "/", "env": {}}).encode()
+os.setuid(int(sys.argv[2]))
+conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+conn.connect(sys.argv[1])
+conn.settimeout(20)
+reply = b""
+try:
+    conn.sendall(struct.pack("!Q", len(request)) + request)
+    while chunk := conn.recv(4096):
+        reply += chunk
+except (ConnectionResetError, BrokenPipeError):
+    pass
+print(repr(reply))
+"""
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="another uid's process needs root (CI runs as root)")
+def test_a_worker_closes_another_users_connection_unread(short_tmp, capfd):
+    """A client of another uid that got past the folder and the socket's mode (here: both opened
+    up by root after the worker started) gets nothing run and nothing back."""
+    started, stem = _start_worker(short_tmp)  # (tmp_path's parents: the user's alone)
+    try:
+        short_tmp.chmod(0o755)
+        os.chmod(f"{stem}.sock", 0o666)
+        stranger = subprocess.run(
+            [sys.executable, "-c", STRANGE_CLIENT, f"{stem}.sock", str(STRANGER)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert stranger.returncode == 0, stranger.stderr
+        assert stranger.stdout.strip() == "b''"  # unread: no job ran, no exit code came back
+        assert started.poll() is None
+        assert worker._run_in(stem, ["generate", "--out", "x"]) == 2  # its user's job runs
+        assert "required" in capfd.readouterr().err
+    finally:
+        started.kill()
+        started.wait()
+
+
+STRANGE_WORKER = """
+import os, socket, sys
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(sys.argv[1])
+os.setuid(int(sys.argv[2]))  # the uid a connecting client sees is the one at listen
+server.listen(1)
+print("listening", flush=True)
+conn, _ = server.accept()
+conn.settimeout(3)
+got = b""
+try:
+    while chunk := conn.recv(1 << 16):
+        got += chunk
+except TimeoutError:
+    pass
+print(len(got), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="another uid's process needs root (CI runs as root)")
+def test_a_job_sends_nothing_to_a_worker_socket_of_another_user(short_tmp, monkeypatch, capsys):
+    """The folder is this user's, but the socket in it is served by another uid (root put it
+    there, or the folder was swapped after it was checked): the job keeps its environment."""
+    monkeypatch.setenv("MMSPEC_WORKER_DIR", str(short_tmp))
+    folder = short_tmp / f"mmspec-workers-{os.getuid()}"
+    folder.mkdir(mode=0o700)
+    address = folder / f"{worker._key()}-0.sock"
+    planted = subprocess.Popen(
+        [sys.executable, "-c", STRANGE_WORKER, str(address), str(STRANGER)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert planted.stdout.readline().strip() == "listening"
+        assert worker.delegate(["generate", "--out", "x"]) is None
+        assert planted.stdout.readline().strip() == "0"  # not a byte of the request
+    finally:
+        planted.kill()
+        planted.wait()
+    assert (
+        f"mmspec: {address} is served by uid {STRANGER}, not by this user (uid 0); running in "
+        "this process" in capsys.readouterr().err
     )

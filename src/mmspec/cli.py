@@ -310,11 +310,18 @@ def main(argv: list[str] | None = None, warm: bool | None = None) -> int:
     started from the command line by a workflow that shares a workstation's GPUs first takes
     one of them (`mmspec.gpus`)."""
     from mmspec import gpus
+    from mmspec.private_folder import NotPrivate
 
     from_command_line = argv is None
     argv = sys.argv[1:] if argv is None else argv
     if from_command_line and argv:
-        gpus.hold(argv[0])
+        try:
+            gpus.hold(argv[0])
+        except NotPrivate as error:
+            if os.environ.get("MMSPEC_TRACEBACK"):
+                raise
+            print(f"mmspec {argv[0]}: error: {error}", file=sys.stderr)
+            return 1
     try:
         return _main(argv, from_command_line if warm is None else warm)
     finally:

@@ -9,6 +9,9 @@ included), and runs with CUDA_VISIBLE_DEVICES=<id>, so it sees that GPU alone as
 warm worker of that GPU: the variable keys workers). Two sweeps on one machine share the locks,
 so their jobs never double up on a GPU either. With no GPU nothing changes; under Slurm, Slurm
 assigns each job its GPU and nothing here runs.
+
+The lock folder must be this user's own (`mmspec.private_folder`): one that another user made
+first (all of its locks theirs to hold) fails the job with an error saying what to do.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+
+from mmspec.private_folder import lock_file, private_folder
 
 # The GPUs a run's jobs share ("0,1,2"), set by the workflow for its jobs.
 SHARED = "MMSPEC_LOCAL_GPUS"
@@ -86,9 +91,15 @@ def share_local(workflow) -> list[str]:
 
 
 def _lock_folder() -> Path:
-    folder = Path(tempfile.gettempdir()) / f"mmspec-gpus-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    return folder
+    """`<tmp>/mmspec-gpus-<uid>`, this user's own (else NotPrivate: the job fails, as nothing
+    else keeps two jobs off one GPU). Not $XDG_RUNTIME_DIR, where workers live: every job of
+    every sweep must find the same locks, and that variable is set in some sessions and not in
+    others (cron, su), and its folder goes at the user's last logout, with a sweep still running."""
+    return private_folder(
+        Path(tempfile.gettempdir()),
+        f"mmspec-gpus-{os.getuid()}",
+        "run every sweep of this machine with TMPDIR set to one folder of your own",
+    )
 
 
 def hold(stage: str) -> str | None:
@@ -104,7 +115,7 @@ def hold(stage: str) -> str | None:
     waited = False
     while True:
         for gpu in ids:
-            lock = open(folder / f"gpu-{gpu}.lock", "a")  # noqa: SIM115 (held until exit)
+            lock = lock_file(folder / f"gpu-{gpu}.lock")  # held until exit
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -15,6 +15,11 @@ cancelled job never keeps writing. `MMSPEC_WORKER=0` runs every job in its own p
 
 Within a packed Slurm job (slurm/config.yaml: a group of generate cells on one GPU) the group's
 cells run one after another on one slot, so the models shared by its cells load once.
+
+A job's request carries its environment (API keys, HF_TOKEN), so workers live only in a folder
+of this user's own (`mmspec.private_folder`; a job whose folder is not runs in its own process,
+with a line on stderr saying why), their sockets are 0600, and each side checks the other's uid
+on every connection before it sends or reads a byte.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import time
 from pathlib import Path
 
 from mmspec import import_closure
+from mmspec.private_folder import lock_file, private_folder, runtime_dir
 
 IDLE_S = 30.0  # a worker's life without a job (MMSPEC_WORKER_IDLE overrides)
 START_S = 300.0  # the longest a client waits for a new worker to listen (imports)
@@ -47,16 +53,22 @@ _HEADER = struct.Struct("!Q")
 
 
 def enabled() -> bool:
-    return os.environ.get("MMSPEC_WORKER", "1") != "0" and hasattr(socket, "AF_UNIX")
+    """Warm workers are on, and this platform can tell whose a connection is (SO_PEERCRED:
+    Linux); where it cannot (macOS), every job runs in its own process."""
+    return os.environ.get("MMSPEC_WORKER", "1") != "0" and hasattr(socket, "SO_PEERCRED")
 
 
 def delegate(argv: list[str]) -> int | None:
     """Run `mmspec <argv>` in a warm worker; its exit code, or None to run it in this process
     (no slot free, or a worker could not start or died: a line on stderr says which)."""
-    folder = _folder()
+    try:
+        folder = _folder()
+    except OSError as error:  # a worker only saves time: the job runs, and says why not there
+        print(f"mmspec: no warm worker, running in this process: {error}", file=sys.stderr)
+        return None
     key = _key()
     for slot in range(SLOTS):
-        lock = open(folder / f"{key}-{slot}.lock", "a")  # noqa: SIM115 (held across the job)
+        lock = lock_file(folder / f"{key}-{slot}.lock")  # held across the job
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -70,12 +82,13 @@ def delegate(argv: list[str]) -> int | None:
 
 
 def _folder() -> Path:
-    base = Path(os.environ.get("MMSPEC_WORKER_DIR") or tempfile.gettempdir())
-    folder = base / f"mmspec-workers-{os.getuid()}"
-    if len(str(folder)) > 80:  # a Unix socket's path has at most 107 bytes
-        folder = Path("/tmp") / f"mmspec-workers-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    return folder
+    """The folder of this user's workers: under MMSPEC_WORKER_DIR, else the runtime directory
+    ($XDG_RUNTIME_DIR), else the temp dir; NotPrivate when it is not this user's own."""
+    name = f"mmspec-workers-{os.getuid()}"
+    base = Path(os.environ.get("MMSPEC_WORKER_DIR") or runtime_dir() or tempfile.gettempdir())
+    if len(str(base / name)) > 80:  # a Unix socket's path has at most 107 bytes
+        base = Path("/tmp")
+    return private_folder(base, name, "set MMSPEC_WORKER_DIR to a folder of your own")
 
 
 def _key() -> str:
@@ -127,6 +140,14 @@ def _run_in(stem: Path, argv: list[str]) -> int | None:
             return None
     reply = b""
     with conn:
+        # the request carries this job's environment: never to another user's socket
+        if (uid := _stranger(conn)) is not None:
+            print(
+                f"mmspec: {address} is served by uid {uid}, not by this user (uid {os.getuid()});"
+                " running in this process",
+                file=sys.stderr,
+            )
+            return None
         request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)})
         payload = request.encode()
         try:
@@ -142,6 +163,14 @@ def _run_in(stem: Path, argv: list[str]) -> int | None:
               file=sys.stderr)  # fmt: skip
         return None
     return int(json.loads(reply)["rc"])
+
+
+def _stranger(conn: socket.socket, uid: int | None = None) -> int | None:
+    """The uid of the process at the other end of `conn` when it is not `uid` (this process's);
+    None when it is. The kernel records it at connect (a client) or listen (a worker)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, peer, _gid = struct.unpack("3i", creds)
+    return None if peer == (os.getuid() if uid is None else uid) else peer
 
 
 def _connect(address: str) -> socket.socket | None:
@@ -175,6 +204,9 @@ def serve(address: str, lock: str) -> None:
     Path(address).unlink(missing_ok=True)  # a dead worker's socket
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(address)
+    # the folder (0700) keeps other users out; the socket's own mode is a second guard, set
+    # before anyone can connect (connecting needs listen)
+    os.chmod(address, 0o600)
     server.listen(1)
     server.settimeout(idle)
     jobs, stage = 0, None
@@ -186,6 +218,9 @@ def serve(address: str, lock: str) -> None:
             if _no_client(lock):  # no job holds or waits on this slot: leave
                 Path(address).unlink(missing_ok=True)
                 return
+            continue
+        if _stranger(conn) is not None:  # another user's: not a byte of it is read
+            conn.close()
             continue
         with conn:
             conn.settimeout(None)
@@ -201,7 +236,7 @@ def serve(address: str, lock: str) -> None:
 
 
 def _no_client(lock: str) -> bool:
-    with open(lock, "a") as f:
+    with lock_file(Path(lock)) as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -113,7 +113,8 @@ STAGE_CODE = {
         "schema.py",  # the settings' defaults
         "stages/score.py",
         "scoring",
-        "toy/quality.py",  # the toy datasets' task metric
+        "toy/metric.py",  # the toy datasets' task metric
+        "toy/quality.py",
         "toy/world.py",
         "data/media.py",
         *MODEL_CODE,

@@ -10,6 +10,7 @@ from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.component import CAPTIONS, DRAFT_MODEL, DRAFT_VISUAL
 from mmspec.methods import components
 from mmspec.models import footprint
+from mmspec.scoring import metric_catalog
 from mmspec.stages import toy_model
 from mmspec.stages.claims import finished
 from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
@@ -198,6 +199,15 @@ def dataset_metric(w):
     if makes_images(w.dataset):
         return "image"
     return "toy" if spec["source"] == "toy" else spec["metric"]
+
+
+SCORE_CODE = fingerprint("score")
+
+
+def score_code(w):
+    """The score stage's code fingerprint, with the source of the dataset's metric when an
+    installed plugin adds it."""
+    return SCORE_CODE + metric_catalog.plugin_code(dataset_metric(w))
 
 
 def score_models(w):

@@ -77,7 +77,13 @@ def load() -> None:
                 f"the metric plugin {entry.name!r} ({entry.value}, entry point group {GROUP}) "
                 "names no TaskMetric subclass (scoring.task_metric)"
             )
-        register(loaded)
+        try:
+            register(loaded)
+        except CatalogError as error:
+            raise CatalogError(
+                f"the metric plugin {entry.name!r} ({entry.value}, entry point group {GROUP}): "
+                f"{error}"
+            ) from None
         _PLUGINS[loaded.name] = entry.value
 
 

@@ -105,7 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", required=True)
     p.add_argument("--ar-samples", required=True)
     p.add_argument("--prepared", required=True)
-    p.add_argument("--metric", required=True)
+    p.add_argument(
+        "--metric",
+        required=True,
+        help="the dataset's task metric, by its name in the metric catalog "
+        "(docs/reference/metrics.md), or image: FID and CLIP score of generated images",
+    )
     p.add_argument(
         "--image-models",
         type=_settings("ImageModels"),

@@ -51,6 +51,8 @@ from mmspec.model_refs import (  # noqa: F401 (the references' names, for caller
     normalize_model_ref,
 )
 from mmspec.schema import ConfigError
+from mmspec.scoring import metric_catalog
+from mmspec.scoring.task_metric import TEXT
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -340,6 +342,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
         _check_head(config, cell)
         _check_task(config, cell)
     _check_image_metrics(config)
+    _check_task_metrics(config)
     _check_judge(config, swept)
     if captioner is None:
         uses_c = sorted({c.method for c in swept if components.needs(c.spec, CAPTIONS)})
@@ -351,6 +354,29 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     _check_toy_scenarios(config)
     check_ar_cells(swept)
     return config
+
+
+def _check_task_metrics(config: dict) -> None:
+    """Each dataset's `metric` names a metric of the catalog (mmspec's, or an installed
+    plugin's) that can score it."""
+    for name, spec in config["datasets"].items():
+        if "metric" not in spec or dataset_task(config, name) == IMAGE_GENERATION:
+            continue  # toy datasets: the toy rubric; image generation: FID and CLIP score
+        key = f"config key datasets.{name}.metric"
+        try:
+            metric = metric_catalog.get(spec["metric"])
+        except metric_catalog.CatalogError as error:
+            raise ConfigError(f"{key}: {error}") from None
+        if not metric.higher_is_better:
+            raise ConfigError(
+                f"{key}: metric {metric.name!r} falls as quality rises, but retention (quality / "
+                "AR quality) and the report read quality as rising (score its complement instead)"
+            )
+        if spec.get("conversation") and TEXT not in metric.takes:
+            raise ConfigError(
+                f"{key}: metric {metric.name!r} takes a list of answers, but each turn of a "
+                "conversation has one answer text"
+            )
 
 
 def judged_datasets(config: dict, swept: list | None = None) -> list[str]:

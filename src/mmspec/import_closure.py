@@ -52,6 +52,8 @@ DYNAMIC_IMPORTS = {
     "mmspec.decoding.drafters.trained": ("mmspec.decoding.drafters",),
     # a toy recipe's trainer, named by its kind
     "mmspec.stages.toy_model": ("mmspec.toy",),
+    # the built-in task metrics (metric_catalog.BUILT_IN_MODULES, BUILT_IN_PACKAGES)
+    "mmspec.scoring.metric_catalog": ("mmspec.toy.metric", "mmspec.scoring.metrics"),
 }
 # importlib.import_module calls whose modules are not mmspec's (transformers' processors,
 # torch as mmspec.lazy stands for it): recorded by version like any installed package

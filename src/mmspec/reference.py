@@ -166,14 +166,44 @@ def metrics_page() -> str:
     from mmspec.report.page import METRIC_DEFINITIONS
 
     lines = _head(
-        "the report's definitions (src/mmspec/report/page.py)",
+        "the report's definitions (src/mmspec/report/page.py) and the task metric catalog",
         "Metrics",
         "What each column of the cells table (`results/summary/cells.parquet`) and of the report"
-        " means. The report's own Definitions section shows the same text.",
+        " means (the report's own Definitions section shows the same text), then the task"
+        " metrics a dataset's `metric:` names.",
     )
     for term, text in METRIC_DEFINITIONS:
         lines += ["", f"## {term}", "", _plain(text)]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _task_metrics()) + "\n"
+
+
+TAKES = {"text": "one reference text", "answers": "a list of answers"}
+
+
+def _task_metrics() -> list[str]:
+    from mmspec.scoring import metric_catalog
+
+    lines = [
+        "",
+        "## Task metrics",
+        "",
+        "A dataset's `metric:` names one of these (toy datasets are scored by `toy`). Each"
+        " scores one output against its sample's reference: the answer column's text, or its"
+        " list of answers where the column holds a list; `quality` is the mean over a cell's"
+        " sample-turns and `ar_quality` the AR cell's on the same ones. A reference a metric"
+        " does not take stops the score job, naming the sample. An installed package adds"
+        f" metrics through the entry point group `{metric_catalog.GROUP}`"
+        " ([Architecture](../architecture.md#task-metrics)); they are not listed here.",
+    ]
+    # by name: the catalog's own order is the order its modules were imported in
+    for name, metric in sorted(metric_catalog.metrics().items()):
+        if not metric.__module__.startswith("mmspec."):
+            continue  # a plugin's, or one a caller registered (e.g. a test's)
+        takes = " or ".join(TAKES[t] for t in sorted(metric.takes, reverse=True))
+        direction = "Higher is better." if metric.higher_is_better else "Lower is better."
+        lines += ["", f"### {name}", "", _cell(metric.description) + "."]
+        lines += ["", f"Takes {takes}. {direction} Source: {_cell(metric.source)}."]
+    return lines
 
 
 # -- methods -------------------------------------------------------------------------------------

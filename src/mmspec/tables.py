@@ -18,6 +18,10 @@ import pyarrow.parquet as pq
 # cache). A video is an item {"type": "video", "frames": n} taking the next n pictures, its
 # sampled frames (`data.media`). An image-generation sample (`media.IMAGE_GENERATION`) has a text
 # prompt (its caption), and `images` holds its reference image: FID's real set.
+# `reference` is the answer as text (what judges read; a list of answers as its JSON), and
+# `references` the list itself when the dataset's answer column holds a list (TextVQA's ten human
+# answers), null when it holds one text: a task metric scores against `references` where it is
+# set, else `reference` (stages.score).
 PREPARED = pa.schema(
     [
         ("sample_id", pa.string()),
@@ -27,6 +31,7 @@ PREPARED = pa.schema(
         ("images", pa.list_(pa.binary())),
         ("image_ids", pa.list_(pa.string())),
         ("reference", pa.string()),
+        ("references", pa.list_(pa.string())),
         # questions with their correct answers for a judge's QA stage (VDC's qa_list), JSON
         # [[question, answer], ...]; null unless the dataset maps `columns.qa`
         ("qa", pa.string()),

@@ -10,6 +10,7 @@ from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.component import CAPTIONS, DRAFT_MODEL, DRAFT_VISUAL
 from mmspec.methods import components
 from mmspec.models import footprint
+from mmspec.scoring import metric_catalog
 from mmspec.stages import toy_model
 from mmspec.stages.claims import finished
 from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
@@ -193,11 +194,33 @@ def ar_samples(w):
     return f"results/generate/{ar_cell_of(w).path}/samples.parquet"
 
 
+# The keys of a dataset entry that scoring and the report read, not prepare: a change to them
+# reruns no prepare job, nor (through its rewritten output) the cells that read it.
+SCORING_KEYS = ("metric", "judge", "group")
+
+
+def prepare_spec(w):
+    """The dataset's config entry as the prepare job reads it (JSON)."""
+    spec = CONFIG["datasets"][w.dataset]
+    return json.dumps(
+        {k: v for k, v in spec.items() if k not in SCORING_KEYS}, sort_keys=True
+    )
+
+
 def dataset_metric(w):
     spec = CONFIG["datasets"][w.dataset]
     if makes_images(w.dataset):
         return "image"
     return "toy" if spec["source"] == "toy" else spec["metric"]
+
+
+SCORE_CODE = fingerprint("score")
+
+
+def score_code(w):
+    """The score stage's code fingerprint, with the source of the dataset's metric when an
+    installed plugin adds it."""
+    return SCORE_CODE + metric_catalog.plugin_code(dataset_metric(w))
 
 
 def score_models(w):

@@ -9,7 +9,7 @@ rule prepare:
         "../../envs/mmspec.yaml"
     threads: 1
     params:
-        spec=lambda w: json.dumps(CONFIG["datasets"][w.dataset], sort_keys=True),
+        spec=prepare_spec,
         toy_seed=CONFIG["toy"]["seed"],
         code=fingerprint("prepare"),
     shell:

@@ -16,7 +16,7 @@ rule score:
         metric=dataset_metric,
         images=score_options,
         judged=judge_options,
-        code=fingerprint("score"),
+        code=score_code,
     shell:
         "mmspec score --samples {input.samples} --ar-samples {input.ar_samples}"
         " --prepared {input.prepared} --metric {params.metric} {params.images}"

@@ -13,6 +13,8 @@ A config entry such as
 
 becomes one single-turn row per dataset row: the user message holds one image placeholder per
 image (in column order, list-valued columns expanded in place) followed by the formatted prompt.
+An answer column that holds a list (TextVQA's ten human answers; items may be texts or VQA v2's
+{answer: ...} records) stays a list, the row's `references`, beside its JSON text in `reference`.
 
 A video benchmark adds
 
@@ -258,6 +260,7 @@ def convert_row(name: str, spec: dict, index: int, row: dict) -> dict:
         "images": images,
         "image_ids": [hashlib.sha1(png).hexdigest() for png in images],
         "reference": as_text(row[columns["answer"]]),
+        "references": answer_list(f"{where}, column {columns['answer']!r}", row[columns["answer"]]),
         "qa": qa_pairs(f"{where}, column {columns['qa']!r}", row[columns["qa"]])
         if "qa" in columns
         else None,
@@ -409,6 +412,24 @@ def as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def answer_list(where: str, value: Any) -> list[str] | None:
+    """A list-valued answer as the PREPARED `references`: its answers as texts (a {answer: ...}
+    record, VQA v2's annotation format, gives its `answer`); None for a single answer."""
+    if not isinstance(value, list | tuple):
+        return None
+    texts = []
+    for k, item in enumerate(value):
+        if isinstance(item, dict) and "answer" in item:
+            item = item["answer"]
+        if isinstance(item, bool) or not isinstance(item, str | int | float):
+            raise ValueError(
+                f"{where}[{k}]: {str(item)[:80]!r} is not an answer; expected a list of answer "
+                "texts (or of {answer: ...} records)"
+            )
+        texts.append(str(item))
+    return texts
 
 
 def check_unique_ids(source: str, rows: list[dict]) -> None:

@@ -5,6 +5,11 @@ For rehearsing a cluster sweep on a laptop: each `source: hf` dataset of a confi
 prompt's fields, `video`, `conversation`), filled from the toy world (its images, captions and
 questions), and the config override that points the dataset's `id` at it. The sweep's own
 prepare code then reads it exactly as it would read the real dataset.
+
+The answer column holds the caption, or, for a dataset whose metric scores only a list of answers
+(`vqa_accuracy`), ten human answers as TextVQA's rows do: AGREEMENT[k % 4] of row k's humans
+give its answer (the first object's colour and shape) in spellings that VQA's normalisation folds
+together, and the others something else, so row k's answer scores 1.0, 0.9, 0.6, 0.3.
 """
 
 from __future__ import annotations
@@ -15,30 +20,50 @@ from pathlib import Path
 import numpy as np
 
 from mmspec.data import hf
+from mmspec.scoring import metric_catalog
+from mmspec.scoring.task_metric import TEXT
 from mmspec.toy import world as toyworld
+
+HUMANS = 10  # answers per question, as in TextVQA and VQA v2
+AGREEMENT = (10, 3, 2, 1)  # of row k's humans, AGREEMENT[k % 4] give its answer
+AGREEING = ("{colour} {shape}", "{Colour} {shape}.", "a {colour} {shape}", "the {COLOUR} {SHAPE}")
+OTHERS = ("{shape}", "{colour}", "unanswerable")
 
 
 def _image(rng: np.random.Generator):
     import PIL.Image
 
     scene = toyworld.random_scene(rng)
-    return PIL.Image.fromarray(toyworld.render(scene)), toyworld.caption(scene)
+    return PIL.Image.fromarray(toyworld.render(scene)), scene
+
+
+def human_answers(scene, k: int) -> list[str]:
+    """Row k's ten human answers about `scene` (the plain spelling of its answer first)."""
+    colour, shape = scene[0].colour, scene[0].shape
+    words = {"colour": colour, "shape": shape, "Colour": colour.capitalize()}
+    words.update(COLOUR=colour.upper(), SHAPE=shape.upper())
+    agree = AGREEMENT[k % len(AGREEMENT)]
+    given = [AGREEING[i % len(AGREEING)].format(**words) for i in range(agree)]
+    return given + [OTHERS[i % len(OTHERS)].format(**words) for i in range(HUMANS - agree)]
 
 
 def _row(spec: dict, k: int, rng: np.random.Generator) -> dict:
     columns = spec["columns"]
     row: dict = {}
-    caption = "a toy image ."
+    scene = None
     for column in spec["image_columns"]:
-        row[column], caption = _image(rng)
+        row[column], scene = _image(rng)
     if spec.get("video"):
         frames = [_image(rng)[0] for _ in range(spec["video"]["frames"])]
         row[spec["video"]["column"]] = frames
     row.update({column: value for column, value in spec.get("where", {}).items()})
+    caption = toyworld.caption(scene) if scene else "a toy image ."
     if "question" in columns:
         row[columns["question"]] = toyworld.CAPTION_PROMPT
     if "answer" in columns:
-        row[columns["answer"]] = caption
+        lists = TEXT not in metric_catalog.get(spec["metric"]).takes
+        scene = scene or toyworld.random_scene(rng)
+        row[columns["answer"]] = human_answers(scene, k) if lists else caption
     if "id" in columns:
         row[columns["id"]] = f"stand-in-{k}"
     if spec.get("conversation"):

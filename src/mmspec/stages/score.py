@@ -1,5 +1,10 @@
 """Stage score: per sample-turn lossless check against the AR cell, and task quality.
 
+Task quality is the dataset's task metric (`scoring.metric_catalog`) of each output and of the
+AR cell's against the sample's references: the prepared `references` (a list of answers) where
+the dataset gives a list, else its `reference` text. A reference the metric cannot take (a list
+for a metric of one text, one text for VQA accuracy) stops the job before anything is written.
+
 Greedy cells are compared with the AR cell token for token. For a lossless acceptance rule a
 difference is a failure (`lossless` false); for a lossy rule it is expected, so `lossless` stays
 null and the first divergence and the quality retention tell how far it strayed.
@@ -17,8 +22,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from mmspec.scoring import metric_catalog
 from mmspec.scoring.lossless import first_divergence
-from mmspec.scoring.task_quality import quality
+from mmspec.scoring.task_metric import Sample
 from mmspec.stages.settings import ImageModels
 from mmspec.tables import (
     JUDGEMENTS,
@@ -52,6 +58,7 @@ def run(
     rows = read_table(samples, SAMPLES).to_pylist()
     ar_rows = {(r["sample_id"], r["turn"]): r for r in read_table(ar_samples, SAMPLES).to_pylist()}
     refs = {(r["sample_id"], r["turn"]): r for r in read_table(prepared, PREPARED).to_pylist()}
+    scorer = None if metric == IMAGE_METRIC else metric_catalog.get(metric)()
     records = []
     for row in rows:
         key = (row["sample_id"], row["turn"])
@@ -85,10 +92,11 @@ def run(
                 "first_divergence": divergence,
             }
         )
-        if metric != IMAGE_METRIC:
-            args = (metric, ref["scenario"], row["turn"])
-            records[-1]["quality"] = quality(*args, row["output_text"], ref["reference"])
-            records[-1]["ar_quality"] = quality(*args, ar["output_text"], ref["reference"])
+        if scorer is not None:
+            reference = references(scorer, ref, prepared)
+            sample = Sample(row["sample_id"], row["turn"], ref["scenario"])
+            records[-1]["quality"] = scorer.score(row["output_text"], reference, sample)
+            records[-1]["ar_quality"] = scorer.score(ar["output_text"], reference, sample)
     if metric == IMAGE_METRIC:
         if not image_models:
             raise ValueError(f"{samples}: metric {IMAGE_METRIC!r} needs the image models")
@@ -99,6 +107,20 @@ def run(
     if judgements:
         _add_judgements(records, *judgements)
     write_table(pa.Table.from_pylist(records, schema=SCORES), out, SCORES)
+
+
+def references(metric, ref: dict, prepared: str) -> str | list[str]:
+    """What `metric` scores a prepared row's outputs against: its list of answers, else its
+    reference text; ValueError naming the file and sample when the metric cannot take it."""
+    reference = ref["references"] if ref["references"] is not None else ref["reference"]
+    problem = metric.problem(reference)
+    if problem:
+        raise ValueError(
+            f"{prepared}: sample {ref['sample_id']} turn {ref['turn']}: metric {metric.name!r} "
+            f"{problem} (a dataset's `metric:` must take what its `columns.answer` holds: "
+            "docs/reference/metrics.md says what each metric takes)"
+        )
+    return reference
 
 
 def _score_images(records, rows, ar_rows, refs, models: ImageModels, paths) -> None:

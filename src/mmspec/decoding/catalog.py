@@ -17,7 +17,9 @@ rerun their cells), the report and `mmspec verify-lossless`.
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 from importlib.metadata import entry_points
@@ -116,18 +118,50 @@ def get(kind: str, name: str) -> type[Component]:
     return found
 
 
-def source_file(component: type[Component]) -> Path:
-    """The file that defines a component."""
-    return Path(inspect.getsourcefile(component))
+def source_files(component: type[Component]) -> list[Path]:
+    """The file that defines a component and those of the modules of its own top-level package
+    that it imports, transitively (a plugin's helper modules run in its cells too)."""
+    top = component.__module__.split(".")[0]
+    found: dict[str, Path] = {}
+    todo = [component.__module__]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):  # `a.b.C` where a.b is a module: C is no module
+            continue
+        if spec is None or not spec.has_location or not str(spec.origin).endswith(".py"):
+            continue
+        found[name] = Path(spec.origin)
+        package = name if spec.submodule_search_locations is not None else name.rpartition(".")[0]
+        todo += [m for m in _imported(found[name], package) if m.split(".")[0] == top]
+    return sorted(found.values())
+
+
+def _imported(path: Path, package: str) -> list[str]:
+    """The modules a Python file imports (`from a import b` names both a and a.b, since b may be
+    a module); relative imports resolved against `package`."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{parent}.{base}" if base else parent
+            names += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+    return names
 
 
 def plugin_files() -> list[Path]:
     """The source files of the installed plugins' components (the aggregate and report stages'
     code fingerprints; a cell's own holds those of its components, `components.plugin_code`)."""
     load()
-    return sorted(
-        {source_file(c) for kind in _COMPONENTS.values() for c in kind.values() if is_plugin(c)}
-    )
+    plugins = [c for kind in _COMPONENTS.values() for c in kind.values() if is_plugin(c)]
+    return sorted({f for c in plugins for f in source_files(c)})
 
 
 def is_plugin(component: type[Component]) -> bool:

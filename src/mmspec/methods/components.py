@@ -141,7 +141,9 @@ def plugin_code(spec: dict) -> str:
     """A short hash of the source files of the spec's components that installed plugins add
     ("" when it has none): part of its cell's code fingerprint, so that editing a plugin reruns
     the cells that use it, and only those."""
-    files = sorted({catalog.source_file(part) for part in parts(spec) if catalog.is_plugin(part)})
+    files = sorted(
+        {f for part in parts(spec) if catalog.is_plugin(part) for f in catalog.source_files(part)}
+    )
     if not files:
         return ""
     digest = hashlib.sha256()

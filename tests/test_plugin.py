@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import torch
 import yaml
 from workflow_cli import ROOT, job_counts, snakemake_cmd
 
@@ -143,6 +144,74 @@ def test_verify_lossless_proves_the_prompt_lookup_drafter(site, seed):
     assert int(outcomes) == 2 * 8**3  # every sequence of three tokens, on both prompts
     hits, proposals = map(int, drafted.split("/"))
     assert 0 < hits < proposals  # it drafts where an n-gram recurs, and only there
+
+
+@pytest.fixture
+def example(monkeypatch):
+    """The example package imported from its source folder (its classes, not its entry points:
+    the catalog of this process stays mmspec's own)."""
+    monkeypatch.syspath_prepend(str(PLUGIN / "src"))
+    from mmspec_example import ngram, prompt_lookup
+
+    return ngram, prompt_lookup
+
+
+def test_the_ngram_index_finds_the_latest_longest_match_and_never_a_barrier(example):
+    ngram, _ = example
+    index = ngram.NgramIndex(1, 3)
+    index.extend([5, 6, 7, 9, 5, 6, 8, 5, 6])
+    assert index.match() == 6  # (5, 6) at 0 and 4: the latest continues with 8, at 6
+    index.extend([8, 1])
+    assert index.match() is None  # 1 never occurred before
+    index.extend([5, 6, 8])
+    assert index.match() == 10  # (5, 6, 8) at 7, the longest recurring suffix, continues at 10
+    two = ngram.NgramIndex(2, 3)
+    two.extend([5, 6, 7, 6])
+    assert two.match() is None  # only a 1-gram recurs
+    barred = ngram.NgramIndex(1, 3)
+    barred.extend([3, -1, -1, 4, 3])
+    assert barred.match() is None  # the earlier 3 is followed by a barrier: nothing to copy
+    barred.extend([-1, 4])
+    assert barred.match() == 4  # 4 at 3 continues with 3; no n-gram spans the barriers
+
+
+def _lookup_context(prompt: list[int], visual_id: int, output: list[int]):
+    from mmspec.decoding.token_context import TokenContext, visual_spans
+
+    ids = torch.tensor(prompt)
+    visual = ids == visual_id
+    return TokenContext(ids, visual, visual_spans(visual), None, list(output))
+
+
+def test_prompt_lookup_copies_point_masses_and_never_matches_or_copies_visual_tokens(example):
+    from mmspec.decoding.decoder import Forward
+    from mmspec.decoding.drafters import HeadPrompts
+    from mmspec.decoding.sampler import seeded
+    from mmspec.decoding.trees import ChainPolicy
+
+    _, prompt_lookup = example
+    image, vocab = 4, 20
+    prefill = Forward(torch.zeros(vocab), torch.zeros(1, 8))
+
+    def proposal(prompt, output, temperature=0.0, gamma=5):
+        drafter = prompt_lookup.PromptLookupDrafter(1, 3, temperature)
+        context = _lookup_context(prompt, image, output[:1])
+        drafter.start(HeadPrompts(None), output[0], prefill, context)
+        context.output.extend(output[1:])  # as the loop does before each proposal
+        return ChainPolicy(gamma).propose(drafter, seeded(0), room=10)
+
+    # the output's last token, 10, was last followed by 11 13 14; then the copy reaches the output
+    assert proposal([2, 10, 11, 13, 14], [9, 10]).tokens == [11, 13, 14, 9, 10]
+    # the copy stops before an image's tokens
+    assert proposal([10, 11, 12, image, image, 13], [10]).tokens == [11, 12]
+    # nothing recurs, or only before an image: nothing proposed (an AR step)
+    assert proposal([10, 11, image, image, 12], [11]).tokens == []
+    # the image token id emitted by the target never matches the image's positions
+    assert proposal([10, image, image, image, 12], [image]).tokens == []
+    # at temperature > 0: the same copy, drawn from point masses
+    sampled = proposal([2, 10, 11, 13, 14], [9, 10], temperature=1.0, gamma=3)
+    assert sampled.tokens == [11, 13, 14] and sampled.q.argmax(-1).tolist() == [11, 13, 14]
+    assert torch.equal(sampled.q.sum(-1), torch.ones(3)) and int((sampled.q > 0).sum()) == 3
 
 
 # Realistic bugs in the engine's handling of what the new protocol makes common (empty and

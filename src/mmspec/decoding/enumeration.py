@@ -167,12 +167,13 @@ class Forker:
 
 
 def speculative_distribution(
-    start, prompt, draft_prompts, n_tokens: int, fork: Forker, score_visual=None
+    start, prompt, draft_prompts, n_tokens: int, fork: Forker, score_visual=None, seen=None
 ) -> dict[tuple[int, ...], float]:
     """The exact distribution of the first `n_tokens` tokens a speculative method emits.
 
     `start(sampler)` returns a fresh `Speculation` drawing from `sampler`. States reached by the
     same steps emitting the same tokens are explored once (their futures are the same).
+    `seen(proposal)`, if given, is called with each proposal explored.
     """
     memo: dict[tuple, dict] = {}
 
@@ -191,6 +192,8 @@ def speculative_distribution(
             return forked, forked.propose(need)
 
         for p_draft, (drafted, proposal) in outcomes(propose):
+            if seen is not None:
+                seen(proposal)
             forward = drafted.verify(proposal)
 
             def accept(sampler, drafted=drafted, proposal=proposal, forward=forward):

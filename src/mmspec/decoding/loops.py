@@ -18,6 +18,7 @@ from mmspec.decoding.probability import pick
 from mmspec.decoding.prompt import Prompt
 from mmspec.decoding.proposal import Proposal
 from mmspec.decoding.timing import sync
+from mmspec.decoding.token_context import TokenContext
 
 
 @dataclass
@@ -83,15 +84,20 @@ def decode_ar(
 
 
 class Speculation:
-    """The state of one speculative generation: target and drafter caches and the policies."""
+    """The state of one speculative generation: target and drafter caches and the policies;
+    for a drafter that reads tokens, the generation's `TokenContext` (`tokenizer`: the
+    target's)."""
 
-    def __init__(self, target: Decoder, drafter, policy, rule, temperature: float, sampler):
+    def __init__(
+        self, target: Decoder, drafter, policy, rule, temperature: float, sampler, tokenizer=None
+    ):
         self.target, self.drafter, self.policy, self.rule = target, drafter, policy, rule
-        self.temperature, self.sampler = temperature, sampler
+        self.temperature, self.sampler, self.tokenizer = temperature, sampler, tokenizer
         self.last = 0  # the last emitted token (the root of the next proposal)
         self.base = 0  # target cache length before the current verification
         self.visual_states = None  # the prompt's visual tokens' last-layer states (LVSpec)
         self.relaxed = 0  # nodes the last `accept` relaxed
+        self.tokens: TokenContext | None = None  # built only for a drafter that reads tokens
 
     def start(self, prompt: Prompt | torch.Tensor, draft_prompts, score_visual=None) -> int:
         """Prefill the target, emit its first token, start the drafter; the first token.
@@ -108,7 +114,11 @@ class Speculation:
         attention = forward.visual_attention
         prompts = draft_prompts(attention) if callable(draft_prompts) else draft_prompts
         self.policy.start()
-        self.drafter.start(prompts, self.last, forward.row(0))
+        if getattr(self.drafter, "reads_tokens", False):
+            self.tokens = TokenContext.of(prompt, self.tokenizer, self.last)
+            self.drafter.start(prompts, self.last, forward.row(0), self.tokens)
+        else:
+            self.drafter.start(prompts, self.last, forward.row(0))
         return self.last
 
     def propose(self, room: int) -> Proposal:
@@ -140,9 +150,12 @@ class Speculation:
         rows = [0] + [i + 1 for i in path]
         self.target.keep(self.base, rows)
         self.policy.observe(len(path))
+        emitted = [proposal.tokens[i] for i in path] + [token]
+        if self.tokens is not None:  # before the drafter's commit, which may read it
+            self.tokens.output.extend(emitted)
         self.drafter.commit(proposal, path, token, forward.row(0).select(rows))
         self.last = token
-        return [proposal.tokens[i] for i in path] + [token]
+        return emitted
 
 
 def visual_states(prompt, forward: Forward, rule: str) -> torch.Tensor:
@@ -168,10 +181,12 @@ def decode_speculative(
     temperature: float,
     sampler,
     score_visual: torch.Tensor | None = None,
+    tokenizer=None,
 ) -> Generation:
-    """Draft with `policy`, verify in one target forward, accept with `rule`, repeat."""
+    """Draft with `policy`, verify in one target forward, accept with `rule`, repeat;
+    `tokenizer` (the target's) is what a drafter that reads tokens gets with them."""
     device = target.device
-    run = Speculation(target, drafter, policy, rule, temperature, sampler)
+    run = Speculation(target, drafter, policy, rule, temperature, sampler, tokenizer)
     sync(device)
     start = time.perf_counter()
     out = Generation([run.start(prompt, draft_prompts, score_visual)])

@@ -4,7 +4,8 @@ Families differ in what their language model needs besides the embeddings: Qwen2
 tokens on three rotary axes (M-RoPE: temporal, height, width for visual tokens, the text
 position on all three), Gemma3 lets the tokens of one image see each other (a bidirectional
 block in an otherwise causal mask). A `Prompt` carries both, as the family's own code computed
-them (see `models.prompts`), so the decoder needs no family knowledge.
+them (see `models.prompts`), so the decoder needs no family knowledge. It also keeps the token
+ids its embeddings were built from, where they are known, for drafters that read tokens.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from mmspec.lazy import torch
 @dataclass
 class Prompt:
     """embeds [L, H]; visual [L] bool; positions [A, L] (None: 0..L-1); blocks [L] (ids of the
-    images whose tokens attend to each other bidirectionally, -1 elsewhere; None: causal)."""
+    images whose tokens attend to each other bidirectionally, -1 elsewhere; None: causal); ids
+    [L] long on the CPU: the token ids the embeddings were built from, a visual position holding
+    its placeholder's id (the family's image or video token), None for bare embeddings."""
 
     embeds: torch.Tensor
     visual: torch.Tensor
     positions: torch.Tensor | None = None
     blocks: torch.Tensor | None = None
+    ids: torch.Tensor | None = None
 
     @property
     def n_visual(self) -> int:
@@ -48,6 +52,7 @@ class Prompt:
             self.visual[kept],
             None if self.positions is None else self.positions[:, kept.to(self.positions.device)],
             None if self.blocks is None else self.blocks[kept],
+            None if self.ids is None else self.ids[kept],
         )
 
 

@@ -1,4 +1,7 @@
-"""A drafter's proposal: a token tree (a chain is the tree whose parents are ROOT, 0, 1, ...)."""
+"""A drafter's proposal: a token tree (a chain is the tree whose parents are ROOT, 0, 1, ...).
+
+An empty proposal (no node: the drafter proposed nothing) is a chain of length 0: the target
+verifies the last emitted token alone."""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ class Proposal:
 
     @classmethod
     def chain(cls, tokens: list[int], q: torch.Tensor | None = None) -> Proposal:
-        return cls(list(tokens), [ROOT] + list(range(len(tokens) - 1)), q)
+        return cls(list(tokens), list(range(ROOT, len(tokens) - 1)), q)
 
     def add(self, token: int, parent: int) -> int:
         """Append a node under `parent`; its index."""
@@ -48,7 +51,7 @@ class Proposal:
 
     @property
     def is_chain(self) -> bool:
-        return self.parents == [ROOT] + list(range(len(self.tokens) - 1))
+        return self.parents == list(range(ROOT, len(self.tokens) - 1))
 
     def children(self) -> dict[int, list[int]]:
         """Parent -> its child nodes in proposal order (ROOT for depth-1 nodes)."""
@@ -73,8 +76,10 @@ class Proposal:
         return out
 
     def shape(self) -> tuple[int, int]:
-        """(depth, width): the deepest level and the most nodes on one level."""
+        """(depth, width): the deepest level and the most nodes on one level ((0, 0) empty)."""
         depths = self.depths()
+        if not depths:
+            return 0, 0
         return max(depths), max(depths.count(d) for d in set(depths))
 
     def tokens_tensor(self, device) -> torch.Tensor:

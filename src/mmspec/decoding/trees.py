@@ -10,6 +10,10 @@ across steps (SAGE) reset it in `start` and learn from `observe(accepted)` after
 `room` is how many more tokens the generation may emit: no policy drafts deeper than that, since a
 node at depth d is emitted only as the d-th token of the step (exact: each level is accepted in
 order, so what lies deeper cannot change what is emitted).
+
+Every policy honours the drafter's two ways of drafting less (decoding.drafters): a `root` of
+None gives an empty proposal (the step is one autoregressive step), an `expand` of None ends the
+proposal with the nodes grown so far.
 """
 
 from __future__ import annotations
@@ -63,9 +67,9 @@ def _top(q: torch.Tensor, k: int) -> tuple[list, list]:
 @catalog.register
 @dataclass
 class ChainPolicy(TreePolicy):
-    """chain(gamma): gamma tokens in a line (standard speculative decoding); a drafter with an
-    early exit (`exit_below`: Kangaroo's) stops before a position whose draft top-1 probability
-    is below it (the first position is always drafted)."""
+    """chain(gamma): gamma tokens in a line (standard speculative decoding), fewer where the
+    drafter's `root` or `expand` returns None (nothing more to propose: Kangaroo's early exit,
+    prompt lookup's end of a match)."""
 
     name = "chain"
     params = (Param("gamma", int, 5, "draft tokens per step", low=1),)
@@ -79,9 +83,9 @@ class ChainPolicy(TreePolicy):
 
     def propose(self, drafter, sampler, room: int) -> Proposal:
         q, chain, qs = drafter.root(sampler), Proposal(), []
-        gamma, exit_below = min(self.gamma, room), getattr(drafter, "exit_below", 0.0)
+        gamma = min(self.gamma, room)
         for i in range(gamma):
-            if i and exit_below and float(q.max()) < exit_below:
+            if q is None:
                 break
             if drafter.temperature > 0:
                 chain.add(sampler.categorical(q), i - 1)
@@ -89,7 +93,8 @@ class ChainPolicy(TreePolicy):
             else:
                 chain.add(int(q.argmax()), i - 1)
             if i < gamma - 1:
-                q = drafter.expand(chain, [i])[0]
+                q = drafter.expand(chain, [i])
+                q = None if q is None else q[0]
         chain.q = torch.stack(qs) if qs else None
         return chain
 
@@ -176,6 +181,8 @@ class StaticTree(TreePolicy):
 
     def propose(self, drafter, sampler, room: int) -> Proposal:
         tree, dist = Proposal(), {ROOT: drafter.root(sampler)}
+        if dist[ROOT] is None:
+            return tree
         has_children = {p for p, d in zip(self.parents, self.depths, strict=True) if d <= room}
         for depth in range(1, min(max(self.depths), room) + 1):
             level = [n for n in range(len(self)) if self.depths[n] == depth]
@@ -189,7 +196,10 @@ class StaticTree(TreePolicy):
                 tree.add(ranked[parent][min(self.ranks[n], len(ranked[parent]) - 1)], parent)
             feed = [n for n in level if n in has_children]
             if feed:
-                dist.update(zip(feed, drafter.expand(tree, feed), strict=True))
+                q = drafter.expand(tree, feed)
+                if q is None:
+                    break  # the drafter stops: this level is the last
+                dist.update(zip(feed, q, strict=True))
         return tree
 
 
@@ -228,13 +238,19 @@ class DynamicTree(TreePolicy):
 
     def propose(self, drafter, sampler, room: int) -> Proposal:
         grown, score = Proposal(), []
-        tokens, logq = _top(drafter.root(sampler), self.top_k)
+        root = drafter.root(sampler)
+        if root is None:
+            return grown
+        tokens, logq = _top(root, self.top_k)
         level = [grown.add(t, ROOT) for t in tokens]
         score += logq
         for _ in range(min(self.depth, room - 1)):
             frontier = sorted(level, key=lambda c: (-score[c], c))[: self.top_k]
             level = []
-            tokens, logq = _top(drafter.expand(grown, frontier), self.top_k)
+            q = drafter.expand(grown, frontier)
+            if q is None:
+                break  # the drafter stops: rerank what was grown
+            tokens, logq = _top(q, self.top_k)
             for c, children, child_logq in zip(frontier, tokens, logq, strict=True):
                 level += [grown.add(t, c) for t in children]
                 score += [score[c] + lq for lq in child_logq]
@@ -260,7 +276,8 @@ class SageTree(TreePolicy):
     its path probability exceeds 0.1 l / D (the best first-level child always); growth stops at
     level D or n_max nodes. History: once `window` steps are in, a mean accepted length below
     `low` lowers the working Dmax by one, above `high` raises it by one (within [Dmin, Dmax]; the
-    paper gives no step size).
+    paper gives no step size). A step the drafter proposes nothing in (`root` None) counts as
+    accepted length 0 and leaves alpha as it was.
     """
 
     name = "sage"
@@ -329,10 +346,13 @@ class SageTree(TreePolicy):
         if self.alpha is None:
             root = _Recorded(drafter)
             tree = self.first_tree.propose(root, sampler, room)
-            self.alpha = self.confidence(root.q)
+            if root.q is not None:
+                self.alpha = self.confidence(root.q)
             return tree
         depth, width = self.shape(self.alpha, self.working_d_max)
         root_q = drafter.root(sampler)
+        if root_q is None:
+            return Proposal()
         self.alpha = self.confidence(root_q)
         return self._grow(drafter, root_q, depth, width, room)
 
@@ -365,7 +385,10 @@ class SageTree(TreePolicy):
             if not level or len(tree.tokens) >= self.n_max:
                 break
             ks = [children(c, lvl) for c in level]  # from the parents' probabilities alone
-            tokens, logq = _top(drafter.expand(tree, level), max(ks))
+            q = drafter.expand(tree, level)
+            if q is None:
+                break  # the drafter stops
+            tokens, logq = _top(q, max(ks))
             nxt = []
             for c, k, child_tokens, child_logq in zip(level, ks, tokens, logq, strict=True):
                 k = min(k, self.n_max - len(tree.tokens))  # the budget shrinks as nodes join

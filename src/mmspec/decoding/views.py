@@ -132,16 +132,16 @@ def embed_with_images(text: str, images: list[torch.Tensor], ctx: ViewContext) -
     expanded = pieces[0]
     for piece, feats in zip(pieces[1:], images, strict=True):
         expanded += ctx.image_token * feats.shape[0] + piece
-    ids = ctx.tokenizer(expanded, return_tensors="pt").input_ids[0].to(ctx.embed.weight.device)
-    embeds = ctx.embed(ids)
+    ids = ctx.tokenizer(expanded, return_tensors="pt").input_ids[0]
+    embeds = ctx.embed(ids.to(ctx.embed.weight.device))
     slots = ids == ctx.tokenizer.convert_tokens_to_ids(ctx.image_token)
     if images:
         feats = torch.cat(images).to(embeds.device, embeds.dtype)
         if int(slots.sum()) != feats.shape[0]:
             raise ValueError("image token count after tokenisation does not match the features")
         embeds = embeds.clone()
-        embeds[slots] = feats
-    return Prompt(embeds, slots.cpu())
+        embeds[slots.to(embeds.device)] = feats
+    return Prompt(embeds, slots, ids=ids)
 
 
 def _replace_images(text: str, ctx: ViewContext, replacements: list[str]) -> str:
@@ -360,17 +360,22 @@ class SpecVLMView(View):
 
 
 def _splice(prompt: Prompt, sizes: list[int], replacements: list[torch.Tensor]) -> Prompt:
-    """A 1D-position prompt with each image's visual tokens replaced by other embeddings."""
+    """A 1D-position prompt with each image's visual tokens replaced by other embeddings (their
+    ids: the image's placeholder id, once per new token)."""
     spans = image_spans(prompt, sizes)
-    pieces, visual, start = [], [], 0
+    pieces, visual, ids, start = [], [], [], 0
     for span, new in zip(spans, replacements, strict=True):
         first, last = int(span[0]), int(span[-1]) + 1
         pieces += [prompt.embeds[start:first], new.to(prompt.embeds.device, prompt.embeds.dtype)]
         visual += [prompt.visual[start:first], torch.ones(new.shape[0], dtype=torch.bool)]
+        if prompt.ids is not None:
+            ids += [prompt.ids[start:first], prompt.ids[first].repeat(new.shape[0])]
         start = last
     pieces.append(prompt.embeds[start:])
     visual.append(prompt.visual[start:])
-    return Prompt(torch.cat(pieces), torch.cat(visual))
+    if prompt.ids is not None:
+        ids.append(prompt.ids[start:])
+    return Prompt(torch.cat(pieces), torch.cat(visual), ids=torch.cat(ids) if ids else None)
 
 
 def parse_views(views: str) -> list[str]:

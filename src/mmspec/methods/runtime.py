@@ -176,6 +176,7 @@ class MethodRunner(DraftCounters):
             self.temperature,
             sampler,
             score_visual=score_visual,
+            tokenizer=self.target_ctx.tokenizer,
         )
 
     def decode_ar(self, sample: Sample, max_new: int, stop: set[int], sampler) -> Generation:

@@ -50,6 +50,10 @@ class Verdict:
     outcomes: int  # sequences of first tokens with non-zero probability
     seconds: float
     note: str = ""
+    # proposals the enumeration explored, and those holding a node (a drafter may propose
+    # nothing: then a step verifies no draft, and only drafted ones exercise acceptance)
+    proposals: int = 0
+    drafted: int = 0
 
     @property
     def passed(self) -> bool:
@@ -138,7 +142,7 @@ def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdi
         head = build_head(spec, target, seed)
     fork = Forker([m for m in (target, draft, head) if m is not None])
     runner = MethodRunner(spec, target, draft, tokenizer, "<image>", head=head)
-    worst, support = 0.0, 0
+    worst, support, sizes = 0.0, 0, []
     for sample in samples:
         prompt, draft_prompts, score_visual = runner.speculative_inputs(sample)
         reference = target_distribution(fork(runner.target), prompt, tokens + 1)
@@ -151,9 +155,18 @@ def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdi
                 runner.rule,
                 runner.temperature,
                 sampler,
+                runner.target_ctx.tokenizer,
             )
 
-        got = speculative_distribution(start, prompt, draft_prompts, tokens + 1, fork, score_visual)
+        got = speculative_distribution(
+            start,
+            prompt,
+            draft_prompts,
+            tokens + 1,
+            fork,
+            score_visual,
+            seen=lambda proposal: sizes.append(len(proposal.tokens)),
+        )
         worst = max(worst, total_variation(got, reference))
         support += len(got)
 
@@ -165,7 +178,9 @@ def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdi
         ar = greedy.decode_ar(sample, GREEDY_TOKENS, set(), seeded(seed))
         sd = greedy.decode(sample, GREEDY_TOKENS, set(), seeded(seed))
         equal &= sd.tokens == ar.tokens
-    return Verdict(name, worst, equal, support, time.perf_counter() - started, note)
+    drafted = sum(n > 0 for n in sizes)
+    seconds = time.perf_counter() - started
+    return Verdict(name, worst, equal, support, seconds, note, len(sizes), drafted)
 
 
 def lossless_methods() -> list[str]:
@@ -185,14 +200,18 @@ def run(seed: int, methods: list[str] | None, hparams: dict, tokens: int, echo=p
         f"verify-lossless: seed {seed}, vocabulary {len(WORDS)}, first {tokens + 1} tokens at "
         f"T=1 (exact enumeration; tolerance {TOLERANCE:g}), {GREEDY_TOKENS} greedy tokens vs AR"
     )
-    echo(f"{'method':<16} {'max TVD':>10} {'greedy':>7} {'outcomes':>9} {'s':>6}  note")
+    echo(
+        f"{'method':<16} {'max TVD':>10} {'greedy':>7} {'outcomes':>9} {'drafted':>9} {'s':>6}  "
+        "note"
+    )
     passed = True
     for name in names:
         verdict = verify_method(name, hparams, seed, tokens)
         passed &= verdict.passed
         status = "ok" if verdict.passed else "FAIL"
+        drafted = f"{verdict.drafted}/{verdict.proposals}"
         echo(
             f"{name:<16} {verdict.tvd:>10.2e} {'==AR' if verdict.greedy_equal else '!=AR':>7} "
-            f"{verdict.outcomes:>9} {verdict.seconds:>6.1f}  {status} {verdict.note}"
+            f"{verdict.outcomes:>9} {drafted:>9} {verdict.seconds:>6.1f}  {status} {verdict.note}"
         )
     return passed

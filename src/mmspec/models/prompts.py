@@ -119,7 +119,12 @@ class PromptBuilder:
         else:
             positions = None
         blocks = image_blocks(visual) if self.family.bidirectional_images else None
-        return Prompt(embeds, visual, positions, blocks)
+        if embeds.shape[0] != ids.shape[1]:
+            raise RuntimeError(
+                f"{type(self.model).__name__}: {ids.shape[1]} token ids gave {embeds.shape[0]} "
+                "input embeddings; a prompt keeps one id per position"
+            )
+        return Prompt(embeds, visual, positions, blocks, ids[0].cpu())
 
     def _language_inputs(self, ids: torch.Tensor, kwargs: dict) -> dict:
         def hook(module, args, inputs):

@@ -15,4 +15,10 @@ METHODS = [
         {"drafter": "early_exit", "tree": "chain", "gamma": 4, "acceptance": "leviathan"},
         "Early exit (Leviathan)",
     ),
+    Method(
+        "prompt_lookup",
+        "a chain of up to 4 tokens copied from earlier in the prompt or output (no draft model)",
+        {"drafter": "prompt_lookup", "tree": "chain", "gamma": 4, "acceptance": "greedy"},
+        "Prompt lookup",
+    ),
 ]

@@ -3,20 +3,38 @@
 A drafter is a small protocol that tree policies (decoding.trees) and the loop (decoding.loops)
 call; how a proposal is shaped lives in the policies, never in a drafter:
 
-- `start(prompts, first_token, target)`: a new generation. `prompts` are the drafter's prompt
-  in each of its views (embeddings), `first_token` the token the target's prefill emitted, and
-  `target` that prefill's `Forward` (hidden states of every prompt position, plus the layers the
-  drafter asks for in `target_layers`).
-- `root(sampler) -> q [V]`: begin a proposal; the draft distribution of the first position.
-- `expand(tree, nodes) -> q [len(nodes), V]`: the draft distributions after each of `nodes` (nodes
-  of `tree` whose parents were expanded before, or ROOT); each node sees its own ancestors.
+- `start(prompts, first_token, target)`: a new generation. `prompts` holds the drafter's prompt
+  (a `decoding.prompt.Prompt`: embeddings, visual mask, ids) in each of its views, one cache row
+  each; a drafter without views (a head on the target's features, a drafter that reads tokens)
+  gets `HeadPrompts`: the target's own prompt as the one item. `first_token` is the token the
+  target's prefill emitted, `target` that prefill's `Forward` (logits [V], hidden states of
+  every prompt position, plus the layers the drafter asks for in `target_layers`).
+- `root(sampler) -> q [V] | None`: begin a proposal; the draft distribution of the first
+  position, or None to propose nothing this step.
+- `expand(tree, nodes) -> q [len(nodes), V] | None`: the draft distributions after each of
+  `nodes` (nodes of `tree` whose parents were expanded before); each node sees its own
+  ancestors. None stops the proposal: it keeps the nodes grown so far.
 - `commit(tree, path, next_token, target)`: the target accepted `path` and emits `next_token`;
   `target` is the verification `Forward` at the root and each accepted node (logits, hidden
   states of the last layer and of `target_layers`): what a head on the target's features reads.
 
-Distributions are at the drafting temperature (1 when greedy). `weights` are the block's ensemble
-weights (recorded per step), `forwards` and `forward_s` count draft forwards and their time (T_q).
-A trained head on the target's features (EAGLE, DREAM, Medusa, ...) is a new class here and
+Tokens. A drafter that declares `reads_tokens = True` also gets `tokens`, a
+`decoding.token_context.TokenContext`, as a fourth argument of `start`: the prompt's ids as the
+target reads them (`prompt`, with `visual` and `spans` marking its visual tokens), every
+committed token of the generation (`output`, extended by the loop before each `commit`) and the
+target's tokenizer. Other drafters are called with three arguments and nothing is built for them.
+
+Proposing nothing. A `root` of None makes every tree policy return an empty proposal: the target
+verifies the last token alone and the rule emits the target's own next token (greedy: its
+argmax; sampling: a draw from p), one autoregressive step (`Step.drafted` 0), and `commit` gets
+an empty tree and path. An `expand` of None is the one way to stop early, in every policy
+(Kangaroo's early exit is its `expand` returning None below its threshold).
+
+Distributions are at the drafting temperature (1 when greedy); a drafter that chooses its tokens
+deterministically (prompt lookup) returns a point mass (one-hot q), which the chain then draws
+exactly and rejection sampling verifies as such. `weights` are the block's ensemble weights
+(recorded per step), `forwards` and `forward_s` count draft forwards and their time (T_q). A
+trained head on the target's features (EAGLE, DREAM, Medusa, ...) is a new class here and
 nothing else.
 """
 
@@ -31,8 +49,7 @@ class Drafter(component.Drafter):
     declare themselves (`decoding.component`: name, params, requires) and `build`."""
 
     target_layers: tuple[int, ...] = ()  # target layers (besides the last) `commit` reads
-    # a chain stops drafting before a position whose draft top-1 probability is below this
-    exit_below: float = 0.0
+    reads_tokens: bool = False  # `start` also gets the generation's `TokenContext`
 
     def __init__(self, temperature: float):
         self.temperature = temperature
@@ -46,13 +63,14 @@ class Drafter(component.Drafter):
         draft model (drafters requiring one), `head` the trained head (drafters requiring one)."""
         raise NotImplementedError
 
-    def start(self, prompts, first_token: int, target) -> None:
+    def start(self, prompts, first_token: int, target, tokens=None) -> None:
+        """`tokens`: the generation's `TokenContext`, passed only when `reads_tokens`."""
         raise NotImplementedError
 
-    def root(self, sampler) -> torch.Tensor:
+    def root(self, sampler) -> torch.Tensor | None:
         raise NotImplementedError
 
-    def expand(self, tree, nodes: list[int]) -> torch.Tensor:
+    def expand(self, tree, nodes: list[int]) -> torch.Tensor | None:
         raise NotImplementedError
 
     def commit(self, tree, path: list[int], next_token: int, target) -> None:
@@ -60,8 +78,9 @@ class Drafter(component.Drafter):
 
 
 class HeadPrompts(list):
-    """What a head drafter starts from: the target's own prompt (one item), plus the attention
-    each of its visual tokens received at the target's prefill when the head asked for it
+    """The `prompts` of a drafter without views (a head on the target's features, a drafter
+    that reads tokens): the target's own `Prompt` as the one item, plus the attention each of
+    its visual tokens received at the target's prefill when the method asked for it
     (`visual_attention`, else None; DREAM's visual token compression)."""
 
     def __init__(self, prompt, visual_attention=None):

@@ -4,7 +4,8 @@ Kangaroo (Liu et al. 2024; release `kangaroo/kangaroo_model.py`): the draft is t
 shallow sub-network (its embedding and first `kangaroo_layers` decoder layers, 2 in the release
 for 7B models) followed by a trained adapter (here one Llama decoder layer and a norm) and the
 target's `lm_head`. Drafting stops early once the draft's top-1 probability falls below
-`kangaroo_exit` (0.6) or after gamma (6) tokens (the chain policy's early exit). The adapter is
+`kangaroo_exit` (0.6) or after gamma (6) tokens (its `expand` returns None: the drafter
+protocol's early stop, which a chain reads at every position but the first). The adapter is
 the only trained part; it is saved alone and joined to the target's layers when loaded, so the
 shared layers are the target's own modules (no copy of their weights). Only targets whose
 decoder layers are Llama's take the adapter (LLaVA's Vicuna, the toy models).
@@ -108,9 +109,8 @@ class KangarooDrafter(ModelDrafter, HeadDrafter):
 
     @classmethod
     def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
-        drafter = cls(head, target, temperature)
-        drafter.exit_below = float(spec.get("kangaroo_exit", 0.0))  # read on chains only
-        return drafter
+        # read on chains only (`reads`): other trees expand every level they grow
+        return cls(head, target, temperature, float(spec.get("kangaroo_exit", 0.0)))
 
     @classmethod
     def random_network(cls, target_config, spec: dict, target: str):
@@ -123,7 +123,18 @@ class KangarooDrafter(ModelDrafter, HeadDrafter):
     def collection(cls, training: dict) -> dict:
         return {"intermediate": "none", "exit_layer": training.get("kangaroo_layers", 0)}
 
-    def __init__(self, adapter: KangarooAdapter, target: Decoder, temperature: float):
+    def __init__(
+        self, adapter: KangarooAdapter, target: Decoder, temperature: float, exit_below=0.0
+    ):
         stack = shallow_stack(target.stack, adapter)
         decoder = Decoder(target.model, parts=(stack, target.lm_head, target.embed))
         super().__init__(decoder, temperature)
+        self.exit_below = exit_below
+
+    def expand(self, tree, nodes: list[int]):
+        """The next distributions, or None (stop drafting) when their top-1 probability is
+        below `exit_below`."""
+        q = super().expand(tree, nodes)
+        if self.exit_below and float(q.max()) < self.exit_below:
+            return None
+        return q

@@ -1,10 +1,12 @@
 # mmspec: speculative-decoding sweeps for multimodal models. The DAG only; logic is in src/mmspec.
 import os
 
-# A config given with --configfile that declares its own `datasets` is a whole sweep and replaces
-# the default; otherwise --config / --configfile values override the default sweep's keys (the
-# default beside this Snakefile, whatever --directory the run works in).
-if "datasets" not in config:
+from mmspec.config import is_whole_sweep
+
+# A config given with --configfile that declares `datasets`, `pairs` and `methods` is a whole
+# sweep and replaces the default; otherwise --config / --configfile values override the default
+# sweep's keys (the default beside this Snakefile, whatever --directory the run works in).
+if not is_whole_sweep(config):
 
     configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 

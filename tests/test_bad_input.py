@@ -280,3 +280,29 @@ def test_corrupt_parquet_is_one_line_from_a_stage(tmp_path):
         line for line in out.stderr.strip().splitlines() if line.startswith("mmspec score: error:")
     ]
     assert f"rm {bad} then the same snakemake command line" in out.stderr
+
+
+def test_an_error_raised_outside_mmspec_keeps_its_type_and_place(tmp_path):
+    """A KeyError in a plugin's own code is a bug to find, not bad input: its line says what it
+    is and where it was raised; mmspec's own bad-input errors stay their message."""
+    import importlib.util
+
+    from mmspec.cli import one_line
+    from mmspec.tables import PREPARED, read_table
+
+    helper = tmp_path / "plugin_helper_of_tests.py"
+    helper.write_text("def counts(seen):\n    return seen[1051]\n")
+    spec = importlib.util.spec_from_file_location("plugin_helper_of_tests", helper)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(KeyError) as error:
+        module.counts({})
+    assert one_line(error.value) == (
+        f"KeyError: 1051 (raised at {helper}:2; MMSPEC_TRACEBACK=1 prints the traceback)"
+    )
+    with pytest.raises(FileNotFoundError) as error:
+        read_table(tmp_path / "missing.parquet", PREPARED)
+    assert (
+        one_line(error.value)
+        == f"{tmp_path / 'missing.parquet'}: no such file (has the stage that writes it run?)"
+    )

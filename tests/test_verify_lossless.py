@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from mmspec.decoding import catalog, trees
+from mmspec.decoding.drafters import Drafter
 from mmspec.decoding.proposal import Proposal
 from mmspec.methods import verify
 
@@ -97,6 +98,39 @@ def test_the_verifier_catches_a_wrong_residual(monkeypatch):
     monkeypatch.setattr("mmspec.decoding.acceptance.sampling._residual", lambda p, q: p / p.sum())
     verdict = verify.verify_method("sd", {}, seed=1)
     assert verdict.tvd > 1e-3 and verdict.greedy_equal
+
+
+class NeverDrafts(Drafter):
+    """A drafter of its own that proposes nothing, ever: every step is an AR step."""
+
+    name = "never_drafts_of_tests"
+
+    @classmethod
+    def build(cls, spec, *, target, draft=None, head=None, temperature=0.0):
+        return cls(temperature)
+
+    def start(self, prompts, first_token, target):
+        pass
+
+    def root(self, sampler):
+        return None
+
+    def commit(self, tree, path, next_token, target):
+        pass
+
+
+def test_a_drafter_that_never_drafts_is_untested_not_ok(monkeypatch):
+    """Exact and equal to AR, trivially: nothing of its drafts was checked, and the check says
+    so (UNTESTED, exit status 1) instead of ok."""
+    catalog.load()
+    monkeypatch.setitem(catalog._COMPONENTS["drafter"], NeverDrafts.name, NeverDrafts)
+    verdict = verify.verify_method("sd_chain", {"drafter": NeverDrafts.name}, seed=0)
+    assert verdict.tvd <= verify.TOLERANCE and verdict.greedy_equal
+    assert verdict.drafted == 0 and verdict.proposals > 0 and not verdict.passed
+    lines = []
+    passed = verify.run(0, ["sd_chain"], {"drafter": NeverDrafts.name}, 2, echo=lines.append)
+    assert not passed
+    assert "UNTESTED never drafted in" in lines[-1], lines[-1]
 
 
 def test_cli_rejects_unknown_methods():

@@ -6,11 +6,13 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from pathlib import Path
 
 # run by warm workers (mmspec.worker): the stages run many times per sweep, whose jobs would
 # otherwise spend seconds importing torch and transformers before any work
 WARM_STAGES = ("generate", "cache_visual", "score", "toy_model", "train_drafter")
+PACKAGE = Path(__file__).resolve().parent
 
 
 def _json(text: str) -> dict:
@@ -217,9 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="validate a config and list its cells",
         description="Validate config files and list their cells, reading them as "
         "`snakemake --configfile A B ...` does: merged in order (mappings recursively: "
-        "`sweep_extra` rows add up); files that declare `datasets` are a whole sweep; others "
-        "(e.g. only `generation: {max_new_tokens: 16}`) are merged over the default sweep, "
-        "config/config.yaml of the working directory (--default).",
+        "`sweep_extra` rows add up); files that declare `datasets`, `pairs` and `methods` are "
+        "a whole sweep; others (e.g. only `generation: {max_new_tokens: 16}`, or a dataset and "
+        "the rows that run it) are merged over the default sweep, config/config.yaml of the "
+        "working directory (--default).",
     )
     p.add_argument(
         "config",
@@ -229,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--default",
         default="config/config.yaml",
-        help="the sweep a file without `datasets` overrides (default: config/config.yaml)",
+        help="the sweep a file that is not a whole sweep overrides (default: config/config.yaml)",
     )
 
     p = sub.add_parser(
@@ -389,12 +392,23 @@ def _main(argv: list[str], warm: bool) -> int:
 
 
 def one_line(error: Exception) -> str:
-    """An exception as one line: bad-input errors by their message, others with their type."""
+    """An exception as one line. A bad-input error mmspec raises (ValueError, KeyError,
+    FileNotFoundError, whose message names the file, key or sample) by its message; any other
+    with its type, and one raised outside mmspec (a plugin's code, a library) with where it was
+    raised, so that a bug in your own component is not mistaken for bad input."""
     message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
     message = " ".join(str(message).split())
-    if isinstance(error, (ValueError, KeyError, FileNotFoundError)):
+    frames = traceback.extract_tb(error.__traceback__)
+    origin = frames[-1] if frames else None
+    ours = origin is None or Path(origin.filename).resolve().is_relative_to(PACKAGE)
+    if ours and isinstance(error, (ValueError, KeyError, FileNotFoundError)):
         return message
-    return f"{type(error).__name__}: {message}"
+    if ours:
+        return f"{type(error).__name__}: {message}"
+    return (
+        f"{type(error).__name__}: {message} (raised at {origin.filename}:{origin.lineno}; "
+        "MMSPEC_TRACEBACK=1 prints the traceback)"
+    )
 
 
 def sweep_score_files(sweep: dict, results: str = "results") -> list[str]:

@@ -261,6 +261,14 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     an error. Raises ConfigError naming the first offending key path.
     """
     check_overrides(overrides)
+    if any(row is not None for row in (config.get("sweep_extra") or {}).values()):
+        if "sweep" not in config:
+            raise ConfigError(
+                "config key sweep_extra: this sweep has no `sweep` rows, so every method already "
+                "runs on every dataset and pair (the extra rows add nothing, and every method "
+                "also runs on the extra rows' datasets); give `sweep` rows, or name these rows "
+                "under `sweep`"
+            )
     config = coerce(config)
     validator = jsonschema.Draft202012Validator(config_schema.load())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
@@ -495,22 +503,32 @@ def merge(base: dict, overrides: dict) -> dict:
     return out
 
 
+def is_whole_sweep(config: dict) -> bool:
+    """Whether a config (files merged) is a whole sweep: it declares every key a sweep requires
+    (config/schema.yaml: datasets, pairs, methods). Any other config overrides keys of the
+    default sweep, so a file may add a dataset, a pair or a method to the tour or a preset
+    without copying the rest (the Snakefile reads a config the same way)."""
+    return all(key in config for key in config_schema.load()["required"])
+
+
 def load_as_snakemake(
     paths: str | Path | list[str | Path], default: str | Path = DEFAULT_CONFIG
 ) -> dict:
     """Read and validate config files as `snakemake --configfile A B ...` reads them: merged in
-    order (mappings recursively, so `sweep_extra` rows add up); if together they declare
-    `datasets` they are a whole sweep, else they override the default sweep's keys
+    order (mappings recursively, so `sweep_extra` rows add up); if together they are a whole
+    sweep (`is_whole_sweep`) that is the sweep, else they override the default sweep's keys
     (`default`, the Snakefile's config/config.yaml of the working directory)."""
     paths = [paths] if isinstance(paths, str | Path) else list(paths)
     data: dict = {}
     for path in paths:
         data = merge(data, _read_mapping(path))
-    if "datasets" in data:
+    if is_whole_sweep(data):
         return validate(data, overrides={} if len(paths) == 1 else data)
     if not Path(default).is_file():
+        missing = [k for k in config_schema.load()["required"] if k not in data]
         raise ConfigError(
-            f"{', '.join(map(str, paths))} declare{'s' * (len(paths) == 1)} no `datasets`, so "
+            f"{', '.join(map(str, paths))} declare{'s' * (len(paths) == 1)} no "
+            f"{' or '.join(f'`{k}`' for k in missing)}, so "
             f"{'it overrides' if len(paths) == 1 else 'they override'} the default sweep "
             f"{default}, which does not exist (relative to {os.getcwd()}): run from the "
             "workflow's directory or name the default sweep"

@@ -135,7 +135,7 @@ def sweep_config(config: Path, sampled: Path | None) -> dict:
     from mmspec import config as mmconfig
 
     base = _mapping(config)
-    if "datasets" not in base:
+    if not mmconfig.is_whole_sweep(base):
         base = mmconfig.merge(_mapping(TOUR), base)
     if sampled is None:
         return base

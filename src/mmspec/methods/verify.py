@@ -57,7 +57,9 @@ class Verdict:
 
     @property
     def passed(self) -> bool:
-        return self.tvd <= TOLERANCE and self.greedy_equal
+        """Exact at T=1, equal to AR at greedy, and drafts were checked at all (a drafter that
+        never proposed in the enumeration only ever ran AR's steps: nothing of it was proven)."""
+        return self.tvd <= TOLERANCE and self.greedy_equal and self.drafted > 0
 
 
 def build_tokenizer():
@@ -196,6 +198,8 @@ def lossless_methods() -> list[str]:
 def run(seed: int, methods: list[str] | None, hparams: dict, tokens: int, echo=print) -> bool:
     """Verify `methods` (default: every lossless registry method); print a line each."""
     names = methods or lossless_methods()
+    for name in names:  # a bad name or value is refused before any line of the table
+        checked_spec(name, hparams, 1.0, tokens)
     echo(
         f"verify-lossless: seed {seed}, vocabulary {len(WORDS)}, first {tokens + 1} tokens at "
         f"T=1 (exact enumeration; tolerance {TOLERANCE:g}), {GREEDY_TOKENS} greedy tokens vs AR"
@@ -209,9 +213,16 @@ def run(seed: int, methods: list[str] | None, hparams: dict, tokens: int, echo=p
         verdict = verify_method(name, hparams, seed, tokens)
         passed &= verdict.passed
         status = "ok" if verdict.passed else "FAIL"
+        note = verdict.note
+        if verdict.drafted == 0:
+            status = "UNTESTED"
+            note = (
+                f"never drafted in {verdict.proposals} explored proposals, so none of its drafts "
+                "was checked (try other --spec values, another --seed or more --tokens)"
+            )
         drafted = f"{verdict.drafted}/{verdict.proposals}"
         echo(
             f"{name:<16} {verdict.tvd:>10.2e} {'==AR' if verdict.greedy_equal else '!=AR':>7} "
-            f"{verdict.outcomes:>9} {drafted:>9} {verdict.seconds:>6.1f}  {status} {verdict.note}"
+            f"{verdict.outcomes:>9} {drafted:>9} {verdict.seconds:>6.1f}  {status} {note}"
         )
     return passed

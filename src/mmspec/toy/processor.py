@@ -58,9 +58,11 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def image_processor() -> CLIPImageProcessorPil:
-    """32x32 images as they are, scaled to [-1, 1] (the toy models' image processor)."""
+    """Images resized to 32x32 (the toy world's own are that size already: unchanged), scaled
+    to [-1, 1] (the toy models' image processor; a dataset of your own runs on toy pairs as a
+    real model's processor would resize it)."""
     return CLIPImageProcessorPil(
-        do_resize=False,
+        do_resize=True,
         do_center_crop=False,
         do_rescale=True,
         rescale_factor=1 / 255,

@@ -461,3 +461,17 @@ def assert_distinct_decodings(cells) -> None:
 )
 def test_no_two_cells_of_the_tour_or_a_preset_decode_the_same_thing(path):
     assert_distinct_decodings(mmconfig.cells(mmconfig.load_as_snakemake(path)))
+
+
+def test_a_required_column_left_out_of_a_dataset_is_named_before_any_job():
+    """Checked at validation, not when the dataset's prepare job runs."""
+    config = _grid_config({"ar": {}})
+    config["datasets"]["mine"] = {
+        "source": "hf", "id": "some/dataset", "split": "test", "columns": {"question": "q"},
+    }  # fmt: skip
+    config["sweep"] = [{"datasets": ["mine"], "pairs": "all"}]
+    with pytest.raises(mmconfig.ConfigError) as error:
+        mmconfig.validate(config)
+    assert (
+        str(error.value) == "config key datasets.mine: some/dataset: `columns.answer` is required"
+    )

@@ -27,6 +27,7 @@ from mmspec.cells import (  # noqa: F401 (the cells' names, for callers of mmspe
     model_slug,
     slug,
 )
+from mmspec.data import hf_spec
 from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.component import (
     CAPTIONS,
@@ -350,6 +351,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
         _check_head(config, cell)
         _check_task(config, cell)
     _check_image_metrics(config)
+    _check_hf_datasets(config)
     _check_task_metrics(config)
     _check_judge(config, swept)
     if captioner is None:
@@ -362,6 +364,28 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     _check_toy_scenarios(config)
     check_ar_cells(swept)
     return config
+
+
+# The keys of a dataset entry that scoring and the report read, not prepare: a change to them
+# reruns no prepare job, nor (through its rewritten output) the cells that read it.
+SCORING_KEYS = ("metric", "judge", "group")
+
+
+def prepare_entry(spec: dict) -> dict:
+    """A dataset's config entry as its prepare job reads it (its scoring keys left out)."""
+    return {k: v for k, v in spec.items() if k not in SCORING_KEYS}
+
+
+def _check_hf_datasets(config: dict) -> None:
+    """Each `source: hf` entry as its prepare job will read it (the columns it requires, the
+    keys image generation takes), before any job rather than when its prepare job runs."""
+    for name, spec in config["datasets"].items():
+        if spec.get("source") != "hf":
+            continue
+        try:
+            hf_spec.check_spec(spec)
+        except ValueError as error:
+            raise ConfigError(f"config key datasets.{name}: {error}") from None
 
 
 def _check_task_metrics(config: dict) -> None:

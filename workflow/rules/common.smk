@@ -194,17 +194,10 @@ def ar_samples(w):
     return f"results/generate/{ar_cell_of(w).path}/samples.parquet"
 
 
-# The keys of a dataset entry that scoring and the report read, not prepare: a change to them
-# reruns no prepare job, nor (through its rewritten output) the cells that read it.
-SCORING_KEYS = ("metric", "judge", "group")
-
-
 def prepare_spec(w):
     """The dataset's config entry as the prepare job reads it (JSON)."""
-    spec = CONFIG["datasets"][w.dataset]
-    return json.dumps(
-        {k: v for k, v in spec.items() if k not in SCORING_KEYS}, sort_keys=True
-    )
+    entry = mmconfig.prepare_entry(CONFIG["datasets"][w.dataset])
+    return json.dumps(entry, sort_keys=True)
 
 
 def dataset_metric(w):

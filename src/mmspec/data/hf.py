@@ -60,20 +60,12 @@ from typing import Any
 import pyarrow as pa
 from tqdm import tqdm
 
-from mmspec import schema
 from mmspec.data import media
+from mmspec.data.hf_spec import check_spec
 from mmspec.data.media import to_png
 from mmspec.data.video import video_frames
 from mmspec.tables import PREPARED, write_table
 
-# A `source: hf` entry as config/schema.yaml declares it: check_spec checks a spec against it and
-# takes its defaults there (`metric` is for scoring, unused here), so a spec given here directly,
-# not through a validated config, is checked and completed as the config's would be.
-SPEC_SCHEMA = schema.section("datasets", "hf")
-REQUIRED_COLUMN_FIELDS = ("question", "answer")
-# what a key the schema gives no default reads as when left out
-UNSET = {"config": None, "limit": None, "where": {}, "video": None, "conversation": None}
-UNSET_VIDEO = {"dir": None}
 PROGRESS_MIN_ROWS = 300  # show a progress bar when converting more rows than this
 BATCH_SIZE = 64
 
@@ -107,40 +99,6 @@ def prepare_hf(name: str, spec: dict, out_path: str | Path) -> int:
     check_unique_ids(spec["id"], rows)
     write_table(pa.Table.from_pylist(rows, schema=PREPARED), out_path, PREPARED)
     return len(rows)
-
-
-def check_spec(spec: dict) -> dict:
-    """A `source: hf` spec checked against config/schema.yaml (its keys, types and ranges, named
-    as the schema's errors name them) and completed with the schema's defaults, then against the
-    rules between keys that the schema does not state. A key left out that has no default reads
-    as None (`config`, `limit`, `video`, `conversation`) or {} (`where`)."""
-    if not isinstance(spec, dict):
-        raise ValueError(f"hf dataset spec must be a mapping, got {type(spec).__name__}")
-    spec = {"source": "hf", **spec}
-    if isinstance(spec.get("image_columns"), str):  # one column, written as its name
-        spec["image_columns"] = [spec["image_columns"]]
-    source = spec["id"] if isinstance(spec.get("id"), str) else "hf dataset spec"
-    spec = {**UNSET, **schema.complete(spec, SPEC_SCHEMA, source)}
-    if spec["video"] is not None:
-        spec["video"] = {**UNSET_VIDEO, **spec["video"]}
-    images = spec["task"] == media.IMAGE_GENERATION
-    if images and (spec["conversation"] or spec["video"]):
-        raise ValueError(f"{source}: image generation takes no `conversation` or `video`")
-    required = () if spec["conversation"] else REQUIRED_COLUMN_FIELDS
-    if images:
-        required = ("question",)  # the caption; the reference is the row's image
-    for field in required:
-        if field not in spec["columns"]:
-            raise ValueError(f"{source}: `columns.{field}` is required")
-    if images and len(spec["image_columns"]) != 1:
-        raise ValueError(
-            f"{source}: image generation needs exactly one of `image_columns` (the reference "
-            f"image), got {spec['image_columns']}"
-        )
-    empty = [k for k, v in (spec["conversation"] or {}).items() if not v]
-    if empty:
-        raise ValueError(f"{source}: `conversation.{empty[0]}` must be a non-empty string")
-    return spec
 
 
 def load_split(spec: dict):

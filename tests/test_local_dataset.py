@@ -103,4 +103,6 @@ def test_a_jsonl_dataset_is_prepared_decoded_and_scored_by_its_metric(tmp_path, 
         {"ar": 2.2 / 3, "sd_chain": 2.2 / 3}
     )
     assert all(c["retention"] == pytest.approx(1.0) for c in cells)
-    assert "signs" in (workdir / "reports" / "index.html").read_text()
+    assert {c["metric"] for c in cells} == {"vqa_accuracy"}
+    page = (workdir / "reports" / "index.html").read_text()
+    assert "signs" in page and "quality: vqa_accuracy" in page

@@ -154,6 +154,7 @@ def test_the_docs_textvqa_example_scores_vqa_accuracy_on_its_stand_in(tmp_path, 
     assert summary["quality"] == pytest.approx(2.8 / 4)
     assert summary["ar_quality"] == pytest.approx(2.1 / 4)
     assert summary["retention"] == pytest.approx(2.8 / 2.1)
+    assert summary["metric"] == "vqa_accuracy"  # which metric the quality is, named
 
 
 def _hf_config(**spec) -> dict:

@@ -392,23 +392,25 @@ def _main(argv: list[str], warm: bool) -> int:
 
 
 def one_line(error: Exception) -> str:
-    """An exception as one line. A bad-input error mmspec raises (ValueError, KeyError,
-    FileNotFoundError, whose message names the file, key or sample) by its message; any other
-    with its type, and one raised outside mmspec (a plugin's code, a library) with where it was
+    """An exception as one line. A bad-input error (ValueError, KeyError, FileNotFoundError) that
+    mmspec or a library raises by its message (it names the file, key or sample); any other with
+    its type; and one raised in a plugin's or your own code with its type and where it was
     raised, so that a bug in your own component is not mistaken for bad input."""
+    from mmspec import import_closure
+
     message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
     message = " ".join(str(message).split())
     frames = traceback.extract_tb(error.__traceback__)
     origin = frames[-1] if frames else None
     ours = origin is None or Path(origin.filename).resolve().is_relative_to(PACKAGE)
-    if ours and isinstance(error, (ValueError, KeyError, FileNotFoundError)):
+    if not ours and not import_closure.is_library_source(origin.filename):
+        return (
+            f"{type(error).__name__}: {message} (raised at {origin.filename}:{origin.lineno}; "
+            "MMSPEC_TRACEBACK=1 prints the traceback)"
+        )
+    if isinstance(error, (ValueError, KeyError, FileNotFoundError)):
         return message
-    if ours:
-        return f"{type(error).__name__}: {message}"
-    return (
-        f"{type(error).__name__}: {message} (raised at {origin.filename}:{origin.lineno}; "
-        "MMSPEC_TRACEBACK=1 prints the traceback)"
-    )
+    return f"{type(error).__name__}: {message}"
 
 
 def sweep_score_files(sweep: dict, results: str = "results") -> list[str]:

@@ -158,6 +158,19 @@ def _installed_roots() -> tuple[str, ...]:
     return tuple(str(Path(r).resolve()) for r in roots)
 
 
+def is_library_source(path: str | Path) -> bool:
+    """Whether a source file is an installed library's or the standard library's: inside the
+    environment's installed packages and of no plugin's package (what is not is mmspec's, a
+    plugin's or your own source)."""
+    resolved = Path(path).resolve()
+    for root in map(Path, _installed_roots()):
+        if resolved.is_relative_to(root):
+            parts = resolved.relative_to(root).parts
+            top = parts[0].removesuffix(".py") if parts else ""
+            return top not in _plugin_tops()
+    return False
+
+
 def _followed(top: str, path: Path) -> bool:
     if top in _plugin_tops():
         return True

@@ -165,6 +165,7 @@ SCORES = pa.schema(
         ("first_divergence", pa.int32()),  # null when identical or not checked
         ("quality", pa.float64()),  # image generation: the image's CLIP score
         ("ar_quality", pa.float64()),  # quality of the AR cell on the same sample-turn
+        ("metric", pa.string()),  # the task metric quality is ("clip_score": image generation)
         # image generation only (else null): the cell's FID and the AR cell's against the
         # dataset's reference images (set-level, so the same on every row of the cell), and the
         # generated image (from the samples; the report's thumbnails)
@@ -262,6 +263,7 @@ CELLS = pa.schema(
         ("first_divergence_mean", pa.float64()),
         ("quality", pa.float64()),
         ("ar_quality", pa.float64()),
+        ("metric", pa.string()),  # the dataset's task metric, which quality is
         ("retention", pa.float64()),
         # the retention's 95% bootstrap interval over the cell's sample-turns, each paired with
         # its AR answer: retentions whose intervals overlap are within sampling noise

@@ -148,7 +148,11 @@ METRIC_DEFINITIONS = [
         "mean over the sample-turns that differ from AR of the first output position where they "
         "differ (empty when none differ or for sampling cells).",
     ),
-    ("quality", "the dataset's task metric (image generation: CLIP score)."),
+    (
+        "quality",
+        "the dataset's task metric (image generation: CLIP score), named in the column "
+        "<code>metric</code> and in each frontier's heading.",
+    ),
     ("retention", "quality / AR quality."),
     (
         "retention_low, retention_high",

@@ -36,7 +36,7 @@ def render(pooled: pd.DataFrame, keys: list[tuple[str, str]], colors: dict[str, 
     parts = [heading(ANCHOR, TITLE), f"<p class='caption'>{CAPTION}</p>"]
     for dataset, pair in keys:
         of_key = pooled[(pooled["dataset"] == dataset) & (pooled["pair"] == pair)]
-        title = f"{esc(dataset)} · {esc(pair)}"
+        title = f"{esc(dataset)} · {esc(pair)}{metric_note(of_key)}"
         fig = speedup_quality_figure(of_key, colors)
         if fig is None:
             parts.append(
@@ -50,6 +50,12 @@ def render(pooled: pd.DataFrame, keys: list[tuple[str, str]], colors: dict[str, 
             f"<div>{front_table(front)}</div></div>"
         )
     return "\n".join(parts)
+
+
+def metric_note(cells: pd.DataFrame) -> str:
+    """" · quality: <metric>" for cells of one dataset ("" where no metric is recorded)."""
+    names = sorted({m for m in cells.get("metric", pd.Series(dtype=str)).dropna() if m})
+    return f" · quality: {esc(', '.join(names))}" if names else ""
 
 
 def speedup_quality_figure(pooled: pd.DataFrame, colors: dict[str, str]) -> go.Figure | None:

@@ -60,6 +60,7 @@ SELECT
   avg(first_divergence) AS first_divergence_mean,
   avg(quality) AS quality,
   avg(ar_quality) AS ar_quality,
+  any_value(metric) AS metric,
   avg(quality) / nullif(avg(ar_quality), 0) AS retention,
   sum(new_tokens) / nullif(sum(decode_s), 0) AS tokens_per_s,
   sum(ar_n_tokens - 1) / nullif(sum(ar_decode_s), 0) AS ar_tokens_per_s,

@@ -41,6 +41,7 @@ STEP_COLUMNS = ("step_drafted", "step_accepted", "step_weights", "step_depth", "
 
 
 IMAGE_METRIC = "image"  # FID and CLIP score of generated images
+CLIP_SCORE = "clip_score"  # what an image's quality is (its CLIP score against its caption)
 
 
 def run(
@@ -90,6 +91,7 @@ def run(
                 "caption_s": row["caption_s"],
                 "lossless": (divergence is None) if checked else None,
                 "first_divergence": divergence,
+                "metric": CLIP_SCORE if scorer is None else scorer.name,
             }
         )
         if scorer is not None:

@@ -503,8 +503,25 @@ def _check_choices(spec: dict, row: dict, method_name: str) -> None:
 def unread_key_error(key: str, method_name: str, spec: dict) -> str:
     """Why `key` is refused on a method whose components do not read it."""
     return (
-        f"{key} is read only by {readers(key)}, and method {method_name!r} here {composition(spec)}"
+        f"{key} is read only by {readers(key)}, and method {method_name!r} here "
+        f"{composition(spec)}{_swap_hint(key)}"
     )
+
+
+def _swap_hint(key: str) -> str:
+    """How an entry comes to read `key`: the component that reads it swapped in (a drafter,
+    tree or rule by its key, a view by `views`), when one component does."""
+    found = [
+        (kind, name)
+        for kind in ("drafter", "tree", "acceptance", "view")
+        for name, part in catalog.components(kind).items()
+        if key in (p.key for p in part.params)
+    ]
+    if len(found) != 1:
+        return ""
+    kind, name = found[0]
+    choice = "views" if kind == "view" else kind
+    return f"; to use it, set `{choice}: {name}` in the entry (or use a method that composes it)"
 
 
 def composition(spec: dict) -> str:

@@ -15,6 +15,7 @@ their code (with every module it imports) is part of the score jobs' code finger
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import pkgutil
@@ -105,9 +106,11 @@ def get(name: str) -> type[TaskMetric]:
     """The metric named `name`; CatalogError listing the known names."""
     found = metrics().get(name)
     if found is None:
+        close = difflib.get_close_matches(name, list(_METRICS), n=2)
+        guess = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
         raise CatalogError(
-            f"unknown metric {name!r}; known: {sorted(_METRICS)} (a plugin package adds task "
-            f"metrics through the entry point group {GROUP}: is it installed?)"
+            f"unknown metric {name!r}{guess}; known: {sorted(_METRICS)} (a plugin package adds "
+            f"task metrics through the entry point group {GROUP}: is it installed?)"
         )
     return found
 

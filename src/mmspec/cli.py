@@ -94,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-visual", default=None)
     p.add_argument("--captions", default=None, help="the caption cache (views with C)")
     p.add_argument("--drafter", default=None, help="the trained head (head drafters)")
+    p.add_argument(
+        "--ar-samples",
+        default=None,
+        help="the AR cell's samples: the lossless check's reference, and the sample-turns AR is "
+        "timed on here (timing.ar_share); without it AR is timed on every sample-turn",
+    )
     p.add_argument("--out", required=True)
     p.add_argument(
         "--checkpoint-every",
@@ -474,6 +480,7 @@ def run(args: argparse.Namespace) -> None:
             args.captions,
             args.checkpoint_every,
             args.drafter,
+            args.ar_samples,
         )
     elif args.stage == "train_drafter":
         from mmspec.stages import train_drafter

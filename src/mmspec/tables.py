@@ -111,10 +111,18 @@ SAMPLES = pa.schema(
         ("decode_s", pa.float64()),
         # time the captioner took on this sample's images (view C; cached, so paid once per image)
         ("caption_s", pa.float64()),
-        # the same sample decoded by plain AR in the same job, interleaved with the method
+        # AR's timing of the sample in the same job, interleaved with the method: on the cell's
+        # AR reference samples (config timing.ar_share), null on the others; an AR cell's own
         ("ar_prefill_s", pa.float64()),
         ("ar_decode_s", pa.float64()),
         ("ar_n_tokens", pa.int32()),
+        # greedy cells of a lossless rule whose output differs from the AR cell's: the positions
+        # where the target's own argmax (fed the output one token at a time, on the job's device)
+        # is not the output's token, and AR's margin there in ulp of the dtype (empty: the method
+        # equals AR on this device); null where there was nothing to check. check_s: its time
+        ("divergence_positions", pa.list_(pa.int32())),
+        ("divergence_ulps", pa.list_(pa.float64())),
+        ("check_s", pa.float64()),
         # per job: mean forward time of draft (t_q) and target (t_p), and draft forwards per
         # verification step (gamma for a chain; the levels drafted for a tree)
         ("t_q_s", pa.float64()),
@@ -163,6 +171,19 @@ SCORES = pa.schema(
         # equals the AR output token for token; null when the cell samples (temperature > 0)
         ("lossless", pa.bool_()),
         ("first_divergence", pa.int32()),  # null when identical or not checked
+        # where a greedy lossless cell's output differs from the AR cell's (else 0, or null when
+        # not checked: sampling, lossy rules): the positions where the target's own argmax on
+        # the job's device is not the output's token, as near-ties (AR's margin within
+        # scoring.lossless.TIE_ULPS) and real divergences (beyond it; a difference the job did
+        # not check counts as one), and whether it agrees with AR on the job's device (device)
+        ("near_tie_divergences", pa.int32()),
+        ("real_divergences", pa.int32()),
+        ("divergence_kind", pa.string()),  # null, "device", "near_tie", "real"
+        ("divergence_max_ulps", pa.float64()),  # AR's largest margin at them
+        ("check_s", pa.float64()),  # the generate job's time on that check
+        # the AR cell's own decode of this sample-turn (the reference of the speedup)
+        ("ar_cell_decode_s", pa.float64()),
+        ("ar_cell_n_tokens", pa.int32()),
         ("quality", pa.float64()),  # image generation: the image's CLIP score
         ("ar_quality", pa.float64()),  # quality of the AR cell on the same sample-turn
         ("metric", pa.string()),  # the task metric quality is ("clip_score": image generation)

@@ -131,6 +131,8 @@ def generate_inputs(w):
         inputs["draft_visual"] = visual_path(pair["draft"], cell.dataset)
     if needs_captions(cell):
         inputs["captions"] = captions_path(cell.dataset)
+    if cell.spec["method"] != "ar":  # the AR cell's tokens and timings: the reference
+        inputs["ar_samples"] = ar_samples(w)
     return inputs
 
 
@@ -153,6 +155,8 @@ def optional_inputs(w, input):
         args.append(f"--captions {input.captions}")
     if "drafter" in input.keys():
         args.append(f"--drafter {input.drafter}")
+    if "ar_samples" in input.keys():
+        args.append(f"--ar-samples {input.ar_samples}")
     return " ".join(args)
 
 

@@ -20,6 +20,7 @@ REQUIRED_COLUMN_FIELDS = ("question", "answer")
 UNSET = {"config": None, "limit": None, "where": {}, "video": None, "conversation": None}
 UNSET_VIDEO = {"dir": None}
 
+
 def check_spec(spec: dict) -> dict:
     """A `source: hf` spec checked against config/schema.yaml (its keys, types and ranges, named
     as the schema's errors name them) and completed with the schema's defaults, then against the

@@ -83,6 +83,20 @@ def decode_ar(
     return out
 
 
+def argmax_misses(target: Decoder, prompt: Prompt | torch.Tensor, tokens: list[int]) -> list:
+    """Feed `tokens` (an output of this prompt) to the target one token at a time, as AR decodes;
+    (position, logits [V]) at each position whose token is not the target's own argmax there:
+    where a greedy output leaves what AR would emit after the same prefix."""
+    misses = []
+    logits = target.prefill(prompt).logits[0]
+    for i, token in enumerate(tokens):
+        if int(logits.argmax()) != token:
+            misses.append((i, logits.detach().clone()))
+        if i + 1 < len(tokens):
+            logits = target.extend([token]).logits[0, -1]
+    return misses
+
+
 class Speculation:
     """The state of one speculative generation: target and drafter caches and the policies;
     for a drafter that reads tokens, the generation's `TokenContext` (`tokenizer`: the

@@ -17,7 +17,7 @@ import torch
 from mmspec.decoding.drafters.eagle import EagleDrafter
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.guidance import GuidedDecoder
-from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
+from mmspec.decoding.loops import Generation, argmax_misses, decode_ar, decode_speculative
 from mmspec.methods.components import head_drafters, image_head_drafters
 from mmspec.methods.runtime import DraftCounters
 from mmspec.methods.spec import MethodSpec
@@ -115,5 +115,10 @@ class ImageMethodRunner(DraftCounters):
         )
 
     def decode_ar(self, prompt: ImagePrompt, sampler) -> Generation:
-        """The paired AR baseline: the guided target alone."""
+        """AR: the guided target alone (the timing reference of a method's speedup)."""
         return decode_ar(self.target, prompt.target, self.grid, set(), self.temperature, sampler)
+
+    def argmax_misses(self, prompt: ImagePrompt, codes: list[int]) -> list:
+        """Where the guided target, fed `codes` one at a time as AR decodes, would not have
+        emitted them (`loops.argmax_misses`)."""
+        return argmax_misses(self.target, prompt.target, codes)

@@ -10,7 +10,7 @@ from mmspec.decoding import catalog
 from mmspec.decoding.component import TARGET_ATTENTION, TRAINED_HEAD
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import HeadPrompts
-from mmspec.decoding.loops import Generation, decode_ar, decode_speculative
+from mmspec.decoding.loops import Generation, argmax_misses, decode_ar, decode_speculative
 from mmspec.decoding.prompt import Prompt
 from mmspec.decoding.views import FullView, ImageInput, ViewContext
 from mmspec.methods import components
@@ -180,6 +180,11 @@ class MethodRunner(DraftCounters):
         )
 
     def decode_ar(self, sample: Sample, max_new: int, stop: set[int], sampler) -> Generation:
-        """The paired AR baseline on the same target and sample."""
+        """AR on the same target and sample (the timing reference of a method's speedup)."""
         prompt = self.target_prompt(sample)
         return decode_ar(self.target, prompt, max_new, stop, self.temperature, sampler)
+
+    def argmax_misses(self, sample: Sample, tokens: list[int]) -> list:
+        """Where the target, fed `tokens` one at a time as AR decodes, would not have emitted
+        them (`loops.argmax_misses`)."""
+        return argmax_misses(self.target, self.target_prompt(sample), tokens)

@@ -53,7 +53,7 @@ def render(pooled: pd.DataFrame, keys: list[tuple[str, str]], colors: dict[str, 
 
 
 def metric_note(cells: pd.DataFrame) -> str:
-    """" · quality: <metric>" for cells of one dataset ("" where no metric is recorded)."""
+    """ " · quality: <metric>" for cells of one dataset ("" where no metric is recorded)."""
     names = sorted({m for m in cells.get("metric", pd.Series(dtype=str)).dropna() if m})
     return f" · quality: {esc(', '.join(names))}" if names else ""
 

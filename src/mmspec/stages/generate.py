@@ -1,8 +1,17 @@
-"""Stage generate: decode every sample-turn of one cell, interleaved with plain AR, and time both.
+"""Stage generate: decode every sample-turn of one cell, and time AR beside it on a few.
 
-Per sample-turn the method and the paired AR baseline run back to back on the same device, in
+The AR cell of the cell's (dataset, pair, seed, temperature) decodes every sample-turn once with
+AR; a method's job reads its tokens (`ar_samples`). To time AR on its own device under its own
+load, the job also decodes a share of its sample-turns with AR (config `timing.ar_share`, at
+least 2, chosen to span the AR cell's output lengths), each back to back with the method in
 alternating order (so drift in machine speed hits both alike), after warm-up samples that are
-decoded but not recorded.
+decoded but not recorded. The cell's speedup scales the AR cell's times by the ratio of this
+job's AR times to the AR cell's on those sample-turns (stages/aggregate.py). Without the AR
+cell's samples (a job run by hand) every sample-turn is timed with AR, as with `ar_share` 1.
+
+A greedy cell of a lossless rule whose output differs from the AR cell's is checked against the
+target on the job's own device (`scoring.lossless`): the target reads the output one token at a
+time, and every position where its argmax is not the output's token is kept with AR's margin.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ import hashlib
 import io
 import json
 import math
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,6 +39,7 @@ from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import families, loading, visual
 from mmspec.models.image_generation import ImageGenerator
+from mmspec.scoring.lossless import margin_ulps
 from mmspec.stages.checkpoints import Checkpoints, job_key
 from mmspec.stages.jobs import GenerateJob
 from mmspec.tables import CAPTIONS, PREPARED, SAMPLES, VISUAL, read_table, write_table
@@ -172,6 +183,7 @@ class TextWork:
             head=head,
         )
         self.stop = stop_tokens(target_model, tokenizer)
+        self.dtype = target_model.dtype  # the precision AR's margins are counted in
         self.max_new = job.generation.max_new_tokens
         self.target_store = ImageStore(target_visual)
         self.draft_store = ImageStore(draft_visual, "P" in spec.get("views", ""), captions)
@@ -205,6 +217,9 @@ class TextWork:
     def decode_ar(self, sample: Sample, sampler):
         return self.runner.decode_ar(sample, self.max_new, self.stop, sampler)
 
+    def argmax_misses(self, sample: Sample, tokens: list[int]) -> list:
+        return self.runner.argmax_misses(sample, tokens)
+
     def caption_s(self, row: dict) -> float:
         return self.draft_store.captioning_s(row["image_ids"])
 
@@ -233,6 +248,7 @@ class ImageWork:
         gen = job.generation
         self.runner = ImageMethodRunner(spec, target, draft, gen.cfg, gen.top_k, head=head)
         self.generator, self.out = target, out  # `out`: the table errors name
+        self.dtype = target.model.dtype  # the precision AR's margins are counted in
         self.prepared = prepared
 
     def sample(self, row: dict):
@@ -244,6 +260,9 @@ class ImageWork:
 
     def decode_ar(self, prompt, sampler):
         return self.runner.decode_ar(prompt, sampler)
+
+    def argmax_misses(self, prompt, codes: list[int]) -> list:
+        return self.runner.argmax_misses(prompt, codes)
 
     def caption_s(self, row: dict) -> float:
         return 0.0
@@ -263,10 +282,12 @@ def run(
     captions: str | None = None,
     chunk: int | None = None,
     drafter: str | None = None,
+    ar_samples: str | None = None,
 ):
     """Decode every sample-turn of one cell into `out`; finished samples are checkpointed every
     `chunk` samples, and a rerun of the same job resumes after the last checkpoint. `job`: the
-    GenerateJob, or its JSON's dict."""
+    GenerateJob, or its JSON's dict; `ar_samples`: the AR cell's samples (none for an AR cell,
+    or to time AR on every sample-turn)."""
     job = GenerateJob.parse(job)
     spec, timing = job.spec, job.timing
     torch.set_num_threads(timing.threads)
@@ -281,18 +302,30 @@ def run(
             raise ValueError(f"cell {job.dataset}: a visual cache of the target is needed")
         work = TextWork(job, prepared, target_visual, draft_visual, captions, device, drafter)
     runner = work.runner
+    reference = read_ar_cell(ar_samples, rows, prepared) if ar_samples else None
+    own_ar = runner.drafter is None  # an AR cell: its own decode is the AR timing
+    timed = set() if own_ar else ar_reference_rows(reference, rows, timing.ar_share)
+    checked = reference is not None and not own_ar and spec["temperature"] == 0
+    checked = checked and runner.method.columns()["lossless_rule"]
 
     for row in rows[: timing.warmup_samples]:
         sample = work.sample(row)
         work.decode(sample, sample_sampler(job.seed, "warmup", 0, "m"))
-        work.decode_ar(sample, sample_sampler(job.seed, "warmup", 0, "ar"))
+        if timed:
+            work.decode_ar(sample, sample_sampler(job.seed, "warmup", 0, "ar"))
     runner.reset_stats()
 
     chunk = chunk or CHUNK
     checkpoints = Checkpoints(
         out,
         job_key(
-            job.to_dict(), prepared, target_visual, draft_visual, captions, *_head_files(drafter)
+            job.to_dict(),
+            prepared,
+            target_visual,
+            draft_visual,
+            captions,
+            ar_samples,
+            *_head_files(drafter),
         ),
     )
     records, counters = checkpoints.load()
@@ -303,17 +336,21 @@ def run(
         row = rows[i]
         sample = work.sample(row)
         key = (job.seed, row["sample_id"], row["turn"])
-        runs = {
-            "ar": lambda s=sample, k=key: work.decode_ar(s, sample_sampler(*k, "ar")),
-            "method": lambda s=sample, k=key: work.decode(s, sample_sampler(*k, "method")),
-        }
+        # the AR cell's own stream: on the same device AR here decodes the AR cell's tokens
+        runs = {"method": lambda s=sample, k=key: work.decode(s, sample_sampler(*k, "method"))}
+        if i in timed:
+            runs["ar"] = lambda s=sample, k=key: work.decode_ar(s, sample_sampler(*k, "method"))
         order = ["ar", "method"] if i % 2 == 0 else ["method", "ar"]
-        done = {name: runs[name]() for name in order}
-        ar, result = done["ar"], done["method"]
-        chunk_ar["ar_decode_s"] += ar.decode_s
-        chunk_ar["ar_forwards"] += len(ar.steps)
+        done = {name: runs[name]() for name in order if name in runs}
+        result = done["method"]
+        ar = result if own_ar else done.get("ar")
+        if ar is not None:
+            chunk_ar["ar_decode_s"] += ar.decode_s
+            chunk_ar["ar_forwards"] += len(ar.steps)
         records.append(_record(row, result, ar, runner))
         records[-1]["caption_s"] = work.caption_s(row)
+        reference_tokens = reference[i]["output_ids"] if checked else None
+        records[-1].update(divergences(work, sample, result.tokens, reference_tokens))
         progress.update()
         if len(records) - chunk_start == chunk or len(records) == len(rows):
             forwards, forward_s = runner.draft_forward_stats()
@@ -360,6 +397,50 @@ def _head_files(drafter: str | None) -> list[str]:
     return [str(p) for p in sorted(Path(drafter).glob("*.safetensors"))]
 
 
+def read_ar_cell(path: str, rows: list[dict], prepared: str) -> list[dict]:
+    """The AR cell's samples in the order of the prepared `rows`; ValueError naming a sample
+    the AR cell lacks."""
+    found = {(r["sample_id"], r["turn"]): r for r in read_table(path, SAMPLES).to_pylist()}
+    missing = [
+        (r["sample_id"], r["turn"]) for r in rows if (r["sample_id"], r["turn"]) not in found
+    ]
+    if missing:
+        raise ValueError(
+            f"{path}: the AR cell has no sample {missing[0][0]} turn {missing[0][1]} of "
+            f"{prepared} ({len(missing)} missing): rerun the AR cell's generate job"
+        )
+    return [found[(r["sample_id"], r["turn"])] for r in rows]
+
+
+def ar_reference_rows(reference: list[dict] | None, rows: list[dict], share: float) -> set[int]:
+    """The rows a method's job also decodes with AR: every row at share 1 or without the AR
+    cell's samples; else round(share x n), at least 2, chosen at evenly spaced quantiles of the
+    AR cell's output lengths, so that their lengths represent the cell's."""
+    n = len(rows)
+    if reference is None or share >= 1:
+        return set(range(n))
+    k = min(n, max(2, math.ceil(share * n)))
+    by_length = sorted(range(n), key=lambda i: (len(reference[i]["output_ids"]), i))
+    return {by_length[int((j + 0.5) * n / k)] for j in range(k)}
+
+
+def divergences(work, sample, tokens: list[int], reference: list[int] | None) -> dict:
+    """The lossless check's columns of one sample-turn: nothing to check where there is no
+    reference (null) or the output equals it; else the positions where the target's own argmax
+    on the job's device is not the output's token, with AR's margin there (`scoring.lossless`)."""
+    if reference is None or tokens == reference:
+        return {"divergence_positions": None, "divergence_ulps": None, "check_s": 0.0}
+    start = time.perf_counter()
+    with torch.inference_mode():
+        misses = work.argmax_misses(sample, tokens)
+    ulps = [margin_ulps(logits, tokens[i], work.dtype) for i, logits in misses]
+    return {
+        "divergence_positions": [i for i, _ in misses],
+        "divergence_ulps": ulps,
+        "check_s": time.perf_counter() - start,
+    }
+
+
 def _record(row: dict, result, ar, runner: MethodRunner) -> dict:
     return {
         "sample_id": row["sample_id"],
@@ -376,9 +457,9 @@ def _record(row: dict, result, ar, runner: MethodRunner) -> dict:
         "step_relaxed": [s.relaxed for s in result.steps],
         "prefill_s": result.prefill_s,
         "decode_s": result.decode_s,
-        "ar_prefill_s": ar.prefill_s,
-        "ar_decode_s": ar.decode_s,
-        "ar_n_tokens": len(ar.tokens),
+        "ar_prefill_s": None if ar is None else ar.prefill_s,
+        "ar_decode_s": None if ar is None else ar.decode_s,
+        "ar_n_tokens": None if ar is None else len(ar.tokens),
         "draft_visual_tokens": runner.last_draft_visual,
         "target_visual_tokens": runner.last_target_visual,
     }

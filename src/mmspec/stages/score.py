@@ -23,7 +23,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from mmspec.scoring import metric_catalog
-from mmspec.scoring.lossless import first_divergence
+from mmspec.scoring.lossless import TIE_ULPS, first_divergence
+from mmspec.scoring.lossless import kind as divergence_kind
 from mmspec.scoring.task_metric import Sample
 from mmspec.stages.settings import ImageModels
 from mmspec.tables import (
@@ -70,6 +71,7 @@ def run(
         greedy = row["temperature"] == 0
         divergence = first_divergence(row["output_ids"], ar["output_ids"]) if greedy else None
         checked = greedy and row["lossless_rule"]
+        counted = divergence_counts(row, divergence) if checked else DIVERGENCE_UNCHECKED
 
         records.append(
             {
@@ -91,6 +93,10 @@ def run(
                 "caption_s": row["caption_s"],
                 "lossless": (divergence is None) if checked else None,
                 "first_divergence": divergence,
+                **counted,
+                "check_s": row["check_s"],
+                "ar_cell_decode_s": ar["decode_s"],
+                "ar_cell_n_tokens": ar["n_tokens"],
                 "metric": CLIP_SCORE if scorer is None else scorer.name,
             }
         )
@@ -109,6 +115,31 @@ def run(
     if judgements:
         _add_judgements(records, *judgements)
     write_table(pa.Table.from_pylist(records, schema=SCORES), out, SCORES)
+
+
+DIVERGENCE_UNCHECKED = {
+    "near_tie_divergences": None,
+    "real_divergences": None,
+    "divergence_kind": None,
+    "divergence_max_ulps": None,
+}
+
+
+def divergence_counts(row: dict, divergence: int | None) -> dict:
+    """A greedy lossless sample-turn's divergences from AR: none when it equals the AR cell;
+    else what its generate job found on its own device (`scoring.lossless`), and a difference it
+    did not check (a job run without the AR cell's samples) as one real divergence."""
+    if divergence is None:
+        return {**DIVERGENCE_UNCHECKED, "near_tie_divergences": 0, "real_divergences": 0}
+    ulps = row["divergence_ulps"]
+    if ulps is None:
+        return {**DIVERGENCE_UNCHECKED, "near_tie_divergences": 0, "real_divergences": 1}
+    return {
+        "near_tie_divergences": sum(u <= TIE_ULPS for u in ulps),
+        "real_divergences": sum(u > TIE_ULPS for u in ulps),
+        "divergence_kind": divergence_kind(ulps),
+        "divergence_max_ulps": max(ulps, default=None),
+    }
 
 
 def references(metric, ref: dict, prepared: str) -> str | list[str]:

@@ -105,6 +105,7 @@ class Timing(Settings):
     KEY = "timing"
     warmup_samples: int
     threads: int
+    ar_share: float  # of a cell's sample-turns AR is timed on in its job (1: every one, paired)
 
 
 @dataclass(frozen=True)

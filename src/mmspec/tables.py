@@ -111,11 +111,13 @@ SAMPLES = pa.schema(
         ("decode_s", pa.float64()),
         # time the captioner took on this sample's images (view C; cached, so paid once per image)
         ("caption_s", pa.float64()),
-        # AR's timing of the sample in the same job, interleaved with the method: on the cell's
-        # AR reference samples (config timing.ar_share), null on the others; an AR cell's own
+        # the job's AR run of the sample-turn, back to back with the method: a probe of AR's
+        # first steps (config timing.ar_reference), or the whole decode (full); an AR cell's own.
+        # ar_step_s: the time of each of its steps
         ("ar_prefill_s", pa.float64()),
         ("ar_decode_s", pa.float64()),
         ("ar_n_tokens", pa.int32()),
+        ("ar_step_s", pa.list_(pa.float64())),
         # greedy cells of a lossless rule whose output differs from the AR cell's: the positions
         # where the target's own argmax (fed the output one token at a time, on the job's device)
         # is not the output's token, and AR's margin there in ulp of the dtype (empty: the method
@@ -181,9 +183,13 @@ SCORES = pa.schema(
         ("divergence_kind", pa.string()),  # null, "device", "near_tie", "real"
         ("divergence_max_ulps", pa.float64()),  # AR's largest margin at them
         ("check_s", pa.float64()),  # the generate job's time on that check
-        # the AR cell's own decode of this sample-turn (the reference of the speedup)
+        # the speedup's reference: the AR cell's own decode of this sample-turn, and the steps
+        # of the job's AR run (its probe, or the whole decode) timed in the job and in the AR
+        # cell (their ratio is the job's device and load against the AR cell's)
         ("ar_cell_decode_s", pa.float64()),
         ("ar_cell_n_tokens", pa.int32()),
+        ("ar_probe_s", pa.float64()),
+        ("ar_cell_probe_s", pa.float64()),
         ("quality", pa.float64()),  # image generation: the image's CLIP score
         ("ar_quality", pa.float64()),  # quality of the AR cell on the same sample-turn
         ("metric", pa.string()),  # the task metric quality is ("clip_score": image generation)
@@ -264,13 +270,18 @@ CELLS = pa.schema(
         ("accepted_mean", pa.float64()),  # emitted draft tokens / steps (tau without the bonus)
         # share of the emitted draft tokens that a lossy rule accepted on a mismatch
         ("relaxed_share", pa.float64()),
-        # AR decode time per emitted token / method decode time per emitted token, summed over
-        # the same sample-turns (greedy and sampling alike)
+        # AR decode time per emitted token / method decode time per emitted token, as on the
+        # cell's own job: the AR cell's time of every sample-turn, scaled by ar_speed_ratio
+        # (greedy and sampling alike; docs/reference/metrics.md)
         ("speedup", pa.float64()),
         # the speedup's 95% bootstrap interval over the cell's sample-turns: speedups whose
         # intervals overlap are within timing noise of each other (AR's own contains 1)
         ("speedup_low", pa.float64()),
         ("speedup_high", pa.float64()),
+        # AR's step time in the cell's own job (its probes, or full AR decodes) over the AR
+        # cell's on the same steps: the job's device and load against the AR cell's (1 for the
+        # AR cell itself)
+        ("ar_speed_ratio", pa.float64()),
         ("speedup_eq1", pa.float64()),  # tau / (k * c + 1), k = draft forwards per step
         # Eq. 1 with the measured cost v of a verification step in place of one AR step:
         # tau / (k * c + v); its gap to speedup is what the steps spend outside the draft's and
@@ -282,6 +293,13 @@ CELLS = pa.schema(
         ("verify_cost", pa.float64()),
         ("lossless_rate", pa.float64()),
         ("first_divergence_mean", pa.float64()),
+        # a greedy lossless cell's differences from its AR cell, checked on its own device:
+        # positions where AR's margin is a rounding near-tie, and real divergences (failures);
+        # sample-turns that equal AR on the job's device (the AR cell's device differs); null
+        # where nothing is checked (sampling, lossy rules)
+        ("near_tie_divergences", pa.int64()),
+        ("real_divergences", pa.int64()),
+        ("device_differences", pa.int64()),
         ("quality", pa.float64()),
         ("ar_quality", pa.float64()),
         ("metric", pa.string()),  # the dataset's task metric, which quality is

@@ -114,9 +114,11 @@ class ImageMethodRunner(DraftCounters):
             sampler,
         )
 
-    def decode_ar(self, prompt: ImagePrompt, sampler) -> Generation:
-        """AR: the guided target alone (the timing reference of a method's speedup)."""
-        return decode_ar(self.target, prompt.target, self.grid, set(), self.temperature, sampler)
+    def decode_ar(self, prompt: ImagePrompt, sampler, max_new: int | None = None) -> Generation:
+        """AR: the guided target alone (the timing reference of a method's speedup); its first
+        `max_new` codes when given (a probe), else the whole grid."""
+        length = self.grid if max_new is None else min(max_new, self.grid)
+        return decode_ar(self.target, prompt.target, length, set(), self.temperature, sampler)
 
     def argmax_misses(self, prompt: ImagePrompt, codes: list[int]) -> list:
         """Where the guided target, fed `codes` one at a time as AR decodes, would not have

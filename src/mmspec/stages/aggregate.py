@@ -29,8 +29,9 @@ from mmspec.tables import BLOCKS, CELLS, THUMBNAILS, write_table
 BATCH_FILES = 200
 CELL_KEY = ["dataset", "pair", "method", "hp", "seed"]
 
-# Pooled over steps (docs/reference/metrics.md): tau = new_tokens / steps, speedup = AR time
-# per emitted token / method time per emitted token (the prefill's first token is in neither).
+# Pooled over steps (docs/reference/metrics.md): tau = new_tokens / steps; speedup (computed
+# from the per-sample-turn lists below, `speedup`) = AR time per emitted token / method time per
+# emitted token (the prefill's first token is in neither).
 CELLS_SQL = """
 SELECT
   dataset, pair, method, hp, any_value(hparams) AS hparams, seed,
@@ -51,13 +52,15 @@ SELECT
   avg(new_tokens / nullif(steps, 0)) AS tau_per_sample,
   sum(accepted_sum) / nullif(sum(steps), 0) AS accepted_mean,
   sum(relaxed_sum) / nullif(sum(accepted_sum), 0) AS relaxed_share,
-  (sum(ar_decode_s) / nullif(sum(ar_n_tokens - 1), 0))
-    / nullif(sum(decode_s) / nullif(sum(new_tokens), 0), 0) AS speedup,
   avg(t_q_s) / nullif(avg(t_p_s), 0) AS latency_ratio,
   sum(verify_s) / nullif(sum(steps), 0) / nullif(avg(t_p_s), 0) AS verify_cost,
   avg(draft_forwards_per_step) AS draft_forwards_per_step,
   avg(CAST(lossless AS DOUBLE)) AS lossless_rate,
   avg(first_divergence) AS first_divergence_mean,
+  sum(near_tie_divergences) AS near_tie_divergences,
+  sum(real_divergences) AS real_divergences,
+  CASE WHEN count(real_divergences) > 0
+    THEN count(*) FILTER (WHERE divergence_kind = 'device') END AS device_differences,
   avg(quality) AS quality,
   avg(ar_quality) AS ar_quality,
   any_value(metric) AS metric,
@@ -83,8 +86,10 @@ SELECT
     THEN list(image_png ORDER BY sample_id, turn)[1:$thumbnails] END AS thumbnails,
   any_value(device) AS device,
   -- the per-sample-turn timings the speedup pools, for its bootstrap interval (not written)
-  list(ar_decode_s ORDER BY sample_id, turn) AS timing_ar_s,
-  list(ar_n_tokens - 1 ORDER BY sample_id, turn) AS timing_ar_tokens,
+  list(ar_probe_s ORDER BY sample_id, turn) AS timing_probe_s,
+  list(ar_cell_probe_s ORDER BY sample_id, turn) AS timing_cell_probe_s,
+  list(ar_cell_decode_s ORDER BY sample_id, turn) AS timing_ref_s,
+  list(ar_cell_n_tokens - 1 ORDER BY sample_id, turn) AS timing_ref_tokens,
   list(decode_s ORDER BY sample_id, turn) AS timing_s,
   list(new_tokens ORDER BY sample_id, turn) AS timing_tokens,
   list(steps ORDER BY sample_id, turn) AS tau_steps,
@@ -173,6 +178,10 @@ def _cells(con: duckdb.DuckDBPyConnection, groups: dict) -> pa.Table:
     _check_one_file(table)
     # TABED eq. 1: tau / (k * c + 1) with k the draft forwards per step (gamma for a chain; the
     # drafted levels for a tree); AR has no draft, so its estimate is its tau (1).
+    speedups = [speedup(*cell) for cell in zip(*_lists(table, SPEEDUP_LISTS), strict=True)]
+    table = table.append_column("speedup", pa.array(speedups, pa.float64()))
+    ratios = [ar_speed_ratio(*cell) for cell in zip(*_lists(table, SPEEDUP_LISTS), strict=True)]
+    table = table.append_column("ar_speed_ratio", pa.array(ratios, pa.float64()))
     table = table.append_column("speedup_eq1", _eq1(table))
     table = table.append_column("speedup_eq1_verify", _eq1(table, "verify_cost"))
     for name, interval, lists in INTERVALS:
@@ -226,17 +235,53 @@ def _labels(table) -> pa.Array:
     return pa.array([label(e, m) for e, m in zip(entries, methods, strict=True)], pa.string())
 
 
-def speedup_interval(ar_s, ar_tokens, s, tokens, seed: int = 0) -> tuple[float, float]:
-    """The percentile bootstrap interval (CONFIDENCE) of the pooled speedup
-    (sum ar_s / sum ar_tokens) / (sum s / sum tokens), resampling sample-turns, each with its
-    own AR timing (both were timed back to back, in alternating order)."""
-    columns = [np.asarray(c, dtype=float) for c in (ar_s, ar_tokens, s, tokens)]
-    n = len(columns[0])
-    picks = np.random.default_rng(seed).integers(0, n, size=(RESAMPLES, n))
-    a, at, m, mt = (c[picks].sum(axis=1) for c in columns)
+# The per-sample-turn lists the speedup reads: the job's AR steps (probes, or whole decodes) as
+# timed in the job and in the AR cell, the AR cell's decode, and the method's.
+SPEEDUP_LISTS = [
+    "timing_probe_s",
+    "timing_cell_probe_s",
+    "timing_ref_s",
+    "timing_ref_tokens",
+    "timing_s",
+    "timing_tokens",
+]
+
+
+def ar_speed_ratio(probe_s, cell_probe_s, *_) -> float:
+    """r: AR's step time in the cell's own job over the AR cell's on the same steps (each
+    sample-turn's probe), pooled: how much slower (r > 1) or faster the job's device and load
+    ran AR than the AR cell's did. NaN without probes."""
+    pairs = [(a, b) for a, b in zip(probe_s, cell_probe_s, strict=True) if a is not None]
+    if not pairs or any(b is None for _, b in pairs):
+        return math.nan
+    cell = sum(b for _, b in pairs)
+    return sum(a for a, _ in pairs) / cell if cell else math.nan
+
+
+def speedup(probe_s, cell_probe_s, ref_s, ref_tokens, s, tokens) -> float:
+    """AR's time per emitted token over the method's, both as on the cell's own job: the AR
+    cell's time per token over every sample-turn, scaled by `ar_speed_ratio` (a ratio
+    estimator: the AR cell's decodes carry the lengths, the job's probes, each back to back with
+    the method's decode of its sample-turn, carry the job's device and load)."""
+    if any(r is None for r in ref_s):
+        return math.nan
+    ar_per_token = ar_speed_ratio(probe_s, cell_probe_s) * sum(ref_s) / sum(ref_tokens)
+    method_per_token = sum(s) / sum(tokens) if sum(tokens) else math.nan
+    return ar_per_token / method_per_token if method_per_token else math.nan
+
+
+def speedup_interval(probe_s, cell_probe_s, ref_s, ref_tokens, s, tokens, seed: int = 0):
+    """The percentile bootstrap interval (CONFIDENCE) of `speedup`, resampling sample-turns, each
+    with its probe, the AR cell's times of it and the method's (so what a long or short sample
+    shares with AR cancels, and the probes' noise is carried in)."""
+    columns = (probe_s, cell_probe_s, ref_s, ref_tokens, s, tokens)
+    if any(v is None for column in columns for v in column):
+        return math.nan, math.nan
+    p, cp, ref, reft, m, mt = (np.asarray(c, dtype=float) for c in columns)
+    picks = np.random.default_rng(seed).integers(0, len(m), size=(RESAMPLES, len(m)))
+    p, cp, ref, reft, m, mt = (c[picks].sum(axis=1) for c in (p, cp, ref, reft, m, mt))
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = (a / at) / (m / mt)
-    return percentile_interval(ratios)
+        return percentile_interval((p / cp) * (ref / reft) / (m / mt))
 
 
 def tau_interval(tokens, steps, seed: int = 0) -> tuple[float, float]:
@@ -279,16 +324,20 @@ def percentile_interval(values: np.ndarray) -> tuple[float, float]:
 # <column>_low and <column>_high
 INTERVALS = [
     ("tau", tau_interval, ["timing_tokens", "tau_steps"]),
-    ("speedup", speedup_interval, ["timing_ar_s", "timing_ar_tokens", "timing_s", "timing_tokens"]),
+    ("speedup", speedup_interval, SPEEDUP_LISTS),
     ("retention", retention_interval, ["paired_quality", "paired_ar_quality"]),
     ("judge_retention", retention_interval, ["paired_judge_score", "paired_ar_judge_score"]),
 ]
 
 
+def _lists(table, names: list[str]) -> list[list]:
+    """The cells' per-sample-turn lists in columns `names`."""
+    return [table.column(name).to_pylist() for name in names]
+
+
 def _intervals(table, interval, names: list[str]) -> tuple[pa.Array, pa.Array]:
     """Per cell, `interval(*lists)` of the cell's per-sample-turn lists in columns `names`."""
-    columns = [table.column(name).to_pylist() for name in names]
-    intervals = [interval(*cell) for cell in zip(*columns, strict=True)]
+    intervals = [interval(*cell) for cell in zip(*_lists(table, names), strict=True)]
     low, high = zip(*intervals, strict=True) if intervals else ((), ())
     return pa.array(low, pa.float64()), pa.array(high, pa.float64())
 

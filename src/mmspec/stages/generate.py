@@ -1,17 +1,18 @@
-"""Stage generate: decode every sample-turn of one cell, and time AR beside it on a few.
+"""Stage generate: decode every sample-turn of one cell, and time AR beside each one briefly.
 
 The AR cell of the cell's (dataset, pair, seed, temperature) decodes every sample-turn once with
-AR; a method's job reads its tokens (`ar_samples`). To time AR on its own device under its own
-load, the job also decodes a share of its sample-turns with AR (config `timing.ar_share`, at
-least 2, chosen to span the AR cell's output lengths), each back to back with the method in
-alternating order (so drift in machine speed hits both alike), after warm-up samples that are
-decoded but not recorded. The cell's speedup scales the AR cell's times by the ratio of this
-job's AR times to the AR cell's on those sample-turns (stages/aggregate.py). Without the AR
-cell's samples (a job run by hand) every sample-turn is timed with AR, as with `ar_share` 1.
+AR. A method's job times AR on its own device under its own load with a probe per sample-turn:
+AR's first `timing.ar_probe_tokens` steps, back to back with the method in alternating order (so
+drift in machine speed hits both alike), after warm-up samples that are decoded but not
+recorded. The cell's speedup scales the AR cell's time of every sample-turn by the ratio of the
+probes' step times to the AR cell's own times of the same steps (stages/aggregate.py): the AR
+cell carries the lengths, the probes this job's device and load. `timing.ar_reference: full`
+decodes every sample-turn with AR in full instead (full pairing).
 
-A greedy cell of a lossless rule whose output differs from the AR cell's is checked against the
-target on the job's own device (`scoring.lossless`): the target reads the output one token at a
-time, and every position where its argmax is not the output's token is kept with AR's margin.
+A greedy cell of a lossless rule whose output differs from the AR cell's (`ar_samples`) is
+checked against the target on the job's own device (`scoring.lossless`): the target reads the
+output one token at a time, and every position where its argmax is not the output's token is
+kept with AR's margin there.
 """
 
 from __future__ import annotations
@@ -214,8 +215,10 @@ class TextWork:
     def decode(self, sample: Sample, sampler):
         return self.runner.decode(sample, self.max_new, self.stop, sampler)
 
-    def decode_ar(self, sample: Sample, sampler):
-        return self.runner.decode_ar(sample, self.max_new, self.stop, sampler)
+    def decode_ar(self, sample: Sample, sampler, max_new: int | None = None):
+        """AR on the sample, its first `max_new` tokens (a probe) or all it would emit."""
+        max_new = self.max_new if max_new is None else min(max_new, self.max_new)
+        return self.runner.decode_ar(sample, max_new, self.stop, sampler)
 
     def argmax_misses(self, sample: Sample, tokens: list[int]) -> list:
         return self.runner.argmax_misses(sample, tokens)
@@ -258,8 +261,9 @@ class ImageWork:
     def decode(self, prompt, sampler):
         return self.runner.decode(prompt, sampler)
 
-    def decode_ar(self, prompt, sampler):
-        return self.runner.decode_ar(prompt, sampler)
+    def decode_ar(self, prompt, sampler, max_new: int | None = None):
+        """AR on the prompt, its first `max_new` codes (a probe) or the whole grid."""
+        return self.runner.decode_ar(prompt, sampler, max_new)
 
     def argmax_misses(self, prompt, codes: list[int]) -> list:
         return self.runner.argmax_misses(prompt, codes)
@@ -304,15 +308,16 @@ def run(
     runner = work.runner
     reference = read_ar_cell(ar_samples, rows, prepared) if ar_samples else None
     own_ar = runner.drafter is None  # an AR cell: its own decode is the AR timing
-    timed = set() if own_ar else ar_reference_rows(reference, rows, timing.ar_share)
+    # the job's AR run of each sample-turn: a probe of AR's first steps, or the whole decode
+    probe = timing.ar_probe_tokens + 1 if timing.ar_reference == "probe" else None
     checked = reference is not None and not own_ar and spec["temperature"] == 0
     checked = checked and runner.method.columns()["lossless_rule"]
 
     for row in rows[: timing.warmup_samples]:
         sample = work.sample(row)
         work.decode(sample, sample_sampler(job.seed, "warmup", 0, "m"))
-        if timed:
-            work.decode_ar(sample, sample_sampler(job.seed, "warmup", 0, "ar"))
+        if not own_ar:
+            work.decode_ar(sample, sample_sampler(job.seed, "warmup", 0, "ar"), probe)
     runner.reset_stats()
 
     chunk = chunk or CHUNK
@@ -338,15 +343,16 @@ def run(
         key = (job.seed, row["sample_id"], row["turn"])
         # the AR cell's own stream: on the same device AR here decodes the AR cell's tokens
         runs = {"method": lambda s=sample, k=key: work.decode(s, sample_sampler(*k, "method"))}
-        if i in timed:
-            runs["ar"] = lambda s=sample, k=key: work.decode_ar(s, sample_sampler(*k, "method"))
+        if not own_ar:
+            runs["ar"] = lambda s=sample, k=key: work.decode_ar(
+                s, sample_sampler(*k, "method"), probe
+            )
         order = ["ar", "method"] if i % 2 == 0 else ["method", "ar"]
         done = {name: runs[name]() for name in order if name in runs}
         result = done["method"]
-        ar = result if own_ar else done.get("ar")
-        if ar is not None:
-            chunk_ar["ar_decode_s"] += ar.decode_s
-            chunk_ar["ar_forwards"] += len(ar.steps)
+        ar = result if own_ar else done["ar"]
+        chunk_ar["ar_decode_s"] += ar.decode_s
+        chunk_ar["ar_forwards"] += len(ar.steps)
         records.append(_record(row, result, ar, runner))
         records[-1]["caption_s"] = work.caption_s(row)
         reference_tokens = reference[i]["output_ids"] if checked else None
@@ -412,18 +418,6 @@ def read_ar_cell(path: str, rows: list[dict], prepared: str) -> list[dict]:
     return [found[(r["sample_id"], r["turn"])] for r in rows]
 
 
-def ar_reference_rows(reference: list[dict] | None, rows: list[dict], share: float) -> set[int]:
-    """The rows a method's job also decodes with AR: every row at share 1 or without the AR
-    cell's samples; else round(share x n), at least 2, chosen at evenly spaced quantiles of the
-    AR cell's output lengths, so that their lengths represent the cell's."""
-    n = len(rows)
-    if reference is None or share >= 1:
-        return set(range(n))
-    k = min(n, max(2, math.ceil(share * n)))
-    by_length = sorted(range(n), key=lambda i: (len(reference[i]["output_ids"]), i))
-    return {by_length[int((j + 0.5) * n / k)] for j in range(k)}
-
-
 def divergences(work, sample, tokens: list[int], reference: list[int] | None) -> dict:
     """The lossless check's columns of one sample-turn: nothing to check where there is no
     reference (null) or the output equals it; else the positions where the target's own argmax
@@ -457,9 +451,10 @@ def _record(row: dict, result, ar, runner: MethodRunner) -> dict:
         "step_relaxed": [s.relaxed for s in result.steps],
         "prefill_s": result.prefill_s,
         "decode_s": result.decode_s,
-        "ar_prefill_s": None if ar is None else ar.prefill_s,
-        "ar_decode_s": None if ar is None else ar.decode_s,
-        "ar_n_tokens": None if ar is None else len(ar.tokens),
+        "ar_prefill_s": ar.prefill_s,
+        "ar_decode_s": ar.decode_s,
+        "ar_n_tokens": len(ar.tokens),
+        "ar_step_s": [s.verify_s for s in ar.steps],
         "draft_visual_tokens": runner.last_draft_visual,
         "target_visual_tokens": runner.last_target_visual,
     }

@@ -97,6 +97,7 @@ def run(
                 "check_s": row["check_s"],
                 "ar_cell_decode_s": ar["decode_s"],
                 "ar_cell_n_tokens": ar["n_tokens"],
+                **probe_times(row, ar),
                 "metric": CLIP_SCORE if scorer is None else scorer.name,
             }
         )
@@ -115,6 +116,17 @@ def run(
     if judgements:
         _add_judgements(records, *judgements)
     write_table(pa.Table.from_pylist(records, schema=SCORES), out, SCORES)
+
+
+def probe_times(row: dict, ar: dict) -> dict:
+    """The steps of a job's AR run of a sample-turn (a probe of AR's first steps, or the whole
+    decode) as timed in the job and in the AR cell: the speedup's measure of the job's device
+    and load against the AR cell's. Null where either has no step times (an older table)."""
+    steps, cell_steps = row["ar_step_s"], ar["step_verify_s"]
+    if not steps or not cell_steps:
+        return {"ar_probe_s": None, "ar_cell_probe_s": None}
+    n = min(len(steps), len(cell_steps))
+    return {"ar_probe_s": sum(steps[:n]), "ar_cell_probe_s": sum(cell_steps[:n])}
 
 
 DIVERGENCE_UNCHECKED = {

@@ -105,7 +105,8 @@ class Timing(Settings):
     KEY = "timing"
     warmup_samples: int
     threads: int
-    ar_share: float  # of a cell's sample-turns AR is timed on in its job (1: every one, paired)
+    ar_reference: str  # "probe": AR's first ar_probe_tokens steps per sample; "full": all
+    ar_probe_tokens: int
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,8 @@ def _params(method: str, hparams: dict, pair: dict) -> dict:
         "cell": {**cell, "seed": 0, "spec": spec},
         "pair": pair,
         "generation": {"max_new_tokens": MAX_NEW, "temperature": 0.0},
-        "timing": {"warmup_samples": 0, "threads": 1},
+        # AR decoded in full beside each sample (its logits are what the tests record)
+        "timing": {"warmup_samples": 0, "threads": 1, "ar_reference": "full"},
     }
 
 

@@ -41,7 +41,26 @@ def test_greedy_non_lossless_cell_flagged(report):
     assert "this is a bug" in body
     # and only that one: lossless greedy cells and sampling cells are not
     assert len([r for r in all_rows(report) if "bug" in r["class"].split()]) == 1
-    assert "1 greedy cell(s) with lossless_rate" in report
+    assert "1 greedy cell(s) of a lossless rule with real divergences" in report
+
+
+def test_near_ties_are_shown_and_only_real_divergences_are_bugs(tmp_path):
+    """Both cells leave the AR cell's tokens on a sample-turn in ten; the one whose job found AR's
+    margin there within rounding is no bug, the one with a real divergence is."""
+    page = page_of(
+        tmp_path,
+        [
+            ar_cell(),
+            cell(hp="g4-ties", lossless_rate=0.9, near_tie_divergences=2, real_divergences=0),
+            cell(hp="g4-real", lossless_rate=0.9, near_tie_divergences=0, real_divergences=1),
+        ],
+    )
+    rows = {r["text"]["hp"]: r for r in table_data(sections(page)[f"chartqa · {PAIR}"])}
+    assert "bug" not in rows["g4-ties"]["class"].split()
+    assert rows["g4-ties"]["text"]["near_tie_divergences"] == "2"
+    assert "bug" in rows["g4-real"]["class"].split()
+    assert rows["g4-real"]["cls"]["real_divergences"] == "bug-cell"
+    assert "1 greedy cell(s) of a lossless rule with real divergences" in page
 
 
 def test_lossy_rule_divergence_is_not_a_bug(tmp_path):
@@ -79,14 +98,14 @@ def test_lossy_rule_divergence_is_not_a_bug(tmp_path):
     }
     assert "<p class='note'>lossy rule: divergence is expected, see retention" in body
     assert "LANTERN g4-lossy seed 0" in body
-    assert "1 greedy cell(s) with lossless_rate" in page
+    assert "1 greedy cell(s) of a lossless rule with real divergences" in page
     [alert] = re.findall(r"<p class='alert'>.*?</p>", body)
     assert "g4-lossless" in alert and "g4-lossy" not in alert
 
 
 def test_lossless_rule_unknown_counts_as_lossless(tmp_path):
     page = page_of(tmp_path, [cell(lossless_rule=None, lossless_rate=0.5)])
-    assert "1 greedy cell(s) with lossless_rate" in page
+    assert "1 greedy cell(s) of a lossless rule with real divergences" in page
     [row] = all_rows(page)
     assert "bug" in row["class"] and "lossy-cell" not in row["cls"].values()
 

@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from mmspec.scoring import lossless
+
 REPO = Path(__file__).resolve().parents[2]
 TOUR = REPO / "config" / "config.yaml"
 SAMPLED = REPO / "config" / "gpu_check.yaml"
@@ -53,8 +55,8 @@ DTYPE_METHODS = (
     ("eagle2_tree", {}, "self"),
 )
 # A flip counts as rounding when SD's token lies within this many units in the last place of
-# AR's best logit at that step (tests/test_dtypes.py's TIE_ULPS, measured on a CPU).
-TIE_ULPS = 4.0
+# AR's best logit at that step (the sweep's own rule, scoring.lossless)
+TIE_ULPS = lossless.TIE_ULPS
 
 
 @dataclass
@@ -305,15 +307,19 @@ def judge_cell(row: Row, cell: dict, expect_cuda: bool) -> Row:
     elif not cell["lossless_rule"]:
         row.lossless = f"lossy{'' if greedy else ', sampled'}{kept}"
     elif greedy:
-        rate = cell["lossless_rate"]
+        rate, real = cell["lossless_rate"], cell.get("real_divergences")
+        ties = cell.get("near_tie_divergences")
         row.lossless = _number(rate) if rate is None else f"{rate:.3f}"
-        if rate is None or rate < 1:
+        if ties:
+            row.lossless += f", {ties} near-tie(s)"
+        if rate is None or (real > 0 if real is not None else rate < 1):
             row.status = "FAIL"
             divergence = cell["first_divergence_mean"]
             row.why = (
                 f"greedy {cell['acceptance']} is lossless, and the output equals AR's on a share "
                 f"{_number(rate)} of the sample-turns (mean first divergence at token "
-                f"{_number(divergence)})"
+                f"{_number(divergence)}), with {_number(real)} real divergence(s) beyond a "
+                "rounding near-tie"
             )
     else:
         row.lossless = f"sampled{kept}"
@@ -416,28 +422,18 @@ def bench_table(report: dict, status: int) -> list[Row]:
 # part 3: low-precision greedy SD against AR
 
 
-def ulp(value: float, dtype) -> float:
-    """The spacing of `dtype`'s numbers at |value|."""
-    import torch
-
-    magnitude = max(abs(value), torch.finfo(dtype).tiny)
-    return torch.finfo(dtype).eps * 2.0 ** math.floor(math.log2(magnitude))
-
-
 def divergence(ar: list[int], ours: list[int], logits: list, dtype) -> float:
     """How far SD's output strays from AR's: 0 when equal; else, at the first token where it
     leaves AR, the gap between AR's best logit and AR's logit of SD's token, in units in the last
     place of the best (inf when one output ends where the other goes on)."""
-    from mmspec.scoring.lossless import first_divergence
+    from mmspec.scoring.lossless import first_divergence, margin_ulps
 
     where = first_divergence(ours, ar)
     if where is None:
         return 0.0
     if where >= min(len(ours), len(ar), len(logits)):
         return math.inf
-    row = logits[where].float()
-    best = float(row.max())
-    return (best - float(row[ours[where]])) / ulp(best, dtype)
+    return margin_ulps(logits[where], ours[where], dtype)
 
 
 class LogitRecorder:

@@ -59,10 +59,16 @@ def is_lossy_rule(row: pd.Series | dict) -> bool:
 
 
 def lossless_bug(row: pd.Series | dict) -> bool:
-    """A greedy cell of a lossless rule whose output differs from AR on some sample-turn: always an
-    engine bug."""
+    """A greedy cell of a lossless rule with a real divergence from AR (beyond a rounding
+    near-tie; `scoring.lossless`): always an engine bug. A table without the counts (older)
+    reads any difference as one."""
+    if not is_greedy(row) or is_lossy_rule(row):
+        return False
+    real = row.get("real_divergences")
+    if not is_missing(real):
+        return float(real) > 0
     rate = row.get("lossless_rate")
-    return is_greedy(row) and not is_lossy_rule(row) and not is_missing(rate) and float(rate) < 1.0
+    return not is_missing(rate) and float(rate) < 1.0
 
 
 def view_tokens(views: object) -> list[str]:

@@ -37,6 +37,8 @@ TABLE_COLUMNS = [
     "verify_cost",
     "lossless_rate",
     "first_divergence_mean",
+    "near_tie_divergences",
+    "real_divergences",
     "quality",
     "retention",
     "retention_low",
@@ -59,9 +61,22 @@ JUDGE_COLUMNS = [
 # Shown after accepted_mean where a cell verifies loosely (some accepted tokens mismatched).
 RELAXED_COLUMNS = ["relaxed_share"]
 TEXT_COLUMNS = {"label", "method", "hp", "views", "weights"}
-INT_COLUMNS = {"seeds", "n_samples", "steps", "new_tokens", "judge_failures"}
+INT_COLUMNS = {
+    "seeds",
+    "n_samples",
+    "steps",
+    "new_tokens",
+    "judge_failures",
+    "near_tie_divergences",
+    "real_divergences",
+}
 # The columns that compare the cell's output with AR's.
-DIVERGENCE_COLUMNS = ["lossless_rate", "first_divergence_mean"]
+DIVERGENCE_COLUMNS = [
+    "lossless_rate",
+    "first_divergence_mean",
+    "near_tie_divergences",
+    "real_divergences",
+]
 LOSSY_NOTE = "lossy rule: divergence is expected, see retention"
 NOISE_NOTE = "within timing noise of AR: the speedup's 95% interval contains 1"
 
@@ -160,8 +175,9 @@ def bug_note(bugs: list[str]) -> str:
     if not bugs:
         return ""
     return (
-        "<p class='alert'>⚠ lossless_rate &lt; 1 on greedy cell(s): "
-        f"{'; '.join(bugs)}. Greedy decoding must match AR token for token — this is a bug.</p>"
+        "<p class='alert'>⚠ real divergences from AR on greedy cell(s) of a lossless rule: "
+        f"{'; '.join(bugs)}. Greedy decoding must match AR token for token, up to rounding "
+        "near-ties — this is a bug.</p>"
     )
 
 

@@ -43,11 +43,20 @@ def test_plan_counts_done_cells_and_estimates_from_earlier_ones(tiny_run):
     assert toy.sample_turns == turns  # the same datasets again
     assert math.isclose(toy.hours, seconds / 3600)
 
-    text = plan.render(more, 8)
+    text = plan.render(more, 8, timing=cfg["timing"])
     first = f"cells: {2 * len(cells)} ({len(cells)} done, {len(cells)} to run)"
     assert text.startswith(first)
     assert f"-> {math.ceil(len(cells) / 8)} Slurm jobs of up to 8 cells" in text
     assert "device-hours on cpu" in text
+
+    # the cost model, with the share of the method cells' time their AR probes took
+    method = [t for t, f in zip(tables, files, strict=True) if "/method=ar/" not in f.as_posix()]
+    probes = sum(float(t[plan.REFERENCE].sum().sum()) for t in method)
+    share = probes / sum(float(t[plan.TIMED].sum().sum()) for t in method)
+    assert math.isclose(toy.reference_share, share) and 0 < share < 0.5
+    steps = cfg["timing"]["ar_probe_tokens"]
+    assert f"an AR probe of each for its speedup (AR's prefill and {steps} steps)" in text
+    assert f"the probes took {share:.0%}-{share:.0%} of the decoding time" in text
 
 
 def test_plan_command_without_earlier_runs(tmp_path):

@@ -29,6 +29,8 @@ TIMED = {
     "decode_s",
     "ar_prefill_s",
     "ar_decode_s",
+    "ar_step_s",
+    "check_s",
     "t_q_s",
     "t_p_s",
     "caption_s",

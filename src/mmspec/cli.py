@@ -582,7 +582,8 @@ def run(args: argparse.Namespace) -> None:
         cfg = config.load_as_snakemake(args.config, args.default)
         expansion = config.expand(cfg)
         pairs = plan.plan(cfg, args.results, expansion.cells)
-        print(plan.render(pairs, plan.group_size(args.profile), expansion.merged))
+        packed = plan.group_size(args.profile)
+        print(plan.render(pairs, packed, expansion.merged, cfg["timing"]))
 
 
 if __name__ == "__main__":

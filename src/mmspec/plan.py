@@ -2,9 +2,14 @@
 and the device hours they need, estimated from earlier runs of the same pairs.
 
 The estimate is per pair: the seconds per decoded sample-turn of the pair's finished cells
-(prefill and decoding of the method and of its paired AR run, as the cells' own timings
-record them; model loading and warm-up not included) times the sample-turns each planned cell
-decodes. A pair without finished cells has no estimate, and the plan says so.
+(prefill and decoding of the method, its AR probe and its lossless check, as the cells' own
+timings record them; model loading and warm-up not included) times the sample-turns each planned
+cell decodes. A pair without finished cells has no estimate, and the plan says so.
+
+The cost model it prints: AR is decoded once per (dataset, pair, seed, temperature), by the AR
+cell; each method cell decodes its sample-turns once, plus an AR probe of each (AR's prefill and
+`timing.ar_probe_tokens` steps, the reference of its speedup), or AR in full beside each under
+`timing.ar_reference: full`.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from mmspec import config as mmconfig
 
 PROFILE = "slurm/config.yaml"
 GROUP = "cells"  # the generate jobs' group in the slurm profile
-TIMED = ["prefill_s", "decode_s", "ar_prefill_s", "ar_decode_s"]
+TIMED = ["prefill_s", "decode_s", "ar_prefill_s", "ar_decode_s", "check_s"]
+REFERENCE = ["ar_prefill_s", "ar_decode_s"]  # a method cell's AR probes (an AR cell: its own)
 EARLIER_CELLS = 100  # finished cells a pair's estimate reads at most
 
 
@@ -32,6 +38,7 @@ class PairPlan:
     seconds_per_turn: float | None = None  # from earlier cells of the pair
     earlier_cells: int = 0
     devices: set[str] = field(default_factory=set)
+    reference_share: float | None = None  # of the earlier method cells' time: their AR probes
 
     @property
     def hours(self) -> float | None:
@@ -68,18 +75,28 @@ def _sample_turns(cfg: dict, dataset: str, results: Path) -> int | None:
     return None
 
 
-def _earlier(results: Path, pair: str) -> tuple[float | None, int, set[str]]:
-    """(seconds per sample-turn, cells read, devices) of the finished cells of `pair`: at most
-    EARLIER_CELLS of them, evenly spread, so a sweep of 100 000 done cells plans in seconds."""
+def _earlier(results: Path, pair: str) -> tuple[float | None, int, set[str], float | None]:
+    """(seconds per sample-turn, cells read, devices, the share of the method cells' seconds
+    that their AR probes took) of the finished cells of `pair`: at most EARLIER_CELLS of them,
+    evenly spread, so a sweep of 100 000 done cells plans in seconds."""
     seconds, turns, cells, devices = 0.0, 0, 0, set()
+    reference = method_seconds = 0.0
     finished = sorted(results.glob(f"generate/dataset=*/pair={pair}/*/*/*/samples.parquet"))
     for path in finished[:: max(1, math.ceil(len(finished) / EARLIER_CELLS))]:
-        table = pq.read_table(path, columns=[*TIMED, "device"])
-        seconds += sum(sum(x for x in table.column(c).to_pylist() if x) for c in TIMED)
+        present = set(pq.read_schema(path).names)
+        timed = [c for c in TIMED if c in present]
+        table = pq.read_table(path, columns=[*timed, "device"])
+        spent = {c: sum(x for x in table.column(c).to_pylist() if x) for c in timed}
+        total = sum(spent.values())
+        seconds += total
         turns += table.num_rows
         cells += 1
         devices.update(d for d in table.column("device").to_pylist() if d)
-    return (seconds / turns if turns else None), cells, devices
+        if "/method=ar/" not in path.as_posix():  # an AR cell's AR is its own decode
+            reference += sum(spent.get(c, 0.0) for c in REFERENCE)
+            method_seconds += total
+    share = reference / method_seconds if method_seconds else None
+    return (seconds / turns if turns else None), cells, devices, share
 
 
 def plan(cfg: dict, results: str | Path = "results", cells=None) -> dict[str, PairPlan]:
@@ -100,13 +117,16 @@ def plan(cfg: dict, results: str | Path = "results", cells=None) -> dict[str, Pa
         known = size is not None and entry.sample_turns is not None
         entry.sample_turns = entry.sample_turns + size if known else None
     for name, entry in pairs.items():
-        entry.seconds_per_turn, entry.earlier_cells, entry.devices = _earlier(results, name)
+        earlier = _earlier(results, name)
+        entry.seconds_per_turn, entry.earlier_cells, entry.devices, entry.reference_share = earlier
     return pairs
 
 
-def render(pairs: dict[str, PairPlan], packed: int | None, merged: int = 0) -> str:
+def render(
+    pairs: dict[str, PairPlan], packed: int | None, merged: int = 0, timing: dict | None = None
+) -> str:
     """The plan as the lines `mmspec plan` prints (`merged`: grid points that decode what another
-    point's cell decodes, run once)."""
+    point's cell decodes, run once; `timing`: the config's, for the cost model)."""
     total = sum(p.cells for p in pairs.values())
     to_run = sum(p.cells - p.done for p in pairs.values())
     if packed:
@@ -126,6 +146,23 @@ def render(pairs: dict[str, PairPlan], packed: int | None, merged: int = 0) -> s
     lines.append(
         f"estimated: {known:.2f} device-hours for the pairs with an estimate (decoding only: "
         "model loading and warm-up add per cell)"
+    )
+    shares = [p.reference_share for p in pairs.values() if p.reference_share is not None]
+    measured = (
+        f"; in the earlier method cells the probes took {min(shares):.0%}-{max(shares):.0%} of "
+        "the decoding time"
+        if shares
+        else ""
+    )
+    timing = timing or {}
+    if timing.get("ar_reference") == "full":
+        reference = "AR's whole decode of each beside it for its speedup (ar_reference: full)"
+    else:
+        steps = timing.get("ar_probe_tokens", "timing.ar_probe_tokens")
+        reference = f"an AR probe of each for its speedup (AR's prefill and {steps} steps)"
+    lines.append(
+        "cost model: AR decodes each sample-turn once per dataset, pair, seed and temperature "
+        f"(the AR cell); a method cell decodes each once, plus {reference}{measured}"
     )
     return "\n".join(lines)
 

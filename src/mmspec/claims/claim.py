@@ -26,6 +26,7 @@ STATS = {
     "fid": ("fid", None, False),
     "fid_retention": ("fid_retention", None, True),
     "lossless_rate": ("lossless_rate", None, True),
+    "real_divergences": ("real_divergences", None, False),
     "draft_visual_tokens": ("draft_visual_tokens", None, False),
 }
 # the cells table's columns a selector may name (besides `hp`, the hyperparameters)

@@ -38,7 +38,7 @@ def test_what_a_hand_written_job_omits_takes_the_schemas_defaults():
     generation = Generation.parse({"max_new_tokens": 5})
     assert (generation.temperature, generation.cfg, generation.top_k) == (0.0, 3.0, 0)
     assert Timing.parse({}) == Timing(
-        warmup_samples=2, threads=1, ar_reference="probe", ar_probe_tokens=4
+        warmup_samples=2, threads=1, ar_reference="probe", ar_probe_tokens=8
     )
     assert Pair.parse({"target": "t"}).dtype == "float32"
     assert Pair.parse({"target": "t", "draft": "t"}).self_draft

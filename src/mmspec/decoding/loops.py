@@ -83,6 +83,28 @@ def decode_ar(
     return out
 
 
+def probe_ar(
+    target: Decoder, prompt_length: int, first_token: int, steps: int, temperature, sampler
+) -> Generation:
+    """AR's first `steps` steps after a prompt the target has just read for a method's decode
+    (its cache holds the prompt, then whatever the method decoded: dropped here), each timed as
+    `decode_ar` times its steps: AR's speed on this device under this load, right beside the
+    method's decode, without a prefill of its own. Which tokens it feeds does not change a
+    step's time; they are the target's own picks."""
+    device = target.device
+    target.truncate(prompt_length)
+    out = Generation([first_token])
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step_start = time.perf_counter()
+        out.tokens.append(pick(target.extend([out.tokens[-1]]).logits[0, -1], temperature, sampler))
+        sync(device)
+        out.steps.append(Step(0, 0, 0.0, time.perf_counter() - step_start))
+    out.decode_s = time.perf_counter() - start
+    return out
+
+
 def argmax_misses(target: Decoder, prompt: Prompt | torch.Tensor, tokens: list[int]) -> list:
     """Feed `tokens` (an output of this prompt) to the target one token at a time, as AR decodes;
     (position, logits [V]) at each position whose token is not the target's own argmax there:

@@ -17,7 +17,13 @@ import torch
 from mmspec.decoding.drafters.eagle import EagleDrafter
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.guidance import GuidedDecoder
-from mmspec.decoding.loops import Generation, argmax_misses, decode_ar, decode_speculative
+from mmspec.decoding.loops import (
+    Generation,
+    argmax_misses,
+    decode_ar,
+    decode_speculative,
+    probe_ar,
+)
 from mmspec.methods.components import head_drafters, image_head_drafters
 from mmspec.methods.runtime import DraftCounters
 from mmspec.methods.spec import MethodSpec
@@ -114,11 +120,16 @@ class ImageMethodRunner(DraftCounters):
             sampler,
         )
 
-    def decode_ar(self, prompt: ImagePrompt, sampler, max_new: int | None = None) -> Generation:
-        """AR: the guided target alone (the timing reference of a method's speedup); its first
-        `max_new` codes when given (a probe), else the whole grid."""
-        length = self.grid if max_new is None else min(max_new, self.grid)
-        return decode_ar(self.target, prompt.target, length, set(), self.temperature, sampler)
+    def decode_ar(self, prompt: ImagePrompt, sampler) -> Generation:
+        """AR: the guided target alone (the timing reference of a method's speedup)."""
+        return decode_ar(self.target, prompt.target, self.grid, set(), self.temperature, sampler)
+
+    def probe_ar(self, prompt: ImagePrompt, first_code: int, steps: int, sampler) -> Generation:
+        """AR's first `steps` codes of the prompt, just after this runner decoded it (the
+        target's cache still holds the prompt: `loops.probe_ar`)."""
+        length = max(embeds.shape[0] for embeds in prompt.target)
+        steps = min(steps, self.grid - 1)
+        return probe_ar(self.target, length, first_code, steps, self.temperature, sampler)
 
     def argmax_misses(self, prompt: ImagePrompt, codes: list[int]) -> list:
         """Where the guided target, fed `codes` one at a time as AR decodes, would not have

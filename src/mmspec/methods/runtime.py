@@ -10,7 +10,13 @@ from mmspec.decoding import catalog
 from mmspec.decoding.component import TARGET_ATTENTION, TRAINED_HEAD
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import HeadPrompts
-from mmspec.decoding.loops import Generation, argmax_misses, decode_ar, decode_speculative
+from mmspec.decoding.loops import (
+    Generation,
+    argmax_misses,
+    decode_ar,
+    decode_speculative,
+    probe_ar,
+)
 from mmspec.decoding.prompt import Prompt
 from mmspec.decoding.views import FullView, ImageInput, ViewContext
 from mmspec.methods import components
@@ -183,6 +189,12 @@ class MethodRunner(DraftCounters):
         """AR on the same target and sample (the timing reference of a method's speedup)."""
         prompt = self.target_prompt(sample)
         return decode_ar(self.target, prompt, max_new, stop, self.temperature, sampler)
+
+    def probe_ar(self, sample: Sample, first_token: int, steps: int, sampler) -> Generation:
+        """AR's first `steps` steps of the sample, just after this runner decoded it (the
+        target's cache still holds its prompt: `loops.probe_ar`)."""
+        prompt = self.target_prompt(sample)
+        return probe_ar(self.target, len(prompt), first_token, steps, self.temperature, sampler)
 
     def argmax_misses(self, sample: Sample, tokens: list[int]) -> list:
         """Where the target, fed `tokens` one at a time as AR decodes, would not have emitted

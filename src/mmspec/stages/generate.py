@@ -2,12 +2,13 @@
 
 The AR cell of the cell's (dataset, pair, seed, temperature) decodes every sample-turn once with
 AR. A method's job times AR on its own device under its own load with a probe per sample-turn:
-AR's first `timing.ar_probe_tokens` steps, back to back with the method in alternating order (so
-drift in machine speed hits both alike), after warm-up samples that are decoded but not
-recorded. The cell's speedup scales the AR cell's time of every sample-turn by the ratio of the
-probes' step times to the AR cell's own times of the same steps (stages/aggregate.py): the AR
-cell carries the lengths, the probes this job's device and load. `timing.ar_reference: full`
-decodes every sample-turn with AR in full instead (full pairing).
+AR's first `timing.ar_probe_tokens` steps, right after the method's decode of it and from the
+prompt that decode read (no prefill of its own), so drift in machine speed hits both alike;
+warm-up samples come first, decoded but not recorded. The cell's speedup scales the AR cell's
+time of every sample-turn by the ratio of the probes' step times to the AR cell's own times of
+the same steps (stages/aggregate.py): the AR cell carries the lengths, the probes this job's
+device and load. `timing.ar_reference: full` decodes every sample-turn with AR in full instead,
+back to back with the method in alternating order (full pairing).
 
 A greedy cell of a lossless rule whose output differs from the AR cell's (`ar_samples`) is
 checked against the target on the job's own device (`scoring.lossless`): the target reads the
@@ -215,10 +216,12 @@ class TextWork:
     def decode(self, sample: Sample, sampler):
         return self.runner.decode(sample, self.max_new, self.stop, sampler)
 
-    def decode_ar(self, sample: Sample, sampler, max_new: int | None = None):
-        """AR on the sample, its first `max_new` tokens (a probe) or all it would emit."""
-        max_new = self.max_new if max_new is None else min(max_new, self.max_new)
-        return self.runner.decode_ar(sample, max_new, self.stop, sampler)
+    def decode_ar(self, sample: Sample, sampler):
+        return self.runner.decode_ar(sample, self.max_new, self.stop, sampler)
+
+    def probe_ar(self, sample: Sample, first_token: int, steps: int, sampler):
+        steps = min(steps, self.max_new - 1)
+        return self.runner.probe_ar(sample, first_token, steps, sampler)
 
     def argmax_misses(self, sample: Sample, tokens: list[int]) -> list:
         return self.runner.argmax_misses(sample, tokens)
@@ -261,9 +264,11 @@ class ImageWork:
     def decode(self, prompt, sampler):
         return self.runner.decode(prompt, sampler)
 
-    def decode_ar(self, prompt, sampler, max_new: int | None = None):
-        """AR on the prompt, its first `max_new` codes (a probe) or the whole grid."""
-        return self.runner.decode_ar(prompt, sampler, max_new)
+    def decode_ar(self, prompt, sampler):
+        return self.runner.decode_ar(prompt, sampler)
+
+    def probe_ar(self, prompt, first_code: int, steps: int, sampler):
+        return self.runner.probe_ar(prompt, first_code, steps, sampler)
 
     def argmax_misses(self, prompt, codes: list[int]) -> list:
         return self.runner.argmax_misses(prompt, codes)
@@ -308,16 +313,31 @@ def run(
     runner = work.runner
     reference = read_ar_cell(ar_samples, rows, prepared) if ar_samples else None
     own_ar = runner.drafter is None  # an AR cell: its own decode is the AR timing
-    # the job's AR run of each sample-turn: a probe of AR's first steps, or the whole decode
-    probe = timing.ar_probe_tokens + 1 if timing.ar_reference == "probe" else None
+    full = timing.ar_reference == "full"
     checked = reference is not None and not own_ar and spec["temperature"] == 0
     checked = checked and runner.method.columns()["lossless_rule"]
 
+    def decode(sample, key: tuple, index: int):
+        """The method's decode of a sample-turn and the job's AR run of it: the AR cell's is its
+        own decode; a probe of AR's first steps right after the method's (from the prompt its
+        decode read); or, in full, AR's whole decode back to back, in alternating order."""
+        # the AR cell's own stream: on the same device AR here decodes the AR cell's tokens
+        method = lambda: work.decode(sample, sample_sampler(*key, "method"))  # noqa: E731
+        if own_ar:
+            result = method()
+            return result, result
+        if not full:
+            result = method()
+            sampler = sample_sampler(*key, "probe")
+            return result, work.probe_ar(sample, result.tokens[0], timing.ar_probe_tokens, sampler)
+        ar = lambda: work.decode_ar(sample, sample_sampler(*key, "method"))  # noqa: E731
+        if index % 2 == 0:
+            return method(), ar()
+        ar_run = ar()
+        return method(), ar_run
+
     for row in rows[: timing.warmup_samples]:
-        sample = work.sample(row)
-        work.decode(sample, sample_sampler(job.seed, "warmup", 0, "m"))
-        if not own_ar:
-            work.decode_ar(sample, sample_sampler(job.seed, "warmup", 0, "ar"), probe)
+        decode(work.sample(row), (job.seed, "warmup", 0), 0)
     runner.reset_stats()
 
     chunk = chunk or CHUNK
@@ -341,16 +361,7 @@ def run(
         row = rows[i]
         sample = work.sample(row)
         key = (job.seed, row["sample_id"], row["turn"])
-        # the AR cell's own stream: on the same device AR here decodes the AR cell's tokens
-        runs = {"method": lambda s=sample, k=key: work.decode(s, sample_sampler(*k, "method"))}
-        if not own_ar:
-            runs["ar"] = lambda s=sample, k=key: work.decode_ar(
-                s, sample_sampler(*k, "method"), probe
-            )
-        order = ["ar", "method"] if i % 2 == 0 else ["method", "ar"]
-        done = {name: runs[name]() for name in order if name in runs}
-        result = done["method"]
-        ar = result if own_ar else done["ar"]
+        result, ar = decode(sample, key, i)
         chunk_ar["ar_decode_s"] += ar.decode_s
         chunk_ar["ar_forwards"] += len(ar.steps)
         records.append(_record(row, result, ar, runner))

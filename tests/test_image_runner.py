@@ -40,6 +40,27 @@ def test_greedy_sd_with_the_target_as_draft_accepts_every_code(generators):
     assert all(s.accepted == s.drafted for s in sd.steps[:-1])  # its own argmax every time
 
 
+def test_the_lossless_check_and_the_probe_read_the_guided_target(generators):
+    """The lossless check feeds codes to the guided target one at a time, as AR decodes them:
+    AR's own codes leave nothing to report, a code changed at position 9 is found there (and
+    the target's own picks after it, conditioned on the changed prefix, are not misses). The
+    AR probe after a decode reads the cached prompt and steps as AR does."""
+    target = generators[0]
+    runner = ImageMethodRunner(resolve("sd_chain", {"gamma": 4}), target, target, 3.0)
+    prompt = runner.prompt("a red circle top left .")
+    ar = runner.decode_ar(prompt, None).tokens
+    assert runner.argmax_misses(prompt, ar) == []
+    changed = list(ar)
+    start, end = target.code_range
+    changed[9] = start + (changed[9] - start + 1) % (end - start)
+    misses = runner.argmax_misses(prompt, changed)
+    assert [i for i, _ in misses][:1] == [9]
+    assert int(misses[0][1].argmax()) == ar[9]
+    sd = runner.decode(prompt, None)
+    probe = runner.probe_ar(prompt, sd.tokens[0], 6, None)
+    assert probe.tokens == ar[:7] and len(probe.steps) == 6
+
+
 def test_not_a_generator_or_not_a_grid_is_named(generators, tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="not an image generator"):

@@ -22,7 +22,15 @@ import torch
 from mmspec.decoding.acceptance import greedy
 from mmspec.methods.registry import resolve
 from mmspec.models import tiny
-from mmspec.scoring.lossless import DEVICE, NEAR_TIE, REAL, TIE_ULPS, first_divergence, kind
+from mmspec.scoring.lossless import (
+    DEVICE,
+    NEAR_TIE,
+    REAL,
+    TIE_ULPS,
+    first_divergence,
+    kind,
+    tie_ulps,
+)
 from mmspec.stages import cache_visual, generate, prepare, score
 from mmspec.tables import SAMPLES, SCORES, read_table, write_table
 
@@ -38,10 +46,15 @@ def test_first_divergence_is_the_first_differing_position():
 
 
 def test_a_difference_is_a_device_a_near_tie_or_a_real_divergence():
-    assert kind(None) is None
-    assert kind([]) == DEVICE
-    assert kind([0.5, TIE_ULPS]) == NEAR_TIE
-    assert kind([0.5, TIE_ULPS + 0.5]) == REAL
+    tie = TIE_ULPS["bfloat16"]
+    assert kind(None, tie) is None
+    assert kind([], tie) == DEVICE
+    assert kind([0.5, tie], tie) == NEAR_TIE
+    assert kind([0.5, tie + 0.5], tie) == REAL
+    # float32's sums round over more of its last places: a wider margin, in its own ulp
+    assert tie_ulps(torch.float32) > tie_ulps(torch.bfloat16) == tie_ulps("float16") == tie
+    with pytest.raises(ValueError, match="no near-tie margin for dtype 'float64'"):
+        tie_ulps(torch.float64)
 
 
 def _ar_table(path, tokens: list[list[int]]) -> str:
@@ -78,8 +91,8 @@ def _prepared(path, n: int) -> str:
     [
         (None, 0, 1, None),  # a difference the generate job did not check: a failure
         ([], 0, 0, DEVICE),  # the target on the job's device emits these tokens: not the method
-        ([0.8], 1, 0, NEAR_TIE),
-        ([0.8, 37.0], 1, 1, REAL),
+        ([0.8, 37.0], 2, 0, NEAR_TIE),  # float32: within 64 ulp
+        ([0.8, 370.0], 1, 1, REAL),
     ],
 )
 def test_the_score_stage_flags_a_changed_token_at_its_position(tmp_path, ulps, near, real, what):
@@ -91,6 +104,7 @@ def test_the_score_stage_flags_a_changed_token_at_its_position(tmp_path, ulps, n
     for row in cell:
         row |= {"method": "sd", "registry_method": "sd", "acceptance": "greedy"}
     cell[0] |= {"output_ids": changed, "divergence_ulps": ulps, "divergence_positions": None}
+    cell[0]["tie_ulps"] = TIE_ULPS["float32"] if ulps is not None else None
     if ulps is not None:
         cell[0]["divergence_positions"] = [7, 9][: len(ulps)]
     write_table(pa.Table.from_pylist(cell, schema=SAMPLES), tmp_path / "sd.parquet", SAMPLES)
@@ -166,7 +180,7 @@ def test_greedy_sd_in_low_precision_leaves_ar_only_at_near_ties(tmp_path, dtype,
     assert all(r["real_divergences"] == 0 for r in rows)
     assert all(r["divergence_kind"] == NEAR_TIE for r in differ)
     assert all(r["near_tie_divergences"] >= 1 for r in differ)
-    assert max(r["divergence_max_ulps"] for r in differ) <= TIE_ULPS
+    assert max(r["divergence_max_ulps"] for r in differ) <= TIE_ULPS[dtype]
 
 
 def test_a_broken_greedy_rule_is_reported_as_real_divergences(tmp_path, monkeypatch):
@@ -198,8 +212,10 @@ def test_the_speedup_references_are_written(tmp_path):
     draft = tiny.save("llava", tmp_path / "draft", layers=1, seed=1)
     rows = _sweep(tmp_path, "float32", target, draft, [("sd_chain", {"gamma": 3})])["sd_chain"]
     ar = pq.read_table(tmp_path / "ar.parquet").to_pylist()
-    for row, reference in zip(rows, ar, strict=True):
+    probes = pq.read_table(tmp_path / "sd_chain.parquet").to_pylist()
+    for row, reference, probe in zip(rows, ar, probes, strict=True):
         assert row["ar_cell_decode_s"] == reference["decode_s"]
-        assert row["ar_probe_s"] > 0 and row["ar_cell_probe_s"] > 0
-        steps = min(4, len(reference["step_verify_s"]))
+        steps = min(len(probe["ar_step_s"]), len(reference["step_verify_s"]))
+        assert 0 < steps <= 8  # timing.ar_probe_tokens, or fewer where AR stopped sooner
+        assert row["ar_probe_s"] == pytest.approx(sum(probe["ar_step_s"][:steps]))
         assert row["ar_cell_probe_s"] == pytest.approx(sum(reference["step_verify_s"][:steps]))

@@ -55,8 +55,8 @@ DTYPE_METHODS = (
     ("eagle2_tree", {}, "self"),
 )
 # A flip counts as rounding when SD's token lies within this many units in the last place of
-# AR's best logit at that step (the sweep's own rule, scoring.lossless)
-TIE_ULPS = lossless.TIE_ULPS
+# AR's best logit at that step (the sweep's own rule for bf16 and fp16, scoring.lossless)
+TIE_ULPS = lossless.TIE_ULPS["bfloat16"]
 
 
 @dataclass

@@ -124,6 +124,7 @@ SAMPLES = pa.schema(
         # equals AR on this device); null where there was nothing to check. check_s: its time
         ("divergence_positions", pa.list_(pa.int32())),
         ("divergence_ulps", pa.list_(pa.float64())),
+        ("tie_ulps", pa.float64()),  # the near-tie margin of the model's dtype (TIE_ULPS)
         ("check_s", pa.float64()),
         # per job: mean forward time of draft (t_q) and target (t_p), and draft forwards per
         # verification step (gamma for a chain; the levels drafted for a tree)
@@ -175,9 +176,9 @@ SCORES = pa.schema(
         ("first_divergence", pa.int32()),  # null when identical or not checked
         # where a greedy lossless cell's output differs from the AR cell's (else 0, or null when
         # not checked: sampling, lossy rules): the positions where the target's own argmax on
-        # the job's device is not the output's token, as near-ties (AR's margin within
-        # scoring.lossless.TIE_ULPS) and real divergences (beyond it; a difference the job did
-        # not check counts as one), and whether it agrees with AR on the job's device (device)
+        # the job's device is not the output's token, as near-ties (AR's margin within the
+        # dtype's scoring.lossless.TIE_ULPS) and real divergences (beyond it; a difference the
+        # job did not check counts as one), and whether it agrees with AR on the job's device
         ("near_tie_divergences", pa.int32()),
         ("real_divergences", pa.int32()),
         ("divergence_kind", pa.string()),  # null, "device", "near_tie", "real"

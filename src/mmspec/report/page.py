@@ -162,9 +162,9 @@ METRIC_DEFINITIONS = [
         "a greedy lossless cell's sample-turns that differ from the AR cell's, checked by the "
         "target on the job's own device, fed the output one token at a time as AR decodes: "
         "each position where its argmax is not the output's token is a divergence, a near-tie "
-        "when AR's margin between the two tokens is within "
-        f"{TIE_ULPS:g} units in the last place of the dtype (rounding: a verification over several "
-        "tokens rounds differently from AR's one-token forward), real beyond it. Real "
+        "when AR's margin between the two tokens is within a few units in the last place of "
+        f"the dtype ({', '.join(f'{u:g} in {d}' for d, u in TIE_ULPS.items())}: a verification "
+        "over several tokens rounds differently from AR's one-token forward), real beyond it. Real "
         "divergences are a bug, in red; near-ties are not failures. device_differences counts "
         "the sample-turns that equal AR on the job's device (the AR cell's device differs).",
     ),

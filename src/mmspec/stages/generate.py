@@ -41,7 +41,7 @@ from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import families, loading, visual
 from mmspec.models.image_generation import ImageGenerator
-from mmspec.scoring.lossless import margin_ulps
+from mmspec.scoring.lossless import margin_ulps, tie_ulps
 from mmspec.stages.checkpoints import Checkpoints, job_key
 from mmspec.stages.jobs import GenerateJob
 from mmspec.tables import CAPTIONS, PREPARED, SAMPLES, VISUAL, read_table, write_table
@@ -434,7 +434,12 @@ def divergences(work, sample, tokens: list[int], reference: list[int] | None) ->
     reference (null) or the output equals it; else the positions where the target's own argmax
     on the job's device is not the output's token, with AR's margin there (`scoring.lossless`)."""
     if reference is None or tokens == reference:
-        return {"divergence_positions": None, "divergence_ulps": None, "check_s": 0.0}
+        return {
+            "divergence_positions": None,
+            "divergence_ulps": None,
+            "tie_ulps": None,
+            "check_s": 0.0,
+        }
     start = time.perf_counter()
     with torch.inference_mode():
         misses = work.argmax_misses(sample, tokens)
@@ -442,6 +447,7 @@ def divergences(work, sample, tokens: list[int], reference: list[int] | None) ->
     return {
         "divergence_positions": [i for i, _ in misses],
         "divergence_ulps": ulps,
+        "tie_ulps": tie_ulps(work.dtype),
         "check_s": time.perf_counter() - start,
     }
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from mmspec.scoring import metric_catalog
-from mmspec.scoring.lossless import TIE_ULPS, first_divergence
+from mmspec.scoring.lossless import first_divergence
 from mmspec.scoring.lossless import kind as divergence_kind
 from mmspec.scoring.task_metric import Sample
 from mmspec.stages.settings import ImageModels
@@ -146,10 +146,11 @@ def divergence_counts(row: dict, divergence: int | None) -> dict:
     ulps = row["divergence_ulps"]
     if ulps is None:
         return {**DIVERGENCE_UNCHECKED, "near_tie_divergences": 0, "real_divergences": 1}
+    tie = row["tie_ulps"]
     return {
-        "near_tie_divergences": sum(u <= TIE_ULPS for u in ulps),
-        "real_divergences": sum(u > TIE_ULPS for u in ulps),
-        "divergence_kind": divergence_kind(ulps),
+        "near_tie_divergences": sum(u <= tie for u in ulps),
+        "real_divergences": sum(u > tie for u in ulps),
+        "divergence_kind": divergence_kind(ulps, tie),
         "divergence_max_ulps": max(ulps, default=None),
     }
 

@@ -97,6 +97,14 @@ def cell_rows(cell: mmconfig.Cell) -> list[dict]:
                 "decode_s": decode * (1 + rng.normal(0, 0.03)),
                 "ar_decode_s": new * T_P * (1 + rng.normal(0, 0.03)),
                 "ar_n_tokens": new + 1,
+                # the AR cell's decode of the sample-turn, and the probe's steps as timed here
+                # and in the AR cell (the speedup's reference)
+                "ar_cell_decode_s": new * T_P,
+                "ar_cell_n_tokens": new + 1,
+                "ar_probe_s": 8 * T_P * (1 + rng.normal(0, 0.03)),
+                "ar_cell_probe_s": 8 * T_P,
+                "real_divergences": 0,
+                "near_tie_divergences": 0,
                 "t_q_s": T_Q if gamma else None,
                 "t_p_s": T_P,
                 "draft_forwards_per_step": float(gamma) if gamma else None,

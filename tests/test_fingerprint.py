@@ -25,7 +25,7 @@ def copy(tmp_path) -> Path:
 def test_editing_scoring_code_changes_only_the_score_fingerprint(copy):
     before = {stage: fingerprint(stage, copy) for stage in STAGES}
     assert before == {stage: fingerprint(stage) for stage in STAGES}
-    with open(copy / "scoring" / "lossless.py", "a") as f:
+    with open(copy / "scoring" / "image_metrics.py", "a") as f:
         f.write("\n# an edit\n")
     after = {stage: fingerprint(stage, copy) for stage in STAGES}
     assert [s for s in STAGES if after[s] != before[s]] == ["score"]
@@ -37,7 +37,7 @@ def test_a_new_helper_module_is_covered_once_a_stage_imports_it(copy):
     before = fingerprint("score", copy)
     (copy / "scoring" / "helper_of_tests.py").write_text("WEIGHT = 1\n")
     assert fingerprint("score", copy) == before  # not imported by anything yet
-    with open(copy / "scoring" / "lossless.py", "a") as f:
+    with open(copy / "scoring" / "image_metrics.py", "a") as f:
         f.write("\n\ndef _weight():\n    from mmspec.scoring.helper_of_tests import WEIGHT\n\n"
                 "    return WEIGHT\n")  # fmt: skip
     imported = fingerprint("score", copy)

@@ -70,7 +70,7 @@ def _scores(workdir: Path, method: str) -> list[dict]:
 def test_a_jsonl_dataset_is_prepared_decoded_and_scored_by_its_metric(tmp_path, offline):
     folder, workdir = tmp_path / "signs", tmp_path / "run"
     _write_dataset(folder, [["unanswerable"] * 10] * 3)
-    out = _run(workdir, _sweep(folder, "exact_match"), "--until", "generate")
+    out = _run(workdir, _sweep(folder, "exact_match"), "--until", "score")
     assert out.returncode == 0, out.stderr[-3000:]
     prepared = pq.read_table(workdir / "results" / "prepared" / "signs.parquet").to_pylist()
     assert [r["sample_id"] for r in prepared] == ["signs-0000", "signs-0001", "signs-0002"]

@@ -262,7 +262,8 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     an error. Raises ConfigError naming the first offending key path.
     """
     check_overrides(overrides)
-    if any(row is not None for row in (config.get("sweep_extra") or {}).values()):
+    extra = config.get("sweep_extra")
+    if isinstance(extra, dict) and any(row is not None for row in extra.values()):
         if "sweep" not in config:
             raise ConfigError(
                 "config key sweep_extra: this sweep has no `sweep` rows, so every method already "

@@ -8,6 +8,7 @@ import importlib.metadata
 
 import pytest
 
+from mmspec import plugins
 from mmspec.scoring import metric_catalog
 from mmspec.scoring.metrics import anls, vqa_accuracy
 from mmspec.scoring.task_metric import ANSWERS, TEXT, Sample, TaskMetric
@@ -170,7 +171,7 @@ def test_a_broken_plugin_is_named(monkeypatch):
     broken = importlib.metadata.EntryPoint(
         "mine", "no_such_package.metrics:Mine", metric_catalog.GROUP
     )
-    monkeypatch.setattr(metric_catalog, "entry_points", lambda group: [broken])
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [broken])
     monkeypatch.setattr(metric_catalog, "_loaded", False)
     monkeypatch.setattr(metric_catalog, "_METRICS", dict(metric_catalog._METRICS))
     with pytest.raises(metric_catalog.CatalogError) as info:

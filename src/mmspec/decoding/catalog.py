@@ -21,8 +21,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-from importlib.metadata import entry_points
 
+from mmspec import plugins
 from mmspec.decoding.component import KINDS, Component
 
 GROUP = "mmspec.components"
@@ -73,14 +73,7 @@ def load() -> None:
     _loaded = True
     for module in built_in_modules():
         importlib.import_module(module)
-    for entry in entry_points(group=GROUP):
-        try:
-            loaded = entry.load()
-        except Exception as error:  # a broken plugin is named, never skipped silently
-            raise CatalogError(
-                f"the component plugin {entry.name!r} ({entry.value}, entry point group "
-                f"{GROUP}) failed to load: {type(error).__name__}: {error}"
-            ) from error
+    for entry, loaded in plugins.load_group(GROUP, "component", CatalogError):
         if inspect.isclass(loaded) and issubclass(loaded, Component):
             register(loaded)
             _PLUGINS[f"{loaded.kind}:{loaded.name}"] = entry.value

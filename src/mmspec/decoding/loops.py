@@ -73,13 +73,7 @@ def decode_ar(
     out = Generation([pick(target.prefill(prompt).logits[0], temperature, sampler)])
     sync(device)
     out.prefill_s = time.perf_counter() - start
-    start = time.perf_counter()
-    while not finished(out.tokens, stop, max_new):
-        step_start = time.perf_counter()
-        out.tokens.append(pick(target.extend([out.tokens[-1]]).logits[0, -1], temperature, sampler))
-        sync(device)
-        out.steps.append(Step(0, 0, 0.0, time.perf_counter() - step_start))
-    out.decode_s = time.perf_counter() - start
+    _ar_steps(target, out, lambda tokens: finished(tokens, stop, max_new), temperature, sampler)
     return out
 
 
@@ -91,18 +85,24 @@ def probe_ar(
     `decode_ar` times its steps: AR's speed on this device under this load, right beside the
     method's decode, without a prefill of its own. Which tokens it feeds does not change a
     step's time; they are the target's own picks."""
-    device = target.device
     target.truncate(prompt_length)
     out = Generation([first_token])
-    sync(device)
+    sync(target.device)
+    _ar_steps(target, out, lambda tokens: len(tokens) > steps, temperature, sampler)
+    return out
+
+
+def _ar_steps(target: Decoder, out: Generation, done, temperature: float, sampler) -> None:
+    """AR steps appended to `out` until `done(out.tokens)`, each timed (a forward, its pick, a
+    sync), their whole time `out.decode_s`."""
+    device = target.device
     start = time.perf_counter()
-    for _ in range(steps):
+    while not done(out.tokens):
         step_start = time.perf_counter()
         out.tokens.append(pick(target.extend([out.tokens[-1]]).logits[0, -1], temperature, sampler))
         sync(device)
         out.steps.append(Step(0, 0, 0.0, time.perf_counter() - step_start))
     out.decode_s = time.perf_counter() - start
-    return out
 
 
 def argmax_misses(target: Decoder, prompt: Prompt | torch.Tensor, tokens: list[int]) -> list:

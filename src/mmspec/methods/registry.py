@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 
+from mmspec import plugins
 from mmspec.decoding import catalog
 from mmspec.decoding.trees import EAGLE_TREE
 from mmspec.methods.components import (
@@ -385,14 +385,7 @@ METHOD_GROUP = "mmspec.methods"
 def _plugin_rows() -> list[Method]:
     """The method rows installed plugins add (entry point group `mmspec.methods`)."""
     rows = []
-    for entry in entry_points(group=METHOD_GROUP):
-        try:
-            loaded = entry.load()
-        except Exception as error:  # a broken plugin is named, never skipped silently
-            raise catalog.CatalogError(
-                f"the method plugin {entry.name!r} ({entry.value}, entry point group "
-                f"{METHOD_GROUP}) failed to load: {type(error).__name__}: {error}"
-            ) from error
+    for _, loaded in plugins.load_group(METHOD_GROUP, "method", catalog.CatalogError):
         found = loaded if isinstance(loaded, list | tuple) else [loaded]
         rows += [row for row in found if isinstance(row, Method)]
     for row in rows:

@@ -19,9 +19,8 @@ import difflib
 import importlib
 import inspect
 import pkgutil
-from importlib.metadata import entry_points
 
-from mmspec import import_closure
+from mmspec import import_closure, plugins
 from mmspec.scoring.task_metric import TaskMetric
 
 GROUP = "mmspec.metrics"
@@ -64,14 +63,7 @@ def load() -> None:
     _loaded = True
     for module in built_in_modules():
         importlib.import_module(module)
-    for entry in entry_points(group=GROUP):
-        try:
-            loaded = entry.load()
-        except Exception as error:  # a broken plugin is named, never skipped silently
-            raise CatalogError(
-                f"the metric plugin {entry.name!r} ({entry.value}, entry point group {GROUP}) "
-                f"failed to load: {type(error).__name__}: {error}"
-            ) from error
+    for entry, loaded in plugins.load_group(GROUP, "metric", CatalogError):
         if not (inspect.isclass(loaded) and issubclass(loaded, TaskMetric)):
             raise CatalogError(
                 f"the metric plugin {entry.name!r} ({entry.value}, entry point group {GROUP}) "

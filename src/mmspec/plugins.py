@@ -1,0 +1,23 @@
+"""Installed plugins: what the entry points of one of mmspec's groups name (components, method
+rows, task metrics), loaded; a plugin that fails to import is an error naming it, never skipped.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint, entry_points
+
+
+def load_group(group: str, noun: str, error: type[Exception]) -> list[tuple[EntryPoint, object]]:
+    """(entry point, the object it names) of every installed entry point of `group`; `noun`
+    names the plugins in the `error` raised for one that fails to load ("component")."""
+    found = []
+    for entry in entry_points(group=group):
+        try:
+            loaded = entry.load()
+        except Exception as cause:  # a broken plugin is named, never skipped silently
+            raise error(
+                f"the {noun} plugin {entry.name!r} ({entry.value}, entry point group {group}) "
+                f"failed to load: {type(cause).__name__}: {cause}"
+            ) from cause
+        found.append((entry, loaded))
+    return found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,7 +47,12 @@ def test_plan_counts_done_cells_and_estimates_from_earlier_ones(tiny_run):
     text = plan.render(more, 8, timing=cfg["timing"])
     first = f"cells: {2 * len(cells)} ({len(cells)} done, {len(cells)} to run)"
     assert text.startswith(first)
-    assert f"-> {math.ceil(len(cells) / 8)} Slurm jobs of up to 8 cells" in text
+    ar = sum(c.spec["method"] == "ar" for c in cells)  # each AR cell a job of its own
+    jobs = math.ceil((len(cells) - ar) / 8) + ar
+    assert (
+        f"-> {jobs} Slurm jobs: {ar} AR cells on their own, the method cells in jobs of up to 8"
+        in text
+    )
     assert "device-hours on cpu" in text
 
     # the cost model, with the share of the method cells' time their AR probes took
@@ -55,8 +61,9 @@ def test_plan_counts_done_cells_and_estimates_from_earlier_ones(tiny_run):
     share = probes / sum(float(t[plan.TIMED].sum().sum()) for t in method)
     assert math.isclose(toy.reference_share, share) and 0 < share < 0.5
     steps = cfg["timing"]["ar_probe_tokens"]
-    assert f"an AR probe of each for its speedup (AR's prefill and {steps} steps)" in text
-    assert f"the probes took {share:.0%}-{share:.0%} of the decoding time" in text
+    assert f"an AR probe of each for its speedup (AR's first {steps} steps)" in text
+    assert "in its earlier method cells AR's timing (probes, or full decodes under " in text
+    assert f"took {share:.0%} of the decoding time" in text
 
 
 def test_plan_command_without_earlier_runs(tmp_path):
@@ -84,3 +91,28 @@ def test_an_estimate_reads_a_bounded_number_of_earlier_cells(tiny_run, monkeypat
     seconds = sum(float(t[plan.TIMED].sum().sum()) for t in tables)
     assert toy.earlier_cells == len(read) == 2
     assert math.isclose(toy.seconds_per_turn, seconds / sum(len(t) for t in tables))
+
+
+def test_the_slurm_profile_packs_method_cells_and_runs_each_ar_cell_alone(tmp_path):
+    """Every method cell reads its AR cell's samples; were the AR cells in the group too, a
+    group would take in every cell of their dataset, pair and seed (the tour: one job of all 32).
+    The tour's 4 AR cells run alone, its 28 method cells in jobs of up to 8, as plan says."""
+    from workflow_cli import snakemake_cmd
+
+    cmd = snakemake_cmd(tmp_path, ROOT / "config" / "config.yaml", "--profile", "slurm", "-n")
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    text = out.stdout + out.stderr
+    # each group job's listing runs to the next timestamped line
+    groups = re.findall(r"Group job cells \(jobs in lexicogr. order\):(.*?)(?=\n\[|\Z)", text, re.S)
+    sizes = [len(re.findall(r"output: results/generate/\S+/samples.parquet", g)) for g in groups]
+    cells = mmconfig.cells(mmconfig.load(ROOT / "config" / "config.yaml"))
+    ar = sum(c.spec["method"] == "ar" for c in cells)
+    assert (ar, len(cells)) == (4, 32)
+    assert sorted(sizes, reverse=True) == [8, 8, 8, 4]  # the 28 method cells
+    alone = re.findall(r"^rule generate:\n(?:\s+.*\n)*?\s+output: (\S+)", text, re.M)
+    assert len(alone) == ar and all("/method=ar/" in path for path in alone)
+    planned = plan.render(plan.plan(mmconfig.load(ROOT / "config" / "config.yaml"), tmp_path), 8)
+    assert (
+        "-> 8 Slurm jobs: 4 AR cells on their own, the method cells in jobs of up to 8" in planned
+    )

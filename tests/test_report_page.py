@@ -171,6 +171,37 @@ def test_frontier_and_summary_first(tmp_path):
     assert g4["title"]["chartqa"].startswith("mean of 3 seeds; 95% t interval [")
 
 
+def test_a_cell_with_real_divergences_is_off_the_front_and_the_run_says_so(tmp_path):
+    """The fastest cell is a lossless rule's greedy cell that leaves AR beyond rounding: its
+    speed is a bug's, so it is marked, not the front's best, and the run's last lines name it."""
+    from mmspec.stages.claims import finished
+
+    rows = [
+        ar_cell(),
+        cell(hp="g2", gamma=2, speedup=1.2, quality=0.75, real_divergences=0),
+        cell(hp="g9-bug", gamma=9, speedup=3.0, quality=0.75, lossless_rate=0.5,
+             near_tie_divergences=0, real_divergences=4),
+    ]  # fmt: skip
+    page = page_of(tmp_path, rows)
+    frontier = sections(page)["Pareto frontiers: speedup vs quality"]
+    [(_, traces)] = figures(frontier)
+    assert trace_xy(traces, "Pareto front") == ([1.2], [0.75])
+    bug = next(t for t in traces if t["name"] == "sps")
+    symbols = dict(zip(bug["x"], bug["marker"]["symbol"], strict=True))
+    assert symbols == {1.2: "circle", 3.0: "x"}
+    assert any("left off the front" in text for text in bug["text"])
+    table = {r["text"]["hp"]: r for r in table_data(sections(page)[f"chartqa · {PAIR}"])}
+    assert "best" in table["g2"]["class"].split() and "best" not in table["g9-bug"]["class"]
+    cells = tmp_path / "cells.parquet"
+    write_table(pa.Table.from_pylist(rows, schema=CELLS), cells, CELLS)
+    said = finished(tmp_path / "none.parquet", tmp_path / "none.html", cells)
+    assert said.startswith("mmspec lossless: 1 greedy cell(s) of a lossless rule leave AR")
+    assert "chartqa/" in said and "/g9-bug" in said
+    rows[2]["real_divergences"] = 0  # near-ties only: nothing to say
+    write_table(pa.Table.from_pylist(rows, schema=CELLS), cells, CELLS)
+    assert finished(tmp_path / "none.parquet", tmp_path / "none.html", cells) == ""
+
+
 def test_report_cli_finds_the_sweeps_heads(tmp_path, monkeypatch):
     sweep = mmconfig.validate(mmconfig.load_as_snakemake(ROOT / "tests/configs/tiny_heads.yaml"))
     heads = cli.sweep_head_folders(sweep)

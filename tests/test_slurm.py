@@ -33,9 +33,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from mmspec import config as mmconfig
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "tests" / "configs" / "tiny.yaml"
 SLURM_SCRIPTS = REPO / "tests" / "slurm"
 SLURM_DIR = Path(os.environ.get("MMSPEC_SLURM_DIR", "/tmp/mmspec-slurm"))
 SLURM_CONF = SLURM_DIR / "etc" / "slurm.conf"
@@ -198,15 +201,19 @@ def test_workflow_through_slurm(slurm_run):
     # the plugin sets --comment rule_<rule or group> or rule_<rule>_wildcards_<values>
     job_rule = {j["jobid"]: re.sub(r"^rule_|_wildcards_.*$", "", j["comment"]) for j in jobs}
     assert GPU_RULES <= cluster_rules, f"GPU rules not run as cluster jobs: {cluster_rules}\n{diag}"
-    # a group job is named after its group and rules: cells_generate
-    submitted_as = (cluster_rules - {"generate"}) | {"cells_generate"}
+    # a group job is named after its group and rules: cells_generate; an AR cell's generate job
+    # is a job of its own (its method cells read its samples)
+    submitted_as = cluster_rules | {"cells_generate"}
     assert set(job_rule.values()) == submitted_as, (
         f"rules of the sacct jobs {sorted(job_rule.values())} != {sorted(submitted_as)}\n{diag}"
     )
+    n_ar = sum(c.spec["method"] == "ar" for c in mmconfig.cells(mmconfig.load(TINY)))
+    assert len([j for j in jobs if job_rule[j["jobid"]] == "generate"]) == n_ar, diag
     groups = [j for j in jobs if job_rule[j["jobid"]] == "cells_generate"]
-    assert 1 < n_cells and len(groups) == -(-n_cells // 8), f"{n_cells} cells in {groups}\n{diag}"
+    n_method = n_cells - n_ar
+    assert 1 < n_method and len(groups) == -(-n_method // 8), f"{n_method} in {groups}\n{diag}"
     # in series: a group asks for its cells' runtimes summed (60 minutes each in the profile)
-    assert sum(int(j["timelimit"]) for j in groups) == 60 * n_cells, f"{groups}\n{diag}"
+    assert sum(int(j["timelimit"]) for j in groups) == 60 * n_method, f"{groups}\n{diag}"
     # a group's cells ran on one warm worker, which loaded their shared models once
     worker_lines = [
         re.search(r"^mmspec: warm worker (\d+), its job (\d+);", p.read_text(), flags=re.M)

@@ -311,15 +311,17 @@ def judge_cell(row: Row, cell: dict, expect_cuda: bool) -> Row:
         ties = cell.get("near_tie_divergences")
         row.lossless = _number(rate) if rate is None else f"{rate:.3f}"
         if ties:
-            row.lossless += f", {ties} near-tie(s)"
+            row.lossless += f", {int(ties)} near-tie(s)"
         if rate is None or (real > 0 if real is not None else rate < 1):
             row.status = "FAIL"
             divergence = cell["first_divergence_mean"]
+            real = "some" if real is None else int(real)
             row.why = (
-                f"greedy {cell['acceptance']} is lossless, and the output equals AR's on a share "
-                f"{_number(rate)} of the sample-turns (mean first divergence at token "
-                f"{_number(divergence)}), with {_number(real)} real divergence(s) beyond a "
-                "rounding near-tie"
+                f"acceptance {cell['acceptance']!r} is lossless and the cell greedy, and the "
+                f"output equals AR's on a share {_number(rate)} of the sample-turns (mean first "
+                f"divergence at token {_number(divergence)}), with {real} real divergence(s) "
+                "beyond a rounding near-tie (positions and margins: divergence_positions, "
+                "divergence_ulps in the cell's samples.parquet)"
             )
     else:
         row.lossless = f"sampled{kept}"

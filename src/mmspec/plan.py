@@ -2,14 +2,14 @@
 and the device hours they need, estimated from earlier runs of the same pairs.
 
 The estimate is per pair: the seconds per decoded sample-turn of the pair's finished cells
-(prefill and decoding of the method, its AR probe and its lossless check, as the cells' own
+(prefill and decoding of the method, its AR timing and its lossless check, as the cells' own
 timings record them; model loading and warm-up not included) times the sample-turns each planned
 cell decodes. A pair without finished cells has no estimate, and the plan says so.
 
 The cost model it prints: AR is decoded once per (dataset, pair, seed, temperature), by the AR
-cell; each method cell decodes its sample-turns once, plus an AR probe of each (AR's prefill and
-`timing.ar_probe_tokens` steps, the reference of its speedup), or AR in full beside each under
-`timing.ar_reference: full`.
+cell; each method cell decodes its sample-turns once, plus an AR probe of each (AR's first
+`timing.ar_probe_tokens` steps after the method's decode, the reference of its speedup), or AR in
+full beside each under `timing.ar_reference: full`.
 """
 
 from __future__ import annotations
@@ -34,11 +34,13 @@ EARLIER_CELLS = 100  # finished cells a pair's estimate reads at most
 class PairPlan:
     cells: int = 0
     done: int = 0
+    ar_to_run: int = 0  # of the cells to run, AR cells (each a Slurm job of its own)
     sample_turns: int | None = 0  # of the cells to run; None where a dataset's size is unknown
     seconds_per_turn: float | None = None  # from earlier cells of the pair
     earlier_cells: int = 0
     devices: set[str] = field(default_factory=set)
-    reference_share: float | None = None  # of the earlier method cells' time: their AR probes
+    # of the earlier method cells' decoding time: their AR timing (probes, or full AR decodes)
+    reference_share: float | None = None
 
     @property
     def hours(self) -> float | None:
@@ -68,16 +70,15 @@ def _sample_turns(cfg: dict, dataset: str, results: Path) -> int | None:
         return pq.read_metadata(prepared).num_rows
     spec = cfg["datasets"][dataset]
     if spec["source"] == "toy":
-        from mmspec.toy import world as toyworld
+        from mmspec.stages.prepare import toy_rows
 
-        seed = spec.get("seed", cfg["toy"]["seed"])
-        return len(toyworld.generate_dataset(dataset, spec["samples"], seed))
+        return len(toy_rows(dataset, spec, cfg["toy"]["seed"]))
     return None
 
 
 def _earlier(results: Path, pair: str) -> tuple[float | None, int, set[str], float | None]:
     """(seconds per sample-turn, cells read, devices, the share of the method cells' seconds
-    that their AR probes took) of the finished cells of `pair`: at most EARLIER_CELLS of them,
+    that their AR timing took) of the finished cells of `pair`: at most EARLIER_CELLS of them,
     evenly spread, so a sweep of 100 000 done cells plans in seconds."""
     seconds, turns, cells, devices = 0.0, 0, 0, set()
     reference = method_seconds = 0.0
@@ -111,6 +112,7 @@ def plan(cfg: dict, results: str | Path = "results", cells=None) -> dict[str, Pa
         if (results / "generate" / cell.path / "samples.parquet").is_file():
             entry.done += 1
             continue
+        entry.ar_to_run += cell.spec["method"] == "ar"
         if cell.dataset not in sizes:
             sizes[cell.dataset] = _sample_turns(cfg, cell.dataset, results)
         size = sizes[cell.dataset]
@@ -130,7 +132,11 @@ def render(
     total = sum(p.cells for p in pairs.values())
     to_run = sum(p.cells - p.done for p in pairs.values())
     if packed:
-        jobs = f"{math.ceil(to_run / packed)} Slurm jobs of up to {packed} cells ({PROFILE})"
+        ar = sum(p.ar_to_run for p in pairs.values())
+        jobs = (
+            f"{math.ceil((to_run - ar) / packed) + ar} Slurm jobs: {ar} AR cells on their own, "
+            f"the method cells in jobs of up to {packed} ({PROFILE})"
+        )
     else:
         jobs = f"{to_run} Slurm jobs (no `{GROUP}` group in {PROFILE})"
     lines = [f"cells: {total} ({total - to_run} done, {to_run} to run) -> {jobs}"]
@@ -142,27 +148,25 @@ def render(
         if p.cells > p.done:
             line += "; " + _estimate(p)
             known += p.hours or 0.0
+        if p.reference_share is not None:
+            line += (
+                f"; in its earlier method cells AR's timing (probes, or full decodes under "
+                f"ar_reference: full) took {p.reference_share:.0%} of the decoding time"
+            )
         lines.append(line)
     lines.append(
         f"estimated: {known:.2f} device-hours for the pairs with an estimate (decoding only: "
         "model loading and warm-up add per cell)"
-    )
-    shares = [p.reference_share for p in pairs.values() if p.reference_share is not None]
-    measured = (
-        f"; in the earlier method cells the probes took {min(shares):.0%}-{max(shares):.0%} of "
-        "the decoding time"
-        if shares
-        else ""
     )
     timing = timing or {}
     if timing.get("ar_reference") == "full":
         reference = "AR's whole decode of each beside it for its speedup (ar_reference: full)"
     else:
         steps = timing.get("ar_probe_tokens", "timing.ar_probe_tokens")
-        reference = f"an AR probe of each for its speedup (AR's prefill and {steps} steps)"
+        reference = f"an AR probe of each for its speedup (AR's first {steps} steps)"
     lines.append(
         "cost model: AR decodes each sample-turn once per dataset, pair, seed and temperature "
-        f"(the AR cell); a method cell decodes each once, plus {reference}{measured}"
+        f"(the AR cell); a method cell decodes each once, plus {reference}"
     )
     return "\n".join(lines)
 

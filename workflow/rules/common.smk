@@ -136,6 +136,14 @@ def generate_inputs(w):
     return inputs
 
 
+def generate_group(w):
+    """The job group (slurm/config.yaml's group-components) of a generate job: "cells" for a
+    method cell; none for an AR cell, whose samples the method cells read: a group takes in
+    the jobs that depend on each other, so one AR cell in it would pack every cell of its
+    dataset, pair and seed into one Slurm job."""
+    return None if cell_of(w).spec["method"] == "ar" else "cells"
+
+
 def generate_params(w):
     """The cell's job (stages.jobs.GenerateJob), as the JSON the generate stage reads."""
     cell = cell_of(w)

@@ -5,6 +5,8 @@ rule generate:
         "results/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}/samples.parquet",
     log:
         "logs/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.log",
+    group:
+        generate_group
     conda:
         "../../envs/mmspec.yaml"
     threads: CONFIG["timing"]["threads"]

@@ -33,6 +33,7 @@ from mmspec.methods import registry
 from mmspec.methods.components import is_lossless, needs
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models.visual import projector_of
+from mmspec.scoring.lossless import first_divergence
 
 WORDS = ["<unk>", "<image>", "\n", "image", ":", "a", "b", "c"]  # 8 tokens
 PROMPTS = ["a b <image> c a :", "<image> b"]
@@ -175,10 +176,15 @@ def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdi
     greedy_spec, _ = checked_spec(name, hparams, 0.0, tokens)
     greedy = MethodRunner(greedy_spec, target, draft, tokenizer, "<image>", head=head)
     equal = True
-    for sample in samples:
+    for k, sample in enumerate(samples):
         # a seeded sampler: random ensemble weights draw even when decoding greedily
         ar = greedy.decode_ar(sample, GREEDY_TOKENS, set(), seeded(seed))
         sd = greedy.decode(sample, GREEDY_TOKENS, set(), seeded(seed))
+        if sd.tokens != ar.tokens and equal:
+            where = first_divergence(sd.tokens, ar.tokens)
+            note = ", ".join(
+                filter(None, [note, f"greedy leaves AR at token {where} of prompt {k}"])
+            )
         equal &= sd.tokens == ar.tokens
     drafted = sum(n > 0 for n in sizes)
     seconds = time.perf_counter() - started

@@ -8,6 +8,8 @@ are a `datatable`: paged, sorted by a header click, filtered by the text typed a
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from mmspec.report import datatable
@@ -31,6 +33,7 @@ TABLE_COLUMNS = [
     "speedup",
     "speedup_low",
     "speedup_high",
+    "ar_speed_ratio",
     "speedup_eq1",
     "speedup_eq1_verify",
     "latency_ratio",
@@ -84,14 +87,16 @@ NOISE_NOTE = "within timing noise of AR: the speedup's 95% interval contains 1"
 def render(cells: pd.DataFrame, pooled: pd.DataFrame) -> str:
     """The table of one section's `cells` and their `pooled` rows: the best pooled speedup in
     bold, rows of non-lossless greedy cells in red, with the notes that name them."""
-    best = pooled["speedup"].max(skipna=True)
+    # the best speedup of the sound rows: a greedy lossless cell with real divergences is a bug
+    sound = pooled[[not lossless_bug(row) for row in pooled.to_dict("records")]]
+    best = sound["speedup"].max(skipna=True) if len(sound) else math.nan
     columns = table_columns(cells)
     by_index = cells.to_dict("index")  # rows as dicts: a pandas row per cell is slow at scale
     rows, bugs, lossy, noise = [], [], [], []
     for pooled_row in pooled.to_dict("records"):
         divergence = divergence_style(pooled_row)
         classes = []
-        if not is_missing(best) and pooled_row["speedup"] == best:
+        if not is_missing(best) and pooled_row["speedup"] == best and not lossless_bug(pooled_row):
             classes.append("best")
         if divergence == "bug":
             classes.append("bug")

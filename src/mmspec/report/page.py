@@ -60,9 +60,10 @@ METRIC_DEFINITIONS = [
     (
         "seeds pooled",
         "every table row, plotted point and summary value is one (dataset, pair, method, hp) "
-        "with its seeds pooled: the counts n_samples, steps, new_tokens and judge_failures are "
-        "summed over the seeds, every other number is the mean of the seeds' values. The seeds "
-        "column counts them; a row's ▸ button shows each seed's own cell under it.",
+        "with its seeds pooled: the counts n_samples, steps, new_tokens, judge_failures and the "
+        "divergence counts are summed over the seeds, every other number is the mean of the "
+        "seeds' values. The seeds column counts them; a row's ▸ button shows each seed's own "
+        "cell under it.",
     ),
     (
         "interval over seeds",
@@ -98,7 +99,8 @@ METRIC_DEFINITIONS = [
         "speedup",
         "AR decode time per emitted token / method decode time per emitted token, greedy and "
         "sampling alike, both as on the cell's own job (prefill excluded, reported separately). "
-        "AR is decoded once per (dataset, pair, seed), by the AR cell; the method's job runs a "
+        "AR is decoded once per (dataset, pair, seed, temperature), by the AR cell; the method's "
+        "job runs a "
         "short AR probe (AR's first <code>timing.ar_probe_tokens</code> steps) back to back "
         "with each sample-turn, and AR's time is the AR cell's time of every sample-turn scaled "
         "by ar_speed_ratio, so that a job on a slower node or under more load is compared with "
@@ -159,14 +161,21 @@ METRIC_DEFINITIONS = [
     ),
     (
         "near_tie_divergences, real_divergences, device_differences",
-        "a greedy lossless cell's sample-turns that differ from the AR cell's, checked by the "
-        "target on the job's own device, fed the output one token at a time as AR decodes: "
-        "each position where its argmax is not the output's token is a divergence, a near-tie "
+        "where a greedy lossless cell's sample-turns differ from the AR cell's, the target on "
+        "the job's own device, fed each such output one token at a time as AR decodes, is "
+        "checked at every position: each position where its argmax is not the output's token is "
+        "a divergence (the counts are of positions, summed over the cell's sample-turns; the "
+        "positions and margins are in the cell's samples.parquet), a near-tie "
         "when AR's margin between the two tokens is within a few units in the last place of "
         f"the dtype ({', '.join(f'{u:g} in {d}' for d, u in TIE_ULPS.items())}: a verification "
         "over several tokens rounds differently from AR's one-token forward), real beyond it. Real "
         "divergences are a bug, in red; near-ties are not failures. device_differences counts "
-        "the sample-turns that equal AR on the job's device (the AR cell's device differs).",
+        "the sample-turns that differ from the AR cell's output but not from what the target "
+        "emits on the job's own device (the AR cell ran on another device).",
+    ),
+    (
+        "sample-turn",
+        "one turn of one sample: a row of the prepared dataset (a single-turn sample has one).",
     ),
     (
         "first_divergence_mean",

@@ -9,6 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from mmspec.report import datatable
+from mmspec.report.cells import lossless_bug
 from mmspec.report.figures import FIGURE_LAYOUT, figure_html
 from mmspec.report.formatting import MISSING, esc, fmt_num, heading, is_missing, label_html
 
@@ -44,7 +45,7 @@ def render(pooled: pd.DataFrame, keys: list[tuple[str, str]], colors: dict[str, 
                 "a quality.</p>"
             )
             continue
-        front = front_rows(of_key)
+        front = front_rows(sound(of_key))
         parts.append(
             f"<h3>{title}</h3><div class='figs'>{figure_html(fig)}"
             f"<div>{front_table(front)}</div></div>"
@@ -65,20 +66,25 @@ def speedup_quality_figure(pooled: pd.DataFrame, colors: dict[str, str]) -> go.F
         return None
     fig = go.Figure()
     for method, group in points.groupby("method", sort=True):
+        bugs = [lossless_bug(row) for _, row in group.iterrows()]
         fig.add_trace(
             go.Scatter(
                 x=group["speedup"].round(4).tolist(),
                 y=group["quality"].round(4).tolist(),
                 mode="markers",
                 name=esc(method),
-                marker=dict(color=colors.get(method), size=9),
+                marker=dict(
+                    color=colors.get(method),
+                    size=9,
+                    symbol=["x" if bug else "circle" for bug in bugs],
+                ),
                 error_x=error_bars(group, "speedup"),
                 error_y=error_bars(group, "quality"),
                 text=[hover_text(row) for _, row in group.iterrows()],
                 hovertemplate="%{text}<extra></extra>",
             )
         )
-    fig.add_trace(front_trace(front_rows(points)))
+    fig.add_trace(front_trace(front_rows(sound(points))))
     title = "speedup vs quality"
     if len(points) < len(pooled):
         title += f" ({len(pooled) - len(points)} method/hp row(s) missing)"
@@ -114,13 +120,27 @@ def with_interval(row: pd.Series | dict, metric: str) -> str:
 def hover_text(row: pd.Series) -> str:
     """Escaped hover label of a pooled row (plotly renders <br> but would also render data
     markup)."""
-    return (
+    text = (
         f"{label_html(row['_name'])} ({esc(row['method'])})<br>hp: {esc(row['hp'])}"
         f"<br>seeds: {fmt_num(row['n_seeds'], True)}"
         f"<br>speedup {with_interval(row, 'speedup')}"
         f"<br>quality {with_interval(row, 'quality')}"
         f"<br>tau {with_interval(row, 'tau')}"
     )
+    if lossless_bug(row):
+        text += f"<br>{BUG_NOTE}"
+    return text
+
+
+BUG_NOTE = "real divergences from AR (a bug): left off the front"
+
+
+def sound(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows that may stand on a front: not a lossless rule's greedy cell with real
+    divergences from AR (its speed is a bug's)."""
+    if rows.empty:
+        return rows
+    return rows[[not lossless_bug(row) for _, row in rows.iterrows()]]
 
 
 def front_table(front: pd.DataFrame) -> str:

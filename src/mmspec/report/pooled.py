@@ -19,7 +19,15 @@ from mmspec.report.formatting import fmt_num, is_missing
 from mmspec.tables import CELLS
 
 POOL_KEY = ["dataset", "pair", "method", "hp"]
-SUMMED = ["n_samples", "steps", "new_tokens", "judge_failures"]
+SUMMED = [
+    "n_samples",
+    "steps",
+    "new_tokens",
+    "judge_failures",
+    "near_tie_divergences",
+    "real_divergences",
+    "device_differences",
+]
 # Numbers that the hp fixes (so the same on every seed): the first seed's, not a mean.
 FIXED = ["seed", "gamma", "temperature"]
 # Metrics whose pooled row carries <metric>_low and <metric>_high.

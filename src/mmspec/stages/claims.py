@@ -57,12 +57,29 @@ def text(table, verbose: bool = True) -> str:
     return "\n".join(lines)
 
 
-def finished(claims: str | Path, report: str | Path) -> str:
-    """What the end of a run says: the claims by verdict and where the report is (each only
-    when the run wrote it)."""
+def finished(
+    claims: str | Path, report: str | Path, cells: str | Path = "results/summary/cells.parquet"
+) -> str:
+    """What the end of a run says: greedy cells of lossless rules with real divergences from AR
+    (a bug, said first), the claims by verdict and where the report is (each only when the run
+    wrote it)."""
     import pandas as pd
 
+    from mmspec.report.cells import lossless_bug
+
     lines = []
+    if Path(cells).exists():
+        table = pd.read_parquet(cells)
+        bugs = [r for r in table.to_dict("records") if lossless_bug(r)]
+        if bugs:
+            named = ", ".join(
+                f"{r['dataset']}/{r['pair']}/{r['method']}/{r['hp']}" for r in bugs[:5]
+            )
+            more = f" and {len(bugs) - 5} more" if len(bugs) > 5 else ""
+            lines.append(
+                f"mmspec lossless: {len(bugs)} greedy cell(s) of a lossless rule leave AR beyond "
+                f"rounding (real divergences, a bug): {named}{more}"
+            )
     if Path(claims).exists():
         counts = scorecard.counts(pd.read_parquet(claims))
         lines.append("mmspec claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()))

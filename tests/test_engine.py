@@ -248,3 +248,25 @@ def test_a_copied_cache_layer_grows_apart_from_its_original():
     assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
     assert torch.equal(twin.keys[..., :3, :], keys[..., :3, :]) and twin.keys.shape[-2] == 6
     assert twin.keys.data_ptr() == twin.buffer_k.data_ptr()  # a view on its own buffer
+
+
+def test_a_prefill_leaves_room_to_decode_without_doubling_its_cache():
+    """A long prompt's first allocation leaves a quarter more (at least FIRST_ROOM positions),
+    not twice its length; growing past it keeps every position written so far."""
+    from mmspec.decoding.kv_cache import FIRST_ROOM
+
+    g = torch.Generator().manual_seed(1)
+    for prompt in (5, 4000):
+        layer = GrowingLayer()
+        layer.update(torch.randn(1, 1, prompt, 2, generator=g), torch.zeros(1, 1, prompt, 2))
+        capacity = layer.buffer_k.shape[-2]
+        assert capacity == prompt + max(FIRST_ROOM, prompt // 4) < 2 * prompt + FIRST_ROOM
+        start = layer.buffer_k.data_ptr()
+        written = layer.keys.clone()
+        for _ in range(capacity - prompt):  # decode steps that fit: no copy
+            layer.update(torch.ones(1, 1, 1, 2), torch.ones(1, 1, 1, 2))
+        assert layer.buffer_k.data_ptr() == start
+        layer.update(torch.full((1, 1, 1, 2), 2.0), torch.ones(1, 1, 1, 2))  # one past: a copy
+        assert layer.buffer_k.shape[-2] == 2 * capacity
+        assert torch.equal(layer.keys[..., :prompt, :], written)
+        assert layer.keys.shape[-2] == capacity + 1 and layer.keys[0, 0, -1, 0] == 2.0

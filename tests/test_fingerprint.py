@@ -137,3 +137,20 @@ def test_the_digest_names_modules_not_where_they_are_installed(tmp_path):
     one = import_closure.closure(["pkg_t.a"], search=[tmp_path / "one"])
     two = import_closure.closure(["pkg_t.a"], search=[tmp_path / "two"])
     assert one.files != two.files and one.digest() == two.digest()
+
+
+def test_a_package_installed_outside_the_venv_is_recorded_not_hashed(tmp_path, monkeypatch):
+    """A system Python's dist-packages (or a cluster module's tree) on sys.path holds installed
+    packages: their files are not followed (an upgrade is in `versions`, not a rerun)."""
+    installed = tmp_path / "dist-packages"
+    _package(installed, {"pkg_dp/__init__.py": "", "pkg_dp/core.py": "X = 1\n"})
+    _package(tmp_path / "src", {"pkg_own/__init__.py": "", "pkg_own/a.py": "import pkg_dp.core\n"})
+    monkeypatch.syspath_prepend(str(installed))
+    import_closure.forget()
+    try:
+        found = import_closure.closure(["pkg_own.a"], search=[tmp_path / "src"])
+    finally:
+        monkeypatch.undo()
+        import_closure.forget()
+    assert [name for name, _ in found.modules] == ["pkg_own", "pkg_own.a"]
+    assert found.installed == ("pkg_dp",)

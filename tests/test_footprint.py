@@ -169,8 +169,9 @@ def _planned(config: dict, workdir: Path, *args: str) -> dict[str, list[tuple[di
         return dict(item.split("=", 1) for item in found[1].split(", ")) if found else {}
 
     planned: dict[str, list[tuple[dict, dict]]] = {}
-    for block in re.split(r"^(?=rule \w+:)", out.stdout + out.stderr, flags=re.M):
-        head = re.match(r"rule (\w+):", block)
+    # a dry run lists grouped jobs (the method cells' generate) indented under their group
+    for block in re.split(r"^(?=\s*rule \w+:)", out.stdout + out.stderr, flags=re.M):
+        head = re.match(r"\s*rule (\w+):", block)
         if head:
             planned.setdefault(head[1], []).append(
                 (fields(block, "wildcards"), fields(block, "resources"))

@@ -34,6 +34,21 @@ def test_a_cells_job_round_trips_through_its_json():
             assert head.kind == "eagle" and head.training["head_steps"] == 2
 
 
+def test_the_ar_probe_settings_reach_method_cells_jobs_and_not_the_ar_cells():
+    """An AR cell's timing is its own decode: changing the probe changes (reruns) the method
+    cells' jobs only."""
+    jobs = {}
+    for probe in (8, 3):
+        config = base_config(methods={"ar": {}, "sd": {}})
+        config["timing"] = {**config.get("timing", {}), "ar_probe_tokens": probe}
+        config = mmconfig.validate(config, overrides={})
+        for cell in mmconfig.cells(config):
+            job = GenerateJob.of_cell(config, cell, mmconfig.dataset_task(config, cell.dataset))
+            jobs.setdefault(cell.path, []).append(job.to_json())
+    changed = {path for path, (a, b) in jobs.items() if a != b}
+    assert changed and changed == {p for p in jobs if "/method=ar/" not in p}
+
+
 def test_what_a_hand_written_job_omits_takes_the_schemas_defaults():
     generation = Generation.parse({"max_new_tokens": 5})
     assert (generation.temperature, generation.cfg, generation.top_k) == (0.0, 3.0, 0)

@@ -205,6 +205,39 @@ def test_a_broken_greedy_rule_is_reported_as_real_divergences(tmp_path, monkeypa
     assert all(r["lossless"] and r["real_divergences"] == 0 for r in good["sd_chain"])
 
 
+def test_an_output_that_ends_where_ar_does_not_is_a_real_divergence():
+    from mmspec.stages.generate import misplaced_end
+
+    stop, max_new = {2}, 6
+    assert misplaced_end([5, 6, 2], stop, max_new) is None  # stopped as AR does
+    assert misplaced_end([5, 6, 7, 8, 9, 4], stop, max_new) is None  # ran to max_new
+    assert misplaced_end([5, 6, 7], stop, max_new) == 3  # ended early, with no stop token
+    assert misplaced_end([5, 2, 7], stop, max_new) == 2  # went on past a stop token
+    assert misplaced_end([], stop, max_new) == 0
+
+
+def test_a_loop_that_stops_early_is_reported_as_a_real_divergence(tmp_path, monkeypatch):
+    """A speculative loop that ends three tokens before max_new leaves an output that is a
+    prefix of AR's: no token of it is wrong, its end is."""
+    from mmspec.decoding import loops
+
+    target = tiny.save("llava", tmp_path / "target", seed=0)
+    finished = loops.finished
+    original = generate.run
+
+    def run_stopping_early(params, *args, **kwargs):
+        if params["cell"]["method"] != "ar":
+            monkeypatch.setattr(
+                loops, "finished", lambda tokens, stop, max_new: finished(tokens, stop, max_new - 3)
+            )
+        return original(params, *args, **kwargs)
+
+    monkeypatch.setattr(generate, "run", run_stopping_early)
+    rows = _sweep(tmp_path, "float32", target, target, [("sd_chain", {"gamma": 2})])["sd_chain"]
+    early = [r for r in rows if not r["lossless"]]
+    assert early and all(r["divergence_kind"] == REAL and r["real_divergences"] >= 1 for r in early)
+
+
 def test_the_speedup_references_are_written(tmp_path):
     """Each method row carries the AR cell's time of its sample-turn and the probe's steps as
     timed in the job and in the AR cell (the speedup's inputs)."""

@@ -177,3 +177,35 @@ def test_editing_a_plugins_helper_module_changes_its_cells_fingerprint_only(plug
     _edit(helper, MATCHING)
     assert after != before and plain_after == plain
     assert codes()[0] == before  # the same source, the same fingerprint
+
+
+def test_a_plugin_heads_network_module_is_part_of_its_cells_code(tmp_path, monkeypatch):
+    """A trained head names its network's class as "module:Class" (imported by name, so no
+    import statement shows it): editing that module changes the cells' fingerprint all the same
+    (`Component.code_modules`)."""
+    from mmspec import import_closure
+    from mmspec.decoding import catalog
+    from mmspec.decoding.drafters.trained import HeadDrafter
+    from mmspec.methods import components
+
+    package = tmp_path / "headplug_of_tests"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "nets.py").write_text("class Net:\n    layers = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    class PluginHead(HeadDrafter):
+        name = "plugin_head_of_tests"
+        network_class = "headplug_of_tests.nets:Net"
+
+    PluginHead.__module__ = "headplug_of_tests"  # as the plugin's own module defines it
+    catalog.load()
+    monkeypatch.setitem(catalog._COMPONENTS["drafter"], PluginHead.name, PluginHead)
+    monkeypatch.setitem(catalog._PLUGINS, f"drafter:{PluginHead.name}", "headplug_of_tests:X")
+    spec = {"method": "x", "drafter": PluginHead.name, "tree": "chain", "gamma": 3,
+            "acceptance": "greedy", "temperature": 0.0}  # fmt: skip
+    assert "headplug_of_tests.nets" in PluginHead.code_modules()
+    before = components.plugin_code(spec)
+    import_closure.digest.cache_clear()  # (a Snakemake parse reads the files once)
+    (package / "nets.py").write_text("class Net:\n    layers = 2\n")
+    assert before.startswith("+") and components.plugin_code(spec) != before

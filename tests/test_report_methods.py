@@ -113,7 +113,8 @@ def test_lossless_rule_unknown_counts_as_lossless(tmp_path):
 def test_best_speedup_bold(report):
     body = sections(report)[f"chartqa · {PAIR}"]
     best = [r for r in table_data(body) if "best" in r["class"].split()]
-    assert len(best) == 1 and best[0]["text"]["hp"] == "g4-bad"
+    # g4-bad is faster (2.1) but leaves AR under a lossless rule: its speed is a bug's
+    assert len(best) == 1 and best[0]["text"]["hp"] == "g4-t1"
 
 
 def test_method_table_columns(report):

@@ -155,14 +155,15 @@ def test_frontier_and_summary_first(tmp_path):
     [(title, traces)] = figures(frontier)
     assert title == "speedup vs quality"
     assert sorted(zip(*trace_xy(traces, "sps"), strict=True)) == [(1.2, 0.75), (1.6333, 0.7)]
-    assert trace_xy(traces, "Pareto front") == ([1.2, 1.6333], [0.75, 0.7])
+    # g4's seed 1 left AR (lossless_rate 0.9, nothing classed a near tie): off the front
+    assert trace_xy(traces, "Pareto front") == ([1.2], [0.75])
     [(columns, rows)] = data_tables(frontier)
     assert columns[:3] == ["on the front", "hp", "seeds"]
+    assert [r["text"]["speedup"] for r in rows] == ["1.20"]
+    # the pooled point off the front shows its mean and t interval where it is plotted
     low, high = t_interval([s for _, s, _ in SEEDS])
-    assert [r["text"]["speedup"] for r in rows] == [
-        "1.20",
-        f"{fmt_num(sum(s for _, s, _ in SEEDS) / 3)} [{fmt_num(low)}, {fmt_num(high)}]",
-    ]
+    mean = f"{fmt_num(sum(s for _, s, _ in SEEDS) / 3)} [{fmt_num(low)}, {fmt_num(high)}]"
+    assert any(f"speedup {mean}" in text for t in traces for text in t.get("text") or [])
     # the summary's values: means over seeds, the interval in their tooltip
     summary = sections(page)["Cross-dataset summary"]
     tau_table = data_tables(summary)[0][1]

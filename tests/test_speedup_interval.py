@@ -69,3 +69,15 @@ def test_the_interval_covers_the_true_speedup_in_about_95_percent_of_cells(n, no
 def test_a_cell_without_the_ar_cells_times_has_no_speedup():
     lists = ([0.01], [0.01], [None], [30], [0.2], [30])
     assert np.isnan(speedup(*lists)) and all(np.isnan(speedup_interval(*lists)))
+
+
+def test_a_one_token_answer_adds_nothing_and_empty_totals_give_no_speedup():
+    """A sample-turn the AR cell answered with one token has no steps to probe: it adds nothing
+    to the ratio (and the point and the interval agree); a cell whose answers are all one token
+    long has no time per token: NaN, not a ZeroDivisionError."""
+    lists = ([0.03, None], [0.02, None], [1.0, 0.0], [50, 0], [0.5, 0.0], [50, 0])
+    assert speedup(*lists) == pytest.approx(3.0)
+    low, high = speedup_interval(*lists)
+    assert low == pytest.approx(3.0) and high == pytest.approx(3.0)
+    one_token = ([None], [None], [0.0], [0], [0.0], [0])
+    assert np.isnan(speedup(*one_token)) and all(np.isnan(speedup_interval(*one_token)))

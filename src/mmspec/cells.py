@@ -188,9 +188,9 @@ def check_ar_cells(swept: list[Cell]) -> None:
         if (cell.dataset, cell.pair, cell.seed, cell.spec["temperature"]) not in ar:
             raise ConfigError(
                 f"config key sweep: cell {cell.path} (temperature {cell.spec['temperature']}) "
-                "needs an `ar` cell with the same dataset, pair, seed and temperature for its "
-                "lossless check and quality retention: sweep `ar` (or an entry of it at that "
-                "temperature) there too"
+                "needs an `ar` cell with the same dataset, pair, seed and temperature: its "
+                "speedup's AR timing, lossless check and quality retention; sweep `ar` (or an "
+                "entry of it at that temperature) there too, in sweep or sweep_extra"
             )
 
 

@@ -97,8 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ar-samples",
         default=None,
-        help="the AR cell's samples: the lossless check's reference, and the sample-turns AR is "
-        "timed on here (timing.ar_share); without it AR is timed on every sample-turn",
+        help="the AR cell's samples (a method cell's; none for the AR cell itself): the greedy "
+        "lossless check's reference; the speedup's AR timing is that cell's decode, scaled by "
+        "the AR probe run here (timing.ar_reference, timing.ar_probe_tokens)",
     )
     p.add_argument("--out", required=True)
     p.add_argument(

@@ -27,6 +27,7 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import re
+import site
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -112,6 +113,13 @@ def closure(modules: list[str], search: list[Path] | None = None) -> Closure:
     return Closure(tuple(sorted(found.items())), tuple(sorted(installed)))
 
 
+@functools.cache
+def digest(modules: tuple[str, ...]) -> str:
+    """`closure(modules).digest()`, once per set of modules in a process (a Snakemake parse asks
+    for every cell; the process reads the files of one state of the code)."""
+    return closure(list(modules)).digest()
+
+
 def plugin_entry_points() -> list:
     """Every entry point of an `mmspec.*` group (components, method rows, metrics, ...)."""
     found = {
@@ -126,6 +134,15 @@ def plugin_entry_points() -> list:
 def plugin_modules() -> list[str]:
     """The modules the installed plugins' entry points name."""
     return sorted({e.module for e in plugin_entry_points()})
+
+
+def plugin_package_modules() -> list[str]:
+    """Every module of the packages that provide plugins (mmspec's own left out): what a plugin
+    may import by name as well as by statement (a trained head names its network's module)."""
+    found = []
+    for top in sorted(_plugin_tops() - {PACKAGE}):
+        found += [top, *_package_modules(top, None)]
+    return found
 
 
 def plugin_stamp() -> list[str]:
@@ -153,9 +170,14 @@ def _plugin_tops() -> frozenset[str]:
 
 @functools.cache
 def _installed_roots() -> tuple[str, ...]:
+    """Where installed packages live: this environment's site-packages and standard library,
+    the user's site-packages, and every site- or dist-packages folder on sys.path (a system
+    Python's /usr/lib/python3/dist-packages, a cluster module's tree)."""
     paths = sysconfig.get_paths()
     roots = {paths["purelib"], paths["platlib"], paths["stdlib"], paths["platstdlib"]}
-    return tuple(str(Path(r).resolve()) for r in roots)
+    roots |= set(site.getsitepackages()) | {site.getusersitepackages()}
+    roots |= {p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")}
+    return tuple(sorted(str(Path(r).resolve()) for r in roots if r))
 
 
 def is_library_source(path: str | Path) -> bool:
@@ -270,5 +292,8 @@ def _read(path: Path) -> bytes:
 
 
 def forget() -> None:
-    """Drop what was read (files edited within one process: tests, a long-lived worker)."""
+    """Drop what was read once per process (the installed plugins, where packages are
+    installed): a test or a long-lived process that changed them."""
     _plugin_tops.cache_clear()
+    _installed_roots.cache_clear()
+    digest.cache_clear()

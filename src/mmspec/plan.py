@@ -86,14 +86,17 @@ def _earlier(results: Path, pair: str) -> tuple[float | None, int, set[str], flo
     for path in finished[:: max(1, math.ceil(len(finished) / EARLIER_CELLS))]:
         present = set(pq.read_schema(path).names)
         timed = [c for c in TIMED if c in present]
-        table = pq.read_table(path, columns=[*timed, "device"])
+        table = pq.read_table(path, columns=[*timed, "device", "registry_method"])
+        own_ar = table.column("registry_method")[0].as_py() == "ar" if table.num_rows else False
+        if own_ar:  # an AR cell's AR timing is its own decode, already counted
+            timed = [c for c in timed if c not in REFERENCE]
         spent = {c: sum(x for x in table.column(c).to_pylist() if x) for c in timed}
         total = sum(spent.values())
         seconds += total
         turns += table.num_rows
         cells += 1
         devices.update(d for d in table.column("device").to_pylist() if d)
-        if "/method=ar/" not in path.as_posix():  # an AR cell's AR is its own decode
+        if not own_ar:
             reference += sum(spent.get(c, 0.0) for c in REFERENCE)
             method_seconds += total
     share = reference / method_seconds if method_seconds else None

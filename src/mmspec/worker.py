@@ -99,7 +99,10 @@ def _key() -> str:
     upgrade), so a job whose code changed since a worker started gets a fresh worker."""
     package = Path(__file__).parent
     stamp = sorted((str(p), p.stat().st_mtime_ns) for p in package.rglob("*.py"))
-    plugins = import_closure.closure(import_closure.plugin_modules())
+    # every module of the plugins' packages, and what they import: a superset of what a job
+    # can run (a module a plugin imports by name included)
+    modules = import_closure.plugin_modules() + import_closure.plugin_package_modules()
+    plugins = import_closure.closure(modules)
     parts = [
         os.getcwd(),
         sys.executable,
@@ -168,8 +171,8 @@ def _run_in(stem: Path, argv: list[str]) -> int | None:
 def _stranger(conn: socket.socket, uid: int | None = None) -> int | None:
     """The uid of the process at the other end of `conn` when it is not `uid` (this process's);
     None when it is. The kernel records it at connect (a client) or listen (a worker)."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, peer, _gid = struct.unpack("3i", creds)
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII"))
+    _pid, peer, _gid = struct.unpack("iII", creds)
     return None if peer == (os.getuid() if uid is None else uid) else peer
 
 

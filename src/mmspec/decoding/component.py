@@ -145,6 +145,12 @@ class Component:
         before any job: what `target` knows of it)."""
 
     @classmethod
+    def code_modules(cls) -> tuple[str, ...]:
+        """Modules its code imports by name at run time (beyond its module's import
+        statements): part of its cells' code fingerprint (`components.plugin_code`)."""
+        return ()
+
+    @classmethod
     def arguments(cls, spec: dict) -> dict:
         """The constructor's keyword arguments from a resolved spec (the declared params)."""
         return {p.argument: spec[p.key] for p in cls.reads(spec) if p.key in spec}

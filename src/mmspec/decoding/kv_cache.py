@@ -3,8 +3,8 @@
 transformers' DynamicLayer appends with torch.cat, copying the whole cache at every forward: for
 a draft with hundreds of visual tokens (and an ensemble's several rows) that copy costs as much as
 the forward itself. `GrowingLayer` writes new keys/values into spare capacity (doubling when
-full; the first allocation twice the prefill's length) and exposes the filled part as a view;
-`compact` keeps a subset of positions in place (accepted tree paths).
+full; the first allocation a prefill and a quarter, at least FIRST_ROOM more) and exposes the
+filled part as a view; `compact` keeps a subset of positions in place (accepted tree paths).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import copy
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
+
+FIRST_ROOM = 256  # positions past a prefill before the first copy: a toy decode and its trees
 
 
 class GrowingLayer(DynamicLayer):
@@ -38,8 +40,9 @@ class GrowingLayer(DynamicLayer):
     def _grow(self, key_states, value_states, needed: int) -> None:
         old = 0 if self.buffer_k is None else self.buffer_k.shape[-2]
         # the first allocation (a prefill) leaves room to decode, so that the first steps after
-        # a prompt cost what later steps cost (no copy of the prompt's cache at step one)
-        capacity = max(needed, 2 * old, 64) if old else max(2 * needed, 64)
+        # a prompt cost what later steps cost (no copy of the prompt's cache at step one); a
+        # quarter more, not double, so that a long visual prompt's cache does not double memory
+        capacity = max(needed, 2 * old, 64) if old else needed + max(FIRST_ROOM, needed // 4)
         new_k = key_states.new_empty((*key_states.shape[:-2], capacity, key_states.shape[-1]))
         new_v = value_states.new_empty((*value_states.shape[:-2], capacity, value_states.shape[-1]))
         if self.filled:

@@ -8,8 +8,6 @@ data, whether the spec preserves the target's distribution, and which keys defin
 
 from __future__ import annotations
 
-import functools
-
 from mmspec import import_closure
 from mmspec.decoding import catalog
 from mmspec.decoding.component import (
@@ -142,14 +140,9 @@ def plugin_code(spec: dict) -> str:
     """A short hash of the code of the spec's components that installed plugins add, with every
     module it imports ("" when it has none): part of its cell's code fingerprint, so that editing
     a plugin or a helper module of it reruns the cells that use it, and only those."""
-    modules = tuple(sorted({part.__module__ for part in parts(spec) if catalog.is_plugin(part)}))
-    return "+" + _closure_digest(modules) if modules else ""
-
-
-@functools.cache
-def _closure_digest(modules: tuple[str, ...]) -> str:
-    # one digest per set of plugin modules in a process (a Snakemake parse asks once per cell)
-    return import_closure.closure(list(modules)).digest()
+    plugins = [part for part in parts(spec) if catalog.is_plugin(part)]
+    modules = tuple(sorted({m for p in plugins for m in (p.__module__, *p.code_modules())}))
+    return "+" + import_closure.digest(modules) if modules else ""
 
 
 def loaded_models(pair: dict, spec: dict) -> list[tuple[str, str]]:

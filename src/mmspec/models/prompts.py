@@ -119,7 +119,7 @@ class PromptBuilder:
         else:
             positions = None
         blocks = image_blocks(visual) if self.family.bidirectional_images else None
-        if embeds.shape[0] != ids.shape[1]:
+        if embeds.shape[0] != ids.shape[1]:  # the visual mask, read off the ids, would not fit
             raise RuntimeError(
                 f"{type(self.model).__name__}: {ids.shape[1]} token ids gave {embeds.shape[0]} "
                 "input embeddings; a prompt keeps one id per position"

@@ -143,13 +143,14 @@ METRIC_DEFINITIONS = [
     (
         "latency_ratio",
         "c = T_q / T_p: the mean time of one draft forward over the mean time of one AR target "
-        "forward, both measured in the cell's own job (the c of speedup_eq1).",
+        "step, both on the cell's own job: T_q measured there, T_p the AR cell's mean step "
+        "scaled by ar_speed_ratio (the c of speedup_eq1).",
     ),
     (
         "verify_cost",
         "v: the mean time of a verification step (the target's forward over the proposal, the "
-        "acceptance rule, the cache commit) over the mean time of one AR step, both measured in "
-        "the cell's own job (AR: 1 within timing noise).",
+        "acceptance rule, the cache commit) over the mean time of one AR step (T_p, as for "
+        "latency_ratio), both on the cell's own job (AR: 1 within timing noise).",
     ),
     (
         "lossless_rate",

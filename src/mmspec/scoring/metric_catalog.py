@@ -121,4 +121,4 @@ def plugin_code(name: str) -> str:
     metric = metrics().get(name)
     if metric is None or not is_plugin(metric):
         return ""
-    return "+" + import_closure.closure([metric.__module__]).digest()
+    return "+" + import_closure.digest((metric.__module__,))

@@ -66,7 +66,6 @@ SELECT
   any_value(metric) AS metric,
   avg(quality) / nullif(avg(ar_quality), 0) AS retention,
   sum(new_tokens) / nullif(sum(decode_s), 0) AS tokens_per_s,
-  sum(ar_n_tokens - 1) / nullif(sum(ar_decode_s), 0) AS ar_tokens_per_s,
   avg(prefill_s) AS prefill_s,
   avg(draft_visual_tokens) AS draft_visual_tokens,
   sum(draft_visual_tokens) / nullif(sum(target_visual_tokens), 0) AS draft_visual_share,
@@ -180,6 +179,12 @@ def _cells(con: duckdb.DuckDBPyConnection, groups: dict) -> pa.Table:
     # drafted levels for a tree); AR has no draft, so its estimate is its tau (1).
     speedups = [speedup(*cell) for cell in zip(*_lists(table, SPEEDUP_LISTS), strict=True)]
     table = table.append_column("speedup", pa.array(speedups, pa.float64()))
+    # AR's rate as the speedup takes it: on the cell's own job
+    rates = [
+        r / x if r is not None and x and not math.isnan(x) else math.nan
+        for r, x in zip(table.column("tokens_per_s").to_pylist(), speedups, strict=True)
+    ]
+    table = table.append_column("ar_tokens_per_s", pa.array(rates, pa.float64()))
     ratios = [ar_speed_ratio(*cell) for cell in zip(*_lists(table, SPEEDUP_LISTS), strict=True)]
     table = table.append_column("ar_speed_ratio", pa.array(ratios, pa.float64()))
     table = table.append_column("speedup_eq1", _eq1(table))
@@ -247,41 +252,63 @@ SPEEDUP_LISTS = [
 ]
 
 
+def _speedup_columns(probe_s, cell_probe_s, ref_s, ref_tokens, s, tokens):
+    """The lists as float arrays, a sample-turn without probes (its AR cell emitted one token)
+    adding nothing to the ratio; None where the AR cell's or the method's times are missing."""
+    if any(v is None for column in (ref_s, ref_tokens, s, tokens) for v in column):
+        return None
+    missing = [a is None or b is None for a, b in zip(probe_s, cell_probe_s, strict=True)]
+    p = np.asarray([0.0 if gone else a for a, gone in zip(probe_s, missing, strict=True)])
+    cp = np.asarray([0.0 if gone else b for b, gone in zip(cell_probe_s, missing, strict=True)])
+    return [p, cp, *(np.asarray(c, dtype=float) for c in (ref_s, ref_tokens, s, tokens))]
+
+
+def _speedups(p, cp, ref, reft, m, mt):
+    """The speedup of totals (the last axis summed): (probes / the AR cell's on their steps) x
+    the AR cell's time per token / the method's; NaN where a total it divides by is 0."""
+    ratio = _over(p.sum(axis=-1), cp.sum(axis=-1))
+    ar_per_token = ratio * _over(ref.sum(axis=-1), reft.sum(axis=-1))
+    return _over(ar_per_token, _over(m.sum(axis=-1), mt.sum(axis=-1)))
+
+
+def _over(a, b):
+    """a / b, NaN where b is 0 (or NaN)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    out = np.full(np.broadcast(a, b).shape, np.nan)
+    np.divide(a, b, out=out, where=(b != 0) & ~np.isnan(b))
+    return out
+
+
 def ar_speed_ratio(probe_s, cell_probe_s, *_) -> float:
     """r: AR's step time in the cell's own job over the AR cell's on the same steps (each
     sample-turn's probe), pooled: how much slower (r > 1) or faster the job's device and load
     ran AR than the AR cell's did. NaN without probes."""
     pairs = [(a, b) for a, b in zip(probe_s, cell_probe_s, strict=True) if a is not None]
-    if not pairs or any(b is None for _, b in pairs):
-        return math.nan
-    cell = sum(b for _, b in pairs)
-    return sum(a for a, _ in pairs) / cell if cell else math.nan
+    cell = sum(b for _, b in pairs if b is not None)
+    return sum(a for a, _ in pairs) / cell if pairs and cell else math.nan
 
 
 def speedup(probe_s, cell_probe_s, ref_s, ref_tokens, s, tokens) -> float:
     """AR's time per emitted token over the method's, both as on the cell's own job: the AR
     cell's time per token over every sample-turn, scaled by `ar_speed_ratio` (a ratio
-    estimator: the AR cell's decodes carry the lengths, the job's probes, each back to back with
-    the method's decode of its sample-turn, carry the job's device and load)."""
-    if any(r is None for r in ref_s):
-        return math.nan
-    ar_per_token = ar_speed_ratio(probe_s, cell_probe_s) * sum(ref_s) / sum(ref_tokens)
-    method_per_token = sum(s) / sum(tokens) if sum(tokens) else math.nan
-    return ar_per_token / method_per_token if method_per_token else math.nan
+    estimator: the AR cell's decodes carry the lengths, the job's probes, each beside the
+    method's decode of its sample-turn, carry the job's device and load). NaN where a total is
+    missing or 0 (no probes; the AR cell's or the method's answers one token each)."""
+    columns = _speedup_columns(probe_s, cell_probe_s, ref_s, ref_tokens, s, tokens)
+    return math.nan if columns is None else float(_speedups(*columns))
 
 
 def speedup_interval(probe_s, cell_probe_s, ref_s, ref_tokens, s, tokens, seed: int = 0):
     """The percentile bootstrap interval (CONFIDENCE) of `speedup`, resampling sample-turns, each
     with its probe, the AR cell's times of it and the method's (so what a long or short sample
     shares with AR cancels, and the probes' noise is carried in)."""
-    columns = (probe_s, cell_probe_s, ref_s, ref_tokens, s, tokens)
-    if any(v is None for column in columns for v in column):
+    columns = _speedup_columns(probe_s, cell_probe_s, ref_s, ref_tokens, s, tokens)
+    if columns is None or not len(columns[-1]):
         return math.nan, math.nan
-    p, cp, ref, reft, m, mt = (np.asarray(c, dtype=float) for c in columns)
-    picks = np.random.default_rng(seed).integers(0, len(m), size=(RESAMPLES, len(m)))
-    p, cp, ref, reft, m, mt = (c[picks].sum(axis=1) for c in (p, cp, ref, reft, m, mt))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return percentile_interval((p / cp) * (ref / reft) / (m / mt))
+    picks = np.random.default_rng(seed).integers(
+        0, len(columns[-1]), size=(RESAMPLES, len(columns[-1]))
+    )
+    return percentile_interval(_speedups(*(c[picks] for c in columns)))
 
 
 def tau_interval(tokens, steps, seed: int = 0) -> tuple[float, float]:

@@ -254,6 +254,7 @@ class ImageWork:
         gen = job.generation
         self.runner = ImageMethodRunner(spec, target, draft, gen.cfg, gen.top_k, head=head)
         self.generator, self.out = target, out  # `out`: the table errors name
+        self.stop, self.max_new = set(), self.runner.grid  # an image is a full grid of codes
         self.dtype = target.model.dtype  # the precision AR's margins are counted in
         self.prepared = prepared
 
@@ -295,8 +296,8 @@ def run(
 ):
     """Decode every sample-turn of one cell into `out`; finished samples are checkpointed every
     `chunk` samples, and a rerun of the same job resumes after the last checkpoint. `job`: the
-    GenerateJob, or its JSON's dict; `ar_samples`: the AR cell's samples (none for an AR cell,
-    or to time AR on every sample-turn)."""
+    GenerateJob, or its JSON's dict; `ar_samples`: the AR cell's samples, the greedy lossless
+    check's reference (none for an AR cell, or for no check)."""
     job = GenerateJob.parse(job)
     spec, timing = job.spec, job.timing
     torch.set_num_threads(timing.threads)
@@ -385,6 +386,10 @@ def run(
     n_steps = sum(len(r["step_accepted"]) for r in records) if runner.drafter else 0
     t_q = forward_s / forwards if forwards else math.nan
     t_p = ar_decode_s / ar_forwards if ar_forwards else math.nan
+    if reference is not None and not full and not own_ar:
+        # the probes time AR's first steps only: T_p is the AR cell's mean step over whole
+        # decodes, scaled to this job by the probes (as the speedup's AR time is)
+        t_p = probed_step_time(records, reference)
     columns = {
         "t_q_s": t_q,
         "draft_forwards_per_step": forwards / n_steps if n_steps else math.nan,
@@ -443,13 +448,44 @@ def divergences(work, sample, tokens: list[int], reference: list[int] | None) ->
     start = time.perf_counter()
     with torch.inference_mode():
         misses = work.argmax_misses(sample, tokens)
+    positions = [i for i, _ in misses]
     ulps = [margin_ulps(logits, tokens[i], work.dtype) for i, logits in misses]
+    end = misplaced_end(tokens, work.stop, work.max_new)
+    if end is not None:  # AR ends elsewhere, whatever the logits: no rounding explains it
+        positions.append(end)
+        ulps.append(math.inf)
     return {
-        "divergence_positions": [i for i, _ in misses],
+        "divergence_positions": positions,
         "divergence_ulps": ulps,
         "tie_ulps": tie_ulps(work.dtype),
         "check_s": time.perf_counter() - start,
     }
+
+
+def probed_step_time(records: list[dict], reference: list[dict]) -> float:
+    """AR's mean step time on this job's device and load: the AR cell's mean over all its
+    steps, times the ratio of the probes' steps to the AR cell's same steps."""
+    probe = cell = 0.0
+    for record, ar in zip(records, reference, strict=True):
+        steps = ar["step_verify_s"] or []
+        n = min(len(record["ar_step_s"]), len(steps))
+        probe += sum(record["ar_step_s"][:n])
+        cell += sum(steps[:n])
+    every = [t for ar in reference for t in ar["step_verify_s"] or []]
+    if not cell or not every:
+        return math.nan
+    return probe / cell * sum(every) / len(every)
+
+
+def misplaced_end(tokens: list[int], stop: set[int], max_new: int) -> int | None:
+    """Where an output's end is not where AR's would be, or None: a token after a stop token
+    (AR stops there), or an end before `max_new` tokens without one (AR goes on)."""
+    for i, token in enumerate(tokens[:-1]):
+        if token in stop:
+            return i + 1
+    if len(tokens) < max_new and (not tokens or tokens[-1] not in stop):
+        return len(tokens)
+    return None
 
 
 def _record(row: dict, result, ar, runner: MethodRunner) -> dict:

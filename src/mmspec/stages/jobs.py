@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from mmspec.methods.components import AR
 from mmspec.stages.settings import Generation, Pair, Timing
 
 
@@ -39,6 +40,7 @@ class GenerateJob:
     def of_cell(cls, config: dict, cell, task: str) -> GenerateJob:
         """The job of a validated config's cell (the workflow's side); `task`: its dataset's
         (config.dataset_task)."""
+        timing = Timing.parse(config["timing"])
         return cls(
             dataset=cell.dataset,
             pair_name=cell.pair,
@@ -49,7 +51,7 @@ class GenerateJob:
             pair=Pair.parse(config["pairs"][cell.pair]),
             task=task,
             generation=Generation.parse(config["generation"]),
-            timing=Timing.parse(config["timing"]),
+            timing=timing.of_ar_cell() if cell.spec["drafter"] == AR else timing,
         )
 
     @classmethod

@@ -14,7 +14,7 @@ schema-validated dicts, whose keys differ by source and kind.
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 
 from mmspec import schema
 
@@ -107,6 +107,14 @@ class Timing(Settings):
     threads: int
     ar_reference: str  # "probe": AR's first ar_probe_tokens steps per sample; "full": all
     ar_probe_tokens: int
+
+    PROBE = ("ar_reference", "ar_probe_tokens")  # how a method cell times AR beside itself
+
+    def of_ar_cell(self) -> Timing:
+        """These settings as an AR cell's job holds them: the probe's at their defaults, since
+        the AR cell's timing is its own decode (changing the probe reruns method cells only)."""
+        defaults = schema.defaults(self._schema())
+        return replace(self, **{key: defaults[key] for key in self.PROBE})
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,12 @@ class HeadDrafter(Drafter):
     blocks: ClassVar[int | None] = None
 
     @classmethod
+    def code_modules(cls) -> tuple[str, ...]:
+        """The modules of its network and config classes, which it imports by name."""
+        named = (cls.network_class, cls.config_class)
+        return tuple(dict.fromkeys(path.partition(":")[0] for path in named if path))
+
+    @classmethod
     def network(cls) -> type:
         """The head's network class."""
         return _load(cls.network_class)

@@ -44,7 +44,9 @@ log() {
     printf '[start_slurm %3d.%01ds] %s\n' $((ms / 1000)) $((ms % 1000 / 100)) "$*"
 }
 die() { echo "start_slurm: ERROR: $*" >&2; exit 1; }
-alive() { [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# alive PIDFILE NAME: the pid file names a running process called NAME (a pid file left by a
+# killed run may name a pid the system has since given to another process)
+alive() { local pid; [[ -s $1 ]] && pid=$(<"$1") && [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$2" ]]; }
 # start a daemon in its own session so it outlives the caller (pytest, a CI step)
 spawn() { setsid "$@" </dev/null >/dev/null 2>&1 & }
 wait_for() {  # wait_for SECONDS DESCRIPTION CMD...
@@ -172,18 +174,18 @@ for f in slurm.conf gres.conf; do
 done
 export SLURM_CONF=$S/etc/slurm.conf
 
-if (( changed )) && { alive "$S/run/slurmctld.pid" || alive "$S/run/slurmd.pid"; }; then
+if (( changed )) && { alive "$S/run/slurmctld.pid" slurmctld || alive "$S/run/slurmd.pid" slurmd; }; then
     log "configuration changed: restarting slurmctld and slurmd"
     for d in slurmd slurmctld; do
-        if alive "$S/run/$d.pid"; then kill "$(cat "$S/run/$d.pid")"; fi
+        if alive "$S/run/$d.pid" "$d"; then kill "$(cat "$S/run/$d.pid")"; fi
     done
     for d in slurmd slurmctld; do
-        for _ in $(seq 50); do alive "$S/run/$d.pid" || break; sleep 0.2; done
+        for _ in $(seq 50); do alive "$S/run/$d.pid" "$d" || break; sleep 0.2; done
     done
 fi
 
 # ---------------------------------------------------------------- 3. munge
-if ! alive "$S/run/munged.pid"; then
+if ! alive "$S/run/munged.pid" munged; then
     # munged refuses to run as root and wants its files owned by user munge
     install -o munge -g munge -m 600 /dev/null "$S/munge/munged.log"
     runuser -u munge -- munged --socket="$MUNGE_SOCKET" --key-file="$S/munge/munge.key" \
@@ -199,7 +201,7 @@ fi
 # ---------------------------------------------------------------- 4. accounting
 if [[ $ACCOUNTING == 1 ]]; then
     DB_SOCK=$S/run/mariadb.sock
-    if ! alive "$S/run/mariadb.pid"; then
+    if ! alive "$S/run/mariadb.pid" mariadbd; then
         if [[ ! -d $S/mysql/mysql ]]; then
             rm -rf "$S/mysql"
             mariadb-install-db --no-defaults --datadir="$S/mysql" --user=root \
@@ -243,11 +245,11 @@ EOF
     changed=0; write_if_changed "$S/etc/slurmdbd.conf" "$dbd_conf"
     umask "$old_umask"
     chmod 600 "$S/etc/slurmdbd.conf"
-    if (( changed )) && alive "$S/run/slurmdbd.pid"; then
+    if (( changed )) && alive "$S/run/slurmdbd.pid" slurmdbd; then
         kill "$(cat "$S/run/slurmdbd.pid")"
-        for _ in $(seq 50); do alive "$S/run/slurmdbd.pid" || break; sleep 0.2; done
+        for _ in $(seq 50); do alive "$S/run/slurmdbd.pid" slurmdbd || break; sleep 0.2; done
     fi
-    if ! alive "$S/run/slurmdbd.pid"; then
+    if ! alive "$S/run/slurmdbd.pid" slurmdbd; then
         slurmdbd   # reads slurmdbd.conf next to $SLURM_CONF
         wait_for 30 slurmdbd sacctmgr -n list cluster
         log "slurmdbd started"
@@ -261,14 +263,14 @@ EOF
 fi
 
 # ---------------------------------------------------------------- 5. slurmctld + slurmd
-if ! alive "$S/run/slurmctld.pid"; then
+if ! alive "$S/run/slurmctld.pid" slurmctld; then
     slurmctld -f "$SLURM_CONF"
     wait_for 30 slurmctld scontrol ping
     log "slurmctld started"
 else
     log "slurmctld already running"
 fi
-if ! alive "$S/run/slurmd.pid"; then
+if ! alive "$S/run/slurmd.pid" slurmd; then
     slurmd -f "$SLURM_CONF"
     log "slurmd started"
 else
@@ -288,7 +290,8 @@ if [[ -n $stale ]]; then
     log "cancelled jobs left by an earlier run: $stale"
 fi
 end=$(( $(date +%s) + TIMEOUT ))
-resumed=0
+freed_at=$(( $(date +%s) + 10 ))
+resumed=0 freed=0
 while true; do
     state=$(sinfo -h -N -n "$HOST" -o '%t' 2>/dev/null | head -1 || true)
     case $state in
@@ -296,6 +299,16 @@ while true; do
         down*|drain*|inval*)
             # e.g. a DOWN node left in the saved state by an earlier run
             if (( ! resumed )); then scontrol update nodename="$HOST" state=resume >/dev/null 2>&1 || true; resumed=1; fi ;;
+        mix*|alloc*|comp*)
+            # CPUs still held for a cancelled job whose processes died with the earlier run
+            # (seen for a minute on a CI machine): with nothing queued for 10 s, take the node
+            # down and back, which frees them.
+            if (( ! freed && $(date +%s) >= freed_at )) && [[ -z $(squeue -h -o %i 2>/dev/null) ]]; then
+                scontrol update nodename="$HOST" state=down reason="stale allocation" >/dev/null 2>&1 || true
+                scontrol update nodename="$HOST" state=resume >/dev/null 2>&1 || true
+                log "node $HOST was $state with an empty queue: set down and resumed"
+                freed=1
+            fi ;;
     esac
     if (( $(date +%s) >= end )); then
         sinfo -N -l >&2 || true

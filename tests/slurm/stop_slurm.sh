@@ -16,6 +16,8 @@ stop() {
         [[ -s $pidfile ]] || continue
         pid=$(cat "$pidfile")
         rm -f "$pidfile"
+        # a pid file left by a killed run may name a pid since given to another process
+        [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$name" ]] || continue
         kill "$pid" 2>/dev/null || continue
         pids+=("$pid") names+=("$name")
     done

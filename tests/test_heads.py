@@ -174,3 +174,20 @@ def test_kangaroo_exits_early_on_low_confidence(tiny):
     runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head)
     out = runner.decode(samples[0], 30, set(), seeded(0))
     assert max(step.drafted for step in out.steps) == 6
+
+
+@pytest.mark.parametrize(
+    "method, hparams, drafting",
+    [
+        ("eagle2", {}, 1.0),  # a dynamic tree ranks by q at 1 (EAGLE's release)
+        ("eagle", {}, 1.0),  # a static tree
+        ("eagle", {"tree": "chain", "gamma": 3}, 0.6),  # a chain draws from q at 0.6
+        ("medusa", {}, 1.0),
+    ],
+)
+def test_a_head_gives_q_at_the_temperature_its_tree_takes(tiny, method, hparams, drafting):
+    tokenizer, target, _ = tiny
+    spec = _spec(method, temperature=0.6, acceptance="sampling", **hparams)
+    head = build_head(spec["drafter"], target.config, spec, "tiny").double().eval()
+    runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head)
+    assert runner.drafter.q_temperature == drafting

@@ -19,6 +19,7 @@ from mmspec.decoding.trees import (
     DynamicTree,
     SageTree,
     StaticTree,
+    drafting_temperature,
     full_tree,
 )
 
@@ -381,3 +382,46 @@ def test_a_head_on_the_target_features_runs_under_every_tree(processor, target_m
         None,
     )
     assert sd.tokens == ar.tokens and len(sd.steps) < len(ar.steps) + 1
+
+
+class _TwoLevels(Drafter):
+    """q as a drafter gives it at `temperature` (1 when greedy): the root prefers token 0 over
+    token 1 by one logit; token 0's children are near flat over 4 tokens, token 1's peaked."""
+
+    def __init__(self, temperature: float):
+        super().__init__(temperature)
+        self.at = temperature if temperature > 0 else 1.0
+
+    def _q(self, logits: list[float]) -> torch.Tensor:
+        return torch.softmax(torch.tensor(logits, dtype=torch.float64) / self.at, -1)
+
+    def root(self, sampler):
+        return self._q([1.0, 0.0, -10.0, -10.0])
+
+    def expand(self, tree, nodes):
+        flat, peaked = [0.0, 0.1, 0.2, 0.3], [3.0, -10.0, -10.0, -10.0]
+        return torch.stack([self._q(flat if tree.tokens[n] == 0 else peaked) for n in nodes])
+
+
+def _kept(policy, drafter) -> list[tuple[int, int]]:
+    """(token, parent's token; -1 for the root) of each node a proposal keeps."""
+    p = policy.propose(drafter, None, 10)
+    return sorted(
+        (t, -1 if a == ROOT else p.tokens[a]) for t, a in zip(p.tokens, p.parents, strict=True)
+    )
+
+
+def test_a_tree_ranks_its_nodes_by_q_at_temperature_1_whatever_the_sampling_temperature():
+    """EAGLE's release scores its dynamic tree with the head's plain log-softmax at any
+    temperature. Ranking by q at 1 keeps token 1 and its peaked child; by q at 0.5 the root's gap
+    doubles to 2 logits, more than the near-flat level costs, and two children of token 0 win."""
+    policy = DynamicTree(depth=1, top_k=2, total_tokens=4)
+    at_one = _kept(policy, _TwoLevels(1.0))
+    assert at_one == [(0, -1), (0, 1), (1, -1)]  # token 1's child (token 0)
+    assert _kept(policy, _TwoLevels(0.5)) == [(0, -1), (2, 0), (3, 0)]
+    for temperature in (0.0, 0.5, 0.7, 1.0, 1.5):
+        drafting = drafting_temperature(policy, temperature)
+        assert _kept(policy, _TwoLevels(drafting)) == at_one
+    # a chain draws from q: at the sampling temperature
+    assert drafting_temperature(ChainPolicy(3), 0.5) == 0.5
+    assert [drafting_temperature(p, 0.5) for p in (StaticTree(EAGLE_TREE), SageTree())] == [1, 1]

@@ -172,6 +172,9 @@ class TreePolicy(Component):
     """The shape of each proposal (decoding.trees)."""
 
     kind = "tree"
+    # draws its nodes from q at the sampling temperature (a chain); a policy that picks them
+    # (top-k) gets q at temperature 1 to rank them (trees.drafting_temperature)
+    draws: ClassVar[bool] = False
 
 
 class AcceptanceRule(Component):

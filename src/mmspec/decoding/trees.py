@@ -3,7 +3,8 @@ protocol (decoding.drafters): `root` for the first position, `expand` for the no
 
 A chain samples its tokens from the draft at temperature > 0 (verified by rejection sampling
 against q). Trees take each node's children deterministically (its top-k), at any temperature,
-and are verified as point-mass proposals (decoding.acceptance.sampling): the pruning and reranking
+rank them by q at temperature 1 (`drafting_temperature`), and are verified as point-mass
+proposals (decoding.acceptance.sampling): the pruning and reranking
 of EAGLE-2 and SAGE then cannot bias the output, as EAGLE's release does. Policies with state
 across steps (SAGE) reset it in `start` and learn from `observe(accepted)` after each step.
 
@@ -57,6 +58,16 @@ class TreePolicy(component.TreePolicy):
         raise NotImplementedError
 
 
+def drafting_temperature(policy, temperature: float) -> float:
+    """The temperature of the distributions a drafter gives `policy` (a policy or its class;
+    `draws` declared in decoding.component): a chain drawn from q at the sampling temperature
+    (its rejection sampling needs the q it drew from); a tree, whose nodes are picked, ranks
+    them by q at temperature 1 whatever the sampling temperature, as EAGLE's release does
+    (eagle/model/cnets.py `topK_genrate` scores with the head's plain log-softmax; its logits
+    processor is not used there). Greedy stays 0 (q at 1 then)."""
+    return temperature if temperature == 0 or policy.draws else 1.0
+
+
 def _top(q: torch.Tensor, k: int) -> tuple[list, list]:
     """The k most likely tokens of q [V] (or of each row of q [n, V]; fewer if V < k) and their
     log-probabilities, as lists (one batched top-k and one copy per level, not per node)."""
@@ -74,6 +85,7 @@ class ChainPolicy(TreePolicy):
     name = "chain"
     params = (Param("gamma", int, 5, "draft tokens per step", low=1),)
     description = "a chain of gamma draft tokens"
+    draws = True  # at temperature > 0
 
     gamma: int
 
@@ -226,7 +238,16 @@ class DynamicTree(TreePolicy):
         ),
     )
     description = "EAGLE-2's dynamic tree"
-    source = "EAGLE-2's release, ea_model.py: depth 5, top_k 10, total_token 60"
+    # The release's own defaults differ by version: its evaluation scripts
+    # (eagle/evaluation/gen_ea_answer_*.py, EAGLE-2 commit bfeb532) run 5 / 10 / 60, while
+    # ea_model.py's from_pretrained defaults are 5 / 10 / 59 there and 7 / 10 / 60 from EAGLE-3
+    # (f2f2366) on. These are the evaluation's, which the paper's numbers come from.
+    source = (
+        "EAGLE-2's release (SafeAILab/EAGLE bfeb532), eagle/evaluation/gen_ea_answer_*.py: "
+        "--depth 5, --top-k 10, --total-token 60 (ea_model.py defaults: total_token 59 there, "
+        "depth 7 / total_token 60 from EAGLE-3 on); trees ranked by q at temperature 1 "
+        "(eagle/model/cnets.py topK_genrate)"
+    )
 
     depth: int
     top_k: int

@@ -24,6 +24,7 @@ from mmspec.decoding.loops import (
     decode_speculative,
     probe_ar,
 )
+from mmspec.decoding.trees import drafting_temperature
 from mmspec.methods.components import head_drafters, image_head_drafters
 from mmspec.methods.runtime import DraftCounters
 from mmspec.methods.spec import MethodSpec
@@ -61,6 +62,9 @@ class ImageMethodRunner(DraftCounters):
         self.target = GuidedDecoder(target.decoder(), cfg, target.code_range, top_k)
         self.drafter = None
         self.draft = draft
+        # the temperature of the drafter's q: its tree's ranking, or a chain's draws
+        tree = self.method.part("tree")
+        drafting = drafting_temperature(tree.component, self.temperature) if tree else 0.0
         if spec["drafter"] == "model":
             if draft is None:
                 raise ValueError(f"method {spec['method']!r} needs a draft model")
@@ -75,11 +79,11 @@ class ImageMethodRunner(DraftCounters):
                     "speculative decoding compares code ids"
                 )
             decoder = GuidedDecoder(draft.decoder(), cfg, draft.code_range, top_k)
-            self.drafter = ModelDrafter(decoder, self.temperature)  # one view: no weights
+            self.drafter = ModelDrafter(decoder, drafting)  # one view: no weights
         elif spec["drafter"] in image_head_drafters():
             if head is None:
                 raise ValueError(f"method {spec['method']!r} needs its trained head")
-            self.drafter = EagleDrafter(head, self.target, self.temperature)
+            self.drafter = EagleDrafter(head, self.target, drafting)
         elif spec["drafter"] in head_drafters():
             raise ValueError(
                 f"method {spec['method']!r} drafts with a {spec['drafter']} head; image "

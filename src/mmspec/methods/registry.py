@@ -219,8 +219,10 @@ def _head_rows() -> list[Method]:
         ),
         Method(
             "eagle2",
-            "EAGLE-2: the EAGLE head growing dynamic trees (release defaults: depth 5, top_k "
-            "10, total_token 60), reranked by cumulative draft log-probability",
+            "EAGLE-2: the EAGLE head growing dynamic trees (depth 5, top_k 10, total_token 60: "
+            "the release's evaluation scripts, eagle/evaluation/gen_ea_answer_*.py at bfeb532), "
+            "reranked by cumulative draft log-probability at temperature 1 as its topK_genrate "
+            "does at any sampling temperature",
             {**HEAD, "drafter": "eagle", "tree": "dynamic"},
             "EAGLE-2",
         ),

@@ -18,6 +18,7 @@ from mmspec.decoding.loops import (
     probe_ar,
 )
 from mmspec.decoding.prompt import Prompt
+from mmspec.decoding.trees import drafting_temperature
 from mmspec.decoding.views import FullView, ImageInput, ViewContext
 from mmspec.methods import components
 from mmspec.methods.spec import MethodSpec
@@ -98,10 +99,14 @@ class MethodRunner(DraftCounters):
                 f"method {spec['method']!r} drafts with a trained {spec['drafter']} head, "
                 "and none was given"
             )
-        self.drafter = drafter.build(
-            spec, target=self.target, draft=draft_model, head=head, temperature=self.temperature
-        )
         self.policy = self.method.part("tree").build()
+        self.drafter = drafter.build(
+            spec,
+            target=self.target,
+            draft=draft_model,
+            head=head,
+            temperature=drafting_temperature(self.policy, self.temperature),
+        )
         self.rule = self.method.part("acceptance").build()
         self.views = None  # a head reads the target's own prompt and features
         # views built from the target's prefill (S) and DREAM's visual token compression rank

@@ -30,9 +30,10 @@ argmax; sampling: a draw from p), one autoregressive step (`Step.drafted` 0), an
 an empty tree and path. An `expand` of None is the one way to stop early, in every policy
 (Kangaroo's early exit is its `expand` returning None below its threshold).
 
-Distributions are at the drafting temperature (1 when greedy); a drafter that chooses its tokens
-deterministically (prompt lookup) returns a point mass (one-hot q), which the chain then draws
-exactly and rejection sampling verifies as such. `weights` are the block's ensemble weights
+Distributions are at the drafting temperature (`trees.drafting_temperature`: the sampling
+temperature for a chain drawn from q; 1 for trees and when greedy); a drafter that chooses its
+tokens deterministically (prompt lookup) returns a point mass (one-hot q), which the chain then
+draws exactly and rejection sampling verifies as such. `weights` are the block's ensemble weights
 (recorded per step), `forwards` and `forward_s` count draft forwards and their time (T_q). A
 trained head on the target's features (EAGLE, DREAM, Medusa, ...) is a new class here and
 nothing else.

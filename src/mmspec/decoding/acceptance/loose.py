@@ -1,9 +1,10 @@
 """Loose verification (lossy): a mismatched draft token may be accepted where a rule judges that
 the target's own choice does not matter.
 
-Every rule walks the proposal as the lossless rule of its temperature does (greedy: a child
-equal to the target's argmax; sampling: min(1, p/q) coins for a chain drawn from q, point-mass
-acceptance for deterministic candidates, `acceptance.sampling`) and differs only at a rejection:
+Every rule walks the proposal as its base rule does, the lossless rule of its temperature
+(greedy: a child equal to the target's argmax; sampling: min(1, p/q) coins for a chain drawn
+from q, point-mass acceptance for deterministic candidates, `acceptance.sampling`) or, for FLy's
+rules at temperature > 0, FLy's two draws (below), and differs only at a rejection:
 if the rule relaxes the rejected position, the walk accepts the draft's own token there (the
 node's first child, the drafter's best) and goes on; otherwise it emits the target's token (the
 argmax, or a draw from the residual), as the lossless rule does. The accepted length is thus the
@@ -36,7 +37,8 @@ How the output relates to the target's: with nothing to relax (lvspec lambda 0 w
 random_relax rho 0) each rule is the lossless rule draw for draw (tests check it); FLy's rules
 at temperature > 0 are not lossless even then (two draws per position). Otherwise the
 output follows another distribution, so quality is measured against AR (retention: judge score
-or task metric), never guaranteed. Each step reports how many accepted tokens were relaxed.
+or task metric), never guaranteed. Each step reports how many accepted tokens were relaxed:
+those the base rule rejected (a token equal to FLy's second draw is a match, not relaxed).
 """
 
 from __future__ import annotations

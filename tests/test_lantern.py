@@ -275,3 +275,130 @@ def test_greedy_counts_an_accepted_neighbour_of_the_argmax_as_relaxed():
     assert _rule(3, 0.6).verdict(chain, logits, 0.0, None)[::2] == ([0], 1)
     exact = Proposal.chain([near[0]])
     assert _rule(3, 0.6).verdict(exact, logits, 0.0, None)[::2] == ([0], 0)
+
+
+def _rule_masking(k: int, delta: float, mask: str):
+    spec = {
+        "acceptance": "lantern",
+        "lantern_k": k,
+        "lantern_delta": delta,
+        "proximity": "l2",
+        "divergence": "tvd",
+        "lantern_sibling_mask": mask,
+    }
+    return make_rule(spec, codebook=(_codebook(), OFFSET))
+
+
+def _peaked(vocab: int, masses: dict[int, float]) -> torch.Tensor:
+    """A logits row with (about) these probabilities on these tokens, none elsewhere."""
+    row = torch.full((vocab,), -80.0)
+    for token, p in masses.items():
+        row[token] = math.log(p)
+    return row
+
+
+def test_greedy_takes_the_longest_accepted_path_when_two_children_pass():
+    """The release takes the path with the most accepted nodes over every root-to-leaf path
+    (models/ea_model_llamagen.py:893-903); following the first child that passes accepts less."""
+    table = _neighbours(3)
+    x = OFFSET + 2
+    near = table.of(x).tolist()
+    best = next(t for t in range(OFFSET, OFFSET + 24) if t not in near and t != x)
+    vocab = OFFSET + 24
+    # root row: best 0.40, x 0.35, x's nearest 0.25: x passes relaxed (0.60), best exactly
+    rows = [_peaked(vocab, {best: 0.40, x: 0.35, near[0]: 0.25})]
+    tree = Proposal()
+    a = tree.add(x, ROOT)  # node 0: passes by relaxing, its child fails
+    b = tree.add(best, ROOT)  # node 1: passes exactly, its child passes
+    tree.add(OFFSET + 20, a)  # node 2
+    tree.add(OFFSET + 21, b)  # node 3
+    wanted = {1: OFFSET + 9, 2: OFFSET + 10, 3: OFFSET + 11, 4: OFFSET + 12}  # row -> argmax
+    for row in range(1, 5):
+        rows.append(_peaked(vocab, {wanted[row]: 0.9, OFFSET + 23: 0.1}))
+    rows[2] = _peaked(vocab, {OFFSET + 21: 0.9, OFFSET + 23: 0.1})  # after node 1: node 3's
+    logits = torch.stack(rows)
+    rule = _rule(3, 0.3)
+    assert rule.verdict(tree, logits, 0.0, None) == ([1, 3], wanted[4], 0)
+    # ties: the release's first row of retrieve_indices, leaves in node order; node 1 is a
+    # leaf before node 2, so [1] wins over [0] though node 0 is the first child to pass
+    tie = Proposal([x, best, OFFSET + 20], [ROOT, ROOT, 0])
+    assert rule.verdict(tie, logits[:4], 0.0, None) == ([1], OFFSET + 21, 0)
+    swapped = Proposal([x, best, OFFSET + 20], [ROOT, ROOT, 1])  # node 0 is now the first leaf
+    assert rule.verdict(swapped, logits[:4], 0.0, None) == ([0], wanted[1], 1)
+
+
+def _accepts_second_sibling(rule, logits, tree) -> float:
+    """Exact probability that the second root child is accepted."""
+    return sum(
+        prob
+        for prob, (path, _, _) in outcomes(lambda s: rule.verdict(tree, logits, 1.0, s))
+        if path[:1] == [1]
+    )
+
+
+def test_the_release_sibling_mask_zeroes_the_k_plus_one_nearest_codes_of_a_rejected_child():
+    """After rejecting x the release zeroes x and its k + 1 nearest codes (merged or not,
+    models/ea_model_llamagen.py:769-773) before the next sibling; mmspec's default only A."""
+    table = _neighbours(3)
+    x = OFFSET + 2
+    near = table.of(x).tolist()
+    far = next(t for t in range(OFFSET, OFFSET + 24) if t not in near and t != x)
+    y = near[1]  # x's second nearest: not merged at k 1, zeroed by the release's k + 1
+    vocab = OFFSET + 24
+    logits = torch.stack([_peaked(vocab, {x: 0.3, near[0]: 0.1, y: 0.3, far: 0.3})] * 3)
+    tree = Proposal([x, y], [ROOT, ROOT])
+    merged, release = _rule_masking(1, 0.15, "merged"), _rule_masking(1, 0.15, "release")
+    p = torch.softmax(logits[0].double(), -1)
+    # merged: x's A = {x, near[0]} is zeroed, y keeps its mass (and its own A's)
+    relax = lantern._Relax(merged.params["neighbours"], 0.15, "tvd")
+    _, rest = relax.point_mass(p, x)
+    want = (1 - float(p[x] + p[near[0]])) * float(relax(rest, y)[1])
+    assert float(rest[y]) > 0.4
+    assert math.isclose(_accepts_second_sibling(merged, logits.double(), tree), want, rel_tol=1e-9)
+    # release: y is gone with x's two nearest; nothing of y's neighbourhood is left but x's
+    assert _accepts_second_sibling(release, logits.double(), tree) < 1e-6
+    chance, rest = lantern._Relax(release.params["neighbours"], 0.15, "tvd", "release").point_mass(
+        p, x
+    )
+    assert math.isclose(chance, float(p[x] + p[near[0]]), rel_tol=1e-9)
+    assert float(rest[[x, near[0], y]].sum()) == 0 and math.isclose(
+        float(rest[far]), 1, rel_tol=1e-6
+    )
+    # and with nothing merged (delta below x's nearest's mass) only x goes, as in the release
+    _, rest = lantern._Relax(release.params["neighbours"], 0.05, "tvd", "release").point_mass(p, x)
+    assert float(rest[x]) == 0 and float(rest[near[0]]) > 0 and float(rest[y]) > 0
+
+
+def test_the_release_sibling_mask_is_lossy_at_delta_zero_and_the_default_is_not():
+    """At delta 0 the release counts a zero-mass nearest neighbour as merged, so a rejected x
+    takes its k + 1 nearest codes' mass with it; the default keeps the target's distribution."""
+    table = _neighbours(3)
+    x = OFFSET + 2
+    near = table.of(x).tolist()
+    others = [t for t in range(OFFSET, OFFSET + 24) if t not in near and t != x]
+    vocab = OFFSET + 24
+    row = _peaked(vocab, {x: 0.3, near[1]: 0.3, others[0]: 0.2, others[1]: 0.2})
+    row[near[0]] = -math.inf  # x's nearest has no mass at all
+    logits = torch.stack([row] * 3).double()
+    target = torch.softmax(logits[0], -1)
+
+    def first_token(rule):
+        tree = Proposal([x, others[0]], [ROOT, ROOT])
+        dist: dict = {}
+        for prob, (path, token, _) in outcomes(lambda s: rule.verdict(tree, logits, 1.0, s)):
+            first = tree.tokens[path[0]] if path else token
+            dist[(first,)] = dist.get((first,), 0.0) + prob
+        return dist
+
+    exact = {(t,): float(target[t]) for t in range(vocab) if target[t] > 0}
+    assert total_variation(first_token(_rule_masking(1, 0.0, "merged")), exact) < 1e-9
+    assert total_variation(first_token(_rule_masking(1, 0.0, "release")), exact) > 0.05
+    assert lantern.Lantern.lossless_with({"lantern_k": 4, "lantern_delta": 0})
+    lossy = {"lantern_k": 4, "lantern_delta": 0, "lantern_sibling_mask": "release"}
+    assert not lantern.Lantern.lossless_with(lossy)
+    assert lantern.Lantern.lossless_with({**lossy, "lantern_k": 0})
+    spec = resolve("lantern_tree", {"lantern_sibling_mask": "release"})
+    assert spec["lantern_sibling_mask"] == "release"
+    assert resolve("lantern_tree", {})["lantern_sibling_mask"] == "merged"
+    with pytest.raises(ValueError, match="lantern_sibling_mask='first' is not one of"):
+        resolve("lantern_tree", {"lantern_sibling_mask": "first"})

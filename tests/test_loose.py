@@ -14,6 +14,7 @@ from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.acceptance.sampling import accept_sampling
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
+from mmspec.decoding.enumeration import outcomes
 from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.prompt import Prompt
 from mmspec.decoding.proposal import ROOT, Proposal
@@ -162,28 +163,132 @@ def test_visual_relevance_is_the_mean_of_the_top_n_cosines():
     assert loose.loosened(torch.tensor([0.5, 0.1]), 0.0) == set()
 
 
-def test_fly_needs_high_entropy_and_a_matching_window():
+def test_fly_needs_high_entropy_a_matching_window_and_a_drafted_position_after_it():
     chain = Proposal.chain([1, 2, 3, 4, 5])
-    wanted = [1, 9, 3, 4, 5, 6]  # one mismatch at position 1, then matches to the end
-    flat_at_1 = _greedy_logits(wanted, [0, 1, 0, 0, 0, 0])
-    sharp = _greedy_logits(wanted)
-    entropy = loose.top_entropy(flat_at_1)
-    assert float(entropy[1]) > 0.5 and float(entropy[0]) < 0.05
     fly = _rule("fly", fly_entropy=0.3, fly_window=4)
-    assert fly.verdict(chain, flat_at_1, 0.0, None) == ([0, 1, 2, 3, 4], 6, 1)
-    assert fly.verdict(chain, sharp, 0.0, None) == ([0], 9, 0)  # the gate holds
-    # a window longer than what follows the mismatch relaxes nothing
-    assert _rule("fly", fly_entropy=0.3, fly_window=5).verdict(chain, flat_at_1, 0.0, None) == (
-        [0],
-        9,
-        0,
+    # a mismatch at position 0, then four matches: the window (0-3) and position 4 after it
+    first = [9, 2, 3, 4, 5, 6]
+    flat_at_0 = _greedy_logits(first, [1, 0, 0, 0, 0, 0])
+    entropy = loose.top_entropy(flat_at_0)
+    assert float(entropy[0]) > 0.5 and float(entropy[1]) < 0.05
+    assert fly.verdict(chain, flat_at_0, 0.0, None) == ([0, 1, 2, 3, 4], 6, 1)
+    assert fly.verdict(chain, _greedy_logits(first), 0.0, None) == ([], 9, 0)  # the gate holds
+    # FLy.py:1109 undoes relaxations in the last window positions (1-4 here): a mismatch at
+    # position 1 with matches to the end stays a rejection, 1 9 and not 1 2 3 4 5 6
+    wanted = [1, 9, 3, 4, 5, 6]
+    flat_at_1 = _greedy_logits(wanted, [0, 1, 0, 0, 0, 0])
+    assert float(loose.top_entropy(flat_at_1)[1]) >= 0.3
+    assert fly.verdict(chain, flat_at_1, 0.0, None) == ([0], 9, 0)
+    assert _rule("fly", fly_entropy=0.3, fly_window=3).verdict(chain, flat_at_1, 0.0, None) == (
+        [0, 1, 2, 3, 4],
+        6,
+        1,
     )
     # a second mismatch inside the window blocks the first; the gate alone passes both
     wanted2 = [1, 9, 3, 8, 5, 6]
     flat2 = _greedy_logits(wanted2, [0, 1, 0, 1, 0, 0])
-    assert fly.verdict(chain, flat2, 0.0, None) == ([0], 9, 0)
+    assert _rule("fly", fly_entropy=0.3, fly_window=3).verdict(chain, flat2, 0.0, None) == (
+        [0],
+        9,
+        0,
+    )
+    # window 2 relaxes position 1 (2 matches) but not position 3, in the last two positions
+    assert _rule("fly", fly_entropy=0.3, fly_window=2).verdict(chain, flat2, 0.0, None) == (
+        [0, 1, 2],
+        8,
+        1,
+    )
     gate = _rule("fly_gate", fly_entropy=0.3)
     assert gate.verdict(chain, flat2, 0.0, None) == ([0, 1, 2, 3, 4], 6, 2)
+
+
+def test_fly_at_window_one_never_relaxes_the_last_position_and_the_gate_alone_does():
+    chain = Proposal.chain([1, 2, 3, 4, 5])
+    last = _greedy_logits([1, 2, 3, 4, 9, 6], [0, 0, 0, 0, 1, 0])
+    one = _rule("fly", fly_entropy=0.3, fly_window=1)
+    gate = _rule("fly_gate", fly_entropy=0.3)
+    assert one.verdict(chain, last, 0.0, None) == ([0, 1, 2, 3], 9, 0)
+    assert gate.verdict(chain, last, 0.0, None) == ([0, 1, 2, 3, 4], 6, 1)
+    before = _greedy_logits([1, 2, 3, 9, 5, 6], [0, 0, 0, 1, 0, 0])
+    assert one.verdict(chain, before, 0.0, None) == gate.verdict(chain, before, 0.0, None)
+    assert one.verdict(chain, before, 0.0, None) == ([0, 1, 2, 3, 4], 6, 1)
+
+
+def test_fly_end_mask_counts_the_proposals_deepest_level():
+    # 1 -> 2 -> 3 and 7 -> 8 -> 9 -> 10: the release pads every path to the longest and masks
+    # its last window columns (FLy.py:834), so the 1-branch's mismatch at depth 1 is relaxed
+    # with window 3 in this tree (1 + 3 <= 4) and not on the 1 2 3 chain alone (1 + 3 > 3)
+    tree = Proposal([1, 7, 2, 8, 3, 9, 10], [ROOT, ROOT, 0, 1, 2, 3, 5])
+    wanted = [5, 2, 0, 3, 0, 4, 0, 0]  # rows: root, then each node's next
+    logits = _greedy_logits(wanted, [1, 0, 0, 0, 0, 0, 0, 0])
+    fly = _rule("fly", fly_entropy=0.3, fly_window=3)
+    assert fly.verdict(tree, logits, 0.0, None) == ([0, 2, 4], 4, 1)
+    chain = Proposal.chain([1, 2, 3])
+    assert fly.verdict(chain, logits[[0, 1, 3, 5]], 0.0, None) == ([], 5, 0)
+
+
+def test_fly_gate_is_off_at_thresholds_up_to_one_hundredth():
+    chain = Proposal.chain([1, 2, 3, 4, 5])
+    sharp = _greedy_logits([9, 2, 3, 4, 5, 6])
+    assert float(loose.top_entropy(sharp)[0]) < 0.001
+    for name, extra in [("fly", {"fly_window": 2}), ("fly_gate", {})]:
+        for threshold in (0.005, 0.01):  # FLy.py:83: no gate, the window alone decides
+            rule = _rule(name, fly_entropy=threshold, **extra)
+            assert rule.verdict(chain, sharp, 0.0, None) == ([0, 1, 2, 3, 4], 6, 1)
+        closed = _rule(name, fly_entropy=0.0101, **extra)
+        assert closed.verdict(chain, sharp, 0.0, None) == ([], 9, 0)
+
+
+def _entropy_as_the_release(logits: torch.Tensor) -> torch.Tensor:
+    """FLy.py:358-371: top-3 entropy of log_softmax(logits), every step in the logits' dtype."""
+    top = torch.nn.functional.log_softmax(logits, dim=-1).topk(3, dim=-1).values
+    return -(top.exp() * top).sum(-1)
+
+
+def test_fly_entropy_is_computed_in_the_logits_dtype():
+    row = [-0.92578125, 0.7734375, 1.234375, -0.76953125, -0.9921875, 1.6953125, 0.11572265625]
+    row += [-0.921875, 1.0234375, -1.1171875, 0.73046875, -0.0439453125]  # exact in bf16
+    logits = torch.tensor([row, row], dtype=torch.bfloat16)
+    threshold = 0.935
+    bf16, fp32 = _entropy_as_the_release(logits[0]), _entropy_as_the_release(logits[0].float())
+    assert not bool(bf16 < threshold) and bool(fp32 < threshold)  # bf16 flips the gate here
+    assert torch.equal(loose.top_entropy(logits), _entropy_as_the_release(logits))
+    draft = int(logits[0].float().topk(2).indices[1])  # not the argmax: a mismatch
+    gate = _rule("fly_gate", fly_entropy=threshold)
+    assert gate.verdict(Proposal.chain([draft]), logits, 0.0, None)[::2] == ([0], 1)
+    assert gate.verdict(Proposal.chain([draft]), logits.float(), 0.0, None)[::2] == ([], 0)
+
+
+@pytest.mark.parametrize("name", ["fly", "fly_gate"])
+def test_fly_at_temperature_accepts_a_draft_equal_to_either_of_two_target_draws(name):
+    """FLy.py:129-146: at temperature > 0 two draws from the target per position; a drafted
+    token equal to either is accepted, else the first draw is emitted. With the gate closed:
+    P(accept x) = 1 - (1 - p(x))^2, P(reject, emit t) = p(t) (1 - p(x)); q is not read."""
+    logits, q, tokens, _, _ = _case(2, n=1)
+    logits, q = logits.double(), q.double()
+    p = torch.softmax(logits[0] / 0.7, -1)
+    x = tokens[0]
+    extra = {"fly_window": 2} if name == "fly" else {}
+    rule = _rule(name, fly_entropy=50.0, **extra)  # the gate never opens
+    chain = Proposal.chain([x], q)
+    accepted, emitted = 0.0, {}
+    for prob, (path, token, relaxed) in outcomes(lambda s: rule.verdict(chain, logits, 0.7, s)):
+        assert relaxed == 0
+        if path:
+            accepted += prob
+        else:
+            emitted[token] = emitted.get(token, 0.0) + prob
+    px = float(p[x])
+    assert abs(accepted - (1 - (1 - px) ** 2)) < 1e-9
+    assert x not in emitted
+    for t, prob in emitted.items():
+        assert abs(prob - float(p[t]) * (1 - px)) < 1e-9, t
+    # seeded: the same draws again, and the draft's q changes nothing
+    other = Proposal.chain([x], torch.softmax(torch.randn_like(q), -1))
+    for seed in range(20):
+        once = rule.verdict(chain, logits, 0.7, seeded(seed))
+        assert once == rule.verdict(chain, logits, 0.7, seeded(seed))
+        assert once == rule.verdict(other, logits, 0.7, seeded(seed))
 
 
 def test_random_relaxation_at_one_accepts_every_draft_and_at_zero_none():

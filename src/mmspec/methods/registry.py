@@ -106,7 +106,12 @@ def _lantern_rows() -> list[Method]:
     head (the paper's drafter: EAGLE-2 on LlamaGen), and the paper's
     ablations of the neighbourhood (Table 4: cosine and random proximity; JSD for TVD). The
     defaults are the release's (the rule's declaration, decoding.acceptance.lantern.Lantern): k 1000
-    of LlamaGen's 16384 codes, so a smaller codebook sets lantern_k below its size."""
+    of LlamaGen's 16384 codes, so a smaller codebook sets lantern_k below its size. Over trees
+    the rule follows jadohu/LANTERN's models/ea_model_llamagen.py `evaluate_posterior`: greedy
+    takes the longest accepted path over every root-to-leaf path (:893-903; ties: the first leaf
+    in proposal order); after a rejected candidate under sampling mmspec zeroes its relaxed set
+    A (lossless at delta 0), and `lantern_sibling_mask: release` zeroes instead x and its k + 1
+    nearest codes as the release does (:769-773)."""
     lantern = dict(acceptance="lantern")
     return [
         _drafting(
@@ -121,7 +126,7 @@ def _lantern_rows() -> list[Method]:
             "lantern_tree",
             "LANTERN (EAGLE-2 tree)",
             "LANTERN's relaxed acceptance over EAGLE-2 dynamic trees of a draft model (the "
-            "paper's drafter shape)",
+            "paper's drafter shape); greedy accepts the longest passing path, as the release",
             tree="dynamic",
             **lantern,
         ),
@@ -159,7 +164,12 @@ def _loose_rows() -> list[Method]:
     """LVSpec and the loose baselines it compares with (its Table 1 and Figure 7), all on a chain
     of K = 10 draft tokens (Section 4: "the same number of draft tokens (K = 10), forming a
     chain-like structure") from a draft that reads 10% of the visual tokens (Std.-SD: the draft
-    with uniform video token pruning, as SpecVLM's)."""
+    with uniform video token pruning, as SpecVLM's). FLy's rules follow AMD-AGI/FLy 6667ae8
+    fly/models/FLy.py: the end mask (:1098-1109: no relaxation in the last window positions),
+    two target draws per position at temperature > 0 (:129-146), the entropy in the logits'
+    dtype (:358-371) and no gate at thresholds <= 0.01 (:82-83); FLY-minus is the release's
+    `abla_no_window` (:1124-1125). Their windows and thresholds are LVSpec's rerun (Appendix C),
+    not the release's K 15, window 6, threshold 0.3 (fly_config/FLy_Llama3_70b.json)."""
     chain = dict(gamma=10, views="U", keep=0.1)
     return [
         _drafting(
@@ -183,7 +193,8 @@ def _loose_rows() -> list[Method]:
             "fly",
             "FLY",
             "FLy: a mismatch is accepted when the target's top-3 entropy reaches the threshold "
-            "and the next window - 1 drafted tokens match",
+            "and the next window - 1 drafted tokens match, with at least one drafted token "
+            "after the window (the release's end mask)",
             acceptance="fly",
             **chain,
         ),

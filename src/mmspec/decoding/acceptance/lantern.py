@@ -13,20 +13,29 @@ For a drafted token x:
   comparison).
 
 The rules (paper Section 3.3 and Appendix B):
-- greedy: accept x when it is the argmax of p' (the correction is p's argmax);
+- greedy: a node passes when its token is the argmax of its p' (the correction is p's argmax);
+  the accepted path is the longest run of passing nodes from the root over every root-to-leaf
+  path of the proposal, as the release takes it (models/ea_model_llamagen.py:893-903), ties to
+  the path whose leaf comes first in proposal order (the release's first row of
+  `retrieve_indices`, whose rows list leaves in node order; torch.argmax takes the first);
 - a chain drawn from q: accept x with probability min(1, p(A) / q(x)); at the first rejection
   emit a token from norm(max(0, p' - q)), the paper's residual. (The release subtracts instead a
   q zeroed on x's k + 1 nearest codes from the undistorted p.) A fully accepted chain ends with
   a bonus token from the next p;
 - deterministic candidates (every tree, greedy drafts): each child is a point mass, accepted with
   probability p(A); after a rejection p <- p with A zeroed, renormalised (the residual
-  norm(max(0, p' - point mass)) of the same rule).
+  norm(max(0, p' - point mass)) of the same rule; `lantern_sibling_mask: merged`, the default).
+  With `lantern_sibling_mask: release` a rejected x zeroes x and, when its merge took any
+  neighbour, its k + 1 nearest codes, merged or not (the release's
+  models/ea_model_llamagen.py:769-779; a uniform p over the vocabulary when nothing is left).
+  The release counts a neighbour of zero mass as merged even at delta 0, so that mask removes
+  mass at delta 0 too: only `merged` is lossless there.
 
-How the output relates to the target's: at delta = 0 or k = 0, A = {x} and every rule is the
-lossless one it extends, draw for draw (tests check it, and the exact output distribution by
-enumeration). For delta > 0, delta bounds how far each distorted target p' lies from p (the
-paper's bound, given the drafted token); the emitted tokens' distribution is not bounded by it,
-so quality is measured (FID, CLIP score), not guaranteed.
+How the output relates to the target's: at delta = 0 (with the default sibling mask) or k = 0,
+A = {x} and every rule is the lossless one it extends, draw for draw (tests check it, and the
+exact output distribution by enumeration). For delta > 0, delta bounds how far each distorted
+target p' lies from p (the paper's bound, given the drafted token); the emitted tokens'
+distribution is not bounded by it, so quality is measured (FID, CLIP score), not guaranteed.
 
 Each step reports its relaxed tokens (the cells table's `relaxed_share`): those the lossless rule
 would have rejected where LANTERN accepted them. Greedy: an accepted child other than the
@@ -38,6 +47,7 @@ reads the draw LANTERN flips anyway, so counting changes nothing it decides.
 from __future__ import annotations
 
 import math
+from itertools import takewhile
 
 from mmspec.decoding import catalog
 from mmspec.decoding.acceptance.rule import Rule
@@ -49,15 +59,26 @@ from mmspec.lazy import torch
 
 PROXIMITIES = ("l2", "cosine", "random")  # latent neighbours: Euclidean, cosine, random control
 DIVERGENCES = ("tvd", "jsd")  # the bound delta is on TVD, or on JSD in bits
+SIBLING_MASKS = ("merged", "release")  # what a rejected point mass removes before its sibling
 
 CHUNK = 1024  # codebook rows per distance block: memory O(CHUNK x codes), not codes^2
 
 
 class Neighbours:
     """The k nearest other codes of every code of a VQ codebook [codes, dim], nearest first, as
-    vocabulary ids: code c is token `offset + c` of the language model's vocabulary."""
+    vocabulary ids: code c is token `offset + c` of the language model's vocabulary. `spare`
+    more columns (as many as the codebook has) serve the release's sibling mask, which zeroes
+    k + 1 of them."""
 
-    def __init__(self, codebook: torch.Tensor, offset: int, k: int, proximity: str, seed: int = 0):
+    def __init__(
+        self,
+        codebook: torch.Tensor,
+        offset: int,
+        k: int,
+        proximity: str,
+        seed: int = 0,
+        spare: int = 0,
+    ):
         codes = codebook.shape[0]
         if proximity not in PROXIMITIES:
             raise ValueError(f"unknown proximity {proximity!r}; known: {list(PROXIMITIES)}")
@@ -66,12 +87,22 @@ class Neighbours:
                 f"lantern_k must be in [0, {codes - 1}] (the codebook's other codes), got {k}"
             )
         self.offset, self.codes, self.k = offset, codes, k
-        self.table = nearest_codes(codebook.float(), k, proximity, seed) + offset  # [codes, k]
+        width = min(k + spare, codes - 1)
+        self.table = nearest_codes(codebook.float(), width, proximity, seed) + offset
+
+    def _row(self, token: int) -> torch.Tensor | None:
+        code = token - self.offset
+        return self.table[code] if 0 <= code < self.codes else None
 
     def of(self, token: int) -> torch.Tensor | None:
         """The neighbours of `token` (vocabulary ids, nearest first); None for a non-image token."""
-        code = token - self.offset
-        return self.table[code] if 0 <= code < self.codes else None
+        row = self._row(token)
+        return None if row is None else row[: self.k]
+
+    def nearest(self, token: int, n: int) -> torch.Tensor | None:
+        """Up to `n` nearest neighbours of `token`, within the table's columns."""
+        row = self._row(token)
+        return None if row is None else row[:n]
 
 
 def nearest_codes(codebook: torch.Tensor, k: int, proximity: str, seed: int = 0) -> torch.Tensor:
@@ -105,14 +136,29 @@ def relaxed_set(p: torch.Tensor, token: int, neighbours: Neighbours, delta: floa
     own = p[token]
     if near is None or len(near) == 0 or delta <= 0:
         return torch.tensor([token]), own
-    mass = p[near].cumsum(0)  # moved mass with each prefix
-    if divergence == "tvd":
-        cost = mass
-    else:  # JSD(p', p) in bits: x gains the moved mass, each merged neighbour loses its own
-        cost = _jsd_term(own + mass, own) + 0.5 * mass
+    mass, cost = _costs(p, token, near, divergence)
     n = int((cost <= delta).int().cumprod(0).sum())  # the longest prefix within the bound
     kept = torch.cat([torch.tensor([token]), near[:n].cpu()])
     return kept, own + (mass[n - 1] if n else 0.0)
+
+
+def _costs(p: torch.Tensor, token: int, near: torch.Tensor, divergence: str):
+    """(moved mass, divergence) of merging each prefix of `near` into `token`."""
+    mass = p[near].cumsum(0)
+    if divergence == "tvd":
+        return mass, mass
+    # JSD(p', p) in bits: x gains the moved mass, each merged neighbour loses its own
+    return mass, _jsd_term(p[token] + mass, p[token]) + 0.5 * mass
+
+
+def merges_any(p: torch.Tensor, token: int, neighbours: Neighbours, delta: float, divergence):
+    """Whether the release counts a neighbour merged into `token`: its nearest neighbour's move
+    keeps the divergence within delta, a neighbour of zero mass included even at delta 0 (the
+    release's `indices != -1`, models/ea_model_llamagen.py:744-758 and 771-773)."""
+    near = neighbours.of(token)
+    if near is None or len(near) == 0:
+        return False
+    return bool(_costs(p, token, near[:1], divergence)[1][0] <= delta)
 
 
 def _jsd_term(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -142,12 +188,13 @@ def accept_lantern(
     proximity: str,
     divergence: str,
     neighbours: Neighbours,
+    lantern_sibling_mask: str = "merged",
 ):
     """The accepted path and next token under LANTERN (see the module docstring).
 
     `lantern_k` and `proximity` are those `neighbours` was built with (the runner builds the table
     from the method's values); the rule reads only the table and delta."""
-    relax = _Relax(neighbours, lantern_delta, divergence)
+    relax = _Relax(neighbours, lantern_delta, divergence, lantern_sibling_mask)
     if temperature == 0:
         return _greedy(proposal, logits, relax)
     p_rows = distribution(logits, temperature)
@@ -157,16 +204,27 @@ def accept_lantern(
 
 
 class _Relax:
-    def __init__(self, neighbours: Neighbours, delta: float, divergence: str):
+    def __init__(
+        self, neighbours: Neighbours, delta: float, divergence: str, sibling_mask: str = "merged"
+    ):
+        if sibling_mask not in SIBLING_MASKS:
+            raise ValueError(
+                f"unknown lantern_sibling_mask {sibling_mask!r}: {list(SIBLING_MASKS)}"
+            )
         self.neighbours, self.delta, self.divergence = neighbours, delta, divergence
+        self.sibling_mask = sibling_mask
 
     def __call__(self, p: torch.Tensor, token: int):
         return relaxed_set(p, token, self.neighbours, self.delta, self.divergence)
 
     def point_mass(self, p: torch.Tensor, token: int):
         """(acceptance probability, residual after a rejection) of a point-mass candidate: p(A)
-        and p with A zeroed, renormalised (p itself when A had no mass to remove)."""
+        and p with A zeroed, renormalised (p itself when A had no mass to remove); with the
+        release's sibling mask, p with x and (when it merged any) x's k + 1 nearest codes
+        zeroed, uniform when nothing is left."""
         kept, mass = self(p, token)
+        if self.sibling_mask == "release":
+            return float(mass), self._release_residual(p, token)
         kept = kept.to(p.device)
         if not bool((p[kept] > 0).any()):
             return float(mass), p
@@ -174,31 +232,49 @@ class _Relax:
         rest[kept] = 0
         return float(mass), rest / rest.sum()
 
+    def _release_residual(self, p: torch.Tensor, token: int) -> torch.Tensor:
+        rest = p.clone()
+        rest[token] = 0
+        if merges_any(p, token, self.neighbours, self.delta, self.divergence):
+            rest[self.neighbours.nearest(token, self.neighbours.k + 1).to(p.device)] = 0
+        total = rest.sum()
+        return rest / total if total > 0 else torch.full_like(p, 1.0 / len(p))
+
 
 def _greedy(proposal: Proposal, logits: torch.Tensor, relax: _Relax):
-    """Follow a child that is the argmax of its distorted target; then emit the target's argmax.
-    A child whose relaxed set is itself alone is compared with the logits' argmax, as the greedy
-    rule does (so delta 0 is that rule)."""
-    target = logits.argmax(dim=-1)
+    """The longest run of passing nodes from the root over every root-to-leaf path (ties: the
+    path whose leaf comes first), then the target's argmax after it. A node passes when it is
+    the argmax of its distorted target; one whose relaxed set is itself alone is compared with
+    the logits' argmax, as the greedy rule does (so delta 0 is that rule)."""
+    target = logits.argmax(dim=-1).tolist()
     p_rows = torch.softmax(logits.float(), dim=-1)
-    children, path, node, relaxed = proposal.children(), [], ROOT, 0
-    while True:
-        want, p = int(target[node + 1]), p_rows[node + 1]
-        match = None
-        for child in children.get(node, []):
-            token = proposal.tokens[child]
-            kept, mass = relax(p, token)
-            if len(kept) == 1:
-                hit = token == want
-            else:
-                hit = int(distorted(p, kept, mass).argmax()) == token
-            if hit:
-                match, relaxed = child, relaxed + (token != want)
-                break
-        if match is None:
-            return path, want, relaxed
-        path.append(match)
-        node = match
+    reached: list[bool] = []  # every node from the root to this one passes
+    for node, token in enumerate(proposal.tokens):
+        parent = proposal.parents[node]
+        if parent != ROOT and not reached[parent]:
+            reached.append(False)
+            continue
+        p = p_rows[parent + 1]
+        kept, mass = relax(p, token)
+        if len(kept) == 1:
+            reached.append(token == target[parent + 1])
+        else:
+            reached.append(int(distorted(p, kept, mass).argmax()) == token)
+    best: list[int] = []
+    for leaf in _leaves(proposal):  # a longer run replaces the best; a tie keeps the first
+        run = list(takewhile(reached.__getitem__, [*reversed(proposal.ancestors(leaf)), leaf]))
+        if len(run) > len(best):
+            best = run
+    node = best[-1] if best else ROOT
+    # relaxed: an accepted node other than its target's argmax
+    relaxed = sum(proposal.tokens[n] != target[proposal.parents[n] + 1] for n in best)
+    return best, target[node + 1], relaxed
+
+
+def _leaves(proposal: Proposal) -> list[int]:
+    """Nodes without children, in proposal order."""
+    parents = set(proposal.parents)
+    return [n for n in range(len(proposal.tokens)) if n not in parents]
 
 
 def _drawn_chain(proposal: Proposal, p_rows: torch.Tensor, sampler, relax: _Relax):
@@ -229,7 +305,10 @@ class Lantern(Rule):
     """LANTERN's relaxed acceptance over the target's VQ codebook (decoding.acceptance.lantern).
     Defaults from its release (generate_images.py: k 1000 of LlamaGen's 16384 codes, delta 0.1;
     l2 proximity and TVD as the paper's main setting, Section 4.1). k counts a token's
-    neighbours besides itself; a toy codebook scales it down."""
+    neighbours besides itself; a toy codebook scales it down. Greedy takes the longest accepted
+    path, as the release (models/ea_model_llamagen.py:893-903). `lantern_sibling_mask`: after a
+    rejected point-mass candidate, `merged` zeroes its relaxed set A (lossless at delta 0),
+    `release` zeroes x and its k + 1 nearest codes as the release does (:769-773)."""
 
     name = "lantern"
     params = (
@@ -252,6 +331,13 @@ class Lantern(Rule):
         ),
         Param("proximity", str, "l2", "how neighbours are found", choices=PROXIMITIES),
         Param("divergence", str, "tvd", "what delta bounds", choices=DIVERGENCES),
+        Param(
+            "lantern_sibling_mask",
+            str,
+            "merged",
+            "what a rejected point-mass candidate removes before its next sibling",
+            choices=SIBLING_MASKS,
+        ),
     )
     requires = frozenset({CODEBOOK})
     source = "LANTERN's release, generate_images.py (k 1000 of 16384 codes, delta 0.1)"
@@ -259,7 +345,11 @@ class Lantern(Rule):
 
     @classmethod
     def lossless_with(cls, params: dict) -> bool:
-        return 0 in (params.get("lantern_delta"), params.get("lantern_k"))
+        if params.get("lantern_k") == 0:
+            return True
+        # the release's sibling mask removes mass at delta 0 too (zero-mass neighbours merge)
+        merged = params.get("lantern_sibling_mask", "merged") == "merged"
+        return params.get("lantern_delta") == 0 and merged
 
     @classmethod
     def check_target(cls, spec: dict, target: TargetFacts) -> None:
@@ -278,7 +368,8 @@ class Lantern(Rule):
             )
         rule = super().from_spec(spec)
         vectors, offset = codebook
+        spare = 1 if rule.params["lantern_sibling_mask"] == "release" else 0  # k + 1 masked
         rule.params["neighbours"] = Neighbours(
-            vectors, offset, rule.params["lantern_k"], rule.params["proximity"]
+            vectors, offset, rule.params["lantern_k"], rule.params["proximity"], spare=spare
         )
         return rule

@@ -1,9 +1,10 @@
 """Loose verification (lossy): a mismatched draft token may be accepted where a rule judges that
 the target's own choice does not matter.
 
-Every rule walks the proposal as the lossless rule of its temperature does (greedy: a child
-equal to the target's argmax; sampling: min(1, p/q) coins for a chain drawn from q, point-mass
-acceptance for deterministic candidates, `acceptance.sampling`) and differs only at a rejection:
+Every rule walks the proposal as its base rule does, the lossless rule of its temperature
+(greedy: a child equal to the target's argmax; sampling: min(1, p/q) coins for a chain drawn
+from q, point-mass acceptance for deterministic candidates, `acceptance.sampling`) or, for FLy's
+rules at temperature > 0, FLy's two draws (below), and differs only at a rejection:
 if the rule relaxes the rejected position, the walk accepts the draft's own token there (the
 node's first child, the drafter's best) and goes on; otherwise it emits the target's token (the
 argmax, or a draw from the residual), as the lossless rule does. The accepted length is thus the
@@ -16,18 +17,28 @@ longest prefix whose every position matched or was relaxed (LVSpec's longest-com
   Eq. 11) a mismatch whose target token appears among the step's drafted tokens is accepted too.
   Not in the paper, which looks across the whole step: `pst_range` r counts only the drafted
   tokens within r positions (depths) of the mismatch, `pst_ahead` only those after it (deeper).
-- `fly` (FLy, AMD-AGI/FLy `fly/models/FLy.py`): a mismatch is accepted when the entropy of the
-  target's top-3 probabilities (nats, not renormalised; raw logits) is at least `fly_entropy`
-  and the next `fly_window` - 1 drafted positions match exactly (its deferred window: a window
-  that runs past the proposal relaxes nothing, as the release masks the last positions).
-- `fly_gate`: FLy's entropy gate alone (the paper's FLY-minus; the release's `abla_no_window`).
+- `fly` (FLy, AMD-AGI/FLy 6667ae8 `fly/models/FLy.py`, `generate_chunks` and `rej_by_entropy`):
+  a mismatch is accepted when the entropy of the target's top-3 probabilities (nats, not
+  renormalised; raw logits, in their own dtype) is at least `fly_entropy` and the next
+  `fly_window` - 1 drafted positions match exactly (its deferred window). The release then
+  undoes every relaxation in the step's last `fly_window` positions (FLy.py:1109), so a relaxed
+  mismatch needs the whole window and at least one more drafted position after it: at depth d,
+  d + `fly_window` <= the proposal's depth. A threshold <= 0.01 turns the gate off
+  (FLy.py:82-83): the window alone decides. At temperature > 0 the release draws the target
+  twice per position and accepts a drafted token equal to either draw, emitting the first draw
+  at a rejection (FLy.py:129-146); `fly` and `fly_gate` verify so (`Walk(two_draws=True)`),
+  lossy even where nothing is relaxed.
+- `fly_gate`: FLy's entropy gate alone, with no window and no end mask (the paper's FLY-minus;
+  the release's `abla_no_window`, FLy.py:1124-1125).
 - `random_relax`: each mismatch accepted with probability `relax_rho`, blind to what it is
   (LVSpec's visually blind control, Figure 7).
 
 How the output relates to the target's: with nothing to relax (lvspec lambda 0 without PST,
-random_relax rho 0) each rule is the lossless rule draw for draw (tests check it). Otherwise the
+random_relax rho 0) each rule is the lossless rule draw for draw (tests check it); FLy's rules
+at temperature > 0 are not lossless even then (two draws per position). Otherwise the
 output follows another distribution, so quality is measured against AR (retention: judge score
-or task metric), never guaranteed. Each step reports how many accepted tokens were relaxed.
+or task metric), never guaranteed. Each step reports how many accepted tokens were relaxed:
+those the base rule rejected (a token equal to FLy's second draw is a match, not relaxed).
 """
 
 from __future__ import annotations
@@ -43,22 +54,30 @@ from mmspec.decoding.proposal import ROOT, Proposal
 from mmspec.lazy import torch
 
 FLY_TOP = 3  # FLy's entropy reads the target's 3 most probable tokens
+FLY_GATE_OFF = 0.01  # FLy's release drops its entropy gate at thresholds up to this (FLy.py:83)
 
 
 class Walk:
-    """The lossless rule's verdict per node, computed once (coins flipped once, draws made once):
+    """The base rule's verdict per node, computed once (coins flipped once, draws made once):
     `step(node)` -> the accepted child or None; `rejected(node)` -> the token the target emits
-    after `node` when no child is accepted."""
+    after `node` when no child is accepted. The base rule is the lossless rule of the
+    temperature, or with `two_draws` (temperature > 0) FLy's: two draws from the target per
+    node, a child accepted when its token equals either (the first such child), the first draw
+    emitted when none does; q is not read (FLy.py:129-146 `_batch_verification`)."""
 
-    def __init__(self, proposal: Proposal, logits: torch.Tensor, temperature, sampler):
+    def __init__(
+        self, proposal: Proposal, logits: torch.Tensor, temperature, sampler, two_draws=False
+    ):
         self.proposal, self.sampler = proposal, sampler
         self.children = proposal.children()
         self.logits = logits
         self.greedy = temperature == 0
-        self.drawn = not self.greedy and proposal.q is not None
+        self.two_draws = two_draws and not self.greedy
+        self.drawn = not self.greedy and not self.two_draws and proposal.q is not None
         self.steps: dict[int, int | None] = {}
         self.leftover: dict[int, torch.Tensor] = {}  # node -> what the target draws from
         self.emitted: dict[int, int] = {}
+        self.draws: dict[int, tuple[int, int | None]] = {}
         if self.greedy:
             self.target = logits.argmax(dim=-1).tolist()  # one host copy, as accept_greedy
             return
@@ -84,6 +103,9 @@ class Walk:
         if self.greedy:
             want = self.target[node + 1]
             return next((c for c in children if self.proposal.tokens[c] == want), None)
+        if self.two_draws:
+            drawn = self._two_draws(node)
+            return next((c for c in children if self.proposal.tokens[c] in drawn), None)
         if self.drawn:
             child = node + 1
             if children and bool(self.coins[child]):
@@ -104,10 +126,22 @@ class Walk:
         self.leftover[node] = p
         return None
 
+    def _two_draws(self, node: int) -> tuple[int, int | None]:
+        """The target's two draws after `node` (first, second); a leaf needs only the first,
+        its bonus token."""
+        if node not in self.draws:
+            p = self.p_rows[node + 1]
+            first = self.sampler.categorical(p)
+            second = self.sampler.categorical(p) if self.children.get(node) else None
+            self.draws[node] = (first, second)
+        return self.draws[node]
+
     def rejected(self, node: int) -> int:
         """The target's token after `node` once its children are rejected (drawn once)."""
         if node not in self.emitted:
-            if self.greedy:
+            if self.two_draws:
+                self.emitted[node] = self._two_draws(node)[0]
+            elif self.greedy:
                 self.emitted[node] = self.target[node + 1]
             else:
                 self.emitted[node] = self.sampler.categorical(self.leftover[node])
@@ -197,9 +231,20 @@ def _shift_tolerance(proposal: Proposal, pst_range: int | None, pst_ahead: bool)
 
 def top_entropy(logits: torch.Tensor, top: int = FLY_TOP) -> torch.Tensor:
     """FLy's gate signal: -sum p log p over the `top` most probable tokens (nats, from the raw
-    logits, not renormalised)."""
-    logp = torch.log_softmax(logits.float(), dim=-1).topk(top, dim=-1).values
+    logits, not renormalised), in the logits' own dtype as the release computes it
+    (FLy.py:358-371 `calculate_topk_entropy`): bf16 logits give bf16 entropies."""
+    logp = torch.log_softmax(logits, dim=-1).topk(top, dim=-1).values
     return -(logp.exp() * logp).sum(-1)
+
+
+def entropy_gate(logits: torch.Tensor, fly_entropy: float):
+    """node -> whether FLy's gate lets a mismatch among the node's children through: the
+    entropy of the target's row there reaches the threshold, compared in the entropy's dtype
+    (the release's `t_entropy < thre`, FLy.py:407); no gate at thresholds <= 0.01 (FLy.py:83)."""
+    if fly_entropy <= FLY_GATE_OFF:
+        return lambda node: True
+    entropy = top_entropy(logits)
+    return lambda node: not bool(entropy[node + 1] < fly_entropy)
 
 
 def accept_fly(
@@ -211,21 +256,30 @@ def accept_fly(
     fly_entropy: float,
     fly_window: int,
 ):
-    """FLy: the entropy gate and the deferred window."""
-    walk = Walk(proposal, logits, temperature, sampler)
-    entropy = top_entropy(logits)
+    """FLy: the entropy gate, the deferred window and the release's end mask (a relaxed
+    mismatch at depth d needs d + fly_window <= the proposal's depth, FLy.py:1098-1109)."""
+    walk = Walk(proposal, logits, temperature, sampler, two_draws=True)
+    gate = entropy_gate(logits, fly_entropy)
+    depths = proposal.depths()
+    deepest = max(depths, default=0)
 
     def relaxes(walk, parent, child):
-        return bool(entropy[parent + 1] >= fly_entropy) and walk.matches_below(
-            child, fly_window - 1
+        return (
+            depths[child] + fly_window <= deepest
+            and gate(parent)
+            and walk.matches_below(child, fly_window - 1)
         )
 
     return walk_loosely(walk, relaxes)
 
 
 def accept_fly_gate(proposal: Proposal, logits: torch.Tensor, temperature, sampler, *, fly_entropy):
-    """FLy's entropy gate alone (FLY-minus)."""
-    return accept_fly(proposal, logits, temperature, sampler, fly_entropy=fly_entropy, fly_window=1)
+    """FLy's entropy gate alone (FLY-minus): every mismatch the gate passes, to the last
+    drafted position (the release's `abla_no_window` replaces the window's verdict by the
+    gate's, FLy.py:1124-1125)."""
+    walk = Walk(proposal, logits, temperature, sampler, two_draws=True)
+    gate = entropy_gate(logits, fly_entropy)
+    return walk_loosely(walk, lambda walk, parent, child: gate(parent))
 
 
 def accept_random_relax(
@@ -293,14 +347,22 @@ class LVSpec(_Loose):
 
 
 FLY_ENTROPY = Param(
-    "fly_entropy", NUMBER, 0.2, "the entropy gate", low=0, meaning="is an entropy (nats)"
+    "fly_entropy",
+    NUMBER,
+    0.2,
+    "the entropy gate",
+    low=0,
+    meaning="is an entropy (nats)",
+    hint="<= 0.01: no gate, as FLy's release",
 )
 
 
 @catalog.register
 class FLy(_Loose):
     """FLy as LVSpec reran it (Appendix C): window 4, entropy 0.2 (0.1 for Qwen2.5-VL-32B;
-    FLy's own release: 0.3, window 6)."""
+    FLy's own release, fly_config/FLy_Llama3_70b.json: 0.3, window 6, K 15). The rule is the
+    release's (fly/models/FLy.py): its end mask, its two draws at temperature > 0, its
+    entropy's dtype and no gate at thresholds <= 0.01."""
 
     name = "fly"
     params = (
@@ -320,7 +382,10 @@ class FLy(_Loose):
 
 @catalog.register
 class FLyGate(_Loose):
-    """FLy's entropy gate without its window (LVSpec's FLY-minus)."""
+    """FLy's entropy gate without its window (LVSpec's FLY-minus; the release's
+    `abla_no_window`), with FLy's two draws at temperature > 0. At a threshold <= 0.01 there is
+    no gate, so every drafted token is accepted (the release's own FLY-minus has no verdict
+    there: it reads a gate it never computed, FLy.py:1094 and 1124-1125)."""
 
     name = "fly_gate"
     params = (FLY_ENTROPY,)

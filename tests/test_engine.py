@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from mmspec.decoding import catalog
+from mmspec.decoding import catalog, weights
 from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.decoder import Decoder
@@ -55,8 +55,9 @@ def _greedy_pair(
     stop = {processor.tokenizer.eos_token_id}
     target_prompt, draft_prompts = prompts(processor, target_model, draft_model, seed)
     ar = decode_ar(Decoder(target_model), target_prompt, 40, stop, 0.0, None)
-    vocab = draft_model.get_output_embeddings().out_features
-    policy = make_policy({"weights": policy, "window": window}, vocab)
+    if isinstance(policy, str):
+        vocab = draft_model.get_output_embeddings().out_features
+        policy = make_policy({"weights": policy, "window": window}, vocab)
     drafter = ModelDrafter(Decoder(draft_model), 0.0, policy)
     sd = decode_speculative(
         Decoder(target_model),
@@ -108,7 +109,49 @@ def test_ensembles_are_lossless_under_every_policy(
         assert sd.tokens == ar.tokens
         for step in sd.steps:
             assert len(step.weights) == len(views)
-            assert min(step.weights) >= 0 and abs(sum(step.weights) - 1) < 1e-5
+            assert abs(sum(step.weights) - 1) < 1e-5
+            # AdaBoost's weights are not clipped (TABED's release); the others never go below 0
+            assert policy == "adaboost" or min(step.weights) >= 0
+
+
+class _NegativeWeights(weights.Policy):
+    """Weights of both signs, as TABED's unclipped AdaBoost gives them."""
+
+    def choose(self, history, m, sampler):
+        return torch.tensor([1.5, -0.5])
+
+
+def test_greedy_drafting_with_a_negative_weight_equals_ar(processor, target_model, draft_model):
+    """The mixture's negative mass is cut (weights.mix): the draft changes, the output does not."""
+    for seed in range(2):
+        ar, sd = _greedy_pair(
+            processor, target_model, draft_model, "MT", 3, seed, _NegativeWeights()
+        )
+        assert sd.tokens == ar.tokens
+        assert all(step.weights == (1.5, -0.5) for step in sd.steps)
+
+
+def test_sampling_from_a_mixture_with_a_negative_weight_is_exactly_the_target():
+    """A mixture whose negative weight would leave negative mass (cut by weights.mix) is a
+    distribution: drafting from it and verifying by the sampling rule gives exactly p."""
+    # the target at the root, then after the drafted token (for the bonus)
+    p = torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05], [0.2] * 5], dtype=torch.float64)
+    views = torch.tensor(
+        [[[0.1, 0.1, 0.2, 0.3, 0.3]], [[0.4, 0.0, 0.2, 0.2, 0.2]]], dtype=torch.float64
+    )
+    q = weights.mix(torch.tensor([1.5, -0.5]), views)  # 1.5 q_0 - 0.5 q_1 < 0 at token 0
+    assert q[0, 0] == 0 and (q >= 0).all()
+    rule = make_rule("sampling")
+
+    def first_token(sampler):
+        token = sampler.categorical(q[0])
+        path, nxt = rule(Proposal.chain([token], q), p.log(), 1.0, sampler)
+        return token if path else nxt
+
+    got = torch.zeros(5, dtype=torch.float64)
+    for prob, token in outcomes(first_token):
+        got[token] += prob
+    torch.testing.assert_close(got, p[0], atol=1e-12, rtol=0)
 
 
 def test_batched_rows_match_separate_runs(processor, draft_model):

@@ -50,9 +50,14 @@ P = [[0.8, 0.1, 0.1], [0.1, 0.8, 0.1]]
 Q = [[[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]], [[0.2, 0.7, 0.1], [0.1, 0.1, 0.8]]]
 
 
-@pytest.mark.parametrize("name", ["kld", "tvd", "softmax", "adaboost", "grid"])
-def test_history_policies_favour_the_view_closer_to_the_target(name):
-    policy = make_policy({"weights": name}, vocab_size=3)
+# AdaBoost at TABED's release defaults gives these two views +1e5 and -1e5 (see below)
+SMOOTH = {"adaboost_smoothing": 0.5, "adaboost_clip": True}
+
+
+@pytest.mark.parametrize("spec", [*({"weights": n} for n in ["kld", "tvd", "softmax", "grid"]),
+                                  {"weights": "adaboost", **SMOOTH}])  # fmt: skip
+def test_history_policies_favour_the_view_closer_to_the_target(spec):
+    policy = make_policy(spec, vocab_size=3)
     h = _history(P, Q, grid=weight_grid(2) if policy.uses_grid else None)
     w = policy.choose(h, 2, None)
     assert w[0] > w[1] and abs(float(w.sum()) - 1) < 1e-6 and (w >= 0).all()
@@ -94,13 +99,103 @@ def test_softmax_is_tabed_releases_inverse_error_form():
         torch.testing.assert_close(w, expected / expected.sum())
 
 
-def test_adaboost_follows_the_formula():
-    h = _history(P, Q)  # view 0: 0 errors of 2, view 1: 2 errors of 2
-    w = make_policy({"weights": "adaboost", "adaboost_constant": 1.0}, 3).choose(h, 2, None)
-    err = torch.tensor([0.5 / 3, 2.5 / 3])  # half-count smoothing
-    raw = (1 / err - 1).log() + math.log(2)
-    raw = raw.clamp_min(0)
-    assert torch.allclose(w, raw / raw.sum())
+def _errors(*blocks, window=0):
+    """A history of verified blocks, each a list of (view 0 right, view 1 right) per position:
+    the target's argmax is token 0, a view that errs puts its argmax on token 1."""
+    h = History(window)
+    right, wrong = [0.7, 0.2, 0.1], [0.2, 0.7, 0.1]
+    for block in blocks:
+        p = [[0.8, 0.1, 0.1]] * len(block)
+        q = [[right if ok else wrong for ok in position] for position in block]
+        h.observe(torch.tensor(p), torch.tensor(q))
+    return h
+
+
+def _adaboost(h, vocab_size=3, **spec):
+    return make_policy({"weights": "adaboost", **spec}, vocab_size).choose(h, 2, None)
+
+
+def test_adaboost_error_rate_counts_the_whole_history_and_a_negative_weight_stays():
+    """TABED's release: eps = 1 - matches / every verified position so far; weight
+    ln(1/eps - 1) + C ln(K - 1), normalised by the sum, negative ones not clipped."""
+    # two blocks: view 0 errs at 1 of 4 positions, view 1 at 3 of 4
+    h = _errors([(True, False), (True, True)], [(False, False), (True, False)])
+    eps = torch.tensor([1 / 4, 3 / 4], dtype=torch.float64)
+    raw = (1 / eps - 1).log() + 1.0 * math.log(3 - 1)  # K = 3
+    assert raw[1] < 0
+    w = _adaboost(h)
+    torch.testing.assert_close(w, (raw / raw.sum()).float())
+    assert w[1] < 0 and abs(float(w.sum()) - 1) < 1e-6
+    c2 = _adaboost(h, adaboost_constant=2.0)  # C scales the prior ln(K - 1)
+    raw2 = (1 / eps - 1).log() + 2.0 * math.log(2)
+    torch.testing.assert_close(c2, (raw2 / raw2.sum()).float())
+
+
+def test_adaboost_gives_plus_minus_1e5_at_error_rates_0_and_1():
+    perfect = _errors([(True, False), (True, True)])  # view 0: no error; view 1: 1 of 2
+    policy = make_policy({"weights": "adaboost"}, 3)
+    assert policy.raw(perfect).tolist() == [weights.LIMIT, math.log(1) + math.log(2)]
+    useless = _errors([(True, False), (False, False)])  # view 1: every position wrong
+    assert policy.raw(useless).tolist() == [math.log(1) + math.log(2), -weights.LIMIT]
+    w = policy.choose(useless, 2, None)
+    # as in the release, w / sum(w): the view that never matched takes (nearly) all the weight
+    expected = torch.tensor([math.log(2), -weights.LIMIT], dtype=torch.float64)
+    torch.testing.assert_close(w, (expected / expected.sum()).float())
+    assert w[0] < 0 < w[1]
+
+
+def test_adaboost_guards_the_zero_sum_the_release_divides_by():
+    h = _errors([(True, False), (True, False)])  # view 0 always right, view 1 always wrong
+    policy = make_policy({"weights": "adaboost"}, 3)
+    raw = policy.raw(h)
+    assert raw.tolist() == [weights.LIMIT, -weights.LIMIT]
+    assert not torch.isfinite(raw / raw.sum()).all()  # the release's normalisation
+    assert torch.equal(policy.choose(h, 2, None), torch.full((2,), 0.5))
+
+
+def test_adaboost_options_smoothing_clip_and_window():
+    h = _errors([(True, False), (True, True)], [(False, False), (True, False)])
+    eps = torch.tensor([(1 + 0.5) / (4 + 1), (3 + 0.5) / (4 + 1)], dtype=torch.float64)
+    raw = (1 / eps - 1).log() + math.log(2)
+    w = _adaboost(h, adaboost_smoothing=0.5)
+    torch.testing.assert_close(w, (raw / raw.sum()).float())
+    assert torch.equal(_adaboost(h, adaboost_clip=True), torch.tensor([1.0, 0.0]))
+    # window 2: the last two positions only (view 0: 1 error of 2, view 1: 2 of 2)
+    blocks = [(True, False), (True, True)], [(False, False), (True, False)]
+    last = _adaboost(_errors(*blocks, window=2), window=2)
+    expected = torch.tensor([math.log(2), -weights.LIMIT], dtype=torch.float64)
+    torch.testing.assert_close(last, (expected / expected.sum()).float())
+    perfect = _errors([(True, True)])
+    with pytest.raises(ValueError, match="adaboost_smoothing"):
+        registry.resolve("tabed_adaboost", {"adaboost_smoothing": -1})
+    assert torch.equal(_adaboost(perfect), torch.full((2,), 0.5))  # +1e5 twice
+
+
+def test_mix_of_a_negative_weight_is_a_distribution_with_the_same_argmax():
+    probs = torch.tensor([[[0.6, 0.2, 0.2]], [[0.0, 0.8, 0.2]]])  # [m, n, V]
+    w = torch.tensor([1.5, -0.5])
+    raw = 1.5 * probs[0, 0] - 0.5 * probs[1, 0]  # [0.9, -0.1, 0.2]
+    mixed = weights.mix(w, probs)[0]
+    assert (mixed >= 0).all() and abs(float(mixed.sum()) - 1) < 1e-6
+    torch.testing.assert_close(mixed, raw.clamp_min(0) / raw.clamp_min(0).sum())
+    assert int(mixed.argmax()) == int(raw.argmax())
+    non_negative = torch.tensor([0.25, 0.75])  # unchanged: the plain weighted sum
+    torch.testing.assert_close(
+        weights.mix(non_negative, probs)[0], 0.25 * probs[0, 0] + 0.75 * probs[1, 0]
+    )
+
+
+def test_kl_of_shared_zeros_is_finite_where_the_release_gets_nan():
+    p = torch.tensor([0.6, 0.4, 0.0])
+    q = torch.tensor([0.9, 0.1, 0.0])
+    expected = 0.6 * math.log(0.6 / 0.9) + 0.4 * math.log(0.4 / 0.1)
+    assert abs(float(weights.kl(p, q)) - expected) < 1e-6
+    assert torch.isnan(torch.nn.functional.kl_div(q.log(), p, reduction="none")).any()
+    # so the grid's KL tie-break still finds the exact view (the release's argmin: candidate 0)
+    h = _history([p.tolist()], [[p.tolist(), q.tolist()]], grid=weight_grid(2))
+    w = make_policy({"weights": "grid"}, 3).choose(h, 2, None)
+    assert torch.allclose(w, torch.tensor([1.0, 0.0]))
+    assert weight_grid(2)[0].tolist() == [0.0, 1.0]
 
 
 def test_window_counts_only_the_last_positions():

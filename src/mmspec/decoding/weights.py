@@ -21,7 +21,8 @@ EPS = 1e-6
 
 
 def kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """KL(p || q) over the last dimension (0 log 0 = 0; q floored to avoid log 0)."""
+    """KL(p || q) over the last dimension (0 log 0 = 0; q floored at 1e-30, so a token that both
+    p and q give 0 adds 0: TABED's release, kl_div(q.log(), p), makes it NaN there)."""
     return (torch.xlogy(p, p) - p * q.clamp_min(1e-30).log()).sum(-1)
 
 
@@ -85,8 +86,9 @@ WINDOW = Param(
 
 
 class Policy(WeightPolicy):
-    """A weight policy: `choose` returns the block's weights [m], non-negative, summing to one.
-    An adaptive policy reads the verified history over its last `window` positions."""
+    """A weight policy: `choose` returns the block's weights [m], summing to one (non-negative
+    except unclipped AdaBoost's). An adaptive policy reads the verified history over its last
+    `window` positions."""
 
     needs_history = False  # whether it reads the history (else the drafter skips keeping it)
     uses_grid = False  # whether the history must score the 0.1-grid candidate mixtures
@@ -203,34 +205,103 @@ class SoftmaxWeights(_Adaptive):
         return torch.softmax(inverse_error.log() / self.temperature, dim=0)
 
 
+LIMIT = 1e5  # TABED's release: the weight of a view with error rate 0 (+) or 1 (-), where
+# ln(1/eps - 1) is infinite
+
+
 @catalog.register
 class AdaBoostWeights(_Adaptive):
-    """w_k = ln(1/eps_k - 1) + C ln(K - 1), eps_k = view k's argmax error rate (appendix B.4).
+    """w_k = ln(1/eps_k - 1) + C ln(K - 1), eps_k = view k's argmax error rate over every
+    verified position so far (appendix B.4), divided by their sum; +-1e5 at an error rate of 0
+    or 1, negative weights kept, as TABED's release computes them.
 
-    Negative weights (worse than chance) are clipped to 0; all-zero falls back to uniform.
+    The release: candidate_generator_vlmsd.py, `agg_ftn` in get_candidates (eps = 1 - matches /
+    cum_accepted_len, +-self.limit = 1e5 at the extremes) and pick_next_token (w / w.sum(), no
+    clipping, so the normalised weights may take both signs; the mixture then goes through
+    `mix`).
+
+    Guard, not in the release: weights summing to 0 (e.g. +1e5 and -1e5: one view matched every
+    position, the other none) would divide by zero (the release then drafts the argmax of an
+    all-NaN mixture, token 0); they become equal weights, as the release makes them when every
+    weight is 0 or -1e5.
+
+    Options: `adaboost_smoothing` a counts eps as (errors + a) / (n + 2a), so a > 0 never gives
+    +-1e5; `adaboost_clip` sets negative weights to 0 (all 0: equal weights); `window` h counts
+    the last h positions. Smoothing 0.5 with clipping is an earlier mmspec variant.
     """
 
     name = "adaboost"
-    params = (WINDOW, Param("adaboost_constant", NUMBER, 1.0, "C", arg="constant"))
+    params = (
+        WINDOW,
+        Param("adaboost_constant", NUMBER, 1.0, "C", arg="constant"),
+        Param(
+            "adaboost_smoothing",
+            NUMBER,
+            0.0,
+            "a: error rate (errors + a) / (n + 2a)",
+            low=0,
+            hint="0 = TABED's release: +-1e5 at an error rate of 0 or 1",
+            arg="smoothing",
+        ),
+        Param("adaboost_clip", bool, False, "negative weights set to 0", arg="clip"),
+    )
+    source = "TABED's release, candidate_generator_vlmsd.py get_candidates (agg_ftn, adaboost)"
 
-    def __init__(self, window: int = 0, constant: float = 1.0, vocab_size: int = 2):
+    def __init__(
+        self,
+        window: int = 0,
+        constant: float = 1.0,
+        smoothing: float = 0.0,
+        clip: bool = False,
+        vocab_size: int = 2,
+    ):
         super().__init__(window)
         self.constant = float(constant)
+        self.smoothing = float(smoothing)
+        self.clip = bool(clip)
         self.vocab_size = vocab_size
 
     @classmethod
     def from_spec(cls, spec: dict, vocab_size: int) -> Policy:
         return cls(**cls.arguments(spec), vocab_size=vocab_size)
 
+    def raw(self, history: History) -> torch.Tensor:
+        """The unnormalised weights [m] (float64) from the window's error counts."""
+        n, a = history.count(), self.smoothing
+        errors = history.sum("err").double()
+        prior = self.constant * math.log(max(self.vocab_size - 1, 1))
+        rate = (errors + a) / (n + 2 * a)
+        weights = (1 / rate - 1).log() + prior
+        weights = torch.where(rate == 0, torch.full_like(weights, LIMIT), weights)
+        return torch.where(rate == 1, torch.full_like(weights, -LIMIT), weights)
+
     def choose(self, history: History, m: int, sampler) -> torch.Tensor:
-        n = history.count()
-        if not n:
+        if not history.count():
             return uniform(m)
-        # an error rate of exactly 0 or 1 would give an infinite weight: shrink by half a count
-        error = ((history.sum("err") + 0.5) / (n + 1)).clamp(EPS, 1 - EPS)
-        weights = (1 / error - 1).log() + self.constant * math.log(max(self.vocab_size - 1, 1))
-        weights = weights.clamp_min(0)
-        return weights / weights.sum() if weights.sum() > 0 else uniform(m)
+        weights = self.raw(history)
+        if self.clip:
+            weights = weights.clamp_min(0)
+        total = weights.sum()
+        if total == 0 or not torch.isfinite(total):
+            return uniform(m)
+        return (weights / total).float()
+
+
+def mix(weights: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """The views' mixture sum_k w_k q_k [n, V] of their distributions probs [m, n, V].
+
+    The weights are renormalised in the mixture's precision (rejection sampling needs q to sum to
+    one). With a negative weight (AdaBoost, unclipped as in TABED's release) the mixture can put
+    negative mass on some tokens: that mass becomes 0 and the rest is renormalised. This keeps
+    the mixture's argmax, the token TABED's release drafts, and makes q a distribution to sample
+    from and verify against (the release only takes the argmax).
+    """
+    weights = weights.to(probs.device, probs.dtype)
+    mixture = torch.einsum("m,mnv->nv", weights / weights.sum(), probs)
+    if (weights < 0).any():
+        mixture = mixture.clamp_min(0)
+        mixture = mixture / mixture.sum(-1, keepdim=True)
+    return mixture
 
 
 def make_policy(spec: dict, vocab_size: int) -> Policy:

@@ -93,7 +93,11 @@ def _tabed_rows() -> list[Method]:
         _drafting(
             "tabed_adaboost",
             "TABED^MT-AdaBoost",
-            "views M and T, weights ln(1/error - 1) + C ln(K - 1) from each view's error rate",
+            "views M and T, weights ln(1/error - 1) + C ln(K - 1) from each view's argmax error "
+            "rate over every verified position, divided by their sum; +-1e5 at error rate 0 or "
+            "1 and negative weights kept, as TABED's release computes them "
+            "(candidate_generator_vlmsd.py, get_candidates: agg_ftn; pick_next_token); equal "
+            "weights where they sum to 0 (the release divides by zero there)",
             views="MT",
             weights="adaboost",
         ),

@@ -21,7 +21,7 @@ from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT
 from mmspec.decoding.timing import sync
 from mmspec.decoding.views import parse_views
-from mmspec.decoding.weights import History, StaticWeights, make_policy, weight_grid
+from mmspec.decoding.weights import History, StaticWeights, make_policy, mix, weight_grid
 from mmspec.lazy import torch
 
 VIEWS = Param("views", str, "M", "the views it drafts from, one letter each (an ensemble: 2+)")
@@ -105,9 +105,7 @@ class ModelDrafter(Drafter):
             self.view_probs.update((node, probs[:, j]) for j, node in enumerate(after))
         if self.views == 1:
             return probs[0]
-        weights = self.weights.to(probs.device, probs.dtype)
-        # renormalised in the mixture's precision: rejection sampling needs q to sum to one
-        return torch.einsum("m,mnv->nv", weights / weights.sum(), probs)
+        return mix(self.weights, probs)
 
     def root(self, sampler) -> torch.Tensor:
         """Pick the block's weights, feed the pending tokens; the first position's mixture."""

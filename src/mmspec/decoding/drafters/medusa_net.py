@@ -36,7 +36,11 @@ class ResBlock(nn.Module):
         super().__init__()
         self.linear = nn.Linear(hidden + extra, hidden)
         self.residual = nn.Linear(hidden + extra, hidden) if extra else None
-        nn.init.zeros_(self.linear.weight)
+        # how `MultiHead._init_weights` initialises them (marked on the linear maps themselves:
+        # transformers skips the init of a custom module without parameters of its own)
+        self.linear.zero_weight = True
+        if self.residual is not None:
+            self.residual.torch_default = True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         residual = x if self.residual is None else self.residual(x)
@@ -60,11 +64,15 @@ class MultiHead(PreTrainedModel):
         self.post_init()
 
     def _init_weights(self, module):
+        """W at zero (a fresh Medusa head is f_t + SiLU(b), as the release's); Hydra's residual
+        map as PyTorch initialises a linear layer (its release's). transformers' init functions
+        leave weights loaded from a checkpoint alone."""
+        if getattr(module, "torch_default", False):
+            module.reset_parameters()
+            return
         super()._init_weights(module)
-        if isinstance(module, ResBlock):  # a fresh Medusa head predicts as the target's lm_head
-            nn.init.zeros_(module.linear.weight)
-            if module.residual is not None:  # Hydra's residual map: as its release initialises it
-                module.residual.reset_parameters()
+        if getattr(module, "zero_weight", False):
+            nn.init.zeros_(module.weight)
 
     def head(self, k: int, features: torch.Tensor, tokens: torch.Tensor | None = None):
         """Head k over features [..., H] and (sequential) the token embeddings [..., k + 1, H]

@@ -187,6 +187,9 @@ def test_medusa_and_hydra_draft_medusas_63_node_tree():
         spec = registry.resolve(method, {"head_data": "x"})
         assert spec["tree"] == "static" and spec["paths"] == MEDUSA_TREE
         assert spec["medusa_heads"] >= 4
+        # neither release adds noise to the heads' input features (EAGLE's 0.2 is EAGLE's)
+        assert spec["head_noise"] == 0.0
+    assert registry.resolve("eagle", {"head_data": "x"})["head_noise"] == 0.2
 
 
 # --- Kangaroo: `kangaroo/adapter.py` (AdapterModel: LlamaDecoderLayer = input_layernorm,

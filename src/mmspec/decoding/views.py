@@ -346,7 +346,10 @@ class SpecVLMView(View):
     )
     requires = frozenset({DRAFT_VISUAL, TARGET_ATTENTION})
     description = "SpecVLM's pruning by the target's attention"
-    source = "SpecVLM's release (drop 0.9; the attention mass of its verifier-guided pruning)"
+    source = (
+        "SpecVLM's release (`utils/utils.py`, `drop_visual_tokens_specvlm`; drop 0.9, "
+        "percentage 0.4 in `inference.py`)"
+    )
 
     def __init__(self, drop: float = 0.9, mass: float = 0.4):
         if not 0 <= drop < 1 or not 0 <= mass <= 1:

@@ -337,7 +337,8 @@ METHODS = {
             "SpecVLM",
             "SpecVLM: the draft reads only the visual tokens kept by the target's "
             "text-to-visual attention (view S: top tokens up to `mass` of the attention, the "
-            "rest of the budget (1 - drop) uniform) and drafts EAGLE's 25-node static tree",
+            "rest of the budget int(N (1 - drop)) uniform; its release's `utils/utils.py`, "
+            "`drop_visual_tokens_specvlm`) and drafts EAGLE's 25-node static tree",
             views="S",
             tree="static",
             paths=EAGLE_TREE,

@@ -22,8 +22,8 @@ import time
 from typing import TYPE_CHECKING
 
 from mmspec.decoding import catalog
-from mmspec.decoding.component import Param
-from mmspec.decoding.drafters.trained import HEAD_NOISE, HEAD_TRAINING, HeadDrafter
+from mmspec.decoding.component import NUMBER, Param
+from mmspec.decoding.drafters.trained import HEAD_TRAINING, HeadDrafter
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.timing import sync
 from mmspec.lazy import torch
@@ -33,6 +33,17 @@ if TYPE_CHECKING:
 
 # Medusa and Hydra: 5 heads (Medusa's vicuna-7b release; its tree uses the first 4)
 HEADS = Param("medusa_heads", int, 5, "heads, each drafting one position further", low=1)
+# No feature noise by default: the heads read the target's verified feature, never one they
+# predicted (EAGLE's reason for its noise), and neither release adds any (Medusa's
+# `train_legacy.py`; Hydra's `train.py`, `noise_alpha` 0)
+NOISE = Param(
+    "head_noise",
+    NUMBER,
+    0.0,
+    "width of the uniform noise on input features",
+    low=0,
+    meaning="is a noise width",
+)
 
 # Medusa's tree (its release's `medusa/model/medusa_choices.py`, `mc_sim_7b_63`, the default of
 # its `llm_judge/gen_model_answer_medusa.py`; Hydra's `hydra_choices.py` holds the same one):
@@ -105,7 +116,7 @@ class MedusaDrafter(MultiHeadDrafter):
     """Medusa: head k drafts the token k ahead, independently of the others."""
 
     name = "medusa"
-    params = (*HEAD_TRAINING, HEAD_NOISE, HEADS)
+    params = (*HEAD_TRAINING, NOISE, HEADS)
     training = tuple(p.key for p in params)
     description = "Medusa's K heads on the target's last feature"
     source = "Medusa's vicuna-7b release (5 heads)"

@@ -113,7 +113,7 @@ class MultiHeadDrafter(HeadDrafter):
 
 @catalog.register
 class MedusaDrafter(MultiHeadDrafter):
-    """Medusa: head k drafts the token k ahead, independently of the others."""
+    """Medusa: head k drafts the token k + 2 after the feature, independently of the others."""
 
     name = "medusa"
     params = (*HEAD_TRAINING, NOISE, HEADS)

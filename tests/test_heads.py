@@ -62,7 +62,7 @@ def _spec(method: str, **hparams) -> dict:
         ("eagle", {"tree": "chain", "gamma": 4}),
         ("eagle", {}),  # EAGLE's 25-node static tree
         ("eagle2", {"depth": 3, "top_k": 3, "total_tokens": 10}),
-        ("medusa", {}),  # Medusa's tree over 5 heads
+        ("medusa", {}),  # Medusa's 63-node tree (4 levels) over 5 heads
         ("medusa", {"tree": "dynamic", "depth": 2, "top_k": 3, "total_tokens": 8}),
         ("hydra", {"tree": "chain", "gamma": 4, "medusa_heads": 4}),
         ("kangaroo", {"kangaroo_layers": 1}),  # the chain's early exit at 0.6
@@ -159,7 +159,7 @@ def test_a_head_for_another_target_is_refused(tiny, tmp_path):
 
 def test_a_multi_token_head_refuses_trees_deeper_than_its_heads():
     with pytest.raises(ValueError, match="at most medusa_heads=3 tokens deep"):
-        _spec("medusa", medusa_heads=3)  # Medusa's tree is 5 deep
+        _spec("medusa", medusa_heads=3)  # Medusa's tree is 4 deep
     assert _spec("hydra", medusa_heads=3, tree="chain", gamma=3)["gamma"] == 3
 
 

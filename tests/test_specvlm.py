@@ -28,17 +28,18 @@ def test_keep_takes_top_attention_up_to_mass_then_fills_uniformly():
     scores = torch.zeros(40)
     scores[[7, 23, 31]] = torch.tensor([0.5, 0.3, 0.1])
     scores[scores == 0] = 0.1 / 37
-    # budget floor(40 * 0.2) = 8; mass 0.6 is reached by tokens 7 and 23 (0.8)
+    # budget int(40 * (1 - 0.8)) = 7 (40 * 0.19999999999999996, as the release computes it);
+    # mass 0.6 is reached by tokens 7 and 23 (0.8)
     kept = verifier_guided_keep(scores, drop=0.8, mass=0.6)
-    assert len(kept) == 8
+    assert len(kept) == 7
     assert kept.tolist() == sorted(kept.tolist())
     assert {7, 23} <= set(kept.tolist())
     rest = [k for k in kept.tolist() if k not in (7, 23)]
-    # the 6 others are spread over the remaining tokens, first and last included
-    assert rest[0] == 0 and rest[-1] == 39 and len(set(rest)) == 6
+    # the 5 others are spread over the remaining tokens, first and last included
+    assert rest[0] == 0 and rest[-1] == 39 and len(set(rest)) == 5
     # mass 0: no attention-picked token beyond the first, the budget is all uniform
     uniform = verifier_guided_keep(scores, drop=0.8, mass=0.0)
-    assert len(uniform) == 8 and 0 in uniform.tolist()
+    assert len(uniform) == 7 and 0 in uniform.tolist()
     # the attention share is capped at the budget
     assert verifier_guided_keep(scores, drop=0.95, mass=1.0).tolist() == [7, 23]
 
@@ -46,7 +47,61 @@ def test_keep_takes_top_attention_up_to_mass_then_fills_uniformly():
 @pytest.mark.parametrize("n", [16, 128, 160, 1000, 6272])
 def test_drop_09_keeps_at_most_ten_percent(n):
     kept = verifier_guided_keep(torch.rand(n, generator=torch.Generator().manual_seed(n)), 0.9, 0.4)
-    assert len(kept) == int(n * 0.1) and len(set(kept.tolist())) == len(kept)
+    # the release's budget, int(n * (1 - 0.9)): 15 of 160, 99 of 1000
+    assert len(kept) == int(n * (1 - 0.9)) and len(set(kept.tolist())) == len(kept)
+
+
+def _release_keep(scores: list[float], drop_rate: float, percentage: float) -> list[int]:
+    """An oracle transcribed from SpecVLM's release (`utils/utils.py`:
+    `get_attention_token_from_percentage`, then `drop_visual_tokens_specvlm` with `percentage`,
+    its `inference.py` call): the kept indices of the visual tokens."""
+    n = len(scores)
+    tokens_to_keep = int(n * (1 - drop_rate))
+    tensor = torch.tensor(scores)
+    ordered, _ = torch.sort(tensor, descending=True)
+    target_sum = tensor.sum() * percentage
+    current_sum, attention_tokens = 0.0, 0
+    for score in ordered:
+        current_sum += score
+        attention_tokens += 1
+        if current_sum >= target_sum:
+            break
+    if attention_tokens > tokens_to_keep:
+        attention_tokens, uniform_tokens = tokens_to_keep, 0
+    else:
+        uniform_tokens = tokens_to_keep - attention_tokens
+    _, attention_sorted = torch.sort(tensor, descending=True)
+    attention_indices = attention_sorted[:attention_tokens]
+    available = torch.ones(n, dtype=torch.bool)
+    available[attention_indices] = False
+    positions = torch.where(available)[0]
+    picks = torch.linspace(0, len(positions) - 1, uniform_tokens, dtype=torch.long)
+    return torch.sort(torch.cat([attention_indices, positions[picks]]))[0].tolist()
+
+
+@pytest.mark.parametrize("drop", [0.9, 0.8, 0.5])
+@pytest.mark.parametrize("mass", [0.0, 0.4, 0.9, 1.0])
+def test_keep_is_the_releases_rule(drop, mass):
+    """The kept set equals the release's on scores without ties, over sizes where its float
+    budget and integer linspace matter (multiples of 10; 17 tokens spread over 200)."""
+    g = torch.Generator().manual_seed(11)
+    for n in [10, 40, 160, 196, 200, 576, 1000, 1568, 1960, 6272]:
+        # attention-like: a few heavy tokens over a long light tail, no two scores equal
+        scores = torch.rand(n, generator=g).pow(6) + torch.arange(n) * 1e-9
+        scores = (scores / scores.sum()).tolist()
+        kept = verifier_guided_keep(torch.tensor(scores), drop, mass).tolist()
+        assert kept == _release_keep(scores, drop, mass), (n, drop, mass)
+
+
+def test_keep_sums_scores_in_float32_as_the_release_does():
+    """Near-uniform scores (a long video's tail): where the running float32 sum crosses `mass`
+    depends on its rounding; the release adds one score at a time (seed 2: 5642 tokens reach
+    0.9 of the mass, where torch's cumsum says 5643)."""
+    g = torch.Generator().manual_seed(2)
+    scores = 1 + 0.01 * torch.rand(6272, generator=g)
+    scores = (scores / scores.sum()).tolist()
+    kept = verifier_guided_keep(torch.tensor(scores), 0.1, 0.9).tolist()
+    assert kept == _release_keep(scores, 0.1, 0.9)
 
 
 def _frames(model, g, n=FRAMES):

@@ -75,14 +75,20 @@ class LeanStack:
         self.layers = []
         for layer in stack.layers:
             attn, mlp = layer.self_attn, layer.mlp
+            # an attention-only layer (Kangaroo's adapter: its MLP has no weights) skips the block
+            feed_forward = (None, None, None)
+            if hasattr(mlp, "gate_proj"):
+                feed_forward = (
+                    _norm_parts(layer.post_attention_layernorm),
+                    _fuse(mlp, [mlp.gate_proj, mlp.up_proj]),
+                    mlp.down_proj.weight,
+                )
             self.layers.append(
                 (
                     _norm_parts(layer.input_layernorm),
                     _fuse(attn, [attn.q_proj, attn.k_proj, attn.v_proj]),
                     attn.o_proj.weight,
-                    _norm_parts(layer.post_attention_layernorm),
-                    _fuse(mlp, [mlp.gate_proj, mlp.up_proj]),
-                    mlp.down_proj.weight,
+                    *feed_forward,
                 )
             )
 
@@ -171,8 +177,9 @@ class LeanStack:
             keys, values = cache.layers[i].update(qk[:, self.heads :], v)
             attn = self._attend(qk[:, : self.heads], keys, values, mask)
             x = x + F.linear(attn.transpose(1, 2).reshape(rows, n, -1), o_w)
-            gate, up = F.linear(self._norm(x, norm2), gate_up_w).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, down_w)
+            if gate_up_w is not None:
+                gate, up = F.linear(self._norm(x, norm2), gate_up_w).chunk(2, dim=-1)
+                x = x + F.linear(F.silu(gate) * up, down_w)
             if i + 1 in wanted and i + 1 < last:
                 states[wanted[i + 1]] = x
         x = self._norm(x, self.final_norm)

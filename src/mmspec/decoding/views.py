@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from mmspec.data import media
 from mmspec.decoding import catalog
 from mmspec.decoding.component import (
@@ -295,21 +297,32 @@ class UniformView(View):
 def verifier_guided_keep(scores: torch.Tensor, drop: float, mass: float) -> torch.Tensor:
     """SpecVLM's kept indices (sorted) of N visual tokens scored by the target's attention.
 
-    Budget floor(N (1 - drop)); the top-scored tokens until their summed score reaches `mass` of
-    the total (the crossing token included), capped at the budget; the rest of the budget spread
-    uniformly over the tokens not yet kept.
+    As its release does (`utils/utils.py`: `drop_visual_tokens_specvlm` with `percentage`, as
+    `inference.py` calls it): the budget is int(N (1 - drop)) in floating point (one token fewer
+    where N (1 - drop) lands just below a whole number: N = 160 at drop 0.9 keeps 15); stage I
+    keeps the top-scored tokens until their running float32 sum reaches `mass` of the total (the
+    crossing token included; `get_attention_token_from_percentage`), capped at the budget; stage
+    II spreads the rest of the budget over the tokens not yet kept with an integer linspace
+    (`torch.linspace(..., dtype=long)`, whose picks differ from a truncated float linspace's).
+    Ties in score are broken by position (the release's unstable sort leaves them unspecified).
     """
     n = len(scores)
-    budget = math.floor(n * (1 - drop) + 1e-9)
-    order = torch.argsort(scores.float(), descending=True, stable=True)
-    cumulative = torch.cumsum(scores.float()[order], 0)
-    reach = int(torch.searchsorted(cumulative, mass * cumulative[-1]).item()) + 1
-    top = order[: min(reach, budget, n)]
+    budget = int(n * (1 - drop))
+    values = scores.detach().float().cpu()
+    order = torch.argsort(values, descending=True, stable=True)
+    # the release adds the sorted scores one at a time in float32 (numpy's cumsum does too;
+    # torch's does not round as it goes) and compares with mass times the tensor's own sum
+    running = torch.from_numpy(np.cumsum(values[order].numpy(), dtype=np.float32))
+    reached = int(torch.searchsorted(running, values.sum() * mass).item())
+    top = order[: min(reached + 1, budget, n)]
     rest = torch.ones(n, dtype=torch.bool)
     rest[top] = False
     available = torch.nonzero(rest).flatten()
     fill = budget - len(top)
-    uniform = available[torch.linspace(0, len(available) - 1, fill).long()] if fill > 0 else top[:0]
+    if fill > 0:
+        uniform = available[torch.linspace(0, len(available) - 1, fill, dtype=torch.long)]
+    else:
+        uniform = top[:0]
     return torch.sort(torch.cat([top, uniform])).values
 
 
@@ -333,7 +346,10 @@ class SpecVLMView(View):
     )
     requires = frozenset({DRAFT_VISUAL, TARGET_ATTENTION})
     description = "SpecVLM's pruning by the target's attention"
-    source = "SpecVLM's release (drop 0.9; the attention mass of its verifier-guided pruning)"
+    source = (
+        "SpecVLM's release (`utils/utils.py`, `drop_visual_tokens_specvlm`; drop 0.9, "
+        "percentage 0.4 in `inference.py`)"
+    )
 
     def __init__(self, drop: float = 0.9, mass: float = 0.4):
         if not 0 <= drop < 1 or not 0 <= mass <= 1:

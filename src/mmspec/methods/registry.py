@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from mmspec import plugins
 from mmspec.decoding import catalog
+from mmspec.decoding.drafters.medusa import MEDUSA_TREE
 from mmspec.decoding.trees import EAGLE_TREE
 from mmspec.methods.components import (
     AR,
@@ -243,22 +244,28 @@ def _head_rows() -> list[Method]:
         ),
         Method(
             "medusa",
-            "Medusa: K heads on the target's last feature, head k drafting the token k ahead "
-            "independently of the others; Medusa's tree (mc_sim_7b_63)",
-            {**HEAD, "drafter": "medusa", "tree": "static", "paths": EAGLE_TREE},
+            "Medusa: K heads on the target's last feature, head k drafting the token k + 2 "
+            "ahead independently of the others, read out by the target's lm_head (release "
+            "`medusa_model_legacy.py`); Medusa's 63-node tree (release `medusa_choices.py`, "
+            "mc_sim_7b_63)",
+            {**HEAD, "drafter": "medusa", "tree": "static", "paths": MEDUSA_TREE},
             "Medusa",
         ),
         Method(
             "hydra",
-            "Hydra: Medusa's heads made sequentially dependent (head k also reads the tokens "
-            "drafted before it); Medusa's tree",
-            {**HEAD, "drafter": "hydra", "tree": "static", "paths": EAGLE_TREE},
+            "Hydra: Medusa's heads made sequentially dependent (head k also reads the "
+            "embeddings of the target's token and of the tokens drafted before it; release "
+            "`hydra_heads/mlp_head.py`, grounded `HydraMLP`); Medusa's 63-node tree, as "
+            "Hydra's release evaluates",
+            {**HEAD, "drafter": "hydra", "tree": "static", "paths": MEDUSA_TREE},
             "Hydra",
         ),
         Method(
             "kangaroo",
             "Kangaroo: self-speculative drafting with the target's first layers and a trained "
-            "adapter; a chain of at most 6 tokens that stops below a top-1 probability of 0.6",
+            "attention-only adapter (release `kangaroo/adapter.py`); a chain of at most 6 "
+            "tokens that stops after the first one whose top-1 probability is below 0.6 "
+            "(release `evaluation/inference_kangaroo.py`, `kangaroo_forward`)",
             {**HEAD, "drafter": "kangaroo", "tree": "chain", "gamma": 6},
             "Kangaroo",
         ),
@@ -347,7 +354,8 @@ METHODS = {
             "SpecVLM",
             "SpecVLM: the draft reads only the visual tokens kept by the target's "
             "text-to-visual attention (view S: top tokens up to `mass` of the attention, the "
-            "rest of the budget (1 - drop) uniform) and drafts EAGLE's 25-node static tree",
+            "rest of the budget int(N (1 - drop)) uniform; its release's `utils/utils.py`, "
+            "`drop_visual_tokens_specvlm`) and drafts EAGLE's 25-node static tree",
             views="S",
             tree="static",
             paths=EAGLE_TREE,

@@ -212,7 +212,7 @@ def losses(head, lm_head, batch: Batch, kind: str = "eagle") -> tuple[torch.Tens
     loss = head_kind(kind).loss
     zero = torch.zeros((), device=batch.mask.device)
     if loss == "multi_token":
-        kl, agreement = _multi_token(head, lm_head, batch)
+        kl, agreement = _multi_token(head, lm_head, batch, head_kind(kind).decay)
         return zero, zero, kl, agreement
     if loss == "adapter":
         # the adapter over the target's shallow states at j reads out what f_j reads out
@@ -230,10 +230,12 @@ def losses(head, lm_head, batch: Batch, kind: str = "eagle") -> tuple[torch.Tens
     return feature_loss, inter_loss, kl, agreement
 
 
-def _multi_token(head, lm_head, batch: Batch):
+def _multi_token(head, lm_head, batch: Batch, decay: float = 0.8):
     """Medusa's and Hydra's loss: head k (0-based) on f_j against the target's read-out of
-    f_{j+k+1} (which predicts token j + k + 2), weighted 0.8^k (Medusa, Section 2.2.1);
-    Hydra's head k also reads the embeddings of tokens j + 2 .. j + k + 1 (teacher-forced)."""
+    f_{j+k+1} (which predicts token j + k + 2; Medusa's `train_legacy.py` and Hydra's
+    `train.py` shift head k's labels by k + 2), weighted decay**k (Medusa 0.8, Section 2.2.1;
+    Hydra 1); Hydra's head k also reads the embeddings of tokens j + 1 .. j + k + 1 (entries
+    j .. j + k: teacher-forced, as its release's grounded heads read the input ids)."""
     width = batch.mask.shape[1]
     total, agreement = torch.zeros((), device=batch.mask.device), None
     for k in range(head.config.heads):
@@ -242,15 +244,13 @@ def _multi_token(head, lm_head, batch: Batch):
         mask = batch.mask[:, : width - k] & batch.mask[:, k:]
         if not mask.any():
             continue
-        ancestors = None
-        if head.config.sequential and k:
-            ancestors = torch.stack(
-                [batch.embeds[:, 1 + i : width - k + 1 + i] for i in range(k)], dim=2
-            )
-            ancestors = ancestors[mask]
-        predicted = head.head(k, batch.features[:, : width - k][mask], ancestors)
+        tokens = None
+        if head.config.sequential:
+            tokens = torch.stack([batch.embeds[:, i : width - k + i] for i in range(k + 1)], 2)
+            tokens = tokens[mask]
+        predicted = head.head(k, batch.features[:, : width - k][mask], tokens)
         kl, agree = _kl(lm_head, predicted, batch.targets[:, k:][mask])
-        total = total + 0.8**k * kl
+        total = total + decay**k * kl
         agreement = agree if agreement is None else agreement
     return total, agreement if agreement is not None else torch.zeros((), device=total.device)
 

@@ -2,10 +2,12 @@
 
 Kangaroo (Liu et al. 2024; release `kangaroo/kangaroo_model.py`): the draft is the target's
 shallow sub-network (its embedding and first `kangaroo_layers` decoder layers, 2 in the release
-for 7B models) followed by a trained adapter (here one Llama decoder layer and a norm) and the
-target's `lm_head`. Drafting stops early once the draft's top-1 probability falls below
-`kangaroo_exit` (0.6) or after gamma (6) tokens (its `expand` returns None: the drafter
-protocol's early stop, which a chain reads at every position but the first). The adapter is
+for 7B models) followed by a trained adapter (one attention-only Llama layer and a norm,
+`kangaroo_net`) and the target's `lm_head`. As the release's `kangaroo_forward`
+(`evaluation/inference_kangaroo.py`) does, every draft token is drafted, and drafting stops
+after the first one whose top-1 probability is below `kangaroo_exit` (0.6), or after gamma (6)
+tokens: `expand` returns None (the drafter protocol's early stop) when the last drafted token's
+distribution fell below it, before any forward. The adapter is
 the only trained part; it is saved alone and joined to the target's layers when loaded, so the
 shared layers are the target's own modules (no copy of their weights). Only targets whose
 decoder layers are Llama's take the adapter (LLaVA's Vicuna, the toy models).
@@ -130,11 +132,19 @@ class KangarooDrafter(ModelDrafter, HeadDrafter):
         decoder = Decoder(target.model, parts=(stack, target.lm_head, target.embed))
         super().__init__(decoder, temperature)
         self.exit_below = exit_below
+        self.last_top = 1.0  # top-1 probability of the distribution last drafted from
+
+    def root(self, sampler):
+        q = super().root(sampler)
+        self.last_top = float(q.max()) if self.exit_below else 1.0
+        return q
 
     def expand(self, tree, nodes: list[int]):
-        """The next distributions, or None (stop drafting) when their top-1 probability is
-        below `exit_below`."""
-        q = super().expand(tree, nodes)
-        if self.exit_below and float(q.max()) < self.exit_below:
+        """The next distributions, or None (stop drafting, no forward) when the distribution the
+        last token was drafted from had a top-1 probability below `exit_below`: that token is
+        still proposed (the release checks a token's score before drafting the next one)."""
+        if self.exit_below and self.last_top < self.exit_below:
             return None
+        q = super().expand(tree, nodes)
+        self.last_top = float(q.max()) if self.exit_below else 1.0
         return q

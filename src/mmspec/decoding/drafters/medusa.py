@@ -1,14 +1,19 @@
-"""Medusa's and Hydra's drafters: K heads on the target's last feature, head k drafting the
-token k positions ahead, no draft forward over the sequence.
+"""Medusa's and Hydra's drafters: K heads on the target's last feature, head k drafting the token
+k + 2 positions after that feature, no draft forward over the sequence.
 
 Medusa (Cai et al. 2024, Section 2.1.1; release `medusa/model/medusa_model.py`): head k is a
 ResBlock (x + SiLU(Wx), W initialised at zero) over the feature f_t that emitted the token
-x_{t+1}, read out to the vocabulary; it predicts x_{t+k+1} whatever was drafted before it, so a
-tree's nodes of one depth share one distribution. Here every head reads out through the
-target's own `lm_head` (the release trains one output layer per head, initialised from it).
-Hydra (Ankner et al. 2024): head k also reads the embeddings of the tokens its ancestors drafted
-(sequentially dependent heads): an MLP over [f_t, e(x_{t+2}), ..., e(x_{t+k})] (Hydra++'s prefix
-attention layer is not built). A proposal cannot be deeper than the K heads.
+x_{t+1}, read out to the vocabulary; it predicts x_{t+k+2} whatever was drafted before it, so a
+tree's nodes of one depth share one distribution. Every head reads out through the target's own
+`lm_head`, as the release's `medusa_model_legacy.py` (`MedusaModel.forward`) and its
+`train_legacy.py` do (its first release and `medusa_model.py` train one output layer per head,
+initialised from it: a vocabulary-sized matrix per head, not built here).
+Hydra (Ankner et al. 2024; release `hydra/model/hydra_heads/mlp_head.py`, `HydraMLP` with
+`grounded_heads`): head k also reads the embeddings of x_{t+1} (the target's own token, the
+tree's root) and of the tokens drafted before it, x_{t+2} .. x_{t+k+1}: a ResBlock over
+[f_t, e(x_{t+1}), ..., e(x_{t+k+1})] whose residual is a learned linear map (Hydra++'s prefix
+attention layer is not built). A proposal cannot be deeper than the K heads. Both releases
+evaluate on Medusa's 63-node tree `mc_sim_7b_63` (`MEDUSA_TREE`).
 """
 
 from __future__ import annotations
@@ -17,8 +22,8 @@ import time
 from typing import TYPE_CHECKING
 
 from mmspec.decoding import catalog
-from mmspec.decoding.component import Param
-from mmspec.decoding.drafters.trained import HEAD_NOISE, HEAD_TRAINING, HeadDrafter
+from mmspec.decoding.component import NUMBER, Param
+from mmspec.decoding.drafters.trained import HEAD_TRAINING, HeadDrafter
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.timing import sync
 from mmspec.lazy import torch
@@ -26,9 +31,32 @@ from mmspec.lazy import torch
 if TYPE_CHECKING:
     from mmspec.decoding.drafters.medusa_net import MultiHead
 
-# Medusa and Hydra: 5 heads (Medusa's vicuna-7b release; enough for the 5 levels of its tree,
-# `mc_sim_7b_63` = EAGLE_TREE)
+# Medusa and Hydra: 5 heads (Medusa's vicuna-7b release; its tree uses the first 4)
 HEADS = Param("medusa_heads", int, 5, "heads, each drafting one position further", low=1)
+# No feature noise by default: the heads read the target's verified feature, never one they
+# predicted (EAGLE's reason for its noise), and neither release adds any (Medusa's
+# `train_legacy.py`; Hydra's `train.py`, `noise_alpha` 0)
+NOISE = Param(
+    "head_noise",
+    NUMBER,
+    0.0,
+    "width of the uniform noise on input features",
+    low=0,
+    meaning="is a noise width",
+)
+
+# Medusa's tree (its release's `medusa/model/medusa_choices.py`, `mc_sim_7b_63`, the default of
+# its `llm_judge/gen_model_answer_medusa.py`; Hydra's `hydra_choices.py` holds the same one):
+# 63 nodes, 4 levels, as paths of child ranks
+MEDUSA_TREE = [
+    [0], [0, 0], [1], [0, 1], [2], [0, 0, 0], [1, 0], [0, 2], [3], [0, 3], [4], [0, 4],
+    [2, 0], [0, 5], [0, 0, 1], [5], [0, 6], [6], [0, 7], [0, 1, 0], [1, 1], [7], [0, 8],
+    [0, 0, 2], [3, 0], [0, 9], [8], [9], [1, 0, 0], [0, 2, 0], [1, 2], [0, 0, 3], [4, 0],
+    [2, 1], [0, 0, 4], [0, 0, 5], [0, 0, 0, 0], [0, 1, 1], [0, 0, 6], [0, 3, 0], [5, 0],
+    [1, 3], [0, 0, 7], [0, 0, 8], [0, 0, 9], [6, 0], [0, 4, 0], [1, 4], [7, 0], [0, 1, 2],
+    [2, 0, 0], [3, 1], [2, 2], [8, 0], [0, 5, 0], [1, 5], [1, 0, 1], [0, 2, 1], [9, 0],
+    [0, 6, 0], [0, 0, 0, 1], [1, 6], [0, 7, 0],
+]  # fmt: skip
 
 
 class MultiHeadDrafter(HeadDrafter):
@@ -39,20 +67,25 @@ class MultiHeadDrafter(HeadDrafter):
         self.head, self.target = head, target
         self.q_temperature = temperature if temperature > 0 else 1.0
         self.feature: torch.Tensor | None = None
+        self.token = 0  # the target's token x_{t+1} that `feature` emitted (the tree's root)
 
-    def _q(self, k: int, ancestors: torch.Tensor | None, n: int) -> torch.Tensor:
-        """q [n, V] of head k for n nodes (ancestors [n, k, H], or None for Medusa)."""
+    def _q(self, k: int, paths: list[list[int]] | None, n: int) -> torch.Tensor:
+        """q [n, V] of head k for n nodes (Hydra: each node's drafted tokens from depth 1)."""
         start = time.perf_counter()
         features = self.feature.to(self.head.dtype).expand(n, -1)
+        tokens = None
         with torch.inference_mode():
-            logits = self.target.head_logits(self.head.head(k, features, ancestors))
+            if self.head.config.sequential:
+                ids = torch.tensor([[self.token, *p] for p in (paths or [[]] * n)])
+                tokens = self.target.embed(ids.to(self.target.device)).to(self.head.dtype)
+            logits = self.target.head_logits(self.head.head(k, features, tokens))
         sync(self.target.device)
         self.forward_s += time.perf_counter() - start
         self.forwards += 1
         return distribution(logits, self.q_temperature)
 
     def start(self, prompts, first_token: int, target) -> None:
-        self.feature = target.hidden[-1]
+        self.feature, self.token = target.hidden[-1], first_token
 
     def root(self, sampler) -> torch.Tensor:
         return self._q(0, None, 1)[0]
@@ -68,31 +101,31 @@ class MultiHeadDrafter(HeadDrafter):
                 f"a proposal {k + 1} tokens deep needs {k + 1} heads; this head has "
                 f"{self.head.config.heads}"
             )
-        ancestors = None
+        paths = None
         if self.head.config.sequential:
-            paths = [[*reversed(tree.ancestors(n)), n] for n in nodes]
-            ids = torch.tensor([[tree.tokens[a] for a in p] for p in paths])
-            with torch.inference_mode():
-                ancestors = self.target.embed(ids.to(self.target.device))
-        return self._q(k, ancestors, len(nodes))
+            paths = [[tree.tokens[a] for a in [*reversed(tree.ancestors(n)), n]] for n in nodes]
+        return self._q(k, paths, len(nodes))
 
     def commit(self, tree, path: list[int], next_token: int, target) -> None:
         """The next proposal drafts from the feature that emitted `next_token`."""
-        self.feature = target.hidden[-1]
+        self.feature, self.token = target.hidden[-1], next_token
 
 
 @catalog.register
 class MedusaDrafter(MultiHeadDrafter):
-    """Medusa: head k drafts the token k ahead, independently of the others."""
+    """Medusa: head k drafts the token k + 2 after the feature, independently of the others."""
 
     name = "medusa"
-    params = (*HEAD_TRAINING, HEAD_NOISE, HEADS)
+    params = (*HEAD_TRAINING, NOISE, HEADS)
     training = tuple(p.key for p in params)
     description = "Medusa's K heads on the target's last feature"
     source = "Medusa's vicuna-7b release (5 heads)"
 
     loss = "multi_token"
     loss_weights = (0.0, 0.0, 1.0)
+    # head k's loss weighs decay**k (Medusa, Section 2.2.1 and its axolotl recipes'
+    # `medusa_decay_coefficient` 0.8; Hydra's `train.py` sums its heads' losses unweighted)
+    decay = 0.8
     network_class = "mmspec.decoding.drafters.medusa_net:MultiHead"
     config_class = "mmspec.decoding.drafters.medusa_net:MultiHeadConfig"
     blocks = 0
@@ -131,4 +164,5 @@ class HydraDrafter(MedusaDrafter):
 
     name = "hydra"
     description = "Hydra's sequentially dependent heads"
-    source = "Hydra (Ankner et al. 2024); Medusa's tree"
+    source = "Hydra's release (grounded MLP heads); Medusa's tree"
+    decay = 1.0

@@ -21,7 +21,7 @@ from mmspec.training.heads import (
     train_head,
 )
 
-TRAINING = {"head_data": "x", "head_steps": 40, "head_lr": 0.01, "head_batch_size": 4}
+TRAINING = {"head_data": "x", "head_steps": 40, "head_lr": 0.03, "head_batch_size": 4}
 PROMPTS = ["a b <image> c", "<image> b a", "c <image> a b", "<image> c c", "a <image>", "b <image>"]
 
 
@@ -74,7 +74,7 @@ def test_vtc_keeps_the_share_of_visual_tokens_in_the_memory(tiny):
     runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head)
     runner.decode(samples[0], 4, set(), seeded(0))
     prompt = runner.target_prompt(samples[0])
-    memory = runner.drafter.stack.memory[2].cpu()
+    memory = runner.drafter.memory[2].cpu()
     kept_visual = int(prompt.visual[memory[memory < len(prompt)]].sum())
     assert kept_visual == prompt.n_visual // 2
     assert int((~prompt.visual).sum()) == int((memory < len(prompt)).sum()) - kept_visual
@@ -87,9 +87,9 @@ def test_dream_sampling_is_lossless_by_exact_enumeration(method):
 
 
 def test_intermediate_features_come_from_the_lowest_entropy_layer():
-    """On an 8-layer target the candidates are layers 1 and 2 (release: 1 .. int(0.4 L) - 2,
-    at least 2); each position's feature is the output of the one whose attention there has the
-    lower entropy, checked against transformers' own attentions and hidden states."""
+    """On an 8-layer target the candidates are hidden_states 1 and 2 (release: 1 .. int(0.4 L)
+    - 2, at least 2); each position's feature is the one whose reading layer's attention there
+    has the lower entropy, checked against transformers' own attentions and hidden states."""
     tokenizer = verify.build_tokenizer()
     spec = {"hidden": 32, "layers": 8, "heads": 2, "vision_hidden": 64}
     model = build_model(spec, tokenizer, 0).eval()
@@ -106,11 +106,18 @@ def test_intermediate_features_come_from_the_lowest_entropy_layer():
     stack.config._attn_implementation = "eager"
     with torch.no_grad():
         out = stack(inputs_embeds=embeds[None], output_attentions=True, output_hidden_states=True)
-    entropy = torch.stack(
-        [-(a[0] * a[0].clamp_min(1e-12).log()).sum(-1).mean(0) for a in out.attentions[:2]]
-    )
-    expected = torch.tensor([1, 2])[entropy.argmin(0)]
+
+    def entropy(attentions):
+        return torch.stack(
+            [-(a[0] * a[0].clamp_min(1e-12).log()).sum(-1).mean(0) for a in attentions]
+        )
+
+    # hidden_states[l] is scored by attentions[l], the layer reading it (the release's pairing)
+    expected = torch.tensor([1, 2])[entropy(out.attentions[1:3]).argmin(0)]
     assert torch.equal(layers, expected)
     assert len(set(expected.tolist())) == 2  # both layers are chosen somewhere: not vacuous
+    # and that pairing decides here: scoring by the producing layer would choose otherwise
+    producing = torch.tensor([1, 2])[entropy(out.attentions[0:2]).argmin(0)]
+    assert not torch.equal(producing, expected)
     for i, layer in enumerate(expected.tolist()):
         torch.testing.assert_close(features[i], out.hidden_states[layer][0, i])

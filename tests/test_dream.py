@@ -21,7 +21,7 @@ from mmspec.training.heads import (
     train_head,
 )
 
-TRAINING = {"head_data": "x", "head_steps": 40, "head_lr": 0.01, "head_batch_size": 4}
+TRAINING = {"head_data": "x", "head_steps": 40, "head_lr": 0.03, "head_batch_size": 4}
 PROMPTS = ["a b <image> c", "<image> b a", "c <image> a b", "<image> c c", "a <image>", "b <image>"]
 
 
@@ -74,7 +74,7 @@ def test_vtc_keeps_the_share_of_visual_tokens_in_the_memory(tiny):
     runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head)
     runner.decode(samples[0], 4, set(), seeded(0))
     prompt = runner.target_prompt(samples[0])
-    memory = runner.drafter.stack.memory[2].cpu()
+    memory = runner.drafter.memory[2].cpu()
     kept_visual = int(prompt.visual[memory[memory < len(prompt)]].sum())
     assert kept_visual == prompt.n_visual // 2
     assert int((~prompt.visual).sum()) == int((memory < len(prompt)).sum()) - kept_visual
@@ -87,15 +87,15 @@ def test_dream_sampling_is_lossless_by_exact_enumeration(method):
 
 
 def test_intermediate_features_come_from_the_lowest_entropy_layer():
-    """On an 8-layer target the candidates are layers 1 and 2 (release: 1 .. int(0.4 L) - 2,
-    at least 2); each position's feature is the output of the one whose attention there has the
-    lower entropy, checked against transformers' own attentions and hidden states."""
+    """On an 8-layer target the candidates are hidden_states 1 and 2 (release: 1 .. int(0.4 L)
+    - 2, at least 2); each position's feature is the one whose reading layer's attention there
+    has the lower entropy, checked against transformers' own attentions and hidden states."""
     tokenizer = verify.build_tokenizer()
     spec = {"hidden": 32, "layers": 8, "heads": 2, "vision_hidden": 64}
     model = build_model(spec, tokenizer, 0).eval()
     assert candidate_layers(8, "entropy") == [1, 2] and candidate_layers(8, "fixed") == [4]
     assert candidate_layers(30, "entropy") == list(range(1, 11))
-    ids = torch.tensor([[5, 6, 7, 5, 6, 2, 7, 7]])
+    ids = torch.tensor([[2, 5, 6, 7, 5, 6, 2, 7, 7, 5]])
     embeds = model.get_input_embeddings()(ids)[0].detach()
     from mmspec.decoding.prompt import as_prompt
 
@@ -106,11 +106,180 @@ def test_intermediate_features_come_from_the_lowest_entropy_layer():
     stack.config._attn_implementation = "eager"
     with torch.no_grad():
         out = stack(inputs_embeds=embeds[None], output_attentions=True, output_hidden_states=True)
-    entropy = torch.stack(
-        [-(a[0] * a[0].clamp_min(1e-12).log()).sum(-1).mean(0) for a in out.attentions[:2]]
-    )
-    expected = torch.tensor([1, 2])[entropy.argmin(0)]
+
+    def entropy(attentions):
+        return torch.stack(
+            [-(a[0] * a[0].clamp_min(1e-12).log()).sum(-1).mean(0) for a in attentions]
+        )
+
+    # hidden_states[l] is scored by attentions[l], the layer reading it (the release's pairing)
+    expected = torch.tensor([1, 2])[entropy(out.attentions[1:3]).argmin(0)]
     assert torch.equal(layers, expected)
     assert len(set(expected.tolist())) == 2  # both layers are chosen somewhere: not vacuous
+    # and that pairing decides here: scoring by the producing layer would choose otherwise
+    producing = torch.tensor([1, 2])[entropy(out.attentions[0:2]).argmin(0)]
+    assert not torch.equal(producing, expected)
     for i, layer in enumerate(expected.tolist()):
         torch.testing.assert_close(features[i], out.hidden_states[layer][0, i])
+
+
+def _head(cross: bool = True, gates: float | None = None, vocab: int = 11):
+    """A small DREAM head (and a read-out) over a made-up target of hidden size 16."""
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=vocab,
+        num_hidden_layers=4,
+    )
+    torch.manual_seed(0)
+    spec = registry.resolve("dream" if cross else "dream_nocross", {"head_data": "x"})
+    head = build_head("dream", config, spec, "made-up").double().eval()
+    if gates is not None:
+        with torch.no_grad():
+            for name, parameter in head.named_parameters():
+                if name.endswith("_gate"):
+                    parameter.fill_(gates)
+    lm_head = torch.nn.Linear(16, vocab, bias=False).double()
+    return spec, head, lm_head
+
+
+def _made_up_batch():
+    """Two right-padded sequences (7 and 4 entries) whose loss counts from entry 2 and 1."""
+    from mmspec.training.heads import Sequence, _batch
+
+    generator = torch.Generator().manual_seed(1)
+
+    def sequence(n, answer_from):
+        rand = lambda: torch.randn(n, 16, generator=generator)  # noqa: E731
+        return Sequence(rand(), rand(), answer_from, intermediate=rand())
+
+    batch = _batch([sequence(7, 2), sequence(4, 1)], 0.0, torch.Generator())
+    return type(batch)(
+        **{
+            k: None if v is None else (v.double() if v.is_floating_point() else v)
+            for k, v in vars(batch).items()
+        }
+    )
+
+
+@pytest.mark.parametrize("mode", ["release", "paper"])
+def test_dream_loss_weighting_is_the_release_or_the_paper_formula(mode):
+    """`dream_loss`: the training loss of a made-up padded batch equals, computed here from the
+    head's outputs, the release's total (train/main_deepspeed.py: 0.2 x vloss + ploss +
+    mid_vloss, SmoothL1 sums over all B x W positions, the KL's mean over the vocabulary over
+    the counted ones) or the paper's (0.2, 0.2, 1.0 on masked means, the KL summed)."""
+    import torch.nn.functional as F
+
+    from mmspec.decoding.drafters.heads import head_kind
+    from mmspec.training.heads import losses, weighted
+
+    spec, head, lm_head = _head(gates=0.5)
+    spec = {**spec, "dream_loss": mode}
+    batch = _made_up_batch()
+    assert 0 < int(batch.mask.sum()) < batch.mask.numel()  # padding and prompt entries
+    parts = losses(head, lm_head, batch, "dream")[:3]
+    got = weighted(head_kind("dream"), spec, batch, 11, parts)
+
+    predicted, stream = head(batch.embeds, batch.features, attention_mask=batch.attention)
+    mask = batch.mask[..., None].double()  # [B, W, 1]
+    positions = mask.shape[0] * mask.shape[1]
+    smooth = lambda a, b: F.smooth_l1_loss(a, b, reduction="none")  # noqa: E731
+    target_p = torch.softmax(lm_head(batch.targets), -1)
+    kl = F.kl_div(torch.log_softmax(lm_head(predicted), -1), target_p, reduction="none")
+    if mode == "release":
+        vloss = torch.sum(torch.mean(mask * smooth(predicted, batch.targets), 2)) / positions
+        mid = torch.sum(torch.mean(mask * smooth(stream, batch.intermediate), 2)) / positions
+        kldloss = torch.sum(torch.mean(mask * kl, 2)) / mask.sum()
+        expected = 0.2 * vloss + 1.0 * kldloss + mid
+    else:
+        counted = mask.sum() * predicted.shape[-1]
+        feature = (mask * smooth(predicted, batch.targets)).sum() / counted
+        inter = (mask * smooth(stream, batch.intermediate)).sum() / counted
+        expected = 0.2 * feature + 0.2 * inter + (mask * kl).sum() / mask.sum()
+    torch.testing.assert_close(got, expected)
+
+
+def test_features_enter_the_head_only_through_its_cross_attention():
+    """With the cross-attention's gates at 0 (a new head) no feature reaches the output or the
+    intermediate stream; with them open, a feature reaches entry j exactly when its position is
+    <= j; without the block (dream_nocross) features never matter."""
+    embeds = torch.randn(1, 6, 16, dtype=torch.float64)
+    features = torch.randn(1, 6, 16, dtype=torch.float64)
+    moved = features.clone()
+    moved[0, 3] += 1.0  # the feature at position 3
+
+    def outputs(head, f):
+        with torch.no_grad():
+            return head(embeds, f)
+
+    for cross, gates in ((True, None), (False, None)):
+        _, head, _ = _head(cross=cross, gates=gates)
+        for a, b in zip(outputs(head, features), outputs(head, moved), strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    _, head, _ = _head(gates=0.5)
+    (before, _), (after, _) = outputs(head, features), outputs(head, moved)
+    torch.testing.assert_close(before[0, :3], after[0, :3], rtol=0, atol=0)
+    assert (before[0, 3:] - after[0, 3:]).abs().amax(-1).min() > 1e-6
+
+
+def test_a_drafted_node_reads_its_embedding_and_its_ancestors_outputs():
+    """The drafter's q at each node of a small tree equals the head run afresh over the
+    verified entries and the node's path (each entry its token's embedding), with the memory the
+    prompt's features plus, at each path entry's position, its parent's output (release
+    `topK_genrate`): the sibling's memory entry is not seen."""
+    from mmspec.decoding.decoder import Decoder
+    from mmspec.decoding.drafters import HeadPrompts
+    from mmspec.decoding.drafters.dream import DreamDrafter
+    from mmspec.decoding.proposal import ROOT, Proposal
+
+    tokenizer = verify.build_tokenizer()
+    target, _ = verify.build_models(0, tokenizer)
+    runner = MethodRunner(registry.resolve("ar", {}), target, None, tokenizer, "<image>")
+    generator = torch.Generator().manual_seed(0)
+    sample = Sample("a b <image> c", verify.random_images(target, generator), [])
+    prompt = runner.target_prompt(sample)
+    decoder = Decoder(target)
+    forward = decoder.prefill(prompt)
+    spec = registry.resolve("dream", {"head_data": "x", "dream_vtc": 1.0})
+    torch.manual_seed(3)
+    head = DreamDrafter.random_network(target.config, spec, "t").double().eval()
+    drafter = DreamDrafter(head, decoder, 0.0, 1.0)
+    drafter.start(HeadPrompts(prompt), 2, forward.row(0))
+    q_root = drafter.root(None)
+    tree = Proposal()
+    a, b = tree.add(3, ROOT), tree.add(4, ROOT)
+    q_ab = drafter.expand(tree, [a, b])
+    c = tree.add(5, a)
+    q_c = drafter.expand(tree, [c])
+
+    embed = decoder.embed
+    verified = torch.cat([prompt.embeds[1:], embed(torch.tensor([2]))])  # [L, H]
+    features = forward.row(0).hidden  # [L, H]
+    n = len(verified)
+
+    def afresh(tokens, outputs):
+        stream = torch.cat([verified, embed(torch.tensor(tokens, dtype=torch.long))])[None]
+        memory = torch.cat([features, *[o[None] for o in outputs]])
+        keys, values = head.model.cross.project(memory.double())
+        positions = torch.arange(len(memory))[None]
+        with torch.no_grad():
+            out = head.model(
+                inputs_embeds=stream.double(),
+                position_ids=torch.arange(stream.shape[1])[None],
+                memory=(keys[None], values[None], positions),
+            ).last_hidden_state[0]
+        return out, torch.softmax(decoder.lm_head(out), -1)
+
+    out_root, q = afresh([], [])
+    torch.testing.assert_close(q[n - 1], q_root)
+    _, q = afresh([3], [out_root[n - 1]])
+    torch.testing.assert_close(q[n], q_ab[0])
+    _, q = afresh([4], [out_root[n - 1]])
+    torch.testing.assert_close(q[n], q_ab[1])
+    out_a, _ = afresh([3], [out_root[n - 1]])
+    _, q = afresh([3, 5], [out_root[n - 1], out_a[n]])
+    torch.testing.assert_close(q[n + 1], q_c[0])

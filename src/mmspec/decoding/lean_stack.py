@@ -48,8 +48,11 @@ def _fuse(owner: torch.nn.Module, modules: list[torch.nn.Linear]) -> torch.Tenso
     return fused
 
 
-def _norm_parts(norm) -> tuple:
-    """(weight, its shape, epsilon) of an RMSNorm, looked up once rather than per step."""
+def _norm_parts(norm) -> tuple | None:
+    """(weight, its shape, epsilon) of an RMSNorm, looked up once rather than per step; None
+    for a layer without that norm (an `Identity`: the first block of DREAM's head)."""
+    if isinstance(norm, torch.nn.Identity):
+        return None
     return norm.weight, tuple(norm.weight.shape), norm.variance_epsilon
 
 
@@ -169,7 +172,7 @@ class LeanStack:
                 if position_ids is None:
                     position_ids = torch.arange(start, start + n, device=x.device).view(1, -1)
                 x = self.between[i](x, position_ids)
-            h = self._norm(x, norm1)
+            h = x if norm1 is None else self._norm(x, norm1)
             qkv = F.linear(h, qkv_w).view(rows, n, -1, self.head_dim).transpose(1, 2)
             qk, v = qkv[:, :q_kv], qkv[:, q_kv:]
             rotated = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)

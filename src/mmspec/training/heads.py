@@ -4,16 +4,19 @@ The training set is the target's own behaviour: each training prompt is answered
 target (greedy AR), and one teacher-forced pass over prompt + answer gives its feature at every
 position (last layer, after the final norm: what its `lm_head` reads). Entry j of a sequence is
 (input embedding of position j + 1, feature f_j); the head predicts f_{j+1}. The loss, on the
-entries that predict answer tokens, weighs (the head kind's `loss_weights`) a SmoothL1 between
-predicted and true
-features, a SmoothL1 between the head's intermediate stream and the target's intermediate
-feature (DREAM), and the KL divergence of the head's next-token distribution (the target's
-`lm_head` over the predicted feature) from the target's own (EAGLE's soft cross entropy differs
-from it by the target's entropy, a constant: the same gradient). EAGLE's release
-(`train/main.py`): 1.0 / - / 0.1; DREAM's (Section 4.1): 0.2 / 0.2 / 1.0. DREAM's intermediate
-feature at a position is the output of the target layer whose attention there has the lowest
-entropy (mean over heads) among layers 1 .. max(2, int(0.4 L) - 2) (its release's range; the
-floor of 2 keeps a choice on shallow targets), or of the layer at half the depth ("fixed").
+entries that predict answer tokens, weighs (the head kind's `weights`) three means over those
+entries: a SmoothL1 between predicted and true features, a SmoothL1 between the head's
+intermediate stream and the target's intermediate feature (DREAM), and the KL divergence of the
+head's next-token distribution (the target's `lm_head` over the predicted feature) from the
+target's own (EAGLE's soft cross entropy differs from it by the target's entropy, a constant:
+the same gradient). EAGLE's release (`train/main.py`): 1.0 / - / 0.1; DREAM's paper (Section
+4.1): 0.2 / 0.2 / 1.0; DREAM's release 0.2 r / r / 1/V, r the share of the batch's padded
+entries that count and V the vocabulary (`drafters.dream.DreamDrafter.weights`). DREAM's
+intermediate feature at a position is hidden_states[l], l among 1 .. max(2, int(0.4 L) - 2)
+(its release's range; the floor of 2 keeps a choice on shallow targets), the one whose reading
+layer (attentions[l]: layer l + 1, which takes hidden_states[l] as its input; the release's
+pairing, `ge_data/ge_data_all_llava_mix665k.py` `mid_feature_collect`) has the lowest attention
+entropy there (mean over heads), or of the layer at half the depth ("fixed").
 Input features carry uniform noise of width `head_noise` (the release's AddUniformNoise,
 without its sequence-length scale). AdamW, betas (0.9, 0.95), gradient clip 0.5. Every
 `eval_every` steps the held-out sequences (the last tenth) give the head's top-1 agreement with
@@ -93,9 +96,10 @@ def collect_sequence(
 
 
 def intermediate_features(model, prompt, answer: list[int], mode: str):
-    """(features [N, H], layer [N]) per position of prompt + answer: the output of the
-    candidate layer whose attention at that position has the lowest entropy (mean over heads),
-    or of the fixed layer; from a forward of transformers' own stack (eager attention)."""
+    """(features [N, H], layer [N]) per position of prompt + answer: hidden_states[l] (the
+    output of layer l, 1-based) of the candidate l whose reader, the next layer, has the lowest
+    attention entropy at that position (mean over heads), or of the fixed layer; from a forward
+    of transformers' own stack (eager attention)."""
     from mmspec.decoding.decoder import Decoder, eager_attention
 
     decoder = Decoder(model, lean=False)
@@ -110,7 +114,10 @@ def intermediate_features(model, prompt, answer: list[int], mode: str):
 
         return record
 
-    hooks = {layer - 1: hook(layer) for layer in candidates} if mode == "entropy" else {}
+    # hidden_states[l] is scored by the attention of the layer that reads it, attentions[l]
+    # (0-based layer l): DREAM's release, `mid_feature_collect` (l. 129-144) gathers
+    # features_stack[l] at the argmin over att_entropy_stack[l] = entropy(attn_tuple[l])
+    hooks = {layer: hook(layer) for layer in candidates} if mode == "entropy" else {}
     with torch.inference_mode(), eager_attention(decoder.stack, hooks):
         first = decoder.prefill(prompt, layers=tuple(candidates))
         rest = decoder.extend(answer, layers=tuple(candidates)) if answer else None
@@ -230,6 +237,15 @@ def losses(head, lm_head, batch: Batch, kind: str = "eagle") -> tuple[torch.Tens
     return feature_loss, inter_loss, kl, agreement
 
 
+def weighted(drafter, hp: dict, batch: Batch, vocab: int, parts) -> torch.Tensor:
+    """The training loss: the kind's weights (`weights`, given the share of the batch's padded
+    entries whose loss counts and the vocabulary's size) times the (feature, intermediate, KL)
+    masked means."""
+    share = float(batch.mask.sum()) / batch.mask.numel()
+    w = drafter.weights(hp, share, vocab)
+    return sum(weight * part for weight, part in zip(w, parts, strict=True))
+
+
 def _multi_token(head, lm_head, batch: Batch, decay: float = 0.8):
     """Medusa's and Hydra's loss: head k (0-based) on f_j against the target's read-out of
     f_{j+k+1} (which predicts token j + k + 2; Medusa's `train_legacy.py` and Hydra's
@@ -279,7 +295,7 @@ def train_head(
     call) resumes a run: the step, optimiser, random streams and curve continue where they
     stopped. `save(state)` is called every `eval_every` steps.
     """
-    w_feature, w_inter, w_kl = head_kind(kind).loss_weights
+    drafter = head_kind(kind)
     train, held = split(sequences)
     if not train:
         raise ValueError("a drafter head needs at least two training sequences")
@@ -301,6 +317,7 @@ def train_head(
         generator.set_state(state["generator"])
         curve, step = state["curve"], state["step"]
     size = min(int(hp["head_batch_size"]), len(train))
+    vocab = None
     progress = tqdm(total=steps, initial=step, desc="train_drafter")
     while step < steps:
         head.train()
@@ -308,7 +325,10 @@ def train_head(
         noise = float(hp.get("head_noise", 0.0))
         batch = _batch(picker.sample(train, size), noise, generator, device)
         feature_loss, inter_loss, kl, _ = losses(head, lm_head, batch, kind)
-        loss = w_feature * feature_loss + w_inter * inter_loss + w_kl * kl
+        if vocab is None:  # the read-out's width (an image generator's head too)
+            with torch.no_grad():
+                vocab = lm_head(batch.clean[:1, :1]).shape[-1]
+        loss = weighted(drafter, hp, batch, vocab, (feature_loss, inter_loss, kl))
         optimiser.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, GRAD_CLIP)

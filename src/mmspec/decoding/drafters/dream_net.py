@@ -1,7 +1,12 @@
-"""DREAM's head network (DREAM, Section 3.1; release `model/cnets.py` as the notes describe it):
-an initial decoder block over EAGLE's entry stream, a gated cross-attention block over the
-target's cached features, a final decoder block and a norm. `drafters.dream.DreamDrafter`
-drafts with it; its intermediate output is what the intermediate-feature loss supervises.
+"""DREAM's head network, as its release builds it (`model/cnets.py`, class `Model`, l. 650-825):
+no input projection; a decoder block over the token embeddings alone (l. 768: `hidden_states =
+inputs_embeds`, the fc over [embedding, feature] commented out at l. 668 and 769), a gated
+cross-attention block whose keys and values are the target's raw features (`LlamaCrossAttention`,
+l. 472-592; `LlamaCrossAttentionDecoderLayer`, l. 594-648), a second decoder block and a final
+norm. The target's features enter only through the cross-attention. `drafters.dream.DreamDrafter`
+drafts with it; its stream after the cross-attention block (the release's
+`all_hidden_states[-2]`, `train/main_deepspeed.py` l. 303) is what the intermediate-feature loss
+supervises.
 """
 
 from __future__ import annotations
@@ -18,12 +23,12 @@ from transformers.models.llama.modeling_llama import (
     LlamaRotaryEmbedding,
 )
 
-from mmspec.decoding.drafters.eagle_net import EagleHead, EagleHeadConfig
+from mmspec.decoding.drafters.eagle_net import EagleHeadConfig, LlamaLayerHead
 from mmspec.decoding.lean_stack import rms_norm
 
 
 class DreamHeadConfig(EagleHeadConfig):
-    """EAGLE's head config plus DREAM's switches (ablations)."""
+    """EAGLE's head config plus DREAM's switch (ablation)."""
 
     model_type = "mmspec_dream"
 
@@ -33,14 +38,17 @@ class DreamHeadConfig(EagleHeadConfig):
 
 
 class CrossAttention(nn.Module):
-    """Gated cross-attention of the entry stream (queries) over the target's features."""
+    """The release's `LlamaCrossAttentionDecoderLayer`: queries from the normed stream, keys and
+    values from the raw target features (no norm before the projections, cnets.py l. 548-549),
+    RMSNorm on each head's queries and keys (l. 495-496, 545, 555), no rotary embedding; the
+    attention and MLP outputs enter the stream through tanh gates initialised at 0 (l. 603,
+    607, 633, 638)."""
 
     def __init__(self, config):
         super().__init__()
         hidden, heads = config.hidden_size, config.num_attention_heads
         self.heads, self.dim = heads, hidden // heads
         self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
-        self.memory_norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         self.q = nn.Linear(hidden, hidden, bias=False)
         self.kv = nn.Linear(hidden, 2 * hidden, bias=False)
         self.o = nn.Linear(hidden, hidden, bias=False)
@@ -53,7 +61,7 @@ class CrossAttention(nn.Module):
 
     def project(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values [..., heads, M, dim] of memory features [..., M, H]."""
-        k, v = self.kv(rms_norm(features, self.memory_norm)).chunk(2, dim=-1)
+        k, v = F.linear(features, self.kv.weight).chunk(2, dim=-1)
         shape = (*features.shape[:-1], self.heads, self.dim)
         k = rms_norm(k.reshape(shape), self.k_norm).transpose(-3, -2)
         return k, v.reshape(shape).transpose(-3, -2)
@@ -76,19 +84,27 @@ class CrossAttention(nn.Module):
 
 
 class DreamStack(nn.Module):
-    """Initial decoder block -> cross-attention block -> final decoder block -> norm, with the
-    interface of a Llama stack (so `Decoder` runs it with its KV cache and masks). The memory
-    (keys, values and the target positions they hold) is set by the caller before a forward."""
+    """First decoder block -> cross-attention block -> final decoder block -> norm, with the
+    interface of a Llama stack (so `Decoder` runs it with its KV cache and masks). The first
+    block has no input norm (the release's `LlamaDecoderLayer` with index 0, cnets.py l. 399,
+    429): it reads the raw token embeddings.
+
+    The memory of a drafting forward is set by the caller before it (`memory`: the verified
+    features' keys, values and target positions; `drafted`: keys and values of drafted nodes'
+    memory entries, with `drafted_visible` [n, D] saying which of them each new entry sees)."""
 
     def __init__(self, config: DreamHeadConfig):
         super().__init__()
         self.config = config
         self.first = LlamaDecoderLayer(config, 0)
+        self.first.input_layernorm = nn.Identity()
         self.cross = CrossAttention(config) if config.cross else None
         self.final = LlamaDecoderLayer(config, 1)
         self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = LlamaRotaryEmbedding(config)
         self.memory = None  # (keys, values [heads, M, dim], positions [M])
+        self.drafted = None  # (keys, values [heads, D, dim]) or None
+        self.drafted_visible = None  # [n, D] bool
         self.intermediate = None  # the last forward's stream after the cross block
 
     @property
@@ -101,11 +117,26 @@ class DreamStack(nn.Module):
         return {1: self._fuse} if self.cross is not None else {}
 
     def _fuse(self, hidden, position_ids, memory=None):
-        """The cross-attention block over the memory; entry j reads the target's features of
-        positions <= j (its own feature included)."""
-        keys, values, positions = memory if memory is not None else self._memory(hidden)
-        visible = positions.unsqueeze(-2) <= position_ids.unsqueeze(-1)
-        hidden = self.cross(hidden, keys, values, visible.expand(hidden.shape[0], -1, -1))
+        """The cross-attention block. Entry j (the embedding of the token at j + 1) sees the
+        target's features at positions <= j (the release's token i sees features 0 .. i - 1:
+        its `make_causal_mask_for_cross_attention`, cnets.py l. 498-529, over features one
+        shorter than the embeddings, `train/main_deepspeed.py` l. 156, 187) and, drafting, the
+        drafted memory entries `drafted_visible` grants it."""
+        rows = hidden.shape[0]
+        if memory is not None:  # training: (keys, values [B, ...], positions [B, M])
+            keys, values, positions = memory
+            visible = positions.unsqueeze(-2) <= position_ids.unsqueeze(-1)
+        else:
+            keys, values, positions = self.memory
+            visible = positions.view(1, 1, -1) <= position_ids.unsqueeze(-1)
+            if self.drafted is not None:
+                keys = torch.cat([keys, self.drafted[0]], -2)
+                values = torch.cat([values, self.drafted[1]], -2)
+                extra = self.drafted_visible.to(visible.device).unsqueeze(0)
+                visible = torch.cat([visible, extra.expand(visible.shape[0], -1, -1)], -1)
+            keys = keys.unsqueeze(0).expand(rows, *keys.shape)
+            values = values.unsqueeze(0).expand(rows, *values.shape)
+        hidden = self.cross(hidden, keys, values, visible.expand(rows, -1, -1))
         self.intermediate = hidden
         return hidden
 
@@ -147,31 +178,32 @@ class DreamStack(nn.Module):
         hidden = self.final(hidden, **layer)
         return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden))
 
-    def _memory(self, hidden):
-        keys, values, positions = self.memory
-        rows = hidden.shape[0]
-        expand = lambda t: t.unsqueeze(0).expand(rows, *t.shape)  # noqa: E731
-        return expand(keys), expand(values), positions.unsqueeze(0)
 
-
-class DreamHead(EagleHead):
-    """EAGLE's fc(2H -> H) over [token embedding, target feature], then the `DreamStack`."""
+class DreamHead(LlamaLayerHead):
+    """The `DreamStack` over token embeddings, the target's features its cross-attention memory
+    (its own embedding table is unused: inputs arrive as vectors)."""
 
     config_class = DreamHeadConfig
 
-    @staticmethod
-    def build_stack(config) -> nn.Module:
-        return DreamStack(config)
+    def __init__(self, config: DreamHeadConfig):
+        super().__init__(config)
+        self.model = DreamStack(config)
+        self.post_init()
 
     def _init_weights(self, module):
         super()._init_weights(module)
-        if isinstance(module, CrossAttention):  # the gates start closed (DREAM's release)
+        if isinstance(module, CrossAttention):  # the gates start closed (cnets.py l. 603, 607)
             module.attn_gate.data.zero_()
             module.mlp_gate.data.zero_()
 
+    def inputs(self, embeds: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """An entry is its token's embedding alone (EAGLE's entry interface: `features` reach
+        the head through the memory, never the stream)."""
+        return embeds
+
     def forward(self, embeds, features, attention_mask=None):
-        """(predicted next features, intermediate stream) [B, n, H], training: the memory is
-        the sequence's own features, entry j reading positions <= j."""
+        """(predicted next features, intermediate stream) [B, n, H], training: entry j is the
+        embedding of token j + 1, and its memory the sequence's features at positions <= j."""
         positions = torch.arange(features.shape[1], device=features.device)
         memory = None
         if self.model.cross is not None:
@@ -181,7 +213,7 @@ class DreamHead(EagleHead):
                 pad = attention_mask == 0
                 memory = (keys, values, memory[2].masked_fill(pad, torch.iinfo(torch.long).max))
         out = self.model(
-            inputs_embeds=self.inputs(embeds, features),
+            inputs_embeds=embeds,
             attention_mask=attention_mask,
             position_ids=positions.unsqueeze(0).expand(features.shape[0], -1),
             memory=memory,

@@ -94,6 +94,14 @@ class HeadDrafter(Drafter):
         return cls.new_network(target_config, spec, target)
 
     @classmethod
+    def weights(cls, training: dict, share: float, vocab: int) -> tuple[float, float, float]:
+        """The weights of a batch's (feature, intermediate, distribution) losses, each a mean
+        over the entries whose loss counts; `share` is their share of the batch's padded
+        entries, `vocab` the vocabulary's size (DREAM's release weighs by both): by default
+        `loss_weights`."""
+        return cls.loss_weights
+
+    @classmethod
     def collection(cls, training: dict) -> dict:
         """What `training.heads.collect_sequence` reads of the target besides its last layer:
         DREAM's intermediate features, Kangaroo's exit layer."""

@@ -436,3 +436,55 @@ def test_the_points_alone_are_given_where_the_intervals_leave_a_set_undecided(tm
     printed = text(table)
     assert "INCONCLUSIVE  P: c (by the points alone, 1 of 1 hold)" in printed
     assert "inconclusive (by the points alone: holds): m retention 0.983 [0.968, 0.996]" in printed
+
+
+def test_harness_checks_are_listed_apart_and_counted_in_no_papers_tally(tmp_path):
+    """A claim marked `harness` (an identity of mmspec itself) keeps its verdict but leaves the
+    papers' count; the words and the report list it under harness checks."""
+    import pyarrow as pa
+    from report_pages import CELL_ROWS, sections
+
+    from mmspec.report.page import write_report
+    from mmspec.stages.claims import text
+    from mmspec.tables import CELLS, CLAIMS, write_table
+
+    identity = {**COMPARE, "a": {"method": "t"}, "b": {"method": "m"}, "higher": False}
+    write_claims(
+        tmp_path / "claims",
+        [claim("m-above-t", COMPARE), claim("identity", identity, harness=True)],
+    )
+    cells = pd.DataFrame([cell("cap", "m", 5.2), cell("cap", "t", 2.7)])
+    table = evaluate(load(tmp_path / "claims"), {"run": cells})
+    assert table.set_index("claim_id")["harness"].to_dict() == {
+        "m-above-t": False,
+        "identity": True,
+    }
+    assert counts(table) == {HOLDS: 1, FAILS: 0, INCONCLUSIVE: 0, NOT_APPLICABLE: 0}
+    assert counts(table, harness=True) == {HOLDS: 1, FAILS: 0, INCONCLUSIVE: 0, NOT_APPLICABLE: 0}
+    printed = text(table).splitlines()
+    apart = printed.index(
+        "harness checks (identities of mmspec itself, not counted among the papers' claims):"
+    )
+    assert any("P: c" in line for line in printed[apart:]) and printed[-1].startswith(
+        "claims: 1 holds, 0 fails"
+    )
+    assert "harness checks: 1 holds, 0 fails, 0 inconclusive, 0 not applicable" in printed
+    write_table(pa.Table.from_pylist(CELL_ROWS, schema=CELLS), tmp_path / "cells.parquet", CELLS)
+    write_table(pa.Table.from_pandas(table, schema=CLAIMS), tmp_path / "claims.parquet", CLAIMS)
+    write_report(
+        tmp_path / "cells.parquet", tmp_path / "r.html", claims_path=tmp_path / "claims.parquet"
+    )
+    scorecard = sections((tmp_path / "r.html").read_text())["Reproduction: the papers' claims"]
+    assert "1 holds, 0 fails, 0 inconclusive, 0 not applicable. Each claim" in scorecard
+    assert scorecard.count("<table class='claims'>") == 2 and "Harness checks" in scorecard
+    with pytest.raises(ClaimError, match=r"claim 'x'.harness: true or false"):
+        write_claims(tmp_path / "bad", [claim("x", COMPARE, harness="yes")])
+        parse_file(tmp_path / "bad" / "p.yaml")
+
+
+def test_the_projects_identities_are_harness_checks():
+    harness = {c.key for c in load(CLAIMS_DIR) if c.harness}
+    assert harness == {
+        "LVSpec/lambda-0-is-exact-sd",
+        "SpecVLM/pruned-view-drafts-fewer-visual-tokens",
+    }

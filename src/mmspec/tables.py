@@ -371,6 +371,7 @@ CLAIMS = pa.schema(
         ("section", pa.string()),  # the report section that shows it (anchor)
         ("shown_by", pa.string()),  # the toy preset that studies it in full
         ("note", pa.string()),
+        ("harness", pa.bool_()),  # a check of mmspec itself, apart from the paper's claims
         ("run", pa.string()),  # the results folder or cells file
         ("set", pa.string()),  # the set of cells: dataset, pair, temperature, seed
         ("verdict", pa.string()),  # holds, fails, inconclusive, not applicable

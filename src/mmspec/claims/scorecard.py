@@ -29,6 +29,7 @@ COLUMNS = [
     "section",
     "shown_by",
     "note",
+    "harness",
     "run",
     "set",
     "verdict",
@@ -209,6 +210,7 @@ def _row(claim: Claim, run: str, set_name: str, outcome: Outcome) -> dict:
         "section": claim.section,
         "shown_by": claim.shown_by,
         "note": claim.note,
+        "harness": claim.harness,
         "run": run,
         "set": set_name,
         "verdict": outcome.verdict,
@@ -226,7 +228,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
         first = rows.iloc[0]
         out.append(
             {
-                **{c: first[c] for c in COLUMNS[:8]},
+                **{c: first[c] for c in COLUMNS[:9]},
                 "verdict": checks.overall(verdicts),
                 "sets": sum(v != NOT_APPLICABLE for v in verdicts),
                 **{f"n_{v.replace(' ', '_')}": counts.get(v, 0) for v in checks.VERDICTS},
@@ -237,9 +239,11 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def counts(table: pd.DataFrame) -> dict[str, int]:
-    """The claims by overall verdict."""
-    found = Counter(summary(table)["verdict"]) if len(table) else Counter()
+def counts(table: pd.DataFrame, harness: bool = False) -> dict[str, int]:
+    """The papers' claims by overall verdict; with `harness`, the harness checks' instead (they
+    never count among the papers' claims)."""
+    rows = summary(table) if len(table) else pd.DataFrame({"verdict": [], "harness": []})
+    found = Counter(rows[rows["harness"].astype(bool) == harness]["verdict"])
     return {v: found.get(v, 0) for v in checks.VERDICTS}
 
 

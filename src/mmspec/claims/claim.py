@@ -30,6 +30,9 @@ STATS = {
     "real_divergences": ("real_divergences", None, False),
     "draft_visual_tokens": ("draft_visual_tokens", None, False),
 }
+# statistics that count the decoded tokens themselves: the same on every run of one config, so
+# their points decide without an interval (checks.Value.exact)
+EXACT = {"lossless_rate", "real_divergences", "draft_visual_tokens"}
 # the cells table's columns a selector may name (besides `hp`, the hyperparameters)
 SELECTABLE = (
     "registry_method",

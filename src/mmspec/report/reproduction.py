@@ -43,7 +43,8 @@ def render(claims: pd.DataFrame | None, sections: set[str]) -> str:
     parts.append(
         f"<p class='note'>{tally}. Each claim is checked on every set of cells it names (a "
         "dataset, pair, temperature and seed): two values differ only where their 95% intervals "
-        "do not overlap, else the set is inconclusive (what the point estimates alone say is "
+        "do not overlap, else the set is inconclusive, and so is a value without an interval "
+        "(FID; a mean over datasets takes theirs) (what the point estimates alone say is "
         "given beside it where it differs); a claim holds where every set holds and "
         "fails where every set fails. Not applicable: the sweep lacks its cells. A claim's "
         "check is in config/claims/&lt;paper&gt;.yaml; <code>mmspec claims RESULTS...</code> "

@@ -23,8 +23,9 @@ def with_change(path: list, value):
 
 
 TREES = {"ar", "sd_chain", "sd_tree", "specvlm", "sage", "sage_tree", "eagle2_tree"}
-# toy_specvlm_sage.yaml also runs a chain as deep as SAGE's deepest tree (gamma 8)
-TOY_TREES = TREES | {"sd_chain_deep"}
+# toy_specvlm_sage.yaml also runs a chain as deep as SAGE's deepest tree (gamma 8) and SAGE's
+# unpruned view (Table 5's SAGE_0)
+TOY_TREES = TREES | {"sd_chain_deep", "sage_unpruned"}
 
 
 def _by(cells, pair):

@@ -12,7 +12,8 @@ from mmspec import config as mmconfig
 from mmspec.claims.claim import CLAIMS_DIR, load
 from mmspec.claims.planned import not_applicable, planned_cells
 
-PRESETS = Path(__file__).resolve().parents[1] / "config" / "presets"
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = ROOT / "config" / "presets"
 # paper (a claims file's `paper`) -> its real preset
 REAL_PRESETS = {
     "TABED": "tabed",
@@ -32,6 +33,29 @@ def test_every_claims_file_has_its_real_preset():
 def test_every_claim_applies_on_its_papers_real_preset(paper):
     config = mmconfig.load(PRESETS / f"{REAL_PRESETS[paper]}.yaml")
     claims = [c for c in load(CLAIMS_DIR) if c.paper == paper]
+    missing = not_applicable(claims, config)
+    assert not missing, "\n".join(f"{k}: {why}" for k, why in missing.items())
+
+
+# paper -> the toy preset that studies it in full (its claims' `shown_by`), run over the
+# default sweep's toy world
+TOY_PRESETS = {
+    "TABED": "toy_tabed",
+    "SAGE": "toy_specvlm_sage",
+    "SpecVLM": "toy_specvlm_sage",
+    "LANTERN": "toy_lantern",
+    "LVSpec": "toy_lvspec",
+    "DREAM": "toy_dream",
+}
+
+
+@pytest.mark.parametrize("paper", sorted(TOY_PRESETS))
+def test_every_claim_applies_on_its_papers_toy_preset(paper):
+    config = mmconfig.load_as_snakemake(
+        PRESETS / f"{TOY_PRESETS[paper]}.yaml", default=ROOT / "config" / "config.yaml"
+    )
+    claims = [c for c in load(CLAIMS_DIR) if c.paper == paper]
+    assert {c.shown_by for c in claims} == {TOY_PRESETS[paper]}
     missing = not_applicable(claims, config)
     assert not missing, "\n".join(f"{k}: {why}" for k, why in missing.items())
 

@@ -92,7 +92,7 @@ def _above(a: Value, b: Value, tolerance: float) -> str:
 
 def compare(a: Value, b: Value, higher: bool = True, tolerance: float = 0.0) -> Outcome:
     """a above b (`higher`) or below it. `tolerance` (relative to b) widens the band a
-    difference must leave before it counts, for values without intervals."""
+    difference must leave before it counts, beyond the intervals (or exact points)."""
     missing = _missing(a, b)
     if missing:
         return Outcome(NOT_APPLICABLE, missing)

@@ -15,7 +15,7 @@ import scale_sweep
 from mmspec import cli
 from mmspec import config as mmconfig
 from mmspec.stages import aggregate
-from mmspec.stages.aggregate import retention_interval
+from mmspec.stages.aggregate import retention_interval, tau_interval
 from mmspec.tables import BLOCKS, CELLS, SCORES, read_table, write_table
 
 
@@ -94,6 +94,39 @@ def test_cells_table_has_both_retentions_intervals(tmp_path):
     low, high = retention_interval(judge, ar_judge)
     assert (cell["judge_retention_low"], cell["judge_retention_high"]) == pytest.approx((low, high))
     assert low < 12 / 13 <= high
+
+
+def test_tau_pools_steps_and_its_interval_is_of_the_pooled_ratio(tmp_path):
+    """Half the samples accept 9 tokens in 1 step, half 9 tokens in 9 steps: tau pooled over
+    steps is 900 / 500 = 1.8, a mean of the samples' ratios would be 5. The cell's tau and its
+    interval are of the pooled ratio (tau_per_sample keeps the mean of ratios)."""
+    samples = [(1, 9, 0.01)] * 50 + [(9, 9, 0.01)] * 50
+    cell_file = _scores(tmp_path, "sd", samples, 5, 0.0004, 0.002)
+    out = tmp_path / "cells.parquet"
+    aggregate.run([cell_file], str(out), str(tmp_path / "blocks.parquet"))
+    (cell,) = read_table(out, CELLS).to_pylist()
+    assert cell["tau"] == pytest.approx(1.8) and cell["tau_per_sample"] == pytest.approx(5.0)
+    order = sorted(range(len(samples)), key=lambda i: f"s{i}")  # the cell's sample order
+    tokens, steps = [samples[i][1] for i in order], [samples[i][0] for i in order]
+    assert (cell["tau_low"], cell["tau_high"]) == pytest.approx(tau_interval(tokens, steps))
+    # around the pooled 1.8, far from the mean of ratios (a bootstrap of it spans about 4-6)
+    assert 1.4 < cell["tau_low"] < 1.8 < cell["tau_high"] < 2.4
+
+
+def test_tau_interval():
+    # every sample at the same ratio: no spread to resample
+    assert tau_interval([10, 20, 30], [2, 4, 6]) == pytest.approx((5.0, 5.0))
+    # resampling the sample-turns: the same seed gives the same interval, more samples of the
+    # same spread a narrower one, and every bound lies between the samples' own ratios
+    tokens, steps = [12, 3, 8, 20, 5, 9], [3, 3, 2, 4, 5, 3]
+    low, high = tau_interval(tokens, steps)
+    assert tau_interval(tokens, steps) == (low, high)
+    assert 1.0 <= low < sum(tokens) / sum(steps) < high <= 5.0
+    wide_low, wide_high = tau_interval(tokens * 10, steps * 10)
+    assert high - low > wide_high - wide_low
+    # no sample-turn: no interval
+    low, high = tau_interval([], [])
+    assert low != low and high != high  # NaN
 
 
 # ---- the files: batches, the sweep's own, one cell per file ------------------------------------

@@ -23,6 +23,11 @@ def v(point, low=math.nan, high=math.nan):
     return Value(point, low, high)
 
 
+def exact(point):
+    """A value whose point decides without an interval (a count of decoded tokens)."""
+    return Value(point, exact=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # the check kinds
 
@@ -34,8 +39,10 @@ def v(point, low=math.nan, high=math.nan):
         (v(3, 2.5, 3.5), v(5, 4.5, 5.5), True, FAILS),
         (v(5, 4.0, 6.0), v(4.5, 3.8, 5.2), True, INCONCLUSIVE),  # intervals overlap
         (v(3, 2.5, 3.5), v(5, 4.5, 5.5), False, HOLDS),  # lower is better (FID)
-        (v(5.0), v(4.0), True, HOLDS),  # points only: any difference decides
-        (v(4.0), v(4.0), True, INCONCLUSIVE),
+        (v(5.0), v(4.0), True, INCONCLUSIVE),  # no interval: noise decides nothing
+        (v(5.0, 4.9, 5.1), v(4.0), True, INCONCLUSIVE),  # one without an interval is enough
+        (exact(5.0), exact(4.0), True, HOLDS),  # exact counts: any difference decides
+        (exact(4.0), exact(4.0), True, INCONCLUSIVE),
         (v(math.nan), v(4.0), True, NOT_APPLICABLE),
     ],
 )
@@ -44,9 +51,9 @@ def test_compare(a, b, higher, verdict):
 
 
 def test_a_tolerance_widens_the_band_a_difference_must_leave():
-    assert checks.compare(v(4.2), v(4.0), tolerance=0.1).verdict == INCONCLUSIVE
-    assert checks.compare(v(4.5), v(4.0), tolerance=0.1).verdict == HOLDS
-    assert checks.compare(v(3.5), v(4.0), tolerance=0.1).verdict == FAILS
+    assert checks.compare(exact(4.2), exact(4.0), tolerance=0.1).verdict == INCONCLUSIVE
+    assert checks.compare(exact(4.5), exact(4.0), tolerance=0.1).verdict == HOLDS
+    assert checks.compare(exact(3.5), exact(4.0), tolerance=0.1).verdict == FAILS
 
 
 @pytest.mark.parametrize(
@@ -56,12 +63,14 @@ def test_a_tolerance_widens_the_band_a_difference_must_leave():
         (v(0.62, 0.40, 0.83), FAILS),
         (v(0.95, 0.90, 1.01), INCONCLUSIVE),  # the floor lies inside the interval
         (v(0.98, 0.95, 1.0), INCONCLUSIVE),  # the point is above, the interval is not
-        (v(0.97), HOLDS),  # at the floor counts
+        (v(0.97, 0.97, 0.99), HOLDS),  # at the floor counts
+        (v(0.99), INCONCLUSIVE),  # no interval
+        (exact(0.97), HOLDS),
     ],
 )
 def test_threshold(a, verdict):
     assert checks.threshold(a, 0.97).verdict == verdict
-    assert checks.threshold(v(12.0), 10.0, higher=False).verdict == FAILS
+    assert checks.threshold(exact(12.0), 10.0, higher=False).verdict == FAILS
 
 
 def test_order():
@@ -86,29 +95,43 @@ def test_trend():
     assert checks.trend([(0.7, v(3))]).verdict == NOT_APPLICABLE
 
 
+def x(point):
+    """A speed (x) with an interval."""
+    return v(point, point - 0.1, point + 0.1)
+
+
 def test_dominates():
-    claimed = [(v(4), v(0.99, 0.97, 1.0)), (v(7), v(0.95, 0.92, 0.98))]
-    beaten = [(v(3.5), v(0.90, 0.85, 0.95)), (v(6.5), v(0.93, 0.9, 0.96))]
+    claimed = [(x(4), v(0.99, 0.97, 1.0)), (x(7), v(0.95, 0.92, 0.98))]
+    beaten = [(x(3.5), v(0.90, 0.85, 0.95)), (x(6.5), v(0.93, 0.9, 0.96))]
     assert checks.dominates(claimed, beaten).verdict == HOLDS
-    above = [(v(6.5), v(0.995, 0.99, 1.0))]  # as fast as the 7.0 point, above its interval
+    above = [(x(6.5), v(0.995, 0.99, 1.0))]  # as fast as the 7.0 point, above its interval
     assert checks.dominates(claimed, above).verdict == FAILS
-    close = [(v(6.5), v(0.96, 0.93, 0.99))]  # above the point, inside its interval
+    close = [(x(6.5), v(0.96, 0.93, 0.99))]  # above the point, inside its interval
     assert checks.dominates(claimed, close).verdict == INCONCLUSIVE
-    faster = [(v(9), v(0.5, 0.4, 0.6))]  # no claimed point is as fast
+    faster = [(x(9), v(0.5, 0.4, 0.6))]  # no claimed point is as fast
     assert checks.dominates(claimed, faster).verdict == FAILS
     assert checks.dominates([], beaten).verdict == NOT_APPLICABLE
     # the same retention, summed in another order, differs by rounding only: reached
-    tie = [(v(7), v(0.95 + 1e-12, 0.94, 0.96))]
+    tie = [(x(7), v(0.95 + 1e-12, 0.94, 0.96))]
     assert checks.dominates(claimed, tie).verdict == HOLDS
-    assert checks.dominates(claimed, [(v(7), v(0.95 + 1e-6, 0.94, 0.96))]).verdict == INCONCLUSIVE
+    assert checks.dominates(claimed, [(x(7), v(0.95 + 1e-6, 0.94, 0.96))]).verdict == INCONCLUSIVE
+    # a speed without an interval decides nothing
+    assert checks.dominates([(v(4), v(0.99, 0.97, 1.0))], beaten[:1]).verdict == INCONCLUSIVE
 
 
 def test_near():
-    assert checks.near(v(52.0), v(55.0), 0.1).verdict == HOLDS
-    assert checks.near(v(70.0), v(55.0), 0.1).verdict == FAILS
+    assert checks.near(v(52.0, 51, 53), v(55.0, 54, 56), 0.1).verdict == HOLDS
+    assert checks.near(v(70.0, 68, 72), v(55.0, 54, 56), 0.1).verdict == FAILS
+    # the points are 5% apart, the intervals' far ends 16%: undecided
+    assert checks.near(v(52.5, 49, 56), v(50.0, 49, 51), 0.1).verdict == INCONCLUSIVE
+    # two FIDs without intervals: 4% apart decides nothing
+    unsure = checks.near(v(29.77), v(28.63), 0.1)
+    assert unsure.verdict == INCONCLUSIVE and unsure.measured.endswith(
+        "(no interval: a value, a value)"
+    )
     # a tight tolerance is printed as given, not rounded to 0%
-    exact = checks.near(v(2.87), v(2.87), 0.000001)
-    assert exact.verdict == HOLDS and exact.measured.endswith("0% apart (<= 0.0001%?)")
+    same = checks.near(exact(2.87), exact(2.87), 0.000001)
+    assert same.verdict == HOLDS and same.measured.endswith("0% apart (<= 0.0001%?)")
 
 
 def test_overall_verdict_of_several_sets():
@@ -226,7 +249,7 @@ def test_trend_order_dominates_and_means_over_datasets_read_their_cells(tmp_path
             cell("v", "d", 6.0),
             cell("v", "k", 2.0),
             cell("a", "ens", 5.0),
-            cell("a", "m", 4.8, 3.0, 6.0),
+            cell("a", "m", 4.8),
             cell("b", "ens", 4.0),
             cell("b", "m", 3.0),
         ]
@@ -254,7 +277,8 @@ def test_trend_order_dominates_and_means_over_datasets_read_their_cells(tmp_path
     assert table.loc["trend", "measured"].startswith("0: tau 3 [2.8, 3.2], 0.5: tau 5")
     assert table.loc["order", "verdict"] == HOLDS  # over the cells the set has
     assert table.loc["frontier", "verdict"] == HOLDS  # lambda 0.5: tau 5 >= 4.5, 0.98 >= 0.95
-    assert table.loc["mean", "verdict"] == HOLDS  # means 4.5 vs 3.9, points only
+    # means 4.5 [4.36, 4.64] vs 3.9 [3.76, 4.04]: each dataset's +-0.2 over two datasets
+    assert table.loc["mean", "verdict"] == HOLDS
     assert "mean over 2 datasets" in table.loc["mean", "measured"]
 
 
@@ -306,6 +330,7 @@ def test_mmspec_claims_prints_the_scorecard_of_a_results_folder(tmp_path):
     from mmspec.tables import CELLS, write_table
 
     frame = pd.DataFrame([cell("toy_caption", "m", 5.2), cell("toy_caption", "t", 2.7)])
+    frame["gamma"] = 5  # TABED's gamma, which its claims pin
     for name in set(CELLS.names) - set(frame):
         frame[name] = None  # the contract's other columns, empty
     table = pa.Table.from_pandas(frame[CELLS.names], schema=CELLS, preserve_index=False)
@@ -372,6 +397,7 @@ ORDER = {"kind": "order", "stat": "tau", "cells": [{"method": x} for x in ("a", 
 TREND = {"kind": "trend", "stat": "tau", "along": "lam", "a": {"registry_method": "lv"}}
 FRONTIER = {"kind": "dominates", "a": {"registry_method": "lv"}, "b": {"method": "k"}}
 NEAR = {"kind": "near", "stat": "fid", "tolerance": 0.1, "a": {"method": "m"}, "b": {"method": "t"}}
+NEAR_TAU = {**NEAR, "stat": "tau"}
 
 
 def lv(*points) -> list:
@@ -409,8 +435,10 @@ def R(point: float, half: float = 0.02) -> dict:
             [*lv((0.5, T(5), R(0.95, 0.05))), ("k", {**T(4.5), **R(0.96, 0.03)})],
             INCONCLUSIVE,
         ),
-        (NEAR, [("m", {"fid": 52.0}), ("t", {"fid": 55.0})], HOLDS),
-        (NEAR, [("m", {"fid": 70.0}), ("t", {"fid": 55.0})], FAILS),
+        (NEAR, [("m", {"fid": 52.0}), ("t", {"fid": 55.0})], INCONCLUSIVE),  # no interval
+        (NEAR_TAU, [("m", T(5.0, 0.1)), ("t", T(5.1, 0.1))], HOLDS),
+        (NEAR_TAU, [("m", T(7.0, 0.1)), ("t", T(5.0, 0.1))], FAILS),
+        (NEAR_TAU, [("m", T(5.4, 0.3)), ("t", T(5.0, 0.1))], INCONCLUSIVE),
     ],
 )
 def test_each_check_kind_over_cells_tables(tmp_path, check, cells, verdict):
@@ -435,3 +463,74 @@ def test_the_points_alone_are_given_where_the_intervals_leave_a_set_undecided(tm
     printed = text(table)
     assert "INCONCLUSIVE  P: c (by the points alone, 1 of 1 hold)" in printed
     assert "inconclusive (by the points alone: holds): m retention 0.983 [0.968, 0.996]" in printed
+
+
+def test_harness_checks_are_listed_apart_and_counted_in_no_papers_tally(tmp_path):
+    """A claim marked `harness` (an identity of mmspec itself) keeps its verdict but leaves the
+    papers' count; the words and the report list it under harness checks."""
+    import pyarrow as pa
+    from report_pages import CELL_ROWS, sections
+
+    from mmspec.report.page import write_report
+    from mmspec.stages.claims import text
+    from mmspec.tables import CELLS, CLAIMS, write_table
+
+    identity = {**COMPARE, "a": {"method": "t"}, "b": {"method": "m"}, "higher": False}
+    write_claims(
+        tmp_path / "claims",
+        [claim("m-above-t", COMPARE), claim("identity", identity, harness=True)],
+    )
+    cells = pd.DataFrame([cell("cap", "m", 5.2), cell("cap", "t", 2.7)])
+    table = evaluate(load(tmp_path / "claims"), {"run": cells})
+    assert table.set_index("claim_id")["harness"].to_dict() == {
+        "m-above-t": False,
+        "identity": True,
+    }
+    assert counts(table) == {HOLDS: 1, FAILS: 0, INCONCLUSIVE: 0, NOT_APPLICABLE: 0}
+    assert counts(table, harness=True) == {HOLDS: 1, FAILS: 0, INCONCLUSIVE: 0, NOT_APPLICABLE: 0}
+    printed = text(table).splitlines()
+    apart = printed.index(
+        "harness checks (identities of mmspec itself, not counted among the papers' claims):"
+    )
+    assert any("P: c" in line for line in printed[apart:]) and printed[-1].startswith(
+        "claims: 1 holds, 0 fails"
+    )
+    assert "harness checks: 1 holds, 0 fails, 0 inconclusive, 0 not applicable" in printed
+    write_table(pa.Table.from_pylist(CELL_ROWS, schema=CELLS), tmp_path / "cells.parquet", CELLS)
+    write_table(pa.Table.from_pandas(table, schema=CLAIMS), tmp_path / "claims.parquet", CLAIMS)
+    write_report(
+        tmp_path / "cells.parquet", tmp_path / "r.html", claims_path=tmp_path / "claims.parquet"
+    )
+    scorecard = sections((tmp_path / "r.html").read_text())["Reproduction: the papers' claims"]
+    assert "1 holds, 0 fails, 0 inconclusive, 0 not applicable. Each claim" in scorecard
+    assert scorecard.count("<table class='claims'>") == 2 and "Harness checks" in scorecard
+    with pytest.raises(ClaimError, match=r"claim 'x'.harness: true or false"):
+        write_claims(tmp_path / "bad", [claim("x", COMPARE, harness="yes")])
+        parse_file(tmp_path / "bad" / "p.yaml")
+
+
+def test_the_projects_identities_are_harness_checks():
+    harness = {c.key for c in load(CLAIMS_DIR) if c.harness}
+    assert harness == {
+        "LVSpec/lambda-0-is-exact-sd",
+        "SpecVLM/pruned-view-drafts-fewer-visual-tokens",
+    }
+
+
+def test_a_mean_over_datasets_carries_the_datasets_intervals(tmp_path):
+    """TABED-like means: 4.5 vs 3.9 holds with each dataset's tau at +-0.2, is inconclusive
+    when one dataset's interval is wide, and so is a mean with a dataset without interval."""
+    mean = {**COMPARE, "mean_over": "dataset", "a": {"method": "ens"}, "b": [{"method": "m"}]}
+    write_claims(tmp_path / "claims", [claim("mean", mean, per=["pair", "temperature", "seed"])])
+
+    def verdict(m_on_a: dict) -> tuple[str, str]:
+        cells = pd.DataFrame(
+            [cell("a", "ens", 5.0), cell("b", "ens", 4.0), cell("b", "m", 3.0)]
+            + [{**cell("a", "m", 4.8), **m_on_a}]
+        )
+        row = evaluate(load(tmp_path / "claims"), {"run": cells}).iloc[0]
+        return row["verdict"], row["by_points"]
+
+    assert verdict({}) == (HOLDS, HOLDS)
+    assert verdict({"tau_low": 3.0, "tau_high": 6.6}) == (INCONCLUSIVE, HOLDS)
+    assert verdict({"tau_low": math.nan, "tau_high": math.nan}) == (INCONCLUSIVE, HOLDS)

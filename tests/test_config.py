@@ -23,6 +23,9 @@ def with_change(path: list, value):
 
 
 TREES = {"ar", "sd_chain", "sd_tree", "specvlm", "sage", "sage_tree", "eagle2_tree"}
+# toy_specvlm_sage.yaml also runs a chain as deep as SAGE's deepest tree (gamma 8) and SAGE's
+# unpruned view (Table 5's SAGE_0)
+TOY_TREES = TREES | {"sd_chain_deep", "sage_unpruned"}
 
 
 def _by(cells, pair):
@@ -100,7 +103,7 @@ def test_toy_presets_hold_each_papers_full_toy_study():
         "toy_story",
         "toy_video",
     }
-    assert all(methods == TREES for methods in found.values())
+    assert all(methods == TOY_TREES for methods in found.values())
     assert {c.pair for c in trees} == {"toy_vdraft"}
     lantern = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_lantern.yaml"))
     assert {(c.dataset, c.pair) for c in lantern} == {("toy_imagegen", "toy_image")}
@@ -156,7 +159,9 @@ def test_toy_presets_hold_each_papers_full_toy_study():
     }
     assert fly == {(4, 0.1), (2, 0.1), (1, 0.1), (1, 0.05)}  # LVSpec's Figure 7 grid
     assert {c.spec["relax_rho"] for c in loose if c.method == "random_relax"} == {0.25, 0.5, 0.75}
-    assert {c.spec["gamma"] for c in loose if c.method != "ar"} == {10}
+    assert {c.spec["gamma"] for c in loose if c.method not in ("ar", "specvlm")} == {10}
+    # SpecVLM's lossless tree over the pruned view: LVSpec's Table 1 baseline
+    assert {c.spec["tree"] for c in loose if c.method == "specvlm"} == {"static"}
 
 
 def test_grid_expands_to_cartesian_product():

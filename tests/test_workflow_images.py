@@ -35,6 +35,7 @@ def test_lossless_cells_draw_the_ar_images(run_dir):
     cells = _cells(run_dir)
     ar = cells[("ar", None)]
     assert ar["fid"] is not None and ar["fid"] == ar["ar_fid"] and ar["fid_retention"] == 1.0
+    assert ar["fid_retention_low"] == ar["fid_retention_high"] == pytest.approx(1.0)
     # greedy SD and LANTERN at delta 0 are lossless: the same codes, so the same images and FID
     for key in [("sd_chain", None), ("lantern", 0.0), ("eagle_image", None)]:
         cell = cells[key]
@@ -51,6 +52,10 @@ def test_relaxed_cells_are_lossy_not_failed(run_dir):
         assert cell["lossless_rule"] is False and cell["lossless_rate"] is None, key
         assert cell["fid"] is not None and cell["quality"] is not None, key
         assert cell["fid_retention"] == pytest.approx(cell["ar_fid"] / cell["fid"])
+        # intervals over the prompts (paired with AR's images) bracket both
+        assert cell["fid_low"] <= cell["fid"] <= cell["fid_high"], key
+        low, high = cell["fid_retention_low"], cell["fid_retention_high"]
+        assert low <= cell["fid_retention"] <= high, key
         assert 0 <= cell["relaxed_share"] < 1, key  # counted (these tiny drafts rarely miss)
 
 

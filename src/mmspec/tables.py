@@ -199,6 +199,11 @@ SCORES = pa.schema(
         # generated image (from the samples; the report's thumbnails)
         ("fid", pa.float64()),
         ("ar_fid", pa.float64()),
+        # their 95% intervals, bootstrapping the prompts (scoring.image_metrics.fid_intervals)
+        ("fid_low", pa.float64()),
+        ("fid_high", pa.float64()),
+        ("fid_retention_low", pa.float64()),
+        ("fid_retention_high", pa.float64()),
         ("image_png", pa.binary()),
         # judged datasets only (else null): the LLM judge's 0-5 score of this answer and of the
         # AR cell's, and the error of a failed judgement (its score stays null)
@@ -321,6 +326,11 @@ CELLS = pa.schema(
         ("fid", pa.float64()),
         ("ar_fid", pa.float64()),
         ("fid_retention", pa.float64()),
+        # the 95% intervals of FID and of AR FID / FID, bootstrapping the prompts (paired)
+        ("fid_low", pa.float64()),
+        ("fid_high", pa.float64()),
+        ("fid_retention_low", pa.float64()),
+        ("fid_retention_high", pa.float64()),
         ("thumbnails", pa.list_(pa.binary())),
         # judged datasets only (else null): mean judge scores (0-5) of the cell and of its AR
         # cell, and their ratio, over the sample-turns where both judgements succeeded; failed
@@ -371,6 +381,7 @@ CLAIMS = pa.schema(
         ("section", pa.string()),  # the report section that shows it (anchor)
         ("shown_by", pa.string()),  # the toy preset that studies it in full
         ("note", pa.string()),
+        ("harness", pa.bool_()),  # a check of mmspec itself, apart from the paper's claims
         ("run", pa.string()),  # the results folder or cells file
         ("set", pa.string()),  # the set of cells: dataset, pair, temperature, seed
         ("verdict", pa.string()),  # holds, fails, inconclusive, not applicable

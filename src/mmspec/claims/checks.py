@@ -1,9 +1,12 @@
 """The kinds of check a claim makes over measured values, each giving a verdict.
 
 A value is a point estimate with its 95% interval where the cells table has one (tau, speedup,
-retention, judge retention); a value without an interval (FID, draft visual tokens) is compared by
-its point, within the claim's stated tolerance. Two values differ only when their intervals do not
-overlap: a difference inside overlapping intervals is INCONCLUSIVE, never a verdict either way.
+retention, judge retention). Two values differ only when their intervals do not overlap: a
+difference inside overlapping intervals is INCONCLUSIVE, never a verdict either way. A value
+without an interval (FID today) decides nothing: every check it enters is INCONCLUSIVE, unless the
+value is `exact` (a count of the decoded tokens themselves, the same on every run of one config,
+such as the draft's visual tokens; or a reading of the points alone, which the scorecard gives
+beside each verdict).
 
 - `compare`: a above b (or below, `higher: false`);
 - `threshold`: a at or above a fixed value (or below);
@@ -33,6 +36,12 @@ class Value:
     low: float = math.nan
     high: float = math.nan
     name: str = ""  # what it is, in words: "M tau", "lvspec lambda 0.7 retention"
+    exact: bool = False  # its point decides without an interval (see the module's docstring)
+
+    @property
+    def decided(self) -> bool:
+        """Whether the value can decide a verdict: it has an interval, or is exact."""
+        return self.exact or (math.isfinite(self.low) and math.isfinite(self.high))
 
     @property
     def lower(self) -> float:
@@ -62,6 +71,15 @@ def _missing(*values: Value) -> str | None:
     return f"no measurement of {', '.join(bad)}" if bad else None
 
 
+def _undecided(verdict: str, *values: Value) -> tuple[str, str]:
+    """`verdict`, or INCONCLUSIVE with the reason when a value has no interval (and is not
+    exact): a comparison without one is noise, whatever its points say."""
+    bad = [v.name or "a value" for v in values if not v.decided]
+    if not bad:
+        return verdict, ""
+    return INCONCLUSIVE, f" (no interval: {', '.join(bad)})"
+
+
 def _above(a: Value, b: Value, tolerance: float) -> str:
     """HOLDS when a lies above b beyond both intervals (and `tolerance`, absolute), FAILS when
     below, else INCONCLUSIVE."""
@@ -74,14 +92,15 @@ def _above(a: Value, b: Value, tolerance: float) -> str:
 
 def compare(a: Value, b: Value, higher: bool = True, tolerance: float = 0.0) -> Outcome:
     """a above b (`higher`) or below it. `tolerance` (relative to b) widens the band a
-    difference must leave before it counts, for values without intervals."""
+    difference must leave before it counts, beyond the intervals (or exact points)."""
     missing = _missing(a, b)
     if missing:
         return Outcome(NOT_APPLICABLE, missing)
     band = abs(tolerance * b.point)
     verdict = _above(a, b, band) if higher else _above(b, a, band)
+    verdict, why = _undecided(verdict, a, b)
     sign = ">" if higher else "<"
-    return Outcome(verdict, f"{a.text()} {sign}? {b.text()}")
+    return Outcome(verdict, f"{a.text()} {sign}? {b.text()}{why}")
 
 
 def threshold(a: Value, value: float, higher: bool = True) -> Outcome:
@@ -93,7 +112,8 @@ def threshold(a: Value, value: float, higher: bool = True) -> Outcome:
         verdict = HOLDS if a.lower >= value else FAILS if a.upper < value else INCONCLUSIVE
     else:
         verdict = HOLDS if a.upper <= value else FAILS if a.lower > value else INCONCLUSIVE
-    return Outcome(verdict, f"{a.text()} {'>=' if higher else '<='}? {value:g}")
+    verdict, why = _undecided(verdict, a)
+    return Outcome(verdict, f"{a.text()} {'>=' if higher else '<='}? {value:g}{why}")
 
 
 def order(values: list[Value], higher: bool = True, tolerance: float = 0.0) -> Outcome:
@@ -157,18 +177,28 @@ def dominates(claimed: list[tuple[Value, Value]], baselines: list[tuple[Value, V
         )
         notes.append(f"{bx.text()}, {by.text()} ({against})")
     measured = f"{verdicts.count(HOLDS)} of {len(baselines)} baseline points dominated"
-    return Outcome(all_of(verdicts), measured + ("; not: " + "; ".join(notes) if notes else ""))
+    verdict, why = _undecided(
+        all_of(verdicts), *(v for point in claimed + baselines for v in point)
+    )
+    notes_text = "; not: " + "; ".join(notes) if notes else ""
+    return Outcome(verdict, measured + notes_text + why)
 
 
 def near(a: Value, b: Value, tolerance: float) -> Outcome:
-    """a within `tolerance` (relative to b) of b, by their points."""
+    """a within `tolerance` (relative to b's point) of b: HOLDS when the farthest ends of their
+    intervals are that close, FAILS when even the nearest ends are farther, else INCONCLUSIVE."""
     missing = _missing(a, b)
     if missing:
         return Outcome(NOT_APPLICABLE, missing)
-    gap = abs(a.point - b.point) / abs(b.point) if b.point else math.inf
-    verdict = HOLDS if gap <= tolerance else FAILS
+    scale = abs(b.point)
+    gap = abs(a.point - b.point) / scale if scale else math.inf
+    widest = max(abs(a.upper - b.lower), abs(a.lower - b.upper)) / scale if scale else math.inf
+    nearest = max(0.0, a.lower - b.upper, b.lower - a.upper) / scale if scale else math.inf
+    verdict = HOLDS if widest <= tolerance else FAILS if nearest > tolerance else INCONCLUSIVE
+    verdict, why = _undecided(verdict, a, b)
     return Outcome(
-        verdict, f"{a.text()} vs {b.text()}: {100 * gap:.3g}% apart (<= {100 * tolerance:g}%?)"
+        verdict,
+        f"{a.text()} vs {b.text()}: {100 * gap:.3g}% apart (<= {100 * tolerance:g}%?){why}",
     )
 
 

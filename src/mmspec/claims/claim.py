@@ -2,7 +2,8 @@
 
 A claims file names its paper and lists its claims; each claim says what the paper claims (one
 sentence), where the paper states it and with which numbers, which toy preset studies it in full,
-the report section that shows it, and its check: a kind (claims/checks.py), the statistic, and
+the report section that shows it, whether it checks the harness rather than the paper
+(`harness`), and its check: a kind (claims/checks.py), the statistic, and
 the cells it compares, picked by `Selector`s over the cells table's columns and hyperparameters.
 """
 
@@ -23,12 +24,15 @@ STATS = {
     "speedup": ("speedup", ("speedup_low", "speedup_high"), True),
     "retention": ("retention", ("retention_low", "retention_high"), True),
     "judge_retention": ("judge_retention", ("judge_retention_low", "judge_retention_high"), True),
-    "fid": ("fid", None, False),
-    "fid_retention": ("fid_retention", None, True),
+    "fid": ("fid", ("fid_low", "fid_high"), False),
+    "fid_retention": ("fid_retention", ("fid_retention_low", "fid_retention_high"), True),
     "lossless_rate": ("lossless_rate", None, True),
     "real_divergences": ("real_divergences", None, False),
     "draft_visual_tokens": ("draft_visual_tokens", None, False),
 }
+# statistics that count the decoded tokens themselves: the same on every run of one config, so
+# their points decide without an interval (checks.Value.exact)
+EXACT = {"lossless_rate", "real_divergences", "draft_visual_tokens"}
 # the cells table's columns a selector may name (besides `hp`, the hyperparameters)
 SELECTABLE = (
     "registry_method",
@@ -55,7 +59,7 @@ KINDS = {
     "near": ({"stat", "a", "b", "tolerance"}, set()),
 }
 CLAIM_KEYS = {"id", "claim", "where", "paper", "check"}
-OPTIONAL_CLAIM_KEYS = {"datasets", "per", "section", "shown_by", "note"}
+OPTIONAL_CLAIM_KEYS = {"datasets", "per", "section", "shown_by", "note", "harness"}
 
 
 class ClaimError(ValueError):
@@ -120,6 +124,10 @@ class Claim:
     section: str = ""  # the report section (anchor) that shows it
     shown_by: str = ""  # the toy preset (config/presets/<name>.yaml) that studies it in full
     note: str = ""  # a known deviation, or what the toy world can and cannot show
+    # a check of mmspec itself, not a result of the paper: an identity that holds by
+    # construction when the harness is right (lambda 0 is exact SD; a pruned view drafts fewer
+    # visual tokens). Its verdict is listed apart and counts in no paper's tally.
+    harness: bool = False
 
     @property
     def key(self) -> str:
@@ -181,6 +189,8 @@ def parse_file(path: Path) -> list[Claim]:
         if entry["id"] in seen:
             raise ClaimError(f"{where}: a second claim with this id")
         seen.add(entry["id"])
+        if not isinstance(entry.get("harness", False), bool):
+            raise ClaimError(f"{where}.harness: true or false, got {entry['harness']!r}")
         per = tuple(entry.get("per", SET_KEYS))
         if not set(per) <= set(SET_KEYS):
             raise ClaimError(f"{where}.per: keys of {list(SET_KEYS)}, got {list(per)}")
@@ -197,6 +207,7 @@ def parse_file(path: Path) -> list[Claim]:
                 section=str(entry.get("section", "")),
                 shown_by=str(entry.get("shown_by", "")),
                 note=str(entry.get("note", "")).strip(),
+                harness=entry.get("harness", False),
             )
         )
     return claims

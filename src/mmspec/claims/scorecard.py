@@ -18,7 +18,7 @@ import pandas as pd
 
 from mmspec.claims import checks
 from mmspec.claims.checks import NOT_APPLICABLE, Outcome, Value
-from mmspec.claims.claim import STATS, Check, Claim, Selector, with_hparams
+from mmspec.claims.claim import EXACT, STATS, Check, Claim, Selector, with_hparams
 
 COLUMNS = [
     "paper",
@@ -29,6 +29,7 @@ COLUMNS = [
     "section",
     "shown_by",
     "note",
+    "harness",
     "run",
     "set",
     "verdict",
@@ -37,17 +38,21 @@ COLUMNS = [
 ]
 
 
+Z95 = 1.959964  # the normal quantile of a central 95% interval
+
+
 class Ambiguous(Exception):
     """A selector that should pick one cell of a set picks several (or none)."""
 
 
 def value_of(row: pd.Series, stat: str, name: str = "", points: bool = False) -> Value:
-    """The row's `stat` with its interval (none with `points`: the point estimate alone)."""
+    """The row's `stat` with its interval (none with `points`: the point estimate alone, which
+    then decides as an exact value would)."""
     column, interval, _ = STATS[stat]
     point = row.get(column)
     low, high = (row.get(c) for c in interval) if interval and not points else (math.nan,) * 2
     as_float = [math.nan if v is None or pd.isna(v) else float(v) for v in (point, low, high)]
-    return Value(*as_float, name=name)
+    return Value(*as_float, name=name, exact=points or stat in EXACT)
 
 
 def _name(row: pd.Series, stat: str) -> str:
@@ -70,18 +75,28 @@ def _higher(check: Check, stat: str) -> bool:
     return bool(check.options.get("higher", STATS[stat][2]))
 
 
-def _mean(group: pd.DataFrame, selector: Selector, stat: str, datasets: list[str]) -> Value:
+def _mean(
+    group: pd.DataFrame, selector: Selector, stat: str, datasets: list[str], points: bool = False
+) -> Value:
+    """The mean of the selected cells' `stat` over `datasets`, with an interval over samples:
+    each dataset's interval read as a normal one (half-width 1.96 standard errors), the
+    datasets' errors independent. A dataset without an interval leaves the mean without one."""
     rows = group[selector.mask(group)]
-    points = []
+    values = []
     for dataset in datasets:
         one = rows[rows["dataset"] == dataset]
         if len(one) != 1:
             raise Ambiguous(f"{len(one)} cells of {selector.text()} on {dataset}")
-        points.append(value_of(one.iloc[0], stat).point)
+        values.append(value_of(one.iloc[0], stat, points=points))
     label = rows["method"].iloc[0] if len(rows) else selector.text()
-    n = len(points)
+    n = len(values)
+    mean = sum(v.point for v in values) / n
+    errors = [(v.high - v.low) / (2 * Z95) for v in values]
+    half = Z95 * math.sqrt(sum(e * e for e in errors)) / n  # NaN where a dataset has none
     over = f"mean over {n} dataset{'s' if n > 1 else ''}"
-    return Value(sum(points) / n, name=f"{label} {stat} ({over})")
+    return Value(
+        mean, mean - half, mean + half, name=f"{label} {stat} ({over})", exact=values[0].exact
+    )
 
 
 def run_check(check: Check, group: pd.DataFrame) -> Outcome:
@@ -107,8 +122,8 @@ def _run(check: Check, group: pd.DataFrame, points: bool = False) -> Outcome:
             datasets = sorted(set.intersection(*(set(d) for d in everywhere)))
             if not datasets:
                 raise Ambiguous("no dataset has every compared cell")
-            a = _mean(group, sel["a"], stat, datasets)
-            bs = [_mean(group, b, stat, datasets) for b in others]
+            a = _mean(group, sel["a"], stat, datasets, points)
+            bs = [_mean(group, b, stat, datasets, points) for b in others]
         else:
             row = _one(group, sel["a"])
             a = value(row, stat, _name(row, stat))
@@ -209,6 +224,7 @@ def _row(claim: Claim, run: str, set_name: str, outcome: Outcome) -> dict:
         "section": claim.section,
         "shown_by": claim.shown_by,
         "note": claim.note,
+        "harness": claim.harness,
         "run": run,
         "set": set_name,
         "verdict": outcome.verdict,
@@ -226,7 +242,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
         first = rows.iloc[0]
         out.append(
             {
-                **{c: first[c] for c in COLUMNS[:8]},
+                **{c: first[c] for c in COLUMNS[:9]},
                 "verdict": checks.overall(verdicts),
                 "sets": sum(v != NOT_APPLICABLE for v in verdicts),
                 **{f"n_{v.replace(' ', '_')}": counts.get(v, 0) for v in checks.VERDICTS},
@@ -237,9 +253,11 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def counts(table: pd.DataFrame) -> dict[str, int]:
-    """The claims by overall verdict."""
-    found = Counter(summary(table)["verdict"]) if len(table) else Counter()
+def counts(table: pd.DataFrame, harness: bool = False) -> dict[str, int]:
+    """The papers' claims by overall verdict; with `harness`, the harness checks' instead (they
+    never count among the papers' claims)."""
+    rows = summary(table) if len(table) else pd.DataFrame({"verdict": [], "harness": []})
+    found = Counter(rows[rows["harness"].astype(bool) == harness]["verdict"])
     return {v: found.get(v, 0) for v in checks.VERDICTS}
 
 

@@ -200,7 +200,9 @@ METRIC_DEFINITIONS = [
     (
         "fid, fid_retention",
         "image generation: FID of the cell's images against the dataset's reference images "
-        "(lower is better), and AR FID / FID.",
+        "(lower is better), and AR FID / FID; fid_low / _high and fid_retention_low / _high: "
+        "their 95% intervals, the percentile bootstrap resampling the prompts (each with its "
+        "reference image, the cell's image and AR's, so what a prompt shares with AR cancels).",
     ),
     (
         "relaxed_share",

@@ -43,14 +43,31 @@ def render(claims: pd.DataFrame | None, sections: set[str]) -> str:
     parts.append(
         f"<p class='note'>{tally}. Each claim is checked on every set of cells it names (a "
         "dataset, pair, temperature and seed): two values differ only where their 95% intervals "
-        "do not overlap, else the set is inconclusive (what the point estimates alone say is "
+        "do not overlap, else the set is inconclusive, and so is a value without an interval "
+        "(FID; a mean over datasets takes theirs) (what the point estimates alone say is "
         "given beside it where it differs); a claim holds where every set holds and "
         "fails where every set fails. Not applicable: the sweep lacks its cells. A claim's "
         "check is in config/claims/&lt;paper&gt;.yaml; <code>mmspec claims RESULTS...</code> "
         "pools several results folders.</p>"
     )
+    found = scorecard.summary(claims)
+    harness = found["harness"].astype(bool)
+    parts.append(_table(found[~harness], sections))
+    if harness.any():
+        tally = ", ".join(f"{n} {v}" for v, n in scorecard.counts(claims, harness=True).items())
+        parts.append(
+            "<h3>Harness checks</h3><p class='note'>Identities of mmspec itself (they hold by "
+            "construction when the harness is right), not results of the papers: counted apart "
+            f"from the claims above. {tally}.</p>"
+        )
+        parts.append(_table(found[harness], sections))
+    return "\n".join(parts)
+
+
+def _table(found: pd.DataFrame, sections: set[str]) -> str:
+    """The claims of `found` (scorecard.summary rows), one table row each."""
     rows = []
-    for _, claim in scorecard.summary(claims).iterrows():
+    for _, claim in found.iterrows():
         verdict = claim["verdict"]
         badge = f"<span class='verdict {VERDICT_CLASS[verdict]}'>{esc(verdict)}</span>"
         measured = "<br>".join(
@@ -83,11 +100,10 @@ def render(claims: pd.DataFrame | None, sections: set[str]) -> str:
     head = "".join(
         f"<th>{h}</th>" for h in ("verdict", "paper", "claim", "paper says", "measured", "see")
     )
-    parts.append(
+    return (
         f"<table class='claims'><thead><tr>{head}</tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
-    return "\n".join(parts)
 
 
 def _verdict(row) -> str:

@@ -105,6 +105,57 @@ def _channels_first(images: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(images).permute(0, 3, 1, 2).contiguous()
 
 
+FID_RESAMPLES = 200  # bootstrap resamples of a cell's prompts (two eigensolves each)
+CONFIDENCE = 0.95
+
+
+def image_features(images: np.ndarray, features: torch.nn.Module, batch: int = 64):
+    """`features`' vectors of uint8 images [N, H, W, 3]: float64 [N, d] on the CPU."""
+    chunks = [
+        features(_channels_first(images[i : i + batch])).double().cpu()
+        for i in range(0, len(images), batch)
+    ]
+    return torch.cat(chunks)
+
+
+def frechet(x: torch.Tensor, y: torch.Tensor) -> float:
+    """The Frechet distance between two sets of feature vectors [N, d], as torchmetrics'
+    FrechetInceptionDistance computes it (unbiased covariances; the trace of the product's
+    square root from its eigenvalues)."""
+    mu_x, mu_y = x.mean(0), y.mean(0)
+    cov_x, cov_y = torch.cov(x.T), torch.cov(y.T)
+    root = torch.linalg.eigvals(cov_x @ cov_y).sqrt().real.sum()
+    return float((mu_x - mu_y).square().sum() + cov_x.trace() + cov_y.trace() - 2 * root)
+
+
+def fid_intervals(ref, gen, ar, resamples: int = FID_RESAMPLES, seed: int = 0) -> dict:
+    """The points and percentile bootstrap intervals (CONFIDENCE) of a cell's FID and of AR FID
+    / FID, from the features [N, d] of the reference images, the cell's and AR's, row i of each
+    the same prompt: the prompts are resampled together, so what a prompt shares with AR cancels
+    in the ratio."""
+    if min(len(ref), len(gen), len(ar)) < 2:
+        raise ValueError("FID needs at least two reference and two generated images")
+    picks = np.random.default_rng(seed).integers(0, len(gen), size=(resamples, len(gen)))
+    fids, ratios = [], []
+    for pick in map(torch.as_tensor, picks):
+        cell, of_ar = frechet(ref[pick], gen[pick]), frechet(ref[pick], ar[pick])
+        fids.append(cell)
+        ratios.append(of_ar / cell if cell else np.nan)
+    fid, ar_fid = frechet(ref, gen), frechet(ref, ar)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    (fid_low, fid_high), (ret_low, ret_high) = (
+        np.nanpercentile(np.asarray(v), [tail, 100 - tail]) for v in (fids, ratios)
+    )
+    return {
+        "fid": fid,
+        "ar_fid": ar_fid,
+        "fid_low": float(fid_low),
+        "fid_high": float(fid_high),
+        "fid_retention_low": float(ret_low),
+        "fid_retention_high": float(ret_high),
+    }
+
+
 def fid(references: np.ndarray, generated: np.ndarray, features: torch.nn.Module) -> float:
     """FID between reference and generated images in `features`' space."""
     if min(len(references), len(generated)) < 2:

@@ -73,6 +73,10 @@ SELECT
   any_value(fid) AS fid,
   any_value(ar_fid) AS ar_fid,
   any_value(ar_fid) / nullif(any_value(fid), 0) AS fid_retention,
+  any_value(fid_low) AS fid_low,
+  any_value(fid_high) AS fid_high,
+  any_value(fid_retention_low) AS fid_retention_low,
+  any_value(fid_retention_high) AS fid_retention_high,
   -- judge scores over the sample-turns both judgements succeeded on; failures are counted only
   avg(judge_score) FILTER (WHERE ar_judge_score IS NOT NULL) AS judge_score,
   avg(ar_judge_score) FILTER (WHERE judge_score IS NOT NULL) AS ar_judge_score,

@@ -28,10 +28,26 @@ def run(inputs: list[str], out: str | None = None, folder: str | Path | None = N
 
 def text(table, verbose: bool = True) -> str:
     """The scorecard in words: per claim its verdict over its sets and, with `verbose`, each
-    set's numbers; then the count of claims by verdict."""
-    lines = []
+    set's numbers; the harness checks apart; then the count of the papers' claims by verdict."""
+    claims = scorecard.summary(table)
+    harness = claims["harness"].astype(bool) if len(claims) else []
     runs = sorted({r for r in table["run"] if r})
-    for _, row in scorecard.summary(table).iterrows():
+    lines = _claim_lines(claims[~harness] if len(claims) else claims, runs, verbose)
+    if len(claims) and harness.any():
+        lines.append(
+            "harness checks (identities of mmspec itself, not counted among the papers' claims):"
+        )
+        lines += _claim_lines(claims[harness], runs, verbose)
+        tally = scorecard.counts(table, harness=True)
+        lines.append("harness checks: " + ", ".join(f"{n} {v}" for v, n in tally.items()))
+    counts = scorecard.counts(table)
+    lines.append("claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+    return "\n".join(lines)
+
+
+def _claim_lines(claims, runs: list[str], verbose: bool) -> list[str]:
+    lines = []
+    for _, row in claims.iterrows():
         sets = row["sets"]
         tally = ", ".join(
             f"{row[f'n_{v}']} {v}" for v in ("holds", "fails", "inconclusive") if row[f"n_{v}"]
@@ -52,9 +68,7 @@ def text(table, verbose: bool = True) -> str:
                 lines.append(f"{'':16}{what}{verdict}: {one['measured']}")
         if row["verdict"] != "holds" and row["shown_by"]:
             lines.append(f"{'':16}studied in full by config/presets/{row['shown_by']}.yaml")
-    counts = scorecard.counts(table)
-    lines.append("claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
-    return "\n".join(lines)
+    return lines
 
 
 def finished(
@@ -81,8 +95,14 @@ def finished(
                 f"rounding (real divergences, a bug): {named}{more}"
             )
     if Path(claims).exists():
-        counts = scorecard.counts(pd.read_parquet(claims))
+        table = pd.read_parquet(claims)
+        counts = scorecard.counts(table)
         lines.append("mmspec claims: " + ", ".join(f"{n} {v}" for v, n in counts.items()))
+        harness = scorecard.counts(table, harness=True)
+        if any(harness.values()):
+            lines.append(
+                "mmspec harness checks: " + ", ".join(f"{n} {v}" for v, n in harness.items())
+            )
     if Path(report).exists():
         lines.append(f"mmspec report: {Path(report).resolve()}")
     return "\n".join(lines)

@@ -184,14 +184,13 @@ def _score_images(records, rows, ar_rows, refs, models: ImageModels, paths) -> N
     captions = [r["reference"] for r in refs]
     features = image_metrics.feature_network(resolve_ref(models.fid_features))
     scorer = image_metrics.clip_scorer(resolve_ref(models.clip))
-    fid = image_metrics.fid(references, scored, features)
-    ar_fid = image_metrics.fid(references, ar_scored, features)
+    # FID and AR's from one pass of features, with their intervals over the prompts
+    vectors = (image_metrics.image_features(i, features) for i in (references, scored, ar_scored))
+    fids = image_metrics.fid_intervals(*vectors)
     clips = image_metrics.clip_score(scored, captions, scorer)
     ar_clips = image_metrics.clip_score(ar_scored, captions, scorer)
     for record, row, clip, ar_clip in zip(records, rows, clips, ar_clips, strict=True):
-        record.update(
-            quality=clip, ar_quality=ar_clip, fid=fid, ar_fid=ar_fid, image_png=row["image_png"]
-        )
+        record.update(quality=clip, ar_quality=ar_clip, image_png=row["image_png"], **fids)
 
 
 def _add_judgements(records: list[dict], path: str, ar_path: str) -> None:

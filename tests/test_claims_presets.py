@@ -1,0 +1,71 @@
+"""Every claim of a paper can be judged on that paper's own real preset: the preset's cells,
+expanded as the workflow would and given made-up statistics, leave no claim not applicable (a
+selector that picks several cells, or none, is what makes one so)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mmspec import config as mmconfig
+from mmspec.claims.claim import CLAIMS_DIR, load
+from mmspec.claims.planned import not_applicable, planned_cells
+
+ROOT = Path(__file__).resolve().parents[1]
+PRESETS = ROOT / "config" / "presets"
+# paper (a claims file's `paper`) -> its real preset
+REAL_PRESETS = {
+    "TABED": "tabed",
+    "SAGE": "sage",
+    "SpecVLM": "specvlm",
+    "LANTERN": "lantern",
+    "LVSpec": "lvspec",
+    "DREAM": "dream",
+}
+
+
+def test_every_claims_file_has_its_real_preset():
+    assert {c.paper for c in load(CLAIMS_DIR)} == set(REAL_PRESETS)
+
+
+@pytest.mark.parametrize("paper", sorted(REAL_PRESETS))
+def test_every_claim_applies_on_its_papers_real_preset(paper):
+    config = mmconfig.load(PRESETS / f"{REAL_PRESETS[paper]}.yaml")
+    claims = [c for c in load(CLAIMS_DIR) if c.paper == paper]
+    missing = not_applicable(claims, config)
+    assert not missing, "\n".join(f"{k}: {why}" for k, why in missing.items())
+
+
+# paper -> the toy preset that studies it in full (its claims' `shown_by`), run over the
+# default sweep's toy world
+TOY_PRESETS = {
+    "TABED": "toy_tabed",
+    "SAGE": "toy_specvlm_sage",
+    "SpecVLM": "toy_specvlm_sage",
+    "LANTERN": "toy_lantern",
+    "LVSpec": "toy_lvspec",
+    "DREAM": "toy_dream",
+}
+
+
+@pytest.mark.parametrize("paper", sorted(TOY_PRESETS))
+def test_every_claim_applies_on_its_papers_toy_preset(paper):
+    config = mmconfig.load_as_snakemake(
+        PRESETS / f"{TOY_PRESETS[paper]}.yaml", default=ROOT / "config" / "config.yaml"
+    )
+    claims = [c for c in load(CLAIMS_DIR) if c.paper == paper]
+    assert {c.shown_by for c in claims} == {TOY_PRESETS[paper]}
+    missing = not_applicable(claims, config)
+    assert not missing, "\n".join(f"{k}: {why}" for k, why in missing.items())
+
+
+def test_planned_cells_carry_the_columns_and_hyperparameters_selectors_read():
+    config = mmconfig.load(PRESETS / "tabed.yaml")
+    cells = planned_cells(config)
+    m = cells[(cells["method"] == "m") & (cells["dataset"] == "pope")]
+    m = m[m["pair"] == "llava15_7b_68m"]
+    assert sorted(m["gamma"]) == [3, 5, 7] and set(m["views"]) == {"M"}
+    assert set(m["temperature"]) == {0.0} and set(m["registry_method"]) == {"m"}
+    assert (cells["tau_low"] < cells["tau"]).all() and (cells["tau"] < cells["tau_high"]).all()
+    assert set(cells[cells["dataset"] == "vist"]["group"]) == {"ood"}

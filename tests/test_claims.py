@@ -435,3 +435,23 @@ def test_the_points_alone_are_given_where_the_intervals_leave_a_set_undecided(tm
     printed = text(table)
     assert "INCONCLUSIVE  P: c (by the points alone, 1 of 1 hold)" in printed
     assert "inconclusive (by the points alone: holds): m retention 0.983 [0.968, 0.996]" in printed
+
+
+def test_the_report_says_a_sweep_lacks_a_claim_only_when_it_is_not_applicable():
+    """A claim with a verdict was shown by the sweep: its row names the preset that studies it
+    in full, without saying the sweep does not show it."""
+    from mmspec.claims.scorecard import COLUMNS
+    from mmspec.report import reproduction
+
+    def row(claim_id, verdict):
+        values = {c: "" for c in COLUMNS}
+        values.update(paper="dream", claim_id=claim_id, claim=claim_id, shown_by="toy_dream")
+        values.update(verdict=verdict, by_points=verdict, measured="m")
+        return values
+
+    table = pd.DataFrame([row("shown", "fails"), row("lacking", "not applicable")])
+    html = reproduction.render(table, set())
+    shown, lacking = html.split("<tr class=")[-2:]
+    assert "toy_dream.yaml studies it in full" in shown
+    assert "does not show it" not in shown
+    assert "This sweep does not show it; config/presets/toy_dream.yaml" in lacking

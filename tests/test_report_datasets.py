@@ -36,6 +36,15 @@ def test_tau_by_dataset_group_averages():
     assert t[("all", "")] == pytest.approx(6.5 / 3)
 
 
+def test_an_entry_that_runs_ar_under_another_name_is_left_out():
+    """`ar_t1: {method: ar, temperature: 1}` is the AR baseline by its registry method."""
+    rows = grid_rows() + [
+        grid_cell("ar_t1", "M", d, 1.0, method="ar_t1", registry_method="ar")
+        for d in ("d1", "d2", "d3")
+    ]
+    assert list(tau_by_dataset(with_labels(pd.DataFrame(rows))).index) == ["M", "T", "TABED^MT"]
+
+
 def test_tau_by_dataset_incomplete_group_and_hp_sweep():
     rows = grid_rows() + [
         # on d1 and d3 only: its benchmark and overall averages are undefined

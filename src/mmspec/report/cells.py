@@ -32,8 +32,9 @@ def is_ar(method: object) -> bool:
 
 
 def is_ar_row(row: pd.Series | dict) -> bool:
-    """Whether a cell is the autoregressive baseline (by its method name or its label)."""
-    return is_ar(row.get("method")) or is_ar(row.get("label"))
+    """Whether a cell is the autoregressive baseline (by its method name, the registry method
+    it runs, as `ar_t1: {method: ar}` does, or its label)."""
+    return any(is_ar(row.get(key)) for key in ("method", "registry_method", "label"))
 
 
 def without_ar(cells: pd.DataFrame) -> pd.DataFrame:
@@ -41,8 +42,9 @@ def without_ar(cells: pd.DataFrame) -> pd.DataFrame:
     if cells.empty:
         return cells
     ar = cells["method"].map(is_ar)
-    if "label" in cells:
-        ar |= cells["label"].map(is_ar)
+    for key in ("registry_method", "label"):
+        if key in cells:
+            ar |= cells[key].map(is_ar)
     return cells[~ar]
 
 

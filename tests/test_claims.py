@@ -534,3 +534,23 @@ def test_a_mean_over_datasets_carries_the_datasets_intervals(tmp_path):
     assert verdict({}) == (HOLDS, HOLDS)
     assert verdict({"tau_low": 3.0, "tau_high": 6.6}) == (INCONCLUSIVE, HOLDS)
     assert verdict({"tau_low": math.nan, "tau_high": math.nan}) == (INCONCLUSIVE, HOLDS)
+
+
+def test_the_report_says_a_sweep_lacks_a_claim_only_when_it_is_not_applicable():
+    """A claim with a verdict was shown by the sweep: its row names the preset that studies it
+    in full, without saying the sweep does not show it."""
+    from mmspec.claims.scorecard import COLUMNS
+    from mmspec.report import reproduction
+
+    def row(claim_id, verdict):
+        values = {c: "" for c in COLUMNS}
+        values.update(paper="dream", claim_id=claim_id, claim=claim_id, shown_by="toy_dream")
+        values.update(verdict=verdict, by_points=verdict, measured="m")
+        return values
+
+    table = pd.DataFrame([row("shown", "fails"), row("lacking", "not applicable")])
+    html = reproduction.render(table, set())
+    shown, lacking = html.split("<tr class=")[-2:]
+    assert "toy_dream.yaml studies it in full" in shown
+    assert "does not show it" not in shown
+    assert "This sweep does not show it; config/presets/toy_dream.yaml" in lacking

@@ -283,3 +283,20 @@ def test_a_drafted_node_reads_its_embedding_and_its_ancestors_outputs():
     out_a, _ = afresh([3], [out_root[n - 1]])
     _, q = afresh([3, 5], [out_root[n - 1], out_a[n]])
     torch.testing.assert_close(q[n + 1], q_c[0])
+
+
+def test_training_record_counts_one_intermediate_layer_per_training_entry():
+    """training.json's layer counts are of the targets the loss reads (entry j learns position
+    j + 1's intermediate feature), so they sum to its `entries`."""
+    from types import SimpleNamespace
+
+    from mmspec.stages.train_drafter import _layer_counts
+
+    sequences = [
+        SimpleNamespace(embeds=[0] * 6, answer_from=2, layers=torch.tensor([9, 9, 9, 1, 2, 2])),
+        SimpleNamespace(embeds=[0] * 4, answer_from=-1, layers=torch.tensor([1, 1, 2, 2])),
+    ]
+    counts = _layer_counts(sequences)
+    entries = sum(len(s.embeds) - max(s.answer_from, 0) - 1 for s in sequences)
+    assert sum(counts.values()) == entries == 3 + 3
+    assert counts == {"1": 2, "2": 4}

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
 import pandas as pd
 import pytest
-from report_pages import PAIR, grid_cell, grid_rows, page_of, sections, table_rows
+from report_pages import PAIR, cell, grid_cell, grid_rows, page_of, sections, table_rows
 
 from mmspec.report.block_efficiency import tau_by_dataset
 from mmspec.report.cells import with_labels
@@ -34,6 +35,15 @@ def test_tau_by_dataset_group_averages():
     t = table.loc["T"]
     assert t[("group", "benchmark")] == pytest.approx(1.75)
     assert t[("all", "")] == pytest.approx(6.5 / 3)
+
+
+def test_an_entry_that_runs_ar_under_another_name_is_left_out():
+    """`ar_t1: {method: ar, temperature: 1}` is the AR baseline by its registry method."""
+    rows = grid_rows() + [
+        grid_cell("ar_t1", "M", d, 1.0, method="ar_t1", registry_method="ar")
+        for d in ("d1", "d2", "d3")
+    ]
+    assert list(tau_by_dataset(with_labels(pd.DataFrame(rows))).index) == ["M", "T", "TABED^MT"]
 
 
 def test_tau_by_dataset_incomplete_group_and_hp_sweep():
@@ -78,3 +88,45 @@ def test_block_efficiency_marks(tmp_path):
     ]
     assert rows["M"] == ["<u>2.00</u>", "<b>3.00</b>", "2.50", "<u>2.50</u>", "2.50", "<u>2.50</u>"]
     assert rows["T"] == ["1.50", "<u>2.00</u>", "<b>3.00</b>", "1.75", "<b>3.00</b>", "2.17"]
+
+
+def test_a_label_with_several_settings_is_told_apart_by_the_keys_that_differ():
+    """Hashed hp slugs hide the setting that varies; the row names it instead."""
+    rows = grid_rows()
+    for mask, hp in (
+        ("merged", "lantern_k-16_lantern_-539201ef"),
+        ("release", "lantern_-5f0b797e"),
+    ):
+        params = {"lantern_k": 16, "lantern_delta": 0.2, "lantern_sibling_mask": mask}
+        rows.append(grid_cell("L", "M", "d1", 2.0, hp=hp, hparams=json.dumps(params)))
+    index = list(tau_by_dataset(with_labels(pd.DataFrame(rows))).index)
+    assert "L · M · lantern_sibling_mask=merged" in index
+    assert "L · M · lantern_sibling_mask=release" in index
+
+
+def test_dreams_table_gives_a_grid_point_one_row_over_temperatures():
+    """A `dream_loss: [release, paper]` grid greedy and sampled: two rows (one per loss), each
+    with its T=0 and T=1 columns, named by the key that differs."""
+    from mmspec.report.heads import table1
+
+    rows = []
+    for loss in ("release", "paper"):
+        for temperature, rule in ((0.0, "greedy"), (1.0, "sampling")):
+            entry = "my_dream" if temperature == 0 else "my_dream_t1"
+            params = {"dream_loss": loss, "temperature": temperature, "acceptance": rule}
+            rows.append(
+                cell(
+                    method=entry,
+                    registry_method="dream",
+                    label=None,
+                    hp=f"h-{loss}-{temperature}",
+                    hparams=json.dumps({**params, "method": entry}),
+                    temperature=temperature,
+                    acceptance=rule,
+                    tree="dynamic",
+                    tau=7.0 if loss == "release" else 6.0,
+                )
+            )
+    html = table1(pd.DataFrame(rows))
+    names = re.findall(r"<tr><td>(.*?)</td>", html)
+    assert sorted(names) == ["DREAM · dream_loss=paper", "DREAM · dream_loss=release"]

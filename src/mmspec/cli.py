@@ -571,6 +571,7 @@ def run(args: argparse.Namespace) -> None:
         expansion = config.expand(config.load_as_snakemake(args.config, args.default))
         for cell in expansion.cells:
             print(cell.path)
+        sys.stdout.flush()  # the paths before the count, where both streams share a terminal
         print(
             f"{len(expansion.cells)} cells from {expansion.grid_points} grid points",
             file=sys.stderr,

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pandas as pd
 
-from mmspec.report.cells import dataset_order, labelled, sort_cells, without_ar
+from mmspec.report.cells import dataset_order, hp_labels, labelled, sort_cells, without_ar
 from mmspec.report.formatting import (
     MISSING,
     esc,
@@ -25,8 +25,9 @@ CAPTION = (
     "τ (tau, block efficiency) = tokens emitted per target verification step = new_tokens / steps "
     "pooled over the cell (a token accepted on the last step but cut by a stop token or "
     "max_new_tokens is not counted), then averaged over seeds. One table per pair and acceptance "
-    "rule / temperature; one row per method (its label, plus the hp slug when a label was run with "
-    "several hyperparameters); AR (τ = 1) is left out. <i>avg &lt;group&gt;</i> = unweighted mean "
+    "rule / temperature; one row per method (its label, plus the hyperparameters that differ "
+    "when a label was run with several); AR (τ = 1) is left out. <i>avg &lt;group&gt;</i> = "
+    "unweighted mean "
     "of τ over the group's datasets of the table, shown only when the row has every one of them; "
     "<i>avg all</i> = the same over all the datasets of the table. In each column the best value "
     "is <b>bold</b> and the second best <u>underlined</u> (equal values at the displayed precision "
@@ -64,6 +65,7 @@ def tau_by_dataset(cells: pd.DataFrame) -> pd.DataFrame:
     ordered = sort_cells(drafted)
     keys = list(dict.fromkeys(zip(ordered["_name"], ordered["hp"], strict=True)))
     n_hp = Counter(name for name, _ in keys)
+    shown = hp_labels(drafted)
     means = drafted.groupby(["_name", "hp", "dataset"])["tau"].mean()
     rows = {}
     for name, hp in keys:
@@ -72,7 +74,7 @@ def tau_by_dataset(cells: pd.DataFrame) -> pd.DataFrame:
         for members in groups.values():
             values.append(mean_if_complete([per_dataset[d] for d in members]))
         values.append(mean_if_complete(list(per_dataset.values())))
-        rows[f"{name} · {hp}" if n_hp[name] > 1 and hp else name] = values
+        rows[f"{name} · {shown[(name, hp)]}" if n_hp[name] > 1 and hp else name] = values
     return pd.DataFrame.from_dict(
         rows, orient="index", columns=pd.MultiIndex.from_tuples(columns, names=["kind", "name"])
     )

@@ -5,6 +5,7 @@ A cell is one (dataset, pair, method, hp, seed): one row of results/summary/cell
 
 from __future__ import annotations
 
+import json
 import re
 
 import pandas as pd
@@ -32,8 +33,9 @@ def is_ar(method: object) -> bool:
 
 
 def is_ar_row(row: pd.Series | dict) -> bool:
-    """Whether a cell is the autoregressive baseline (by its method name or its label)."""
-    return is_ar(row.get("method")) or is_ar(row.get("label"))
+    """Whether a cell is the autoregressive baseline (by its method name, the registry method
+    it runs, as `ar_t1: {method: ar}` does, or its label)."""
+    return any(is_ar(row.get(key)) for key in ("method", "registry_method", "label"))
 
 
 def without_ar(cells: pd.DataFrame) -> pd.DataFrame:
@@ -41,8 +43,9 @@ def without_ar(cells: pd.DataFrame) -> pd.DataFrame:
     if cells.empty:
         return cells
     ar = cells["method"].map(is_ar)
-    if "label" in cells:
-        ar |= cells["label"].map(is_ar)
+    for key in ("registry_method", "label"):
+        if key in cells:
+            ar |= cells[key].map(is_ar)
     return cells[~ar]
 
 
@@ -102,6 +105,31 @@ def with_labels(cells: pd.DataFrame) -> pd.DataFrame:
     named = cells[[c for c in ("label", "method", "views") if c in cells]].to_dict("records")
     cells["_name"] = [display_name(row) for row in named]
     return cells
+
+
+def hp_labels(
+    cells: pd.DataFrame, name: str = "_name", ignore: tuple[str, ...] = ()
+) -> dict[tuple[str, str], str]:
+    """(display name, hp) -> what tells that cell's hyperparameters from the other cells of its
+    name in `cells`: "key=value, ..." of the keys whose values differ among them, but those in
+    `ignore` (a hp slug can end in a hash that hides them), or the hp slug where the hparams
+    are not recorded."""
+    hp = cells["hp"].fillna("").astype(str)
+    if "hparams" not in cells:
+        return dict(zip(zip(cells[name], hp, strict=True), hp, strict=True))
+    parsed = [json.loads(h) if isinstance(h, str) and h else {} for h in cells["hparams"]]
+    by_name: dict[str, dict[str, dict]] = {}
+    for label, slug, params in zip(cells[name], hp, parsed, strict=True):
+        by_name.setdefault(label, {})[slug] = params
+    out = {}
+    for label, of_name in by_name.items():
+        keys = sorted(set().union(*of_name.values()))
+        seen = {k: {json.dumps(p.get(k), sort_keys=True) for p in of_name.values()} for k in keys}
+        varying = [k for k in keys if len(seen[k]) > 1 and k not in ignore]
+        for slug, params in of_name.items():
+            text = ", ".join(f"{k}={json.dumps(params.get(k))}" for k in varying)
+            out[(label, slug)] = text.replace('"', "") or slug
+    return out
 
 
 def labelled(cells: pd.DataFrame) -> pd.DataFrame:

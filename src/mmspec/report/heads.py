@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from mmspec.methods.components import head_drafters
 from mmspec.methods.registry import METHODS
-from mmspec.report.cells import dataset_order, labelled, sort_cells, without_ar
+from mmspec.report.cells import dataset_order, hp_labels, labelled, sort_cells, without_ar
 from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
 from mmspec.report.formatting import esc, fmt_num, heading, label_html, rank_marks
 from mmspec.tables import HEAD_CURVES, read_table
@@ -63,8 +63,8 @@ def uses_head(method: str) -> bool:
 
 def _rows(cells: pd.DataFrame) -> list[str]:
     """Each cell's row in the table: its method's paper name (so a method's greedy and sampling
-    entries share a row), with the hp slug when the name has several cells at one temperature
-    and dataset (a grid)."""
+    entries share a row), with the hyperparameters that differ (`hp_labels`) when the name has
+    several cells at one temperature and dataset (a grid)."""
     names = [
         METHODS[m].label if m in METHODS and METHODS[m].label else entry
         for m, entry in zip(cells["registry_method"], cells["method"], strict=True)
@@ -72,8 +72,11 @@ def _rows(cells: pd.DataFrame) -> list[str]:
     named = cells.assign(_label=names)
     counts = named.groupby(["_label", "temperature", "dataset"])["hp"].nunique()
     grids = {label for (label, _, _), n in counts.items() if n > 1}
+    # what differs within a grid, but the temperature and rule the columns show and the entry's
+    # name, so that a grid point's greedy and sampling cells share a row
+    shown = hp_labels(named, name="_label", ignore=("temperature", "acceptance", "method"))
     return [
-        f"{label} · {hp}" if label in grids else label
+        f"{label} · {shown[(label, hp)]}" if label in grids else label
         for label, hp in zip(named["_label"], named["hp"], strict=True)
     ]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from mmspec.claims import scorecard
-from mmspec.claims.checks import VERDICTS
+from mmspec.claims.checks import NOT_APPLICABLE, VERDICTS
 from mmspec.report.formatting import esc, heading
 
 ANCHOR = "reproduction"
@@ -76,10 +76,8 @@ def _table(found: pd.DataFrame, sections: set[str]) -> str:
         )
         notes = []
         if verdict != "holds" and claim["shown_by"]:
-            notes.append(
-                f"This sweep does not show it; config/presets/{esc(claim['shown_by'])}.yaml "
-                "studies it in full."
-            )
+            lacks = "This sweep does not show it; " if verdict == NOT_APPLICABLE else ""
+            notes.append(f"{lacks}config/presets/{esc(claim['shown_by'])}.yaml studies it in full.")
         if claim["note"]:
             notes.append(esc(claim["note"]))
         link = claim["section"]

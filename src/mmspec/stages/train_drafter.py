@@ -132,11 +132,13 @@ def collect_images(job: TrainDrafterJob, prepared: str, device, stored=None):
 
 
 def _layer_counts(sequences) -> dict[str, int]:
+    """How often each layer gave the intermediate feature the loss reads: entry j (an answer
+    position) is trained towards position j + 1's, so one count per training entry."""
     counts: dict[str, int] = {}
     for s in sequences:
         if s.layers is None:
             continue
-        for layer in s.layers[max(s.answer_from, 0) :].tolist():
+        for layer in s.layers[max(s.answer_from, 0) + 1 :].tolist():
             counts[str(layer)] = counts.get(str(layer), 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
 

@@ -340,7 +340,10 @@ class Lantern(Rule):
         ),
     )
     requires = frozenset({CODEBOOK})
-    source = "LANTERN's release, generate_images.py (k 1000 of 16384 codes, delta 0.1)"
+    source = (
+        "LANTERN's release, generate_images.py (k 1000 of 16384 codes, delta 0.1); the sibling "
+        "mask is mmspec's (merged: exactly lossless at delta 0), the release's an option"
+    )
     judge = staticmethod(accept_lantern)
 
     @classmethod

@@ -27,12 +27,6 @@ def build_head(kind: str, target_config, spec: dict, target: str):
     return head_kind(kind).new_network(target_config, spec, target)
 
 
-def make_head_drafter(spec: dict, head, target, temperature: float):
-    """The drafter of `spec`'s head kind over the target's `Decoder`."""
-    drafter = catalog.get("drafter", spec["drafter"])
-    return drafter.build(spec, target=target, head=head, temperature=temperature)
-
-
 def load_head(path: str | Path, target_ref: str, device, dtype: torch.dtype, kind: str):
     """The trained head of `kind` at `path`, checked against the target it drafts for."""
     config_file = Path(path) / "config.json"

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from mmspec import config as mmconfig
+from mmspec.claims.checks import FAILS, HOLDS
 from mmspec.claims.claim import CLAIMS_DIR, load
 from mmspec.claims.planned import not_applicable, planned_cells
+from mmspec.claims.scorecard import evaluate, summary
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "config" / "presets"
@@ -69,3 +71,39 @@ def test_planned_cells_carry_the_columns_and_hyperparameters_selectors_read():
     assert set(m["temperature"]) == {0.0} and set(m["registry_method"]) == {"m"}
     assert (cells["tau_low"] < cells["tau"]).all() and (cells["tau"] < cells["tau_high"]).all()
     assert set(cells[cells["dataset"] == "vist"]["group"]) == {"ood"}
+
+
+def _judged(key: str, preset: str, values) -> str:
+    """The verdict of claim `key` over `preset`'s planned cells (toy presets over the default
+    config), after `values(cells)` set the statistics it reads."""
+    path = PRESETS / f"{preset}.yaml"
+    config = (
+        mmconfig.load_as_snakemake(path, default=ROOT / "config" / "config.yaml")
+        if preset.startswith("toy_")
+        else mmconfig.load(path)
+    )
+    cells = planned_cells(config)
+    values(cells)
+    claims = [c for c in load(CLAIMS_DIR) if c.key == key]
+    return summary(evaluate(claims, {"planned": cells}))["verdict"].iloc[0]
+
+
+def _set(cells, mask, stat: str, point: float) -> None:
+    cells.loc[mask, [stat, f"{stat}_low", f"{stat}_high"]] = [point, point - 0.1, point + 0.1]
+
+
+@pytest.mark.parametrize("preset", ["toy_dream", "dream"])
+@pytest.mark.parametrize("stat", ["tau", "speedup"])
+def test_dreams_tree_against_its_chain_reads_the_chain_cell(preset, stat):
+    key = {"tau": "DREAM/tree-above-chain", "speedup": "DREAM/tree-faster-than-chain"}[stat]
+
+    def tree_ahead(by: float):
+        def values(cells):
+            dream = cells["registry_method"] == "dream"
+            _set(cells, dream & (cells["tree"] == "dynamic"), stat, 3.0 + by)
+            _set(cells, dream & (cells["tree"] == "chain"), stat, 3.0)
+
+        return values
+
+    assert _judged(key, preset, tree_ahead(1.0)) == HOLDS
+    assert _judged(key, preset, tree_ahead(-1.0)) == FAILS

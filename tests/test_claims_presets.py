@@ -107,3 +107,29 @@ def test_dreams_tree_against_its_chain_reads_the_chain_cell(preset, stat):
 
     assert _judged(key, preset, tree_ahead(1.0)) == HOLDS
     assert _judged(key, preset, tree_ahead(-1.0)) == FAILS
+
+
+@pytest.mark.parametrize("preset", ["toy_dream", "dream"])
+def test_dreams_entropy_layer_is_judged_against_the_best_static_layer(preset):
+    """Above Static-50% but below Static-75% (the paper's strongest static setting) fails."""
+
+    def tau_of(dream: float, s50: float, s75: float):
+        def values(cells):
+            fixed = cells["registry_method"] == "dream_fixed"
+            depth = cells["hparams"].str.contains('"dream_fixed_depth": 0.75')
+            _set(
+                cells,
+                (cells["registry_method"] == "dream") & (cells["tree"] == "dynamic"),
+                "tau",
+                dream,
+            )
+            _set(cells, fixed & ~depth, "tau", s50)
+            _set(cells, fixed & depth, "tau", s75)
+
+        return values
+
+    key = "DREAM/entropy-layer-above-fixed"
+    assert _judged(key, preset, tau_of(5.0, 3.0, 4.0)) == HOLDS
+    assert _judged(key, preset, tau_of(5.0, 3.0, 6.0)) == FAILS
+    assert _judged("DREAM/static-75-above-static-50", preset, tau_of(5.0, 3.0, 4.0)) == HOLDS
+    assert _judged("DREAM/static-75-above-static-50", preset, tau_of(5.0, 4.0, 3.0)) == FAILS

@@ -133,3 +133,34 @@ def test_dreams_entropy_layer_is_judged_against_the_best_static_layer(preset):
     assert _judged(key, preset, tau_of(5.0, 3.0, 6.0)) == FAILS
     assert _judged("DREAM/static-75-above-static-50", preset, tau_of(5.0, 3.0, 4.0)) == HOLDS
     assert _judged("DREAM/static-75-above-static-50", preset, tau_of(5.0, 4.0, 3.0)) == FAILS
+
+
+@pytest.mark.parametrize("preset", ["toy_tabed", "tabed"])
+def test_tabeds_second_turn_claim_reads_the_second_turns_alone(preset):
+    """T above M on second turns holds where the second turns say so, whatever the pooled tau
+    (here M above T) says, and fails where they say otherwise."""
+
+    def second_turns(t: float, m: float):
+        def values(cells):
+            for method, pooled, second in (("t", 2.0, t), ("m", 3.0, m)):
+                view = (cells["registry_method"] == method) & (cells["gamma"] == 5)
+                _set(cells, view, "tau", pooled)
+                turn2 = view & cells["tau_turn2"].notna()
+                _set(cells, turn2, "tau_turn2", second)
+
+        return values
+
+    key = "TABED/t-above-m-second-turn"
+    assert _judged(key, preset, second_turns(2.3, 2.0)) == HOLDS
+    assert _judged(key, preset, second_turns(2.0, 2.3)) == FAILS
+
+
+def test_second_turn_statistics_are_planned_only_where_dialogues_have_second_turns():
+    config = mmconfig.load_as_snakemake(
+        PRESETS / "toy_tabed.yaml", default=ROOT / "config" / "config.yaml"
+    )
+    cells = planned_cells(config)
+    measured = set(cells[cells["tau_turn2"].notna()]["dataset"])
+    assert measured == {"toy_multiturn"}
+    real = planned_cells(mmconfig.load(PRESETS / "tabed.yaml"))
+    assert set(real[real["tau_turn2"].notna()]["dataset"]) == {"llava_multiturn"}

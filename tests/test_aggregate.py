@@ -113,6 +113,32 @@ def test_tau_pools_steps_and_its_interval_is_of_the_pooled_ratio(tmp_path):
     assert 1.4 < cell["tau_low"] < 1.8 < cell["tau_high"] < 2.4
 
 
+def test_tau_of_each_turn_pools_that_turns_sample_turns_alone(tmp_path):
+    """Ten dialogues of two turns: the first turns accept 8 tokens in 2 steps (tau 4), the
+    second 6 in 6 (tau 1). The cell's tau pools both (1.75); tau_turn1 and tau_turn2 each pool
+    their own turn, with intervals resampling that turn's sample-turns."""
+    samples = [(2, 8, 0.01), (6, 6, 0.01)] * 10
+    extra = [{"sample_id": f"s{i // 2:02d}", "turn": i % 2} for i in range(len(samples))]
+    first = [(2, 8, 0.01), (3, 9, 0.01)] * 5  # a cell of first turns alone (no second turn)
+    cell_file = _scores(tmp_path, "sd", samples, 5, 0.0004, 0.002, extra)
+    single = _scores(tmp_path, "one", first, 5, 0.0004, 0.002)
+    out = tmp_path / "cells.parquet"
+    aggregate.run([cell_file, single], str(out), str(tmp_path / "blocks.parquet"))
+    cells = {r["method"]: r for r in read_table(out, CELLS).to_pylist()}
+    cell = cells["sd"]
+    assert cell["tau"] == pytest.approx(140 / 80)
+    assert cell["tau_turn1"] == pytest.approx(4.0) and cell["tau_turn2"] == pytest.approx(1.0)
+    assert (cell["tau_turn1_low"], cell["tau_turn1_high"]) == pytest.approx((4.0, 4.0))
+    assert (cell["tau_turn2_low"], cell["tau_turn2_high"]) == pytest.approx((1.0, 1.0))
+    one = cells["one"]
+    assert one["tau_turn1"] == pytest.approx(one["tau"]) and one["tau_turn2"] is None
+    assert (one["tau_turn1_low"], one["tau_turn1_high"]) == pytest.approx(
+        (one["tau_low"], one["tau_high"])
+    )
+    assert one["tau_turn1_low"] < one["tau_turn1_high"]
+    assert one["tau_turn2_low"] != one["tau_turn2_low"]  # NaN: no second turn
+
+
 def test_tau_interval():
     # every sample at the same ratio: no spread to resample
     assert tau_interval([10, 20, 30], [2, 4, 6]) == pytest.approx((5.0, 5.0))

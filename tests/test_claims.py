@@ -101,22 +101,40 @@ def x(point):
 
 
 def test_dominates():
-    claimed = [(x(4), v(0.99, 0.97, 1.0)), (x(7), v(0.95, 0.92, 0.98))]
-    beaten = [(x(3.5), v(0.90, 0.85, 0.95)), (x(6.5), v(0.93, 0.9, 0.96))]
+    claimed = [(x(4), v(0.99, 0.97, 1.0)), (x(7), v(0.95, 0.94, 0.96))]
+    beaten = [(x(3.5), v(0.90, 0.85, 0.95)), (x(6.5), v(0.90, 0.87, 0.93))]
     assert checks.dominates(claimed, beaten).verdict == HOLDS
     above = [(x(6.5), v(0.995, 0.99, 1.0))]  # as fast as the 7.0 point, above its interval
     assert checks.dominates(claimed, above).verdict == FAILS
-    close = [(x(6.5), v(0.96, 0.93, 0.99))]  # above the point, inside its interval
-    assert checks.dominates(claimed, close).verdict == INCONCLUSIVE
     faster = [(x(9), v(0.5, 0.4, 0.6))]  # no claimed point is as fast
     assert checks.dominates(claimed, faster).verdict == FAILS
     assert checks.dominates([], beaten).verdict == NOT_APPLICABLE
-    # the same retention, summed in another order, differs by rounding only: reached
-    tie = [(x(7), v(0.95 + 1e-12, 0.94, 0.96))]
-    assert checks.dominates(claimed, tie).verdict == HOLDS
-    assert checks.dominates(claimed, [(x(7), v(0.95 + 1e-6, 0.94, 0.96))]).verdict == INCONCLUSIVE
     # a speed without an interval decides nothing
     assert checks.dominates([(v(4), v(0.99, 0.97, 1.0))], beaten[:1]).verdict == INCONCLUSIVE
+
+
+@pytest.mark.parametrize(
+    ("baseline", "why"),
+    [
+        ((x(6.5), v(0.93, 0.9, 0.955)), "y: the claimed point is above, its interval overlaps"),
+        ((x(6.95), v(0.90, 0.87, 0.93)), "x: as fast by points, the intervals overlap"),
+        ((x(7.1), v(0.90, 0.87, 0.93)), "x: slower by points, the intervals overlap"),
+    ],
+)
+def test_dominates_ahead_by_points_inside_the_intervals_is_inconclusive(baseline, why):
+    claimed = [(x(4), v(0.99, 0.97, 1.0)), (x(7), v(0.95, 0.94, 0.96))]
+    assert checks.dominates(claimed, [baseline]).verdict == INCONCLUSIVE, why
+
+
+def test_dominates_equal_points_without_width_reach_each_other():
+    assert checks.dominates([(exact(7), exact(0.95))], [(exact(7), exact(0.95))]).verdict == HOLDS
+    # the same retention, summed in another order, differs by rounding only: reached
+    tie = [(exact(7), exact(0.95 + 1e-12))]
+    assert checks.dominates([(exact(7), exact(0.95))], tie).verdict == HOLDS
+    assert (
+        checks.dominates([(exact(7), exact(0.95))], [(exact(7), exact(0.95 + 1e-6))]).verdict
+        == FAILS
+    )
 
 
 def test_near():
@@ -258,7 +276,9 @@ def test_trend_order_dominates_and_means_over_datasets_read_their_cells(tmp_path
     cells["retention"] = [1.0, 0.98, 0.9, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
     cells["retention_low"] = cells["retention"] - 0.01
     cells["retention_high"] = cells["retention"] + 0.01
-    cells.loc[cells["method"] == "k", ["tau", "retention"]] = [4.5, 0.95]  # a blind baseline
+    k = cells["method"] == "k"  # a blind baseline
+    cells.loc[k, ["tau", "tau_low", "tau_high"]] = [4.5, 4.3, 4.7]
+    cells.loc[k, ["retention", "retention_low", "retention_high"]] = [0.95, 0.94, 0.96]
     trend = {"kind": "trend", "stat": "tau", "along": "lam", "a": {"registry_method": "lv"}}
     ordered = [{"method": "d"}, {"method": "e"}, {"method": "absent"}]
     frontier = {"kind": "dominates", "a": {"registry_method": "lv"}, "b": {"method": "k"}}
@@ -276,7 +296,8 @@ def test_trend_order_dominates_and_means_over_datasets_read_their_cells(tmp_path
     assert table.loc["trend", "verdict"] == HOLDS
     assert table.loc["trend", "measured"].startswith("0: tau 3 [2.8, 3.2], 0.5: tau 5")
     assert table.loc["order", "verdict"] == HOLDS  # over the cells the set has
-    assert table.loc["frontier", "verdict"] == HOLDS  # lambda 0.5: tau 5 >= 4.5, 0.98 >= 0.95
+    # lambda 0.5: tau [4.8, 5.2] above [4.3, 4.7], retention [0.97, 0.99] above [0.94, 0.96]
+    assert table.loc["frontier", "verdict"] == HOLDS
     # means 4.5 [4.36, 4.64] vs 3.9 [3.76, 4.04]: each dataset's +-0.2 over two datasets
     assert table.loc["mean", "verdict"] == HOLDS
     assert "mean over 2 datasets" in table.loc["mean", "measured"]
@@ -428,7 +449,9 @@ def R(point: float, half: float = 0.02) -> dict:
         (TREND, lv((0.0, T(3), {}), (0.5, T(5), {}), (0.9, T(8), {})), HOLDS),
         (TREND, lv((0.0, T(3), {}), (0.5, T(8), {}), (0.9, T(5), {})), FAILS),
         (TREND, lv((0.0, T(3, 0.5), {}), (0.5, T(2.9, 0.5), {}), (0.9, T(8), {})), INCONCLUSIVE),
-        (FRONTIER, [*lv((0.5, T(5), R(0.98))), ("k", {**T(4.5), **R(0.95)})], HOLDS),
+        (FRONTIER, [*lv((0.5, T(5), R(0.99, 0.01))), ("k", {**T(4.5), **R(0.95)})], HOLDS),
+        # ahead by points on both axes, retention's intervals overlap
+        (FRONTIER, [*lv((0.5, T(5), R(0.98))), ("k", {**T(4.5), **R(0.95)})], INCONCLUSIVE),
         (FRONTIER, [*lv((0.5, T(5), R(0.90))), ("k", {**T(4.5), **R(0.99, 0.01)})], FAILS),
         (
             FRONTIER,

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from mmspec import config as mmconfig
+from mmspec.claims.checks import FAILS, HOLDS
 from mmspec.claims.claim import CLAIMS_DIR, load
 from mmspec.claims.planned import not_applicable, planned_cells
+from mmspec.claims.scorecard import evaluate, summary
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "config" / "presets"
@@ -69,3 +71,96 @@ def test_planned_cells_carry_the_columns_and_hyperparameters_selectors_read():
     assert set(m["temperature"]) == {0.0} and set(m["registry_method"]) == {"m"}
     assert (cells["tau_low"] < cells["tau"]).all() and (cells["tau"] < cells["tau_high"]).all()
     assert set(cells[cells["dataset"] == "vist"]["group"]) == {"ood"}
+
+
+def _judged(key: str, preset: str, values) -> str:
+    """The verdict of claim `key` over `preset`'s planned cells (toy presets over the default
+    config), after `values(cells)` set the statistics it reads."""
+    path = PRESETS / f"{preset}.yaml"
+    config = (
+        mmconfig.load_as_snakemake(path, default=ROOT / "config" / "config.yaml")
+        if preset.startswith("toy_")
+        else mmconfig.load(path)
+    )
+    cells = planned_cells(config)
+    values(cells)
+    claims = [c for c in load(CLAIMS_DIR) if c.key == key]
+    return summary(evaluate(claims, {"planned": cells}))["verdict"].iloc[0]
+
+
+def _set(cells, mask, stat: str, point: float) -> None:
+    cells.loc[mask, [stat, f"{stat}_low", f"{stat}_high"]] = [point, point - 0.1, point + 0.1]
+
+
+@pytest.mark.parametrize("preset", ["toy_dream", "dream"])
+@pytest.mark.parametrize("stat", ["tau", "speedup"])
+def test_dreams_tree_against_its_chain_reads_the_chain_cell(preset, stat):
+    key = {"tau": "DREAM/tree-above-chain", "speedup": "DREAM/tree-faster-than-chain"}[stat]
+
+    def tree_ahead(by: float):
+        def values(cells):
+            dream = cells["registry_method"] == "dream"
+            _set(cells, dream & (cells["tree"] == "dynamic"), stat, 3.0 + by)
+            _set(cells, dream & (cells["tree"] == "chain"), stat, 3.0)
+
+        return values
+
+    assert _judged(key, preset, tree_ahead(1.0)) == HOLDS
+    assert _judged(key, preset, tree_ahead(-1.0)) == FAILS
+
+
+@pytest.mark.parametrize("preset", ["toy_dream", "dream"])
+def test_dreams_entropy_layer_is_judged_against_the_best_static_layer(preset):
+    """Above Static-50% but below Static-75% (the paper's strongest static setting) fails."""
+
+    def tau_of(dream: float, s50: float, s75: float):
+        def values(cells):
+            fixed = cells["registry_method"] == "dream_fixed"
+            depth = cells["hparams"].str.contains('"dream_fixed_depth": 0.75')
+            _set(
+                cells,
+                (cells["registry_method"] == "dream") & (cells["tree"] == "dynamic"),
+                "tau",
+                dream,
+            )
+            _set(cells, fixed & ~depth, "tau", s50)
+            _set(cells, fixed & depth, "tau", s75)
+
+        return values
+
+    key = "DREAM/entropy-layer-above-fixed"
+    assert _judged(key, preset, tau_of(5.0, 3.0, 4.0)) == HOLDS
+    assert _judged(key, preset, tau_of(5.0, 3.0, 6.0)) == FAILS
+    assert _judged("DREAM/static-75-above-static-50", preset, tau_of(5.0, 3.0, 4.0)) == HOLDS
+    assert _judged("DREAM/static-75-above-static-50", preset, tau_of(5.0, 4.0, 3.0)) == FAILS
+
+
+@pytest.mark.parametrize("preset", ["toy_tabed", "tabed"])
+def test_tabeds_second_turn_claim_reads_the_second_turns_alone(preset):
+    """T above M on second turns holds where the second turns say so, whatever the pooled tau
+    (here M above T) says, and fails where they say otherwise."""
+
+    def second_turns(t: float, m: float):
+        def values(cells):
+            for method, pooled, second in (("t", 2.0, t), ("m", 3.0, m)):
+                view = (cells["registry_method"] == method) & (cells["gamma"] == 5)
+                _set(cells, view, "tau", pooled)
+                turn2 = view & cells["tau_turn2"].notna()
+                _set(cells, turn2, "tau_turn2", second)
+
+        return values
+
+    key = "TABED/t-above-m-second-turn"
+    assert _judged(key, preset, second_turns(2.3, 2.0)) == HOLDS
+    assert _judged(key, preset, second_turns(2.0, 2.3)) == FAILS
+
+
+def test_second_turn_statistics_are_planned_only_where_dialogues_have_second_turns():
+    config = mmconfig.load_as_snakemake(
+        PRESETS / "toy_tabed.yaml", default=ROOT / "config" / "config.yaml"
+    )
+    cells = planned_cells(config)
+    measured = set(cells[cells["tau_turn2"].notna()]["dataset"])
+    assert measured == {"toy_multiturn"}
+    real = planned_cells(mmconfig.load(PRESETS / "tabed.yaml"))
+    assert set(real[real["tau_turn2"].notna()]["dataset"]) == {"llava_multiturn"}

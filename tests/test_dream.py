@@ -9,7 +9,7 @@ import pytest
 import torch
 from test_heads import assert_greedy_equals_ar
 
-from mmspec.decoding.drafters.heads import build_head
+from mmspec.decoding.drafters.heads import build_head, head_kind
 from mmspec.decoding.sampler import seeded
 from mmspec.methods import registry, verify
 from mmspec.methods.runtime import MethodRunner, Sample
@@ -39,12 +39,11 @@ def _trained(tiny, method: str, **hparams):
     spec = registry.resolve(method, {**TRAINING, **hparams})
     runner = MethodRunner(registry.resolve("ar", {}), target, None, tokenizer, "<image>")
     sequences = []
+    collection = head_kind("dream").collection(spec)
     for sample in samples:
         answer = runner.decode_ar(sample, 16, set(), seeded(0)).tokens
         prompt = runner.target_prompt(sample)
-        sequences.append(
-            collect_sequence(runner.target, prompt, answer, spec["dream_intermediate"])
-        )
+        sequences.append(collect_sequence(runner.target, prompt, answer, **collection))
     torch.manual_seed(0)
     head = build_head("dream", target.config, spec, "tiny").float()
     lm_head = copy.deepcopy(target.lm_head).float()
@@ -58,6 +57,7 @@ def _trained(tiny, method: str, **hparams):
         ("dream", {}),  # dynamic tree, 75% of the visual tokens in the memory
         ("dream", {"tree": "chain", "gamma": 4, "dream_vtc": 0.5}),
         ("dream_nocross", {"tree": "static", "paths": [[0], [1], [0, 0], [1, 0], [0, 0, 0]]}),
+        ("dream_fixed", {"dream_fixed_depth": 0.75}),  # Static-75%
     ],
 )
 def test_greedy_dream_equals_ar_token_for_token(tiny, method, hparams):
@@ -93,7 +93,7 @@ def test_intermediate_features_come_from_the_lowest_entropy_layer():
     tokenizer = verify.build_tokenizer()
     spec = {"hidden": 32, "layers": 8, "heads": 2, "vision_hidden": 64}
     model = build_model(spec, tokenizer, 0).eval()
-    assert candidate_layers(8, "entropy") == [1, 2] and candidate_layers(8, "fixed") == [4]
+    assert candidate_layers(8, "entropy") == [1, 2] and candidate_layers(8, "fixed", 0.5) == [4]
     assert candidate_layers(30, "entropy") == list(range(1, 11))
     ids = torch.tensor([[2, 5, 6, 7, 5, 6, 2, 7, 7, 5]])
     embeds = model.get_input_embeddings()(ids)[0].detach()
@@ -121,6 +121,47 @@ def test_intermediate_features_come_from_the_lowest_entropy_layer():
     assert not torch.equal(producing, expected)
     for i, layer in enumerate(expected.tolist()):
         torch.testing.assert_close(features[i], out.hidden_states[layer][0, i])
+
+
+def test_the_fixed_layer_lies_at_its_share_of_the_targets_depth():
+    """Static-25%, -50% and -75% (Section 4.2) of LLaVA-v1.6-Vicuna-7B's 32 layers and of the
+    toy target's 8; dream_fixed's default is Static-50%, and only it reads the share."""
+    assert [candidate_layers(32, "fixed", d)[0] for d in (0.25, 0.5, 0.75)] == [8, 16, 24]
+    assert [candidate_layers(8, "fixed", d)[0] for d in (0.25, 0.5, 0.75)] == [2, 4, 6]
+    assert candidate_layers(100, "fixed", 0.29) == [29]  # not 28 (0.29 x 100 = 28.999...)
+    assert candidate_layers(1, "fixed", 0.5) == [1]
+    with pytest.raises(ValueError, match="depth share"):
+        candidate_layers(8, "fixed")
+    assert registry.resolve("dream_fixed", {})["dream_fixed_depth"] == 0.5
+    assert "dream_fixed_depth" not in registry.resolve("dream", {})
+    with pytest.raises(ValueError, match="dream_fixed_depth"):
+        registry.resolve("dream", {"dream_fixed_depth": 0.75})
+    with pytest.raises(ValueError, match="dream_fixed_depth"):
+        registry.resolve("dream_fixed", {"dream_fixed_depth": 1.0})
+    # the share is a training setting: a head per share, and the layer reaches the collection
+    kind = head_kind("dream")
+    s75 = registry.resolve("dream_fixed", {"dream_fixed_depth": 0.75})
+    assert "dream_fixed_depth" in kind.training_keys(s75)
+    assert kind.collection(kind.trained_with(s75))["depth"] == 0.75
+
+
+@pytest.mark.parametrize(("depth", "layer"), [(0.5, 4), (0.75, 6)])
+def test_a_fixed_intermediate_feature_is_that_layers_output(depth, layer):
+    tokenizer = verify.build_tokenizer()
+    spec = {"hidden": 32, "layers": 8, "heads": 2, "vision_hidden": 64}
+    model = build_model(spec, tokenizer, 0).eval()
+    ids = torch.tensor([[2, 5, 6, 7, 5, 6, 2, 7, 7, 5]])
+    embeds = model.get_input_embeddings()(ids)[0].detach()
+    from mmspec.decoding.prompt import as_prompt
+
+    features, layers = intermediate_features(
+        model, as_prompt(embeds[:5]), ids[0, 5:].tolist(), "fixed", depth
+    )
+    with torch.no_grad():
+        out = model.model.language_model(inputs_embeds=embeds[None], output_hidden_states=True)
+    assert set(layers.tolist()) == {layer}
+    torch.testing.assert_close(features, out.hidden_states[layer][0])
+    assert not torch.allclose(features, out.hidden_states[4 if layer == 6 else 6][0])
 
 
 def _head(cross: bool = True, gates: float | None = None, vocab: int = 11):

@@ -73,9 +73,11 @@ def test_tabed_preset_dry_run_plans_every_cell(tmp_path):
     jobs = _dry_run_jobs(TABED, tmp_path)
     n_cells = len(mmconfig.cells(mmconfig.load(TABED)))
     assert jobs["generate"] == jobs["score"] == n_cells
-    assert jobs["prepare"] == len(DATASETS)
+    # the benchmark datasets, and the multi-turn stand-in (llava_multiturn: M, T and TABED^MT
+    # on the main pair only, so no caption and two visual caches)
+    assert jobs["prepare"] == len(DATASETS) + 1
     assert jobs["caption"] == len(DATASETS)  # one Florence-2 pass per dataset
-    assert jobs["cache_visual"] == len(DATASETS) * 6  # 3 targets + 3 drafts
+    assert jobs["cache_visual"] == len(DATASETS) * 6 + 2  # 3 targets + 3 drafts
     assert not (tmp_path / "results").exists()  # a dry run writes nothing
 
 
@@ -294,6 +296,16 @@ def test_dream_preset_resolves_into_the_papers_table_and_dry_runs(tmp_path):
     jobs = _dry_run_jobs(DREAM, tmp_path)
     assert jobs["generate"] == jobs["score"] == len(cells)
     # one head per (pair, kind, training): DREAM's ablations train their own, VTC does not
-    # (7B: Kangaroo, Medusa, Hydra, EAGLE for both EAGLE rows, DREAM and its four ablations)
-    assert jobs["train_drafter"] == len(heads) == 9 + 4 * 2
+    # (7B: Kangaroo, Medusa, Hydra, EAGLE for both EAGLE rows, DREAM and its five ablations,
+    # Static-50% and Static-75% apart); DREAM's chain drafts with DREAM's head
+    assert jobs["train_drafter"] == len(heads) == 10 + 4 * 2
+    chains = [c for c in cells if c.method == "dream_chain"]
+    assert {(c.pair, c.dataset) for c in chains} == {
+        (p, d) for p in ("llava16_7b", "pixtral_12b") for d in ("mmt_bench", "scienceqa")
+    }
+    assert {mmconfig.drafter_dir(c) for c in chains} <= heads
+    assert {c.spec["dream_fixed_depth"] for c in cells if c.spec["method"] == "dream_fixed"} == {
+        0.5,
+        0.75,
+    }
     assert not (tmp_path / "results").exists()

@@ -273,6 +273,15 @@ CELLS = pa.schema(
         ("tau_low", pa.float64()),  # its 95% bootstrap interval over sample-turns
         ("tau_high", pa.float64()),
         ("tau_per_sample", pa.float64()),  # mean over sample-turns of their own tau
+        # tau of the first turns alone (turn 0: every single-turn sample), with its 95%
+        # bootstrap interval over those sample-turns; null where the cell has none
+        ("tau_turn1", pa.float64()),
+        ("tau_turn1_low", pa.float64()),
+        ("tau_turn1_high", pa.float64()),
+        # tau of the second turns alone (turn 1 of multi-turn dialogues), with its interval
+        ("tau_turn2", pa.float64()),
+        ("tau_turn2_low", pa.float64()),
+        ("tau_turn2_high", pa.float64()),
         ("accepted_mean", pa.float64()),  # emitted draft tokens / steps (tau without the bonus)
         # share of the emitted draft tokens that a lossy rule accepted on a mismatch
         ("relaxed_share", pa.float64()),

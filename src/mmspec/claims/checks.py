@@ -12,7 +12,8 @@ beside each verdict).
 - `threshold`: a at or above a fixed value (or below);
 - `order`: values in the stated order, each above the next;
 - `trend`: a value rises (or falls) along a hyperparameter;
-- `dominates`: every baseline point has a claimed point as fast (x) with quality (y) as high;
+- `dominates`: every baseline point has a claimed point as fast (x) with quality (y) as high,
+  on both axes beyond the intervals;
 - `near`: a within a relative tolerance of b.
 """
 
@@ -155,9 +156,10 @@ def trend(values: list[tuple[float, Value]], rises: bool = True, tolerance: floa
 
 def dominates(claimed: list[tuple[Value, Value]], baselines: list[tuple[Value, Value]]) -> Outcome:
     """Every baseline point (x, y) has a claimed point at least as far on x with y at least as
-    high (both higher-is-better). A baseline point that no claimed point reaches FAILS the claim
-    when its y lies above every such point's interval (or no claimed point is as far on x), and
-    makes it INCONCLUSIVE when the intervals overlap."""
+    high (both higher-is-better), decided by the intervals on both axes (x is often speedup).
+    A baseline point is reached when a claimed point's lower ends lie at or above its upper ends
+    (two equal points without width reach each other); it is missed (FAILS the claim) when every
+    claimed point's x or y lies below its interval entirely; else the claim is INCONCLUSIVE."""
     if not claimed or not baselines:
         return Outcome(NOT_APPLICABLE, "no claimed point" if not claimed else "no baseline point")
     missing = _missing(*(v for point in claimed + baselines for v in point))
@@ -165,13 +167,14 @@ def dominates(claimed: list[tuple[Value, Value]], baselines: list[tuple[Value, V
         return Outcome(NOT_APPLICABLE, missing)
     verdicts, notes = [], []
     for bx, by in baselines:
-        reach = [(x, y) for x, y in claimed if x.point >= bx.point]
-        best = max(reach, key=lambda xy: xy[1].point, default=None)
-        if best is not None and best[1].point >= by.point - TIE * max(1.0, abs(by.point)):
+        surely = [(x, y) for x, y in claimed if _at_least(x.lower, bx.upper)]
+        if any(_at_least(y.lower, by.upper) for _, y in surely):
             verdicts.append(HOLDS)
             continue
-        verdict = FAILS if best is None or best[1].upper < by.lower else INCONCLUSIVE
-        verdicts.append(verdict)
+        maybe = [(x, y) for x, y in claimed if _at_least(x.upper, bx.lower)]
+        best = max(maybe, key=lambda xy: xy[1].point, default=None)
+        missed = not any(_at_least(y.upper, by.lower) for _, y in maybe)
+        verdicts.append(FAILS if missed else INCONCLUSIVE)
         against = (
             "none as far" if best is None else f"best as far {best[0].text()}, {best[1].text()}"
         )
@@ -182,6 +185,11 @@ def dominates(claimed: list[tuple[Value, Value]], baselines: list[tuple[Value, V
     )
     notes_text = "; not: " + "; ".join(notes) if notes else ""
     return Outcome(verdict, measured + notes_text + why)
+
+
+def _at_least(a: float, b: float) -> bool:
+    """a >= b, a rounding difference (TIE, relative) apart counting as equal."""
+    return a >= b - TIE * max(1.0, abs(b))
 
 
 def near(a: Value, b: Value, tolerance: float) -> Outcome:

@@ -21,6 +21,8 @@ CLAIMS_DIR = Path(__file__).resolve().parents[3] / "config" / "claims"
 # statistic -> (the cells table's column, its interval's columns or None, higher is better)
 STATS = {
     "tau": ("tau", ("tau_low", "tau_high"), True),
+    "tau_turn1": ("tau_turn1", ("tau_turn1_low", "tau_turn1_high"), True),
+    "tau_turn2": ("tau_turn2", ("tau_turn2_low", "tau_turn2_high"), True),
     "speedup": ("speedup", ("speedup_low", "speedup_high"), True),
     "retention": ("retention", ("retention_low", "retention_high"), True),
     "judge_retention": ("judge_retention", ("judge_retention_low", "judge_retention_high"), True),

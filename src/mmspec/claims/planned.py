@@ -16,12 +16,28 @@ from mmspec.claims.scorecard import evaluate, summary
 from mmspec.methods.registry import label
 from mmspec.methods.spec import MethodSpec
 
+# statistics of a dialogue's second turns: measured only on datasets that have them
+SECOND_TURN_STATS = {"tau_turn2"}
+
+
+def has_second_turns(name: str, dataset: dict) -> bool:
+    """Whether a dataset's samples can have a second turn: a toy scenario whose dialogues do, or
+    a dataset read from a multi-turn column (`conversation`)."""
+    if dataset.get("source") == "toy":
+        from mmspec.toy.world import DATASETS
+
+        make = DATASETS.get(name)
+        return make is not None and len(make(np.random.default_rng(0))) > 1
+    return "conversation" in dataset
+
 
 def planned_cells(config: dict, seed: int = 0) -> pd.DataFrame:
     """One row per cell of `config`'s sweep, as the aggregate stage would write it, with every
-    statistic a claim reads drawn at random (a point inside a finite interval)."""
+    statistic a claim reads drawn at random (a point inside a finite interval); second-turn
+    statistics only on datasets with second turns (NaN elsewhere, as measured)."""
     rng = np.random.default_rng(seed)
     groups = {name: ds.get("group", "benchmark") for name, ds in config["datasets"].items()}
+    turns = {name: has_second_turns(name, ds) for name, ds in config["datasets"].items()}
     rows = []
     for cell in expand(config).cells:
         columns = MethodSpec.parse(cell.spec).columns()
@@ -38,6 +54,8 @@ def planned_cells(config: dict, seed: int = 0) -> pd.DataFrame:
         }
         for column, interval, _ in STATS.values():
             point = float(rng.uniform(1.0, 5.0))
+            if column in SECOND_TURN_STATS and not turns.get(cell.dataset, False):
+                point = np.nan
             row[column] = point
             if interval:
                 row[interval[0]], row[interval[1]] = point - 0.1, point + 0.1

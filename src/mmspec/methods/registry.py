@@ -312,8 +312,11 @@ def _dream_rows() -> list[Method]:
         ),
         Method(
             "dream_fixed",
-            "DREAM with the intermediate feature of a fixed layer, half the target's depth "
-            "(Figure 4a's Static-50%)",
+            "DREAM with the intermediate feature of a fixed layer, at the share "
+            "`dream_fixed_depth` of the target's depth: half by default (Figure 4a's "
+            "Static-50%; Section 4.2 also runs 25% and 75%, its strongest static setting). The "
+            "release has no fixed-layer mode (ge_data `mid_feature_collect` picks by entropy "
+            "only): the layer is hidden_states[floor(share x layers)], the paper's wording",
             {**dream, "dream_intermediate": "fixed"},
             "DREAM (S-50%)",
         ),

@@ -91,6 +91,13 @@ METRIC_DEFINITIONS = [
         "then averaged).",
     ),
     (
+        "tau_turn1, tau_turn2",
+        "tau of the cell's first turns alone (every single-turn sample is one) and of its second "
+        "turns alone (multi-turn dialogues, TABED's second-turn rows), pooled the same way, each "
+        "with its 95% bootstrap interval over those sample-turns (_low, _high); empty where the "
+        "cell has no such turn.",
+    ),
+    (
         "accepted_mean",
         "emitted draft tokens / steps, pooled over the cell (tau without the bonus/correction "
         "token).",

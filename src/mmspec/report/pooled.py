@@ -31,9 +31,17 @@ SUMMED = [
 # Numbers that the hp fixes (so the same on every seed): the first seed's, not a mean.
 FIXED = ["seed", "gamma", "temperature"]
 # Metrics whose pooled row carries <metric>_low and <metric>_high.
-INTERVAL_METRICS = ["tau", "speedup", "quality", "retention", "judge_retention"]
+INTERVAL_METRICS = [
+    "tau",
+    "tau_turn1",
+    "tau_turn2",
+    "speedup",
+    "quality",
+    "retention",
+    "judge_retention",
+]
 # Of those, the ones a single cell has an interval of (bootstrap over its sample-turns).
-CELL_INTERVALS = ["tau", "speedup", "retention", "judge_retention"]
+CELL_INTERVALS = ["tau", "tau_turn1", "tau_turn2", "speedup", "retention", "judge_retention"]
 # t(0.975, df) for df = 1..30; above, the Cornish-Fisher expansion (error < 1e-4).
 T975 = [
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,

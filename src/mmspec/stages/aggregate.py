@@ -50,6 +50,12 @@ SELECT
   sum(new_tokens) AS new_tokens,
   sum(new_tokens) / nullif(sum(steps), 0) AS tau,
   avg(new_tokens / nullif(steps, 0)) AS tau_per_sample,
+  -- tau of the first and of the second turns alone (turn 0 and 1: TABED's Table 1 rows); NULL
+  -- where the cell has no such turn
+  sum(new_tokens) FILTER (WHERE turn = 0) / nullif(sum(steps) FILTER (WHERE turn = 0), 0)
+    AS tau_turn1,
+  sum(new_tokens) FILTER (WHERE turn = 1) / nullif(sum(steps) FILTER (WHERE turn = 1), 0)
+    AS tau_turn2,
   sum(accepted_sum) / nullif(sum(steps), 0) AS accepted_mean,
   sum(relaxed_sum) / nullif(sum(accepted_sum), 0) AS relaxed_share,
   avg(t_q_s) / nullif(avg(t_p_s), 0) AS latency_ratio,
@@ -96,6 +102,7 @@ SELECT
   list(decode_s ORDER BY sample_id, turn) AS timing_s,
   list(new_tokens ORDER BY sample_id, turn) AS timing_tokens,
   list(steps ORDER BY sample_id, turn) AS tau_steps,
+  list(turn ORDER BY sample_id, turn) AS tau_turns,
   -- the per-sample-turn qualities the retentions pair, for their bootstrap intervals (not written)
   list(quality ORDER BY sample_id, turn) AS paired_quality,
   list(ar_quality ORDER BY sample_id, turn) AS paired_ar_quality,
@@ -351,10 +358,25 @@ def percentile_interval(values: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def turn_tau_interval(turn: int):
+    """`tau_interval` over the sample-turns of turn `turn` (0-based) alone: resampling that
+    turn's sample-turns; NaN where the cell has none."""
+
+    def interval(tokens, steps, turns, seed: int = 0) -> tuple[float, float]:
+        picked = [(t, s) for t, s, k in zip(tokens, steps, turns, strict=True) if k == turn]
+        if not picked:
+            return math.nan, math.nan
+        return tau_interval(*zip(*picked, strict=True), seed=seed)
+
+    return interval
+
+
 # (column, its interval function, the CELLS_SQL per-sample-turn lists it reads): written as
 # <column>_low and <column>_high
 INTERVALS = [
     ("tau", tau_interval, ["timing_tokens", "tau_steps"]),
+    ("tau_turn1", turn_tau_interval(0), ["timing_tokens", "tau_steps", "tau_turns"]),
+    ("tau_turn2", turn_tau_interval(1), ["timing_tokens", "tau_steps", "tau_turns"]),
     ("speedup", speedup_interval, SPEEDUP_LISTS),
     ("retention", retention_interval, ["paired_quality", "paired_ar_quality"]),
     ("judge_retention", retention_interval, ["paired_judge_score", "paired_ar_judge_score"]),

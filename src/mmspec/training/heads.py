@@ -16,7 +16,8 @@ intermediate feature at a position is hidden_states[l], l among 1 .. max(2, int(
 (its release's range; the floor of 2 keeps a choice on shallow targets), the one whose reading
 layer (attentions[l]: layer l + 1, which takes hidden_states[l] as its input; the release's
 pairing, `ge_data/ge_data_all_llava_mix665k.py` `mid_feature_collect`) has the lowest attention
-entropy there (mean over heads), or of the layer at half the depth ("fixed").
+entropy there (mean over heads), or of the layer at a fixed share of the depth ("fixed", DREAM's
+`dream_fixed_depth`: Section 4.2's Static-X%; the release has no such mode).
 Input features carry uniform noise of width `head_noise` (the release's AddUniformNoise,
 without its sequence-length scale). AdamW, betas (0.9, 0.95), gradient clip 0.5. Every
 `eval_every` steps the held-out sequences (the last tenth) give the head's top-1 agreement with
@@ -53,20 +54,29 @@ class Sequence:
     shallow: torch.Tensor | None = None  # [n, H] the output of the exit layer (Kangaroo)
 
 
-def candidate_layers(n_layers: int, mode: str) -> list[int]:
-    """The target layers (1-based outputs) an intermediate feature may come from."""
+def candidate_layers(n_layers: int, mode: str, depth: float | None = None) -> list[int]:
+    """The target layers (1-based outputs) an intermediate feature may come from; "fixed": the
+    one at the share `depth` of the target's layers (rounded down, at least the first)."""
     if mode == "fixed":
-        return [max(1, n_layers // 2)]
+        if depth is None:
+            raise ValueError("a fixed intermediate layer needs its depth share")
+        # the epsilon keeps a share such as 0.29 x 100 (28.999...) on its layer
+        return [max(1, math.floor(depth * n_layers + 1e-9))]
     return list(range(1, min(n_layers - 1, max(2, int(0.4 * n_layers) - 2)) + 1)) or [1]
 
 
 def collect_sequence(
-    target, prompt, answer: list[int], intermediate: str = "none", exit_layer: int = 0
+    target,
+    prompt,
+    answer: list[int],
+    intermediate: str = "none",
+    exit_layer: int = 0,
+    depth: float | None = None,
 ) -> Sequence:
     """The target's features over `prompt` (a `Prompt`) and its own `answer` tokens, from one
     prefill and one teacher-forced extend of the target's `Decoder`; with `intermediate`
-    ("entropy" or "fixed", DREAM) also its intermediate features, with `exit_layer` (Kangaroo)
-    the output of that layer."""
+    ("entropy" or "fixed" at the depth share `depth`, DREAM) also its intermediate features,
+    with `exit_layer` (Kangaroo) the output of that layer."""
     layers = (exit_layer,) if exit_layer else ()
     with torch.inference_mode():
         first = target.prefill(prompt, layers=layers)
@@ -81,7 +91,7 @@ def collect_sequence(
     shallow = joined(lambda f: f.layers[exit_layer])[:-1].float().cpu() if exit_layer else None
     inter = chosen = None
     if intermediate != "none":
-        inter, chosen = intermediate_features(target.model, prompt, answer, intermediate)
+        inter, chosen = intermediate_features(target.model, prompt, answer, intermediate, depth)
         inter, chosen = inter[:-1].float().cpu(), chosen[:-1]
     # entry j pairs embeds[j + 1] with features[j]; the entry at the prompt's last position
     # but one predicts the feature that emits the first answer token
@@ -95,15 +105,15 @@ def collect_sequence(
     )
 
 
-def intermediate_features(model, prompt, answer: list[int], mode: str):
+def intermediate_features(model, prompt, answer: list[int], mode: str, depth: float | None = None):
     """(features [N, H], layer [N]) per position of prompt + answer: hidden_states[l] (the
     output of layer l, 1-based) of the candidate l whose reader, the next layer, has the lowest
-    attention entropy at that position (mean over heads), or of the fixed layer; from a forward
-    of transformers' own stack (eager attention)."""
+    attention entropy at that position (mean over heads), or of the fixed layer (at the depth
+    share `depth`); from a forward of transformers' own stack (eager attention)."""
     from mmspec.decoding.decoder import Decoder, eager_attention
 
     decoder = Decoder(model, lean=False)
-    candidates = candidate_layers(len(decoder.stack.layers), mode)
+    candidates = candidate_layers(len(decoder.stack.layers), mode, depth)
     entropies: dict[int, list[torch.Tensor]] = {layer: [] for layer in candidates}
 
     def hook(layer):

@@ -53,7 +53,8 @@ class DreamDrafter(EagleDrafter):
     name = "dream"
     # DREAM (its Section 4.1 and its release): the cross-attention block on, the intermediate
     # feature of the layer with the lowest attention entropy per token ("entropy"; "fixed": the
-    # layer at half the target's depth, the paper's Static-50%; "none": no intermediate loss),
+    # layer at the share `dream_fixed_depth` of the target's depth, by default half, the
+    # paper's Static-50%; "none": no intermediate loss),
     # the release's loss weighting, 75% of the visual tokens kept in the cross-attention memory
     # (VTC, applied when drafting).
     params = (
@@ -66,6 +67,19 @@ class DreamDrafter(EagleDrafter):
             "entropy",
             "which target layer gives the intermediate feature",
             choices=("entropy", "fixed", "none"),
+        ),
+        Param(
+            "dream_fixed_depth",
+            NUMBER,
+            0.5,
+            "share of the target's depth at which the fixed intermediate layer lies "
+            "(`dream_intermediate: fixed`; Section 4.2's Static-25%, -50% and -75%): "
+            "hidden_states[floor(share x layers)]",
+            low=0,
+            high=1,
+            low_open=True,
+            high_open=True,
+            meaning="is a share of the target's depth",
         ),
         Param(
             "dream_loss",
@@ -92,6 +106,7 @@ class DreamDrafter(EagleDrafter):
         "head_noise",
         "dream_cross",
         "dream_intermediate",
+        "dream_fixed_depth",
         "dream_loss",
     )
     drafts_images = False
@@ -102,6 +117,13 @@ class DreamDrafter(EagleDrafter):
         "(ge_data/ge_data_all_llava_mix665k.py mid_feature_collect) and loss weighting "
         "(train/main_deepspeed.py compute_loss, compute_mid_loss)"
     )
+
+    @classmethod
+    def reads(cls, spec: dict) -> tuple[Param, ...]:
+        """The fixed layer's depth only where the intermediate layer is fixed."""
+        if spec.get("dream_intermediate") == "fixed":
+            return cls.params
+        return tuple(p for p in cls.params if p.key != "dream_fixed_depth")
 
     @classmethod
     def requirements(cls, spec: dict) -> frozenset[str]:
@@ -150,7 +172,11 @@ class DreamDrafter(EagleDrafter):
 
     @classmethod
     def collection(cls, training: dict) -> dict:
-        return {"intermediate": training.get("dream_intermediate", "none"), "exit_layer": 0}
+        return {
+            "intermediate": training.get("dream_intermediate", "none"),
+            "depth": training.get("dream_fixed_depth"),
+            "exit_layer": 0,
+        }
 
     def __init__(self, head: DreamHead, target, temperature: float, vtc: float = 1.0):
         super().__init__(head, target, temperature)

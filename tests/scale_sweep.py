@@ -9,7 +9,6 @@ lossless, equals AR's), so pooling over seeds and the Pareto front have somethin
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -63,12 +62,7 @@ def cell_rows(cell: mmconfig.Cell) -> list[dict]:
         quality = 0.8 + 0.05 * np.sin(cell.seed + i)
         rows.append(
             {
-                "dataset": cell.dataset,
-                "pair": cell.pair,
-                "method": cell.method,
-                "hp": cell.hp,
-                "hparams": json.dumps(cell.spec, sort_keys=True),
-                "seed": cell.seed,
+                **cell.columns(),
                 "registry_method": cell.spec["method"],
                 "views": "".join(cell.spec.get("views", "")) or None,
                 "weights": cell.spec.get("weights"),

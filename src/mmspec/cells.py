@@ -35,6 +35,17 @@ class Cell:
             f"hp={self.hp}/seed={self.seed}"
         )
 
+    def columns(self) -> dict:
+        """The cell's identity as the tables' columns: its key and its hyperparameters."""
+        return {
+            "dataset": self.dataset,
+            "pair": self.pair,
+            "method": self.method,
+            "hp": self.hp,
+            "hparams": json.dumps(self.spec, sort_keys=True),
+            "seed": self.seed,
+        }
+
 
 def _grid(entry: dict) -> list[dict]:
     """Expand list values of a method entry into the Cartesian product of hyperparameter dicts.

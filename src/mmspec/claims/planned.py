@@ -4,8 +4,6 @@ intervals. It answers one question only: which claims a sweep can judge (`applic
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 
@@ -42,12 +40,7 @@ def planned_cells(config: dict, seed: int = 0) -> pd.DataFrame:
     for cell in expand(config).cells:
         columns = MethodSpec.parse(cell.spec).columns()
         row = {
-            "dataset": cell.dataset,
-            "pair": cell.pair,
-            "method": cell.method,
-            "hp": cell.hp,
-            "hparams": json.dumps(cell.spec, sort_keys=True),
-            "seed": cell.seed,
+            **cell.columns(),
             "label": label(cell.method, columns["registry_method"]),
             "group": groups.get(cell.dataset, "benchmark"),
             **columns,

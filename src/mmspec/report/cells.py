@@ -32,18 +32,22 @@ def is_ar(method: object) -> bool:
     return isinstance(method, str) and method.lower() in AR_METHODS
 
 
+# The columns that can name a cell AR: its entry, the registry method it runs (as
+# `ar_t1: {method: ar}` does) and its label.
+AR_NAMING = ("method", "registry_method", "label")
+
+
 def is_ar_row(row: pd.Series | dict) -> bool:
-    """Whether a cell is the autoregressive baseline (by its method name, the registry method
-    it runs, as `ar_t1: {method: ar}` does, or its label)."""
-    return any(is_ar(row.get(key)) for key in ("method", "registry_method", "label"))
+    """Whether a cell is the autoregressive baseline (by any of its AR_NAMING columns)."""
+    return any(is_ar(row.get(key)) for key in AR_NAMING)
 
 
 def without_ar(cells: pd.DataFrame) -> pd.DataFrame:
     """The speculative cells: all but the autoregressive baseline."""
     if cells.empty:
         return cells
-    ar = cells["method"].map(is_ar)
-    for key in ("registry_method", "label"):
+    ar = pd.Series(False, index=cells.index)
+    for key in AR_NAMING:
         if key in cells:
             ar |= cells[key].map(is_ar)
     return cells[~ar]

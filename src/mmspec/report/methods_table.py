@@ -15,7 +15,7 @@ import pandas as pd
 from mmspec.report import datatable
 from mmspec.report.cells import is_ar_row, is_lossy_rule, lossless_bug
 from mmspec.report.formatting import MISSING, esc, fmt_num, is_missing, label_html
-from mmspec.report.pooled import INTERVAL_METRICS, interval_title
+from mmspec.report.pooled import INTERVAL_METRICS, SUMMED, interval_title
 
 # Columns of the table, in display order.
 TABLE_COLUMNS = [
@@ -64,15 +64,7 @@ JUDGE_COLUMNS = [
 # Shown after accepted_mean where a cell verifies loosely (some accepted tokens mismatched).
 RELAXED_COLUMNS = ["relaxed_share"]
 TEXT_COLUMNS = {"label", "method", "hp", "views", "weights"}
-INT_COLUMNS = {
-    "seeds",
-    "n_samples",
-    "steps",
-    "new_tokens",
-    "judge_failures",
-    "near_tie_divergences",
-    "real_divergences",
-}
+INT_COLUMNS = {"seeds", *SUMMED}  # counts: the seeds pooled and the sums over them
 # The columns that compare the cell's output with AR's.
 DIVERGENCE_COLUMNS = [
     "lossless_rate",

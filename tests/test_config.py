@@ -39,7 +39,7 @@ def _by(cells, pair):
 
 def test_default_config_is_a_tour_of_every_paper():
     cells = mmconfig.cells(mmconfig.load("config/config.yaml"))
-    assert len({c.path for c in cells}) == len(cells) <= 33
+    assert len({c.path for c in cells}) == len(cells) <= 37
     # TABED: M vs T on captions and on five-image stories, with the adaptive ensemble; DREAM's
     # baselines: EAGLE's trained head against a draft model, over a chain and EAGLE-2 trees
     tabed = {"ar", "m", "t", "mt", "tabed_mt"}
@@ -47,18 +47,22 @@ def test_default_config_is_a_tour_of_every_paper():
     assert not _by(cells, "toy")  # the tour trains one draft: TABED runs on toy_vdraft
     drafters = {c.spec["drafter"] for c in cells if c.method.startswith(("eagle", "dream"))}
     assert drafters == {"eagle", "dream", "model"}
-    # SAGE / SpecVLM / EAGLE-2: every tree method on a caption and the video (on the caption
-    # the chain over view M is TABED's `m`); LVSpec and random relaxation against exact SD over
-    # K = 10 on the video, whose answers the judge scores
+    # SAGE / SpecVLM / EAGLE-2: every tree method, and a chain as deep as SAGE's deepest tree, on
+    # a caption and the video (on the caption the chain over view M is TABED's `m`); LVSpec and
+    # random relaxation against exact SD over K = 10 on the video, whose answers the judge scores
     loose = {"sd10", "lvspec", "random_relax"}
     assert _by(cells, "toy_vdraft") == {
-        "toy_caption": TREES - {"sd_chain"} | heads | tabed,
+        "toy_caption": TREES - {"sd_chain"} | {"sd_chain_deep"} | heads | tabed,
         "toy_story": tabed,
-        "toy_video": TREES | loose,
+        "toy_video": TREES | {"sd_chain_deep"} | loose,
     }
-    # LANTERN over the paper's drafter: exact and relaxed verification of one EAGLE head's chain
-    # (greedy; sampling over EAGLE-2 trees is toy_lantern.yaml's)
-    assert _by(cells, "toy_image") == {"toy_imagegen": {"ar", "eagle_image", "lantern_eagle"}}
+    # LANTERN over the paper's drafter (exact and relaxed verification of one EAGLE head's chain)
+    # and over the draft model's EAGLE-2 trees at a small and a large delta (Table 3's cells);
+    # sampling is toy_lantern.yaml's
+    image = {"ar", "eagle_image", "lantern_eagle", "eagle2_tree", "lantern_tree"}
+    assert _by(cells, "toy_image") == {"toy_imagegen": image}
+    deltas = {c.spec["lantern_delta"] for c in cells if c.method == "lantern_tree"}
+    assert deltas == {0.05, 0.2}
     image_heads = {mmconfig.drafter_dir(c) for c in cells if c.pair == "toy_image"} - {None}
     assert len(image_heads) == 1
     cfg = mmconfig.load("config/config.yaml")

@@ -368,6 +368,62 @@ def test_mmspec_claims_prints_the_scorecard_of_a_results_folder(tmp_path):
     assert pd.read_parquet(tmp_path / "claims.parquet")["verdict"].tolist().count(HOLDS) == 1
 
 
+def test_verdicts_in_markdown_pool_each_scorecards_sets_and_mark_harness_checks(tmp_path):
+    """`mmspec claims --markdown` and the paper pages' verdict tables: one row per claim, one
+    column per scorecard, each with its sets' tally and the points' reading where it differs."""
+    from mmspec.claims import pages
+
+    write_claims(
+        tmp_path / "claims",
+        [
+            claim("m-above-t", COMPARE),
+            claim(
+                "identity", {**COMPARE, "a": {"method": "t"}, "b": {"method": "m"}}, harness=True
+            ),
+            claim("absent", {**COMPARE, "a": {"method": "nothing"}}),
+        ],
+    )
+    claims = load(tmp_path / "claims")
+    one = pd.DataFrame([cell("cap", "m", 5.2), cell("cap", "t", 2.7)])
+    # a second set where m is ahead by its point only (inside t's interval)
+    two = pd.DataFrame([cell("cap", "m", 5.2), cell("cap", "t", 5.1, low=4.0, high=5.5)])
+    table = pages.verdicts(
+        {
+            "seed 0": evaluate(claims, {"a": one}),
+            "seeds 0+1": evaluate(claims, {"a": one, "b": two}),
+        }
+    )
+    assert table.splitlines() == [
+        "| claim | seed 0 | seeds 0+1 |",
+        "|---|---|---|",
+        "| `m-above-t` | holds | inconclusive (1 holds, 1 inconclusive of 2; points: 2 hold) |",
+        "| `absent` | n/a | n/a |",
+        "| `identity` (harness check) | fails | inconclusive (1 fails, 1 inconclusive of 2) |",
+    ]
+    # the command line prints the same table for the folders it is given
+    import pyarrow as pa
+
+    from mmspec.tables import CELLS, write_table
+
+    for name, frame in (("a", one), ("b", two)):
+        frame = frame.assign(gamma=5, dataset="toy_caption")
+        for column in set(CELLS.names) - set(frame):
+            frame[column] = None
+        table = pa.Table.from_pandas(frame[CELLS.names], schema=CELLS, preserve_index=False)
+        write_table(table, tmp_path / name / "summary" / "cells.parquet", CELLS)
+    done = subprocess.run(
+        ["mmspec", "claims", str(tmp_path / "a"), str(tmp_path / "b"), "--markdown"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if "`m-above-t-single-image`" in line)
+    assert row == (
+        "| TABED | `m-above-t-single-image` | inconclusive (1 holds, 1 inconclusive of 2; "
+        "points: 2 hold) |"
+    )
+
+
 def test_the_report_shows_the_scorecard_first_and_escapes_it(tmp_path):
     import pyarrow as pa
     from report_pages import CELL_ROWS, sections

@@ -296,13 +296,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--claims", default=None, help="a folder of claims files (default: config/claims)"
     )
     p.add_argument("--brief", action="store_true", help="verdicts only, not each set's numbers")
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="the verdicts as a Markdown table (one row per claim, the sets' tally beside it)",
+    )
 
     p = sub.add_parser(
         "reference",
         help="write the docs' reference pages (docs/reference/) from the schema, the report's "
-        "definitions, the registry and this command line",
+        "definitions, the registry and this command line, and the paper pages' claim tables",
         description="Generate docs/reference/config.md, metrics.md, methods.md and cli.md from "
-        "the declarations they describe. --check writes nothing and exits 1 listing the pages "
+        "the declarations they describe, and each paper page's claim table (docs/papers/) from "
+        "config/claims/. --check writes nothing and exits 1 listing the pages "
         "that differ from what the code generates now.",
     )
     p.add_argument("--check", action="store_true", help="list stale pages, write nothing")
@@ -370,15 +376,20 @@ def _main(argv: list[str], warm: bool) -> int:
             from mmspec.stages import claims
 
             table = claims.run(args.results, args.out, args.claims)
-            print(claims.text(table, verbose=not args.brief))
+            if args.markdown:
+                from mmspec.claims import pages
+
+                print(pages.verdicts({"verdict": table}))
+            else:
+                print(claims.text(table, verbose=not args.brief))
             return 0
         if args.stage == "reference":
             from mmspec import reference
 
             if args.check:
                 stale = reference.stale()
-                for name in stale:
-                    print(f"stale: docs/reference/{name} (run `mmspec reference`)")
+                for path in stale:
+                    print(f"stale: {path.relative_to(reference.ROOT)} (run `mmspec reference`)")
                 return 1 if stale else 0
             for path in reference.write():
                 print(path.relative_to(reference.ROOT))

@@ -440,8 +440,3 @@ def full_tree(width: int, depth: int) -> list[tuple[int, ...]]:
         level = [p + (r,) for p in level for r in range(width)]
         paths += level
     return paths
-
-
-def make_tree_policy(spec: dict) -> TreePolicy:
-    """The tree policy a method spec names, with the hyperparameters it reads."""
-    return catalog.get("tree", spec["tree"]).from_spec(spec)

@@ -103,12 +103,6 @@ def is_lossless(acceptance: str | None, params: dict | None = None) -> bool:
     return catalog.get("acceptance", acceptance).lossless_with(params or {})
 
 
-def is_loose(acceptance: str | None) -> bool:
-    """Whether a rule accepts mismatched draft tokens of a text answer outright (the report's
-    retention-vs-speedup section)."""
-    return acceptance is not None and catalog.get("acceptance", acceptance).loose
-
-
 def loose_rules() -> frozenset[str]:
     return frozenset(n for n, r in catalog.components("acceptance").items() if r.loose)
 

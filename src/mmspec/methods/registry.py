@@ -582,11 +582,6 @@ def _own_keys(drafter, spec: dict) -> list[str]:
     return [p.key for p in drafter.reads(spec) if p.key not in others]
 
 
-def tree_depth(spec: dict) -> int | None:
-    """How deep a spec's proposals can be (None: the policy decides as it drafts)."""
-    return catalog.get("tree", spec["tree"]).max_depth(spec)
-
-
 def label(entry: str, method: str) -> str:
     """Display name of a config entry: the paper's row name when it is a registry method."""
     registered = METHODS.get(entry)

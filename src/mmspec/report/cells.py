@@ -200,12 +200,6 @@ def sort_cells(cells: pd.DataFrame) -> pd.DataFrame:
     return cells.iloc[order]
 
 
-def section_cells(cells: pd.DataFrame, dataset: str, pair: str) -> pd.DataFrame:
-    """The sorted cells of one (dataset, pair)."""
-    mask = (cells["dataset"] == dataset) & (cells["pair"] == pair)
-    return sort_cells(cells[mask]).reset_index(drop=True)
-
-
 def dataset_order(cells: pd.DataFrame) -> tuple[list[str], dict[str, list[str]]]:
     """Datasets ordered by group (GROUP_ORDER first, then by name; ungrouped last) then by name,
     and the datasets of each group, in that order."""

@@ -128,7 +128,7 @@ class DreamDrafter(EagleDrafter):
     @classmethod
     def requirements(cls, spec: dict) -> frozenset[str]:
         """Compressing the visual tokens ranks them by the target's attention at prefill."""
-        if spec.get("dream_vtc", 1.0) < 1:
+        if spec.get("dream_vtc", cls.defaults()["dream_vtc"]) < 1:
             return cls.requires | {TARGET_ATTENTION}
         return cls.requires
 
@@ -158,7 +158,8 @@ class DreamDrafter(EagleDrafter):
 
     @classmethod
     def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
-        return cls(head, target, temperature, float(spec.get("dream_vtc", 1.0)))
+        vtc = spec.get("dream_vtc", cls.defaults()["dream_vtc"])
+        return cls(head, target, temperature, float(vtc))
 
     @classmethod
     def random_network(cls, target_config, spec: dict, target: str):

@@ -111,19 +111,23 @@ class KangarooDrafter(ModelDrafter, HeadDrafter):
 
     @classmethod
     def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
-        # read on chains only (`reads`): other trees expand every level they grow
+        # read on chains only (`reads`): other trees expand every level they grow, so a spec
+        # without it exits never (0), not at the chain's default
         return cls(head, target, temperature, float(spec.get("kangaroo_exit", 0.0)))
 
     @classmethod
     def random_network(cls, target_config, spec: dict, target: str):
         """Its exit layer inside the target (a tiny one may have fewer layers than the default)."""
         text = getattr(target_config, "text_config", None) or target_config
-        exit_layer = min(spec.get("kangaroo_layers", 1), text.num_hidden_layers - 1)
+        exit_layer = min(spec.get("kangaroo_layers", LAYERS.default), text.num_hidden_layers - 1)
         return cls.new_network(target_config, {**spec, "kangaroo_layers": exit_layer}, target)
 
     @classmethod
     def collection(cls, training: dict) -> dict:
-        return {"intermediate": "none", "exit_layer": training.get("kangaroo_layers", 0)}
+        return {
+            "intermediate": "none",
+            "exit_layer": training.get("kangaroo_layers", LAYERS.default),
+        }
 
     def __init__(
         self, adapter: KangarooAdapter, target: Decoder, temperature: float, exit_below=0.0

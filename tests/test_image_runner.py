@@ -94,3 +94,55 @@ def test_top_k_sampling_draws_among_the_k_best_codes(generators):
     for token in drawn:
         assert token in logits.topk(3).indices.tolist()
         logits = replay.extend([token]).logits[0, -1]
+
+
+def test_a_drafter_declaring_drafts_images_is_built_as_the_text_path_builds_it(
+    generators, monkeypatch
+):
+    """The runner builds any drafter that declares `drafts_images` through its own `build`
+    (a plugin's too), handing it the guided draft generator; a text-only drafter is refused."""
+    from mmspec.decoding import catalog
+    from mmspec.decoding.drafters.model import ModelDrafter
+    from mmspec.decoding.guidance import GuidedDecoder
+
+    class EveryOtherStep(ModelDrafter):
+        """A draft generator that proposes on every other step only (a plugin's drafter)."""
+
+        name = "every_other_step"
+        built = []
+
+        @classmethod
+        def build(cls, spec, *, target, draft=None, head=None, temperature=0.0):
+            cls.built.append(draft)
+            return cls(draft, temperature)
+
+        def root(self, sampler):
+            self.calls = getattr(self, "calls", 0) + 1
+            return super().root(sampler) if self.calls % 2 else None
+
+    catalog.load()
+    monkeypatch.setitem(catalog._COMPONENTS["drafter"], EveryOtherStep.name, EveryOtherStep)
+    target = generators[0]
+    spec = resolve("sd_chain", {"drafter": EveryOtherStep.name, "gamma": 4})
+    runner = ImageMethodRunner(spec, target, target, 3.0)
+    assert type(runner.drafter) is EveryOtherStep
+    assert len(EveryOtherStep.built) == 1 and isinstance(EveryOtherStep.built[0], GuidedDecoder)
+    prompt = runner.prompt("a red circle top left .")
+    sd, ar = runner.decode(prompt, None), runner.decode_ar(prompt, None)
+    assert sd.tokens == ar.tokens
+    proposed = [s.drafted > 0 for s in sd.steps]
+    assert proposed[:4] == [True, False, True, False]  # the plugin's own drafting ran
+
+    monkeypatch.setattr(EveryOtherStep, "drafts_images", False)
+    with pytest.raises(ValueError, match="drafts text only; image generation drafts with one of"):
+        ImageMethodRunner(spec, target, target, 3.0)
+    # and a config sweeping it over image generation is refused before any job
+    from mmspec import config as mmconfig
+
+    cfg = mmconfig.load_as_snakemake("config/config.yaml")
+    cfg["methods"] = {"plugin_sd": {"method": "sd_chain", "drafter": EveryOtherStep.name}}
+    cfg["sweep"] = [
+        {"datasets": ["toy_imagegen"], "pairs": ["toy_image"], "methods": ["plugin_sd"]}
+    ]
+    with pytest.raises(mmconfig.ConfigError, match="methods.plugin_sd: drafter 'every_other_step'"):
+        mmconfig.validate(cfg)

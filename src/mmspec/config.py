@@ -724,6 +724,13 @@ def _check_task(config: dict, cell) -> None:
             f"config key sweep: pair {cell.pair!r} generates images, and dataset "
             f"{cell.dataset!r} asks for text answers; sweep it over an image-generation dataset"
         )
+    drafter = cell.spec["drafter"]
+    if images and drafter != components.AR and drafter not in components.image_drafters():
+        raise ConfigError(
+            f"config key methods.{cell.method}: drafter {drafter!r} drafts text only, and "
+            f"dataset {cell.dataset!r} generates images; image generation drafts with one of "
+            f"{list(components.image_drafters())}"
+        )
 
 
 def _check_image_metrics(config: dict) -> None:

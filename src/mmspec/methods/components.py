@@ -114,13 +114,14 @@ def head_drafters() -> frozenset[str]:
     )
 
 
+def image_drafters() -> tuple[str, ...]:
+    """The drafters that also draft image codes under guidance (`drafts_images`)."""
+    return tuple(n for n, d in catalog.components("drafter").items() if d.drafts_images)
+
+
 def image_head_drafters() -> tuple[str, ...]:
     """The trained-head drafters that also draft image codes under guidance."""
-    return tuple(
-        n
-        for n, d in catalog.components("drafter").items()
-        if TRAINED_HEAD in d.requires and d.drafts_images
-    )
+    return tuple(n for n in image_drafters() if TRAINED_HEAD in catalog.get("drafter", n).requires)
 
 
 def head_training(spec: dict) -> dict:

@@ -3,9 +3,10 @@
 Target and draft are guided (`decoding.guidance`): each decodes a conditional and an
 unconditional row in one batched forward and presents the guided logits, restricted to the image
 codes, as one row. The loops, tree policies and acceptance rules are the text path's, unchanged;
-LANTERN's rule reads the target's codebook. The drafter is a draft generator sharing the
-target's codes, or EAGLE's head trained on the target's own features (LANTERN's setting), which
-reads both of the target's rows and is guided as the target is.
+LANTERN's rule reads the target's codebook. The drafter is any drafter declaring
+`drafts_images`, built as the text path builds it (`Drafter.build`): a draft generator sharing
+the target's codes (guided as the target is), or EAGLE's head trained on the target's own
+features (LANTERN's setting), which reads both of the target's rows.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mmspec.decoding.drafters.eagle import EagleDrafter
-from mmspec.decoding.drafters.model import ModelDrafter
+from mmspec.decoding import catalog
+from mmspec.decoding.component import DRAFT_MODEL, TRAINED_HEAD
 from mmspec.decoding.guidance import GuidedDecoder
 from mmspec.decoding.loops import (
     Generation,
@@ -25,7 +26,7 @@ from mmspec.decoding.loops import (
     probe_ar,
 )
 from mmspec.decoding.trees import drafting_temperature
-from mmspec.methods.components import head_drafters, image_head_drafters
+from mmspec.methods.components import AR, image_drafters
 from mmspec.methods.runtime import DraftCounters
 from mmspec.methods.spec import MethodSpec
 from mmspec.models.image_generation import ImageGenerator
@@ -65,37 +66,45 @@ class ImageMethodRunner(DraftCounters):
         # the temperature of the drafter's q: its tree's ranking, or a chain's draws
         tree = self.method.part("tree")
         drafting = drafting_temperature(tree.component, self.temperature) if tree else 0.0
-        if spec["drafter"] == "model":
-            if draft is None:
-                raise ValueError(f"method {spec['method']!r} needs a draft model")
-            if spec["views"] != "M":
+        if spec["drafter"] != AR:
+            drafter = catalog.get("drafter", spec["drafter"])
+            if not drafter.drafts_images:
                 raise ValueError(
-                    f"method {spec['method']!r} drafts from views {spec['views']!r}; an image "
-                    "generation prompt is a caption with no image to view otherwise (views M)"
+                    f"method {spec['method']!r} drafts with {spec['drafter']!r}, which drafts "
+                    f"text only; image generation drafts with one of {image_drafters()}"
                 )
-            if not target.shares_codes_with(draft):
-                raise ValueError(
-                    "the draft generator's codes or codebook differ from the target's: "
-                    "speculative decoding compares code ids"
-                )
-            decoder = GuidedDecoder(draft.decoder(), cfg, draft.code_range, top_k)
-            self.drafter = ModelDrafter(decoder, drafting)  # one view: no weights
-        elif spec["drafter"] in image_head_drafters():
-            if head is None:
+            needs = drafter.requirements(spec)
+            guided_draft = None
+            if DRAFT_MODEL in needs:
+                guided_draft = self._guided_draft(spec, target, draft, cfg, top_k)
+            if TRAINED_HEAD in needs and head is None:
                 raise ValueError(f"method {spec['method']!r} needs its trained head")
-            self.drafter = EagleDrafter(head, self.target, drafting)
-        elif spec["drafter"] in head_drafters():
-            raise ValueError(
-                f"method {spec['method']!r} drafts with a {spec['drafter']} head; image "
-                f"generation drafts with a draft generator or a head of {image_head_drafters()}"
+            self.drafter = drafter.build(
+                spec, target=self.target, draft=guided_draft, head=head, temperature=drafting
             )
-        elif spec["drafter"] != "none":
-            raise ValueError(f"unknown drafter {spec['drafter']!r}")
         if self.drafter is not None:
             self.policy = self.method.part("tree").build()
             self.rule = self.method.part("acceptance").build(codebook=target.codebook())
         # prompts are text: no visual tokens on either side (columns of the samples table)
         self.last_draft_visual = self.last_target_visual = 0
+
+    @staticmethod
+    def _guided_draft(spec: dict, target: ImageGenerator, draft, cfg: float, top_k: int):
+        """The draft generator, guided as the target is: it must share the target's codes and
+        draft from the caption alone (view M)."""
+        if draft is None:
+            raise ValueError(f"method {spec['method']!r} needs a draft model")
+        if spec["views"] != "M":
+            raise ValueError(
+                f"method {spec['method']!r} drafts from views {spec['views']!r}; an image "
+                "generation prompt is a caption with no image to view otherwise (views M)"
+            )
+        if not target.shares_codes_with(draft):
+            raise ValueError(
+                "the draft generator's codes or codebook differ from the target's: "
+                "speculative decoding compares code ids"
+            )
+        return GuidedDecoder(draft.decoder(), cfg, draft.code_range, top_k)
 
     @property
     def grid(self) -> int:

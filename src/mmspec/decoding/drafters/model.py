@@ -17,6 +17,7 @@ from mmspec.decoding import catalog
 from mmspec.decoding.component import DRAFT_MODEL, Param
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import Drafter, tree_feed
+from mmspec.decoding.guidance import GuidedDecoder
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT
 from mmspec.decoding.timing import sync
@@ -35,6 +36,7 @@ class ModelDrafter(Drafter):
     name = "model"
     params = (VIEWS, WEIGHTS)
     requires = frozenset({DRAFT_MODEL})
+    drafts_images = True  # over a guided draft generator sharing the target's codes
     description = "a draft model sharing the target's tokenizer, over one view or an ensemble"
 
     @classmethod
@@ -56,8 +58,12 @@ class ModelDrafter(Drafter):
 
     @classmethod
     def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+        """`draft`: the draft model, or image generation's guided draft generator (one view, M,
+        so no weight policy)."""
         if draft is None:
             raise ValueError(f"method {spec['method']!r} needs a draft model")
+        if isinstance(draft, GuidedDecoder):
+            return cls(draft, temperature)
         vocab = draft.get_output_embeddings().out_features
         return cls(Decoder(draft), temperature, make_policy(spec, vocab))
 

@@ -143,3 +143,20 @@ def target_model(processor):
 @pytest.fixture(scope="session")
 def draft_model(processor):
     return _model(processor, 32, 1, seed=2, logit_scale=8.0)
+
+
+@pytest.fixture(scope="session")
+def near_draft_model(target_model):
+    """The target with 10% noise on every weight: a draft that agrees with the target on about
+    one drafted token in five (`draft_model`, another random model, agrees on none), so
+    lossless tests exercise acceptance and rejection both."""
+    import copy
+
+    import torch
+
+    near = copy.deepcopy(target_model)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in near.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.1 * p.std().clamp_min(1e-3))
+    return near

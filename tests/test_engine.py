@@ -77,11 +77,13 @@ def _greedy_pair(
 @pytest.mark.parametrize("view", ["M", "T"])
 @pytest.mark.parametrize("gamma", [1, 3, 5, 7])
 def test_greedy_speculative_equals_ar_token_for_token(
-    processor, target_model, draft_model, view, gamma
+    processor, target_model, near_draft_model, view, gamma
 ):
+    counts = []
     for seed in range(3):
-        ar, sd = _greedy_pair(processor, target_model, draft_model, view, gamma, seed)
+        ar, sd = _greedy_pair(processor, target_model, near_draft_model, view, gamma, seed)
         assert sd.tokens == ar.tokens
+        counts += [(s.accepted, s.drafted) for s in sd.steps]
         assert all(0 <= s.accepted <= s.drafted <= gamma for s in sd.steps)
         # a chain shorter than gamma only when max_new (40) leaves less room
         emitted = 1
@@ -90,28 +92,44 @@ def test_greedy_speculative_equals_ar_token_for_token(
             emitted += step.accepted + 1
         # every step emits accepted + 1 tokens (the last step may be cut at max_new / stop)
         assert 1 + sum(s.accepted + 1 for s in sd.steps) >= len(sd.tokens)
+    _check_accepts_and_rejects(counts)
+
+
+def _check_accepts_and_rejects(counts: list[tuple[int, int]]) -> None:
+    """Equal tokens prove nothing when the draft never matched: the steps (accepted, drafted)
+    must accept some drafted tokens and reject others."""
+    accepted, drafted = sum(a for a, _ in counts), sum(d for _, d in counts)
+    assert 0 < accepted < drafted, (accepted, drafted)
 
 
 @pytest.mark.parametrize("view", ["C", "P", "U"])
-def test_every_view_is_lossless(processor, target_model, draft_model, view):
+def test_every_view_is_lossless(processor, target_model, near_draft_model, view):
+    counts = []
     for seed in range(2):
-        ar, sd = _greedy_pair(processor, target_model, draft_model, view, 3, seed)
+        ar, sd = _greedy_pair(processor, target_model, near_draft_model, view, 3, seed)
         assert sd.tokens == ar.tokens
+        counts += [(s.accepted, s.drafted) for s in sd.steps]
+    _check_accepts_and_rejects(counts)
 
 
 @pytest.mark.parametrize("policy", list(catalog.components("weights")))
 @pytest.mark.parametrize("views", ["MT", "MTCP", "TU"])
 def test_ensembles_are_lossless_under_every_policy(
-    processor, target_model, draft_model, policy, views
+    processor, target_model, near_draft_model, policy, views
 ):
+    counts = []
     for seed, window in [(0, 0), (1, 1), (2, 4)]:
-        ar, sd = _greedy_pair(processor, target_model, draft_model, views, 3, seed, policy, window)
+        ar, sd = _greedy_pair(
+            processor, target_model, near_draft_model, views, 3, seed, policy, window
+        )
         assert sd.tokens == ar.tokens
+        counts += [(s.accepted, s.drafted) for s in sd.steps]
         for step in sd.steps:
             assert len(step.weights) == len(views)
             assert abs(sum(step.weights) - 1) < 1e-5
             # AdaBoost's weights are not clipped (TABED's release); the others never go below 0
             assert policy == "adaboost" or min(step.weights) >= 0
+    _check_accepts_and_rejects(counts)
 
 
 class _NegativeWeights(weights.Policy):

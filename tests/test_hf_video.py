@@ -1,7 +1,8 @@
 """prepare_hf's `video` key on small local datasets: frames sampled uniformly become images.
 
-No network and no PyAV: frame lists need neither, and video files go through a stand-in for the
-`av` module that decodes small JSON "videos" ({"frames": n}) into distinguishable frames.
+No network. Frame lists need no PyAV; video files go through a stand-in for the `av` module that
+decodes small JSON "videos" ({"frames": n}) into distinguishable frames (headers that lie, garbage,
+a missing PyAV), and through PyAV itself on real MP4s the test writes (the dev install has it).
 """
 
 import hashlib
@@ -293,3 +294,70 @@ def test_schema_takes_the_video_key():
         config["datasets"]["clips"]["video"] = bad
         with pytest.raises(mmconfig.ConfigError):
             mmconfig.validate(config)
+
+
+def distinct(index: int) -> np.ndarray:
+    """A colour far from every other frame's, after a lossy codec (index < 30)."""
+    return np.array([8 * index, 255 - 8 * index, (97 * index) % 256], dtype=float)
+
+
+def write_mp4(path, count: int) -> None:
+    """A real MPEG-4 video of `count` solid frames, frame i of colour `distinct(i)`, written
+    with PyAV (its header declares the count)."""
+    import av
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
+        stream.options = {"qscale": "1"}
+        for index in range(count):
+            rgb = np.broadcast_to(distinct(index).astype(np.uint8), (32, 32, 3)).copy()
+            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+
+
+def frame_indices(row: dict, count: int) -> list[int]:
+    """Which of the video's frames each picture of the row is: the nearest colour."""
+    found = []
+    for png in row["images"]:
+        mean = np.asarray(PIL.Image.open(io.BytesIO(png)).convert("RGB"), float).mean((0, 1))
+        found.append(int(np.argmin([np.abs(mean - distinct(i)).sum() for i in range(count)])))
+    return found
+
+
+def test_real_video_files_and_bytes_decode_through_pyav(tmp_path, offline):
+    """PyAV itself (no stand-in) decodes a real MP4, from a file and from bytes: the frames
+    sampled are the ones asked for, in order, under one video item."""
+    videos = tmp_path / "videos"
+    write_mp4(videos / "long.mp4", 30)
+    write_mp4(videos / "short.mp4", 3)
+    source = save(
+        {
+            "question": ["q", "q", "q"],
+            "answer": ["a", "b", "c"],
+            "name": ["long", "short", "long"],
+            "clip": [
+                {"bytes": None, "path": str(videos / "long.mp4")},
+                {"bytes": (videos / "short.mp4").read_bytes(), "path": None},
+                {"bytes": (videos / "long.mp4").read_bytes(), "path": None},
+            ],
+        },
+        tmp_path,
+    )
+    by_name = prepare(
+        source,
+        tmp_path,
+        video={"column": "name", "frames": 4, "dir": str(videos), "suffix": ".mp4"},
+    )
+    by_value = prepare(source, tmp_path, video={"column": "clip", "frames": 4})
+    expected = [[0, 9, 19, 29], [0, 1, 2], [0, 9, 19, 29]]
+    for rows in (by_name, by_value):
+        counts = [30, 3, 30]
+        assert [frame_indices(r, n) for r, n in zip(rows, counts, strict=True)] == expected
+        for row, picked in zip(rows, expected, strict=True):
+            content = json.loads(row["messages"])[0]["content"]
+            assert content[0] == media.video_item(len(picked))
+            assert PIL.Image.open(io.BytesIO(row["images"][0])).size == (32, 32)

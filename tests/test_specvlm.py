@@ -156,22 +156,26 @@ def test_view_s_keeps_the_attended_tokens_across_frames(processor, draft_model):
 
 @pytest.mark.parametrize("method", ["specvlm", "sage"])
 def test_specvlm_and_sage_are_lossless_and_read_a_tenth_of_the_frames(
-    processor, target_model, draft_model, method
+    processor, target_model, near_draft_model, method
 ):
     spec = registry.resolve(method, {"temperature": 0.0})
     assert spec["views"] == "S" and spec["drop"] == 0.9
     tok = processor.tokenizer
-    runner = MethodRunner(spec, target_model, draft_model, tok, "<image>")
+    runner = MethodRunner(spec, target_model, near_draft_model, tok, "<image>")
     stop = {tok.eos_token_id}
+    accepted = drafted = 0
     for seed in range(3):
         g = torch.Generator().manual_seed(seed)
-        sample = Sample(VIDEO_PROMPT, _frames(target_model, g), _frames(draft_model, g))
+        sample = Sample(VIDEO_PROMPT, _frames(target_model, g), _frames(near_draft_model, g))
         ar = runner.decode_ar(sample, 40, stop, None)
         sd = runner.decode(sample, 40, stop, seeded(seed))
         assert sd.tokens == ar.tokens
         assert runner.last_target_visual == FRAMES * 16
         assert runner.last_draft_visual == int(FRAMES * 16 * 0.1)
-        assert any(s.accepted > 0 for s in sd.steps) or len(sd.steps) == len(ar.steps)
+        accepted += sum(s.accepted for s in sd.steps)
+        drafted += sum(s.drafted for s in sd.steps)
+    # equal tokens prove nothing where the draft never matched: some drafts are accepted, some not
+    assert 0 < accepted < drafted, (accepted, drafted)
 
 
 def test_view_s_in_bfloat16_keeps_the_cache_ar_builds(processor, target_model, draft_model):

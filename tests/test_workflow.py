@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -84,7 +85,11 @@ def test_second_run_has_nothing_to_do(run_dir):
     assert planned_jobs(run_dir, TINY) == {}
 
 
-def test_changing_one_gamma_reruns_only_that_cell(run_dir, tmp_path):
+def test_changing_one_gamma_reruns_only_that_cell(tiny_run, tmp_path):
+    # a copy of the shared run (Snakemake's records and the files' times included): the session's
+    # other tests read that run as the tiny config left it
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run, run_dir, symlinks=True)
     before = {p: p.stat().st_mtime_ns for p in (run_dir / "results").rglob("*.parquet")}
     config = write_config(tmp_path / "c.yaml", lambda c: c["methods"]["sd"].update(gamma=[2, 4]))
     plan = planned_jobs(run_dir, config)

@@ -55,3 +55,20 @@ def test_fid_intervals_bracket_the_points_and_pair_the_prompts():
     assert same["fid_retention_low"] == same["fid_retention_high"] == pytest.approx(1.0)
     with pytest.raises(ValueError, match="at least two"):
         image_metrics.fid_intervals(ref[:1], near[:1], near[:1])
+
+
+def test_intervals_bracket_the_points_where_few_images_meet_wide_features():
+    """24 prompts in a 16-dimensional feature space (the toy world's FID runs on 24 images): a
+    resample repeats images, so its FID runs far above the point, and the bootstrap's own
+    percentiles lie above it; the intervals, shifted by that bias, bracket the points."""
+    g = torch.Generator().manual_seed(0)
+    ref = torch.randn(24, 16, generator=g, dtype=torch.float64)
+    ar = torch.randn(24, 16, generator=g, dtype=torch.float64) + 0.3
+    gen = torch.randn(24, 16, generator=g, dtype=torch.float64) + 0.5
+    out = image_metrics.fid_intervals(ref, gen, ar, resamples=200)
+    picks = np.random.default_rng(0).integers(0, 24, size=(200, 24))
+    raw = [image_metrics.frechet(ref[p], gen[p]) for p in map(torch.as_tensor, picks)]
+    assert np.percentile(raw, 2.5) > out["fid"]  # the plain percentiles miss the point
+    assert 0 <= out["fid_low"] < out["fid"] < out["fid_high"]
+    ratio = out["ar_fid"] / out["fid"]
+    assert out["fid_retention_low"] < ratio < out["fid_retention_high"]

@@ -209,7 +209,9 @@ METRIC_DEFINITIONS = [
         "image generation: FID of the cell's images against the dataset's reference images "
         "(lower is better), and AR FID / FID; fid_low / _high and fid_retention_low / _high: "
         "their 95% intervals, the percentile bootstrap resampling the prompts (each with its "
-        "reference image, the cell's image and AR's, so what a prompt shares with AR cancels).",
+        "reference image, the cell's image and AR's, so what a prompt shares with AR cancels), "
+        "shifted by the bootstrap's bias: a resample repeats images, which raises its FID, so "
+        "with a few dozen images the plain percentiles can lie wholly above the point.",
     ),
     (
         "relaxed_share",

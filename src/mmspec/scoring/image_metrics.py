@@ -129,10 +129,16 @@ def frechet(x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def fid_intervals(ref, gen, ar, resamples: int = FID_RESAMPLES, seed: int = 0) -> dict:
-    """The points and percentile bootstrap intervals (CONFIDENCE) of a cell's FID and of AR FID
-    / FID, from the features [N, d] of the reference images, the cell's and AR's, row i of each
-    the same prompt: the prompts are resampled together, so what a prompt shares with AR cancels
-    in the ratio."""
+    """The points and bootstrap intervals (CONFIDENCE) of a cell's FID and of AR FID / FID, from
+    the features [N, d] of the reference images, the cell's and AR's, row i of each the same
+    prompt: the prompts are resampled together, so what a prompt shares with AR cancels in the
+    ratio.
+
+    A resample repeats some prompts, so its covariances have fewer distinct images and its FID
+    runs high: with a few dozen images in a wide feature space the whole percentile interval can
+    lie above the point. Each interval is therefore the bootstrap's percentiles shifted by its
+    bias (the resamples' mean minus the point), which keeps its width and centres it on what the
+    bootstrap says of the point."""
     if min(len(ref), len(gen), len(ar)) < 2:
         raise ValueError("FID needs at least two reference and two generated images")
     picks = np.random.default_rng(seed).integers(0, len(gen), size=(resamples, len(gen)))
@@ -142,18 +148,31 @@ def fid_intervals(ref, gen, ar, resamples: int = FID_RESAMPLES, seed: int = 0) -
         fids.append(cell)
         ratios.append(of_ar / cell if cell else np.nan)
     fid, ar_fid = frechet(ref, gen), frechet(ref, ar)
-    tail = (1 - CONFIDENCE) / 2 * 100
+    ratio = ar_fid / fid if fid else np.nan
     (fid_low, fid_high), (ret_low, ret_high) = (
-        np.nanpercentile(np.asarray(v), [tail, 100 - tail]) for v in (fids, ratios)
+        _bias_shifted(np.asarray(v, dtype=float), point)
+        for v, point in ((fids, fid), (ratios, ratio))
     )
     return {
         "fid": fid,
         "ar_fid": ar_fid,
-        "fid_low": float(fid_low),
-        "fid_high": float(fid_high),
-        "fid_retention_low": float(ret_low),
-        "fid_retention_high": float(ret_high),
+        "fid_low": fid_low,
+        "fid_high": fid_high,
+        "fid_retention_low": ret_low,
+        "fid_retention_high": ret_high,
     }
+
+
+def _bias_shifted(values: np.ndarray, point: float) -> tuple[float, float]:
+    """The CONFIDENCE percentile interval of bootstrap `values`, shifted by their bias against
+    `point` and kept at or above 0 (FID and its ratio are not negative); NaN where the point or
+    every value is undefined."""
+    if not np.isfinite(point) or not np.isfinite(values).any():
+        return float("nan"), float("nan")
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.nanpercentile(values, [tail, 100 - tail])
+    bias = float(np.nanmean(values)) - point
+    return max(0.0, float(low - bias)), max(0.0, float(high - bias))
 
 
 def fid(references: np.ndarray, generated: np.ndarray, features: torch.nn.Module) -> float:

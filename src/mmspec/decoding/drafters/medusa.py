@@ -126,13 +126,14 @@ class MedusaDrafter(MultiHeadDrafter):
     # head k's loss weighs decay**k (Medusa, Section 2.2.1 and its axolotl recipes'
     # `medusa_decay_coefficient` 0.8; Hydra's `train.py` sums its heads' losses unweighted)
     decay = 0.8
+    sequential = False  # each head reads the target's feature alone (Hydra's read the drafts)
     network_class = "mmspec.decoding.drafters.medusa_net:MultiHead"
     config_class = "mmspec.decoding.drafters.medusa_net:MultiHeadConfig"
     blocks = 0
 
     @classmethod
     def network_options(cls, spec: dict) -> dict:
-        return {"heads": int(spec["medusa_heads"]), "sequential": cls.name == "hydra"}
+        return {"heads": int(spec["medusa_heads"]), "sequential": cls.sequential}
 
     @classmethod
     def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
@@ -166,3 +167,4 @@ class HydraDrafter(MedusaDrafter):
     description = "Hydra's sequentially dependent heads"
     source = "Hydra's release (grounded MLP heads); Medusa's tree"
     decay = 1.0
+    sequential = True

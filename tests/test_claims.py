@@ -195,7 +195,8 @@ def claim(cid, check, **extra) -> dict:
     return {"id": cid, "claim": "c", "where": "Table 1", "paper": "1 vs 2", "check": check, **extra}
 
 
-COMPARE = {"kind": "compare", "stat": "tau", "a": {"method": "m"}, "b": {"method": "t"}}
+COMPARE_SELECTORS = {"a": {"method": "m"}, "b": {"method": "t"}}
+COMPARE = {"kind": "compare", "stat": "tau", **COMPARE_SELECTORS}
 
 
 def test_a_claim_is_checked_on_each_set_and_its_verdict_pools_them(tmp_path):
@@ -633,3 +634,27 @@ def test_the_report_says_a_sweep_lacks_a_claim_only_when_it_is_not_applicable():
     assert "toy_dream.yaml studies it in full" in shown
     assert "does not show it" not in shown
     assert "This sweep does not show it; config/presets/toy_dream.yaml" in lacking
+
+
+def test_an_identity_of_two_decodings_is_decided_by_exact_step_counts(tmp_path):
+    """LVSpec at lambda 0 is exact SD: the same steps over the same tokens. Equal tau with
+    bootstrap intervals cannot decide that (each interval is its own cell's), the exact count
+    of steps does: equal counts hold, one step more fails, and the count prints in full."""
+    identity = {"kind": "near", "stat": "steps", "tolerance": 0, **COMPARE_SELECTORS}
+    write_claims(tmp_path / "claims", [claim("same", identity, harness=True)])
+    claims = load(tmp_path / "claims")
+
+    def verdict(steps_b: int) -> pd.Series:
+        cells = pd.DataFrame(
+            [{**cell("d", "m", 2.87), "steps": 1521}, {**cell("d", "t", 2.87), "steps": steps_b}]
+        )
+        return evaluate(claims, {"run": cells}).iloc[0]
+
+    assert verdict(1521)["verdict"] == HOLDS
+    row = verdict(1522)
+    assert row["verdict"] == FAILS and "m steps 1521 vs t steps 1522" in row["measured"]
+    # the same two cells through tau's intervals: inconclusive, however equal the points
+    near_tau = {**identity, "stat": "tau", "tolerance": 0.000001}
+    write_claims(tmp_path / "claims", [claim("same", near_tau, harness=True)])
+    cells = pd.DataFrame([cell("d", "m", 2.87), cell("d", "t", 2.87)])
+    assert evaluate(load(tmp_path / "claims"), {"run": cells})["verdict"].tolist() == [INCONCLUSIVE]

@@ -55,7 +55,13 @@ class Value:
     def text(self) -> str:
         interval = f" [{self.low:.3g}, {self.high:.3g}]" if math.isfinite(self.low) else ""
         where = f"{self.name} " if self.name else ""
-        return f"{where}{self.point:.3g}{interval}"
+        # a count in full: two counts that differ in their last digit must not print alike
+        point = (
+            f"{self.point:.0f}"
+            if self.exact and float(self.point).is_integer()
+            else (f"{self.point:.3g}")
+        )
+        return f"{where}{point}{interval}"
 
 
 @dataclass(frozen=True)

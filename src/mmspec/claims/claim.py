@@ -31,10 +31,11 @@ STATS = {
     "lossless_rate": ("lossless_rate", None, True),
     "real_divergences": ("real_divergences", None, False),
     "draft_visual_tokens": ("draft_visual_tokens", None, False),
+    "steps": ("steps", None, False),  # the cell's verification steps over all its samples
 }
 # statistics that count the decoded tokens themselves: the same on every run of one config, so
 # their points decide without an interval (checks.Value.exact)
-EXACT = {"lossless_rate", "real_divergences", "draft_visual_tokens"}
+EXACT = {"lossless_rate", "real_divergences", "draft_visual_tokens", "steps"}
 # the cells table's columns a selector may name (besides `hp`, the hyperparameters)
 SELECTABLE = (
     "registry_method",

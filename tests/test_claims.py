@@ -308,7 +308,10 @@ def test_trend_order_dominates_and_means_over_datasets_read_their_cells(tmp_path
     ("entry", "message"),
     [
         ({"id": "x", "claim": "c", "where": "w", "paper": "p"}, r"claim 'x': needs \['check'\]"),
-        (claim("x", COMPARE, typo=1), r"claim 'x': unknown key\(s\) \['typo'\]"),
+        (
+            claim("x", COMPARE, typo=1),
+            r"claim 'x': unknown key\(s\) \['typo'\]; a claim's keys: \['check', 'claim',",
+        ),
         (claim("x", {**COMPARE, "kind": "beats"}), r"claim 'x'.check.kind: one of"),
         (claim("x", {**COMPARE, "stat": "taus"}), r"claim 'x'.check.stat: one of"),
         (claim("x", {**COMPARE, "value": 1}), r"check compare takes no \['value'\]"),
@@ -318,6 +321,10 @@ def test_trend_order_dominates_and_means_over_datasets_read_their_cells(tmp_path
             r"needs \['value'\]",
         ),
         (claim("x", COMPARE, per=["dataset", "gpu"]), r"claim 'x'.per: keys of"),
+        (  # a misspelled key is named beside the one it misses
+            claim("x", {"kind": "compare", "stats": "tau", **COMPARE_SELECTORS}),
+            r"check compare needs \['stat'\] \(and takes no \['stats'\]\)",
+        ),
     ],
 )
 def test_a_bad_claim_is_refused_naming_its_file_claim_and_key(tmp_path, entry, message):
@@ -325,6 +332,28 @@ def test_a_bad_claim_is_refused_naming_its_file_claim_and_key(tmp_path, entry, m
     with pytest.raises(ClaimError, match=message) as info:
         parse_file(tmp_path / "p.yaml")
     assert str(tmp_path / "p.yaml") in str(info.value)
+
+
+def test_a_claims_folder_that_is_not_one_or_not_yaml_is_named(tmp_path):
+    with pytest.raises(ClaimError, match="not a folder"):
+        load(tmp_path / "missing")
+    (tmp_path / "p.yaml").write_text("paper: P\nclaims: [\n")
+    with pytest.raises(ClaimError, match=r"p.yaml: not valid YAML"):
+        load(tmp_path)
+
+
+def test_a_claim_naming_a_method_or_hyperparameter_that_does_not_exist_says_so(tmp_path):
+    """A typo in a value reads "not applicable" on every sweep: the line says what is unknown,
+    with the names it is close to."""
+    typo = {**COMPARE, "a": {"registry_method": "sage_tre", "hp": {"sage_n_mx": 16}}}
+    write_claims(tmp_path / "claims", [claim("typo", typo), claim("real", COMPARE)])
+    cells = pd.DataFrame([cell("cap", "m", 5.2), cell("cap", "t", 2.7)])
+    table = evaluate(load(tmp_path / "claims"), {"run": cells}).set_index("claim_id")
+    measured = table.loc["typo", "measured"]
+    assert table.loc["typo", "verdict"] == NOT_APPLICABLE
+    assert "no registry method is named 'sage_tre' (did you mean 'sage_tree'" in measured
+    assert "no component reads a hyperparameter 'sage_n_mx' (did you mean 'sage_n_max'" in measured
+    assert table.loc["real", "verdict"] == HOLDS
 
 
 def test_the_projects_claims_name_methods_stats_and_sections_that_exist():
@@ -344,6 +373,7 @@ def test_the_projects_claims_name_methods_stats_and_sections_that_exist():
             names = s.columns.get("registry_method", [])
             for name in names if isinstance(names, list) else [names]:
                 assert name in registry.METHODS, (c.key, name)
+            assert s.unknown_names() == [], c.key  # and every hp key is some component's
 
 
 def test_mmspec_claims_prints_the_scorecard_of_a_results_folder(tmp_path):
@@ -363,7 +393,7 @@ def test_mmspec_claims_prints_the_scorecard_of_a_results_folder(tmp_path):
         text=True,
     )
     assert done.returncode == 0, done.stderr
-    assert "HOLDS  TABED: Drafting from the whole multimodal prompt (M)" in done.stdout
+    assert "HOLDS  TABED/m-above-t-single-image: Drafting from the whole multimodal" in done.stdout
     assert "toy_caption · toy · T=0 · seed 0: holds: m tau 5.2" in done.stdout
     assert done.stdout.strip().splitlines()[-1].startswith("claims: 1 holds, 0 fails")
     assert pd.read_parquet(tmp_path / "claims.parquet")["verdict"].tolist().count(HOLDS) == 1
@@ -541,7 +571,7 @@ def test_the_points_alone_are_given_where_the_intervals_leave_a_set_undecided(tm
     from mmspec.stages.claims import text
 
     printed = text(table)
-    assert "INCONCLUSIVE  P: c (by the points alone, 1 of 1 hold)" in printed
+    assert "INCONCLUSIVE  P/c: c (by the points alone, 1 of 1 hold)" in printed
     assert "inconclusive (by the points alone: holds): m retention 0.983 [0.968, 0.996]" in printed
 
 
@@ -572,7 +602,7 @@ def test_harness_checks_are_listed_apart_and_counted_in_no_papers_tally(tmp_path
     apart = printed.index(
         "harness checks (identities of mmspec itself, not counted among the papers' claims):"
     )
-    assert any("P: c" in line for line in printed[apart:]) and printed[-1].startswith(
+    assert any("P/identity: c" in line for line in printed[apart:]) and printed[-1].startswith(
         "claims: 1 holds, 0 fails"
     )
     assert "harness checks: 1 holds, 0 fails, 0 inconclusive, 0 not applicable" in printed

@@ -288,7 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check every claim of config/claims/*.yaml on the cells of the given "
         "results folders (or cells.parquet files), each folder's sets apart, and print the "
         "scorecard: per claim its verdict over all sets (holds where every set holds, fails "
-        "where every set fails, else inconclusive) and each set's numbers.",
+        "where every set fails, not applicable where no set has its cells, else inconclusive; "
+        "an undecided set also gives the points' reading) and each set's numbers; harness "
+        "checks apart. The claims files' format: docs/reference/claims.md.",
     )
     p.add_argument("results", nargs="+", help="results folders (or cells.parquet files)")
     p.add_argument("--out", default=None, help="also write the rows here (Parquet)")

@@ -315,11 +315,95 @@ def cli_page() -> str:
     return "\n".join(lines) + "\n"
 
 
+def claims_page() -> str:
+    from mmspec.claims import claim
+    from mmspec.report.page import METRIC_DEFINITIONS
+
+    documented = {t.strip() for term, _ in METRIC_DEFINITIONS for t in term.split(",")}
+    lines = _head(
+        "the claims files' declarations (src/mmspec/claims/claim.py)",
+        "Claims files",
+        "A paper's claims are data: `config/claims/<paper>.yaml` (or any folder given to "
+        "`mmspec claims --claims`) names the paper (`paper:`) and lists its `claims:`. Each "
+        "claim says what the paper claims and how the scorecard checks it on a sweep's cells "
+        "table (`results/summary/cells.parquet`). A malformed file is refused with its file, "
+        "claim and key named; a selector naming no registry method or hyperparameter is "
+        'refused too, since it could only ever read "not applicable".',
+    )
+    lines += ["", "## A claim's keys", "", "| key | required | what it holds |", "|---|---|---|"]
+    for key, text in claim.CLAIM_KEY_MEANINGS.items():
+        required = "yes" if key in claim.CLAIM_KEYS else ""
+        lines.append(f"| `{key}` | {required} | {_cell(text)} |")
+    lines += [
+        "",
+        "## Check kinds",
+        "",
+        "Verdicts: holds, fails, inconclusive (the intervals leave it undecided; the points' "
+        "reading is shown beside it) or not applicable (the set lacks the cells). A claim holds "
+        "where every set holds, fails where every set fails, else is inconclusive.",
+        "",
+        "| kind | required keys | optional keys | what holds |",
+        "|---|---|---|---|",
+    ]
+    for kind, (required, optional) in claim.KINDS.items():
+        keys = [", ".join(f"`{k}`" for k in sorted(ks)) for ks in (required, optional)]
+        lines.append(f"| `{kind}` | {keys[0]} | {keys[1]} | {_cell(claim.KIND_MEANINGS[kind])} |")
+    lines += [
+        "",
+        "## Statistics",
+        "",
+        "What `stat` (and `dominates`' `x`, `y`) may name: a column of the cells table. A "
+        "statistic with interval columns decides only through them; an exact one, a count of the "
+        "decoded tokens themselves (the same on every run of one config), decides by its point. "
+        "The direction is the default of `higher` (a check may set it).",
+        "",
+        "| statistic | interval | better | meaning |",
+        "|---|---|---|---|",
+    ]
+    for stat, (column, interval, higher) in claim.STATS.items():
+        bounds = "exact" if stat in claim.EXACT else ", ".join(f"`{c}`" for c in interval or ())
+        meaning = claim.STAT_MEANINGS.get(stat)
+        if meaning is None:
+            anchor = next(
+                (
+                    term
+                    for term, _ in METRIC_DEFINITIONS
+                    if stat in term.replace(" ", "").split(",")
+                ),
+                stat,
+            )
+            meaning = f"[{column}](metrics.md#{_anchor(anchor)})"
+        assert stat in documented or stat in claim.STAT_MEANINGS, stat
+        lines.append(f"| `{stat}` | {bounds} | {'higher' if higher else 'lower'} | {meaning} |")
+    lines += [
+        "",
+        "## Selectors",
+        "",
+        "`a`, `b` and `cells` pick cells of a set: each named column equal to its value (a list: "
+        "any of them) and each hyperparameter under `hp` equal to its value in the cell's "
+        "hyperparameters (`hparams`, the resolved method's values). A selector that picks no cell "
+        "of a set leaves that set out; one that picks several cells makes that set not "
+        "applicable, naming them. Columns: "
+        + ", ".join(f"`{c}`" for c in claim.SELECTABLE)
+        + ", and `hp`.",
+        "",
+        "A set is, by default, one (" + ", ".join(claim.SET_KEYS) + ") of one results "
+        "folder; `per` names fewer keys to pool the others.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _anchor(term: str) -> str:
+    """mkdocs' anchor of a heading: lower case, spaces as dashes, other punctuation dropped."""
+    return re.sub(r"[^a-z0-9_ -]", "", term.lower()).strip().replace(" ", "-")
+
+
 PAGES = {
     "config.md": config_page,
     "metrics.md": metrics_page,
     "methods.md": methods_page,
     "cli.md": cli_page,
+    "claims.md": claims_page,
 }
 
 

@@ -33,6 +33,11 @@ STATS = {
     "draft_visual_tokens": ("draft_visual_tokens", None, False),
     "steps": ("steps", None, False),  # the cell's verification steps over all its samples
 }
+# what a statistic is, where docs/reference/metrics.md has no entry of its name
+STAT_MEANINGS = {
+    "draft_visual_tokens": "visual tokens the draft was prefilled with, per sample (the count "
+    "behind draft_visual_share)",
+}
 # statistics that count the decoded tokens themselves: the same on every run of one config, so
 # their points decide without an interval (checks.Value.exact)
 EXACT = {"lossless_rate", "real_divergences", "draft_visual_tokens", "steps"}
@@ -48,6 +53,7 @@ SELECTABLE = (
     "gamma",
     "pair",
     "dataset",
+    "temperature",
 )
 # what a set of cells is, by default: a claim is checked on each (results folder, dataset, pair,
 # temperature, seed) apart; `per` names fewer keys to pool a claim over the others (`mean_over`)
@@ -61,8 +67,38 @@ KINDS = {
     "dominates": ({"a", "b"}, {"x", "y"}),
     "near": ({"stat", "a", "b", "tolerance"}, set()),
 }
+# what each kind checks (claims/checks.py decides it; docs/reference/claims.md shows this)
+KIND_MEANINGS = {
+    "compare": "a's cell beats b's in `stat` (each b's, given a list of selectors); "
+    "`tolerance`: a relative margin it must clear; `mean_over: dataset`: compare the means "
+    "over the set's datasets (each with its interval) rather than one dataset's cells",
+    "threshold": "a's cell is at or beyond `value` in `stat`",
+    "order": "the `cells` selectors' cells stand in that order of `stat`, each beating the next",
+    "trend": "a's cells, ordered by the hyperparameter `along`, rise (or fall: `rises: false`) "
+    "in `stat` at every step",
+    "dominates": "every b cell has an a cell at least as good on both axes (`x`, default tau; "
+    "`y`, default retention): a frontier claim",
+    "near": "a's cell is within `tolerance` (relative to b's point) of b's in `stat`",
+}
 CLAIM_KEYS = {"id", "claim", "where", "paper", "check"}
 OPTIONAL_CLAIM_KEYS = {"datasets", "per", "section", "shown_by", "note", "harness"}
+# what each key of a claim holds (docs/reference/claims.md)
+CLAIM_KEY_MEANINGS = {
+    "id": "a name, unique in its file",
+    "claim": "what the paper claims, in one sentence",
+    "where": "where the paper states it (table, figure, section)",
+    "paper": "the paper's own numbers for it",
+    "check": "how the scorecard decides it: a `kind` and its keys (below)",
+    "datasets": "the datasets it speaks of (default: every dataset)",
+    "per": f"the keys of a set, some of {', '.join(SET_KEYS)} (default: all of them: a claim is "
+    "checked on each dataset, pair, temperature and seed of each results folder apart); fewer "
+    "keys pool the others into one set, as `mean_over` needs",
+    "section": "the report section (its anchor) that shows it",
+    "shown_by": "the toy preset (config/presets/<name>.yaml) that studies it in full",
+    "note": "a known deviation, or what the toy world can and cannot show",
+    "harness": "true for a check of mmspec itself (an identity that holds by construction): "
+    "listed apart, counted in no paper's tally",
+}
 
 
 class ClaimError(ValueError):
@@ -84,7 +120,7 @@ class Selector:
         unknown = sorted(set(data) - set(SELECTABLE) - {"hp"})
         if unknown:
             raise ClaimError(
-                f"{where}: unknown selector key(s) {unknown}; known: {list(SELECTABLE)}, hp"
+                f"{where}: unknown selector key(s) {unknown}; known: {[*SELECTABLE, 'hp']}"
             )
         hp = data.get("hp", {})
         if not isinstance(hp, dict):
@@ -104,6 +140,30 @@ class Selector:
     def text(self) -> str:
         parts = [f"{k}={v}" for k, v in {**self.columns, **self.hp}.items()]
         return ", ".join(parts)
+
+    def unknown_names(self) -> list[str]:
+        """What it names that no sweep can have: registry methods that are not in the registry
+        and hyperparameters no component reads (a typo reads "not applicable" forever)."""
+        import difflib
+
+        from mmspec.methods import registry
+
+        found = []
+        methods = self.columns.get("registry_method")
+        for name in methods if isinstance(methods, list) else [methods] * (methods is not None):
+            if name not in registry.METHODS:
+                close = difflib.get_close_matches(str(name), list(registry.METHODS), n=2)
+                found.append(f"no registry method is named {name!r}" + _guess(close))
+        keys = [*registry.known_params(), *registry.CHOOSERS, "method"]
+        for key in self.hp:
+            if key not in keys:
+                close = difflib.get_close_matches(key, keys, n=2)
+                found.append(f"no component reads a hyperparameter {key!r}" + _guess(close))
+        return found
+
+
+def _guess(close: list[str]) -> str:
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
 @dataclass(frozen=True)
@@ -153,7 +213,8 @@ def parse_check(data, where: str) -> Check:
     keys = set(data) - {"kind"}
     missing, unknown = sorted(required - keys), sorted(keys - required - optional)
     if missing:
-        raise ClaimError(f"{where}: check {kind} needs {missing}")
+        also = f" (and takes no {unknown})" if unknown else ""
+        raise ClaimError(f"{where}: check {kind} needs {missing}{also}")
     if unknown:
         raise ClaimError(
             f"{where}: check {kind} takes no {unknown} (it takes {sorted(required | optional)})"
@@ -172,8 +233,11 @@ def parse_check(data, where: str) -> Check:
 
 def parse_file(path: Path) -> list[Claim]:
     """The claims of one claims file; a ClaimError names the file, the claim and the key."""
-    with open(path) as f:
-        data = yaml.safe_load(f)
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise ClaimError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("paper"), str):
         raise ClaimError(f"{path}: a claims file has `paper` (its name) and `claims` (a list)")
     if not isinstance(data.get("claims"), list):
@@ -188,7 +252,8 @@ def parse_file(path: Path) -> list[Claim]:
         unknown = sorted(set(entry) - CLAIM_KEYS - OPTIONAL_CLAIM_KEYS)
         if missing or unknown:
             what = f"needs {missing}" if missing else f"unknown key(s) {unknown}"
-            raise ClaimError(f"{where}: {what}")
+            known = sorted(CLAIM_KEYS | OPTIONAL_CLAIM_KEYS)
+            raise ClaimError(f"{where}: {what}; a claim's keys: {known}")
         if entry["id"] in seen:
             raise ClaimError(f"{where}: a second claim with this id")
         seen.add(entry["id"])
@@ -218,9 +283,11 @@ def parse_file(path: Path) -> list[Claim]:
 
 def load(folder: Path = CLAIMS_DIR) -> list[Claim]:
     """Every claim of every claims file in `folder`, papers in file order."""
+    if not folder.is_dir():
+        raise ClaimError(f"{folder}: not a folder (a claims folder holds <paper>.yaml files)")
     files = sorted(folder.glob("*.yaml"))
     if not files:
-        raise ClaimError(f"{folder}: no claims files (<paper>.yaml)")
+        raise ClaimError(f"{folder}: no claims files (*.yaml) in this folder")
     return [claim for path in files for claim in parse_file(path)]
 
 

@@ -207,9 +207,13 @@ def evaluate(claims: list[Claim], runs: dict[str, pd.DataFrame]) -> pd.DataFrame
                 rows.append(_row(claim, run, _set_name(claim.per, set_values), outcome))
                 found += 1
         if not found:
-            what = f"no cell of {_first(claim.check).text()}"
+            first = _first(claim.check)
+            what = f"no cell of {first.text()}"
             if claim.datasets:
                 what += f" on {', '.join(claim.datasets)}"
+            unknown = first.unknown_names()
+            if unknown:
+                what += f": {'; '.join(unknown)}"
             rows.append(_row(claim, "", "", Outcome(NOT_APPLICABLE, what)))
     return pd.DataFrame(rows, columns=COLUMNS)
 

@@ -56,8 +56,9 @@ def _claim_lines(claims, runs: list[str], verbose: bool) -> list[str]:
         if row["n_holds_by_points"] != row["n_holds"]:
             notes.append(f"by the points alone, {row['n_holds_by_points']} of {sets} hold")
         over = f" ({'; '.join(notes)})" if notes else ""
-        lines.append(f"{row['verdict'].upper():>14}  {row['paper']}: {row['claim']}{over}")
-        lines.append(f"{'':16}paper: {row['where']}: {row['paper_numbers']}")
+        name = f"{row['paper']}/{row['claim_id']}"
+        lines.append(f"{row['verdict'].upper():>14}  {name}: {row['claim']}{over}")
+        lines.append(f"{'':16}the paper, {row['where']}: {row['paper_numbers']}")
         if verbose:
             for _, one in row["rows"].iterrows():
                 where = f"{one['run']} · " if len(runs) > 1 else ""

@@ -397,6 +397,7 @@ def test_mmspec_claims_prints_the_scorecard_of_a_results_folder(tmp_path):
     assert "toy_caption · toy · T=0 · seed 0: holds: m tau 5.2" in done.stdout
     assert done.stdout.strip().splitlines()[-1].startswith("claims: 1 holds, 0 fails")
     assert pd.read_parquet(tmp_path / "claims.parquet")["verdict"].tolist().count(HOLDS) == 1
+    assert f"rows written to {tmp_path / 'claims.parquet'}" in done.stderr
 
 
 def test_verdicts_in_markdown_pool_each_scorecards_sets_and_mark_harness_checks(tmp_path):

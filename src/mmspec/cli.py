@@ -378,6 +378,8 @@ def _main(argv: list[str], warm: bool) -> int:
             from mmspec.stages import claims
 
             table = claims.run(args.results, args.out, args.claims)
+            if args.out is not None:  # on stderr: stdout may be a table piped elsewhere
+                print(f"mmspec claims: {len(table)} rows written to {args.out}", file=sys.stderr)
             if args.markdown:
                 from mmspec.claims import pages
 

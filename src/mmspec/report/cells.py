@@ -5,6 +5,7 @@ A cell is one (dataset, pair, method, hp, seed): one row of results/summary/cell
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
@@ -14,10 +15,6 @@ from mmspec.report.formatting import is_missing
 
 # Method names of the plain autoregressive baseline (tau = 1 by construction).
 AR_METHODS = {"ar"}
-# Canonical order of the view letters (docs/reference/methods.md, views), and of the ensemble
-# weight policies: rows are ordered by them wherever methods are listed.
-VIEW_ORDER = "MTCPUSV"
-WEIGHT_POLICIES = ["static", "random", "kld", "tvd", "grid", "softmax", "adaboost"]
 # Dataset groups whose average columns come first, in this order; any other group follows by name.
 GROUP_ORDER = ["benchmark", "ood"]
 # The columns that identify a cell, in the cells and blocks tables alike.
@@ -160,6 +157,16 @@ def missing_first(value: object) -> tuple:
     return (0, 0) if is_missing(value) else (1, value)
 
 
+@functools.cache
+def _catalog_order(kind: str) -> dict[str, int]:
+    """Name -> rank of the catalog's components of `kind`, in the catalog's order (view letters
+    M, T, C, P, U, S; weight policies static first): rows are ordered by it wherever methods are
+    listed, a plugin's component after the built-in ones."""
+    from mmspec.decoding import catalog
+
+    return {name: i for i, name in enumerate(catalog.components(kind))}
+
+
 # The columns `cell_rank` reads.
 RANK_COLUMNS = ["views", "weights", "method", "label", "gamma", "hp", "seed"]
 
@@ -169,15 +176,11 @@ def cell_rank(row: pd.Series | dict) -> tuple:
     within each, by views (canonical letter order), weight policy, method, gamma, hp and seed."""
     tokens = view_tokens(row.get("views"))
     kind = 0 if is_ar_row(row) else 1 if len(tokens) == 1 else 2 if tokens else 3
-    view_key = tuple(
-        (VIEW_ORDER.index(t[0]) if t[0] in VIEW_ORDER else len(VIEW_ORDER), t) for t in tokens
-    )
+    views, policies = _catalog_order("view"), _catalog_order("weights")
+    view_key = tuple((views.get(t[0], len(views)), t) for t in tokens)
     policy = row.get("weights")
     policy = "" if is_missing(policy) else str(policy)
-    policy_key = (
-        WEIGHT_POLICIES.index(policy) if policy in WEIGHT_POLICIES else len(WEIGHT_POLICIES),
-        policy,
-    )
+    policy_key = (policies.get(policy, len(policies)), policy)
     return (
         kind,
         len(tokens),

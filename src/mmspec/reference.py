@@ -24,9 +24,12 @@ def _head(source: str, title: str, intro: str) -> list[str]:
     return [NOTE.format(source=source), f"# {title}", "", intro]
 
 
-def _cell(text) -> str:
-    """A Markdown table cell: one line, pipes escaped."""
+def markdown_cell(text) -> str:
+    """A Markdown table cell: one line, pipes escaped (the claims' tables use it too)."""
     return " ".join(str(text).split()).replace("|", "\\|")
+
+
+_cell = markdown_cell  # the short name the page builders below use
 
 
 def _value(value) -> str:
@@ -319,7 +322,6 @@ def claims_page() -> str:
     from mmspec.claims import claim
     from mmspec.report.page import METRIC_DEFINITIONS
 
-    documented = {t.strip() for term, _ in METRIC_DEFINITIONS for t in term.split(",")}
     lines = _head(
         "the claims files' declarations (src/mmspec/claims/claim.py)",
         "Claims files",
@@ -373,7 +375,6 @@ def claims_page() -> str:
                 stat,
             )
             meaning = f"[{column}](metrics.md#{_anchor(anchor)})"
-        assert stat in documented or stat in claim.STAT_MEANINGS, stat
         lines.append(f"| `{stat}` | {bounds} | {'higher' if higher else 'lower'} | {meaning} |")
     lines += [
         "",

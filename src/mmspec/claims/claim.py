@@ -149,8 +149,8 @@ class Selector:
         from mmspec.methods import registry
 
         found = []
-        methods = self.columns.get("registry_method")
-        for name in methods if isinstance(methods, list) else [methods] * (methods is not None):
+        methods = self.columns.get("registry_method", [])
+        for name in methods if isinstance(methods, list) else [methods]:
             if name not in registry.METHODS:
                 close = difflib.get_close_matches(str(name), list(registry.METHODS), n=2)
                 found.append(f"no registry method is named {name!r}" + _guess(close))

@@ -9,11 +9,7 @@ import pandas as pd
 from mmspec.claims import scorecard
 from mmspec.claims.checks import NOT_APPLICABLE
 from mmspec.claims.claim import Claim
-
-
-def _cell(text: str) -> str:
-    """Text fit for one cell of a Markdown table: one line, its pipes escaped."""
-    return " ".join(text.split()).replace("|", "\\|")
+from mmspec.reference import markdown_cell
 
 
 def definitions(claims: list[Claim]) -> str:
@@ -25,8 +21,9 @@ def definitions(claims: list[Claim]) -> str:
     head = ["paper"] * several + ["claim", "where", "the paper's numbers"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in claims:
-        what = f"`{c.id}`" + (" (harness check)" if c.harness else "") + f": {_cell(c.claim)}"
-        row = [c.paper] * several + [what, _cell(c.where), _cell(c.paper_numbers)]
+        mark = " (harness check)" if c.harness else ""
+        what = f"`{c.id}`{mark}: {markdown_cell(c.claim)}"
+        row = [c.paper] * several + [what, markdown_cell(c.where), markdown_cell(c.paper_numbers)]
         lines.append("| " + " | ".join(row) + " |")
     notes = [f"- `{c.id}`: {' '.join(c.note.split())}" for c in claims if c.note]
     if notes:

@@ -31,10 +31,10 @@ from mmspec.decoding.sampler import seeded
 from mmspec.decoding.trees import ChainPolicy
 from mmspec.methods.registry import resolve
 from mmspec.models import loading
-from mmspec.models.vq import PatchVQ
 from mmspec.scoring import image_metrics
 from mmspec.toy import imagegen as toy_imagegen
 from mmspec.toy import world as toyworld
+from mmspec.toy.vq import PatchVQ
 
 
 class Generator:

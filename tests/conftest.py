@@ -45,7 +45,7 @@ def tiny_run(tmp_path_factory):
 def model_dirs(tmp_path_factory):
     """family -> (target, draft) folders of tiny random models (the draft: one layer), saved once
     for every test that loads real families from disk (tests never write into them)."""
-    from mmspec.models import tiny
+    from mmspec.toy import tiny
 
     root = tmp_path_factory.mktemp("families")
     return {
@@ -62,8 +62,8 @@ def tiny_cell(tmp_path_factory):
     """The inputs of a generate job, made once: (folder, target, draft), the folder holding a
     prepared toy_diff dataset of 7 samples (prepared.parquet) and the visual caches of a tiny
     Qwen2.5-VL target and its one-layer draft (target.parquet, draft.parquet)."""
-    from mmspec.models import tiny
     from mmspec.stages import cache_visual, prepare
+    from mmspec.toy import tiny
 
     root = tmp_path_factory.mktemp("cell")
     target = tiny.save("qwen2_5_vl", root / "target", seed=0)

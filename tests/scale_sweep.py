@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
+from mmspec import cells as mmcells
 from mmspec import config as mmconfig
 from mmspec.tables import SCORES, write_table
 
@@ -45,7 +46,7 @@ def write_config(path: Path, seeds: int) -> Path:
     return path
 
 
-def cell_rows(cell: mmconfig.Cell) -> list[dict]:
+def cell_rows(cell: mmcells.Cell) -> list[dict]:
     """The score rows of one cell: SAMPLES sample-turns of made-up but consistent numbers."""
     gamma = cell.spec.get("gamma") if cell.spec["method"] != "ar" else None
     rng = np.random.default_rng([cell.seed, gamma or 0, len(cell.dataset)])
@@ -113,16 +114,16 @@ def cell_rows(cell: mmconfig.Cell) -> list[dict]:
     return rows
 
 
-def write_scores(workdir: Path, config: dict) -> list[mmconfig.Cell]:
+def write_scores(workdir: Path, config: dict) -> list[mmcells.Cell]:
     """results/score/<cell>/scores.parquet under `workdir` for every cell of `config`."""
-    cells = mmconfig.cells(mmconfig.validate(config))
+    cells = mmcells.cells(mmconfig.validate(config))
     # two processes, a half of the cells each: the 10 000 files take about 16 s in one
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
         list(pool.map(_write_scores, [(workdir, cells[0::2]), (workdir, cells[1::2])]))
     return cells
 
 
-def _write_scores(job: tuple[Path, list[mmconfig.Cell]]) -> None:
+def _write_scores(job: tuple[Path, list[mmcells.Cell]]) -> None:
     workdir, cells = job
     for cell in cells:
         table = pa.Table.from_pylist(cell_rows(cell), schema=SCORES)

@@ -12,11 +12,13 @@ import pyarrow as pa
 import pytest
 import scale_sweep
 
+from mmspec import cells as mmcells
 from mmspec import cli
 from mmspec import config as mmconfig
+from mmspec.cell_metrics import CELLS
 from mmspec.stages import aggregate
 from mmspec.stages.aggregate import retention_interval, tau_interval
-from mmspec.tables import BLOCKS, CELLS, SCORES, read_table, write_table
+from mmspec.tables import BLOCKS, SCORES, read_table, write_table
 
 
 def _scores(tmp_path, method, samples, k, t_q, t_p, extra=None):
@@ -168,7 +170,7 @@ def _tables(out, blocks) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def test_batches_give_the_tables_of_one_query(tmp_path):
-    cells = mmconfig.cells(_small_sweep(1))[:30]
+    cells = mmcells.cells(_small_sweep(1))[:30]
     # in cell order, as `score_files` gives them: the blocks then come in one query's order
     cells.sort(key=lambda c: (c.dataset, c.pair, c.method, c.hp, c.seed))
     files = []
@@ -217,8 +219,8 @@ def test_missing_score_file_is_named(tmp_path):
 
 def test_the_sweeps_own_score_files(tmp_path):
     sweep = _small_sweep(2)
-    files = cli.sweep_score_files(sweep, tmp_path / "results")
-    cells = mmconfig.cells(sweep)
+    files = aggregate.sweep_score_files(sweep, tmp_path / "results")
+    cells = mmcells.cells(sweep)
     assert len(files) == len(cells) == 400
     assert set(files) == {
         f"{tmp_path.as_posix()}/results/score/{c.path}/scores.parquet" for c in cells
@@ -232,12 +234,12 @@ def test_cli_aggregates_a_sweep_from_its_config_not_a_glob(tmp_path, monkeypatch
         {**scale_sweep.sweep_config(2), "methods": {"ar": {}, "sd": {"gamma": [2, 3]}}}
     )
     sweep["datasets"]["toy_vqa"]["group"] = "ood"
-    cells = mmconfig.cells(sweep)
+    cells = mmcells.cells(sweep)
     for cell in cells:
         path = tmp_path / "results" / "score" / cell.path / "scores.parquet"
         write_table(pa.Table.from_pylist(scale_sweep.cell_rows(cell), schema=SCORES), path, SCORES)
     # a score file of a cell the sweep no longer has: left out
-    stale = mmconfig.cells(mmconfig.validate(scale_sweep.sweep_config(3)))[-1]
+    stale = mmcells.cells(mmconfig.validate(scale_sweep.sweep_config(3)))[-1]
     path = tmp_path / "results" / "score" / stale.path / "scores.parquet"
     write_table(pa.Table.from_pylist(scale_sweep.cell_rows(stale), schema=SCORES), path, SCORES)
     monkeypatch.chdir(tmp_path)
@@ -253,7 +255,7 @@ def test_cli_aggregates_a_sweep_from_its_config_not_a_glob(tmp_path, monkeypatch
     }
     # the same files listed in a file, by hand
     listed = tmp_path / "files.txt"
-    listed.write_text("\n".join(cli.sweep_score_files(sweep)) + "\n")
+    listed.write_text("\n".join(aggregate.sweep_score_files(sweep)) + "\n")
     hand = ["aggregate", "--out", "hand.parquet", "--blocks", "hand_blocks.parquet"]
     assert cli.main([*hand, "--scores-from", str(listed)]) == 0
     by_hand = read_table(tmp_path / "hand.parquet", CELLS).to_pylist()

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from base_config import base_config
 
+from mmspec import cells as mmcells
 from mmspec import config as mmconfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +66,7 @@ def test_drafter_none_on_a_drafting_method_is_rejected(value):
 
 def test_drafter_equal_to_the_methods_own_is_accepted_and_others_rejected():
     ok = mmconfig.validate(changed(methods={"ar": {"drafter": "none"}, "sd": {"drafter": "model"}}))
-    drafters = {c.method: c.spec["drafter"] for c in mmconfig.cells(ok)}
+    drafters = {c.method: c.spec["drafter"] for c in mmcells.cells(ok)}
     assert drafters == {"ar": "none", "sd": "model"}
     with pytest.raises(mmconfig.ConfigError, match="methods.ar: drafter='model'"):
         mmconfig.validate(changed(methods={"ar": {"drafter": "model"}}))
@@ -167,7 +168,7 @@ def test_cells_merges_a_partial_file_over_the_default_sweep(tmp_path):
     partial.write_text("generation: {max_new_tokens: 16}\nseeds: [0, 1]\n")
     out = cells_cli(str(partial))
     assert out.returncode == 0, out.stderr
-    default = mmconfig.cells(mmconfig.load(ROOT / "config" / "config.yaml"))
+    default = mmcells.cells(mmconfig.load(ROOT / "config" / "config.yaml"))
     listed = out.stdout.split()
     assert len(listed) == 2 * len(default)  # the default sweep's cells, at both seeds
     assert {c.path for c in default} <= set(listed)

@@ -44,3 +44,18 @@ def test_bench_tree_verify_counts_one_target_forward_per_step(tiny_run, tmp_path
     forwards = result["forwards_per_step"]
     # every forward of the target is counted, the lean one included: one per verification
     assert forwards["steps"] > 0 and forwards["target_forwards"] == forwards["steps"]
+
+
+def test_bench_engine_matches_hf_generate_token_for_token(tiny_run, tmp_path, monkeypatch):
+    models = tiny_run / "results" / "models" / "toy"
+    prepared = tiny_run / "results" / "prepared" / "toy_caption.parquet"
+    out = tmp_path / "engine.json"
+    args = ["--target", str(models / "target"), "--draft", str(models / "draft")]
+    args += ["--prepared", str(prepared), "--samples", "2", "--warmup", "1"]
+    args += ["--max-new-tokens", "8", "--json", str(out)]
+    # exit status 0: mmspec's AR and chain SD gave HF greedy generate's tokens on every sample
+    assert _run("bench_engine.py", *args, monkeypatch=monkeypatch) == 0
+    result = json.loads(out.read_text())
+    assert result["samples"] == 2
+    assert set(result["runners"]) == {"ours_ar", "hf_generate", "ours_sd", "hf_assisted"}
+    assert result["eq1"]["speedup_eq1"] > 0

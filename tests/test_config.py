@@ -8,6 +8,7 @@ import pytest
 import yaml
 from base_config import base_config
 
+from mmspec import cells as mmcells
 from mmspec import config as mmconfig
 
 BASE = base_config(methods={"ar": {}, "sd": {"views": ["M", "T"], "gamma": [1, 3]}})
@@ -38,7 +39,7 @@ def _by(cells, pair):
 
 
 def test_default_config_is_a_tour_of_every_paper():
-    cells = mmconfig.cells(mmconfig.load("config/config.yaml"))
+    cells = mmcells.cells(mmconfig.load("config/config.yaml"))
     assert len({c.path for c in cells}) == len(cells) <= 37
     # TABED: M vs T on captions and on five-image stories, with the adaptive ensemble; DREAM's
     # baselines: EAGLE's trained head against a draft model, over a chain and EAGLE-2 trees
@@ -63,7 +64,7 @@ def test_default_config_is_a_tour_of_every_paper():
     assert _by(cells, "toy_image") == {"toy_imagegen": image}
     deltas = {c.spec["lantern_delta"] for c in cells if c.method == "lantern_tree"}
     assert deltas == {0.05, 0.2}
-    image_heads = {mmconfig.drafter_dir(c) for c in cells if c.pair == "toy_image"} - {None}
+    image_heads = {mmcells.drafter_dir(c) for c in cells if c.pair == "toy_image"} - {None}
     assert len(image_heads) == 1
     cfg = mmconfig.load("config/config.yaml")
     assert mmconfig.judged_datasets(cfg) == ["toy_video"]
@@ -71,7 +72,7 @@ def test_default_config_is_a_tour_of_every_paper():
 
 
 def test_toy_presets_hold_each_papers_full_toy_study():
-    tabed = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_tabed.yaml"))
+    tabed = mmcells.cells(mmconfig.load_as_snakemake("config/presets/toy_tabed.yaml"))
     rows = {
         "ar",
         "m",
@@ -97,7 +98,7 @@ def test_toy_presets_hold_each_papers_full_toy_study():
         "softmax",
         "adaboost",
     }
-    trees = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_specvlm_sage.yaml"))
+    trees = mmcells.cells(mmconfig.load_as_snakemake("config/presets/toy_specvlm_sage.yaml"))
     found = _by(trees, "toy_vdraft")
     assert set(found) == {
         "toy_caption",
@@ -109,7 +110,7 @@ def test_toy_presets_hold_each_papers_full_toy_study():
     }
     assert all(methods == TOY_TREES for methods in found.values())
     assert {c.pair for c in trees} == {"toy_vdraft"}
-    lantern = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_lantern.yaml"))
+    lantern = mmcells.cells(mmconfig.load_as_snakemake("config/presets/toy_lantern.yaml"))
     assert {(c.dataset, c.pair) for c in lantern} == {("toy_imagegen", "toy_image")}
     grid = {
         (c.spec["temperature"], c.spec["lantern_k"], c.spec["lantern_delta"])
@@ -140,10 +141,10 @@ def test_toy_presets_hold_each_papers_full_toy_study():
     assert relaxed == {(t, k, d) for t in (0.0, 1.0) for k in (16, 64) for d in deltas} | {
         (0.0, k, 0.0) for k in (16, 64)
     }
-    heads = {mmconfig.drafter_dir(c) for c in lantern if c.spec["drafter"] == "eagle"}
+    heads = {mmcells.drafter_dir(c) for c in lantern if c.spec["drafter"] == "eagle"}
     assert len(heads) == 1
     assert {"eagle", "eagle2", "lantern_eagle2"} <= {c.spec["method"] for c in lantern}
-    loose = mmconfig.cells(mmconfig.load_as_snakemake("config/presets/toy_lvspec.yaml"))
+    loose = mmcells.cells(mmconfig.load_as_snakemake("config/presets/toy_lvspec.yaml"))
     assert {(c.dataset, c.pair) for c in loose} == {
         ("toy_vdesc", "toy_vdesc_pair"),
         ("toy_vdesc", "toy_vdraft_alone"),
@@ -169,7 +170,7 @@ def test_toy_presets_hold_each_papers_full_toy_study():
 
 
 def test_grid_expands_to_cartesian_product():
-    cells = mmconfig.cells(mmconfig.validate(BASE))
+    cells = mmcells.cells(mmconfig.validate(BASE))
     assert sorted(c.hp for c in cells) == [
         "default",
         "gamma-1_views-M",
@@ -278,10 +279,10 @@ def test_a_drafter_without_views_or_head_is_described_by_what_it_is():
 def test_static_tree_paths_are_one_value_and_a_list_of_trees_a_grid():
     one = with_change(["methods", "sd"], {"tree": "static", "paths": [[0], [1], [0, 0]]})
     assert [
-        c.spec["paths"] for c in mmconfig.cells(mmconfig.validate(one)) if c.method == "sd"
+        c.spec["paths"] for c in mmcells.cells(mmconfig.validate(one)) if c.method == "sd"
     ] == [[[0], [1], [0, 0]]]
     two = with_change(["methods", "sd"], {"tree": "static", "paths": [[[0]], [[0], [0, 0]]]})
-    assert len([c for c in mmconfig.cells(mmconfig.validate(two)) if c.method == "sd"]) == 2
+    assert len([c for c in mmcells.cells(mmconfig.validate(two)) if c.method == "sd"]) == 2
 
 
 def test_sampling_at_temperature_and_a_pair_without_draft():
@@ -291,12 +292,12 @@ def test_sampling_at_temperature_and_a_pair_without_draft():
         mmconfig.validate(hot)
     hot["methods"]["ar_hot"] = {"method": "ar", "temperature": 0.7}
     ok = mmconfig.validate(hot)
-    assert {c.spec["temperature"] for c in mmconfig.cells(ok) if c.method == "sd"} == {0.7}
+    assert {c.spec["temperature"] for c in mmcells.cells(ok) if c.method == "sd"} == {0.7}
     cfg = with_change(["pairs", "toy"], {"target": "toy:target"})
     with pytest.raises(mmconfig.ConfigError, match="pairs.toy.draft: method 'sd' drafts with"):
         mmconfig.validate(cfg)
     only_ar = dict(cfg, methods={"ar": {}})
-    assert mmconfig.cells(mmconfig.validate(only_ar))  # AR needs no draft
+    assert mmcells.cells(mmconfig.validate(only_ar))  # AR needs no draft
 
 
 def test_misspelled_top_level_key_is_named():
@@ -312,14 +313,14 @@ def test_unknown_sweep_name_is_named():
 
 
 def test_slugs_are_safe_and_stable():
-    assert mmconfig.model_slug("llava-hf/llava-1.5-7b-hf") == mmconfig.model_slug(
+    assert mmcells.model_slug("llava-hf/llava-1.5-7b-hf") == mmcells.model_slug(
         "llava-hf/llava-1.5-7b-hf"
     )
-    slug = mmconfig.model_slug("llava-hf/llava-1.5-7b-hf")
+    slug = mmcells.model_slug("llava-hf/llava-1.5-7b-hf")
     assert "/" not in slug and slug.startswith("llava-hf--llava-1.5-7b-hf")
-    assert mmconfig.model_slug("toy:target") == "toy-target"
-    assert mmconfig.model_slug("a/b c") != mmconfig.model_slug("a/b-c")
-    assert mmconfig.hp_slug({"views": "M", "gamma": 5}) == "gamma-5_views-M"
+    assert mmcells.model_slug("toy:target") == "toy-target"
+    assert mmcells.model_slug("a/b c") != mmcells.model_slug("a/b-c")
+    assert mmcells.hp_slug({"views": "M", "gamma": 5}) == "gamma-5_views-M"
 
 
 def test_presets_and_tiny_config_validate():
@@ -370,7 +371,7 @@ def test_self_sd_pair_drafts_with_its_target():
     cfg = mmconfig.validate(cfg)
     pair = cfg["pairs"]["self"]
     assert pair["draft"] == pair["target"] == "toy:target"
-    spec = next(c.spec for c in mmconfig.cells(cfg) if c.pair == "self" and c.method == "sd")
+    spec = next(c.spec for c in mmcells.cells(cfg) if c.pair == "self" and c.method == "sd")
     assert loaded_models(pair, spec) == [("toy:target", "float32")]  # loaded once
     assert mmconfig.validate(cfg)["pairs"]["self"] == pair  # validating again keeps it
 
@@ -383,7 +384,7 @@ def test_a_visual_rule_on_image_generation_is_rejected_before_any_job():
     cfg["methods"]["lv"] = {"method": "lvspec", "views": "M"}
     cfg["sweep"].append({"datasets": ["toy_imagegen"], "pairs": ["toy_image"], "methods": ["lv"]})
     with pytest.raises(mmconfig.ConfigError, match="methods.lv: acceptance 'lvspec' compares"):
-        mmconfig.cells(mmconfig.validate(cfg))
+        mmcells.cells(mmconfig.validate(cfg))
 
 
 def _grid_config(methods: dict, **extra) -> dict:
@@ -393,7 +394,7 @@ def _grid_config(methods: dict, **extra) -> dict:
 def test_grid_points_whose_components_read_the_same_values_are_one_cell():
     """`keep` is read by view U only: under view M its two values decode the same thing."""
     cfg = mmconfig.validate(_grid_config({"sd": {"views": ["M", "U"], "keep": [0.25, 0.5]}}))
-    expansion = mmconfig.expand(cfg)
+    expansion = mmcells.expand(cfg)
     assert sorted(c.hp for c in expansion.cells) == [
         "default",
         "keep-0.25_views-U",
@@ -410,7 +411,7 @@ def test_a_big_grid_keeps_one_cell_per_distinct_decoding():
     gamma; and every cell decodes something no other cell decodes."""
     keeps, gammas = [0.1, 0.3, 0.5, 0.7, 0.9], [1, 3, 5]
     sd = {"views": ["M", "T", "P", "U"], "keep": keeps, "gamma": gammas}
-    expansion = mmconfig.expand(mmconfig.validate(_grid_config({"sd": sd})))
+    expansion = mmcells.expand(mmconfig.validate(_grid_config({"sd": sd})))
     assert expansion.grid_points == 1 + 4 * 5 * 3
     assert len(expansion.cells) == 1 + 3 * 3 + 5 * 3
     assert_distinct_decodings(expansion.cells)
@@ -438,7 +439,7 @@ def test_a_key_that_no_component_of_the_method_reads_is_refused(methods, expecte
 def test_a_key_read_by_some_point_of_a_grid_is_accepted():
     """`sage_k` on a method whose grid has a SAGE tree point: read there, merged elsewhere."""
     grid = {"method": "sd_chain", "tree": ["chain", "sage"], "sage_k": [4, 8]}
-    cells = mmconfig.cells(mmconfig.validate(_grid_config({"trees": grid})))
+    cells = mmcells.cells(mmconfig.validate(_grid_config({"trees": grid})))
     assert sorted(c.hp for c in cells if c.method == "trees") == [
         "sage_k-4_tree-sage",
         "sage_k-8_tree-sage",
@@ -469,7 +470,7 @@ def assert_distinct_decodings(cells) -> None:
     ["config/config.yaml", *sorted(str(p) for p in mmconfig.Path("config/presets").glob("*.yaml"))],
 )
 def test_no_two_cells_of_the_tour_or_a_preset_decode_the_same_thing(path):
-    assert_distinct_decodings(mmconfig.cells(mmconfig.load_as_snakemake(path)))
+    assert_distinct_decodings(mmcells.cells(mmconfig.load_as_snakemake(path)))
 
 
 def test_a_required_column_left_out_of_a_dataset_is_named_before_any_job():

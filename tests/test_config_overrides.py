@@ -12,6 +12,7 @@ import pytest
 import yaml
 from workflow_cli import snakemake_cmd
 
+from mmspec import cells as mmcells
 from mmspec import config as mmconfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,7 +229,7 @@ def test_config_overrides_with_nested_numbers_plan_their_cells(tmp_path):
     expected["timing"]["threads"] = 2
     expected["methods"]["sd"]["gamma"] = [3, 5]
     expected["methods"]["mine"] = {"method": "sd", "views": "U", "keep": 0.5}
-    cells = mmconfig.cells(mmconfig.validate(expected))
+    cells = mmcells.cells(mmconfig.validate(expected))
     # per seed: ar, sd (M, T) x gamma (3, 5), tabed_mtcp, sage, lvspec, mine
     assert jobs["generate"] == jobs["score"] == jobs["judge"] == len(cells) == 18
     params = generate_params(out)
@@ -273,8 +274,8 @@ def _paths(cells) -> list[str]:
 def test_a_file_adds_a_row_to_the_default_sweep_without_copying_it(tmp_path):
     addition = tmp_path / "mine.yaml"
     addition.write_text(yaml.safe_dump(ADDITION))
-    tour = _paths(mmconfig.cells(mmconfig.load(TOUR)))
-    added = _paths(mmconfig.cells(mmconfig.load_as_snakemake(addition, TOUR)))
+    tour = _paths(mmcells.cells(mmconfig.load(TOUR)))
+    added = _paths(mmcells.cells(mmconfig.load_as_snakemake(addition, TOUR)))
     new = "dataset=toy_caption/pair=toy_vdraft/method=sd_chain3/hp=gamma-3/seed=0"
     assert added == tour + [new]
 
@@ -308,13 +309,13 @@ def test_extra_rows_of_several_files_add_up_merge_by_name_and_null_drops_one(tmp
     second.write_text(
         yaml.safe_dump({"sweep_extra": {"long": {"datasets": ["toy_story"]}, "weak": None}})
     )
-    alone = _paths(mmconfig.cells(mmconfig.load_as_snakemake(preset)))
-    once = _paths(mmconfig.cells(mmconfig.load_as_snakemake([preset, first])))
+    alone = _paths(mmcells.cells(mmconfig.load_as_snakemake(preset)))
+    once = _paths(mmcells.cells(mmconfig.load_as_snakemake([preset, first])))
     assert once == alone + [
         "dataset=toy_caption/pair=toy/method=sd_chain9/hp=gamma-9/seed=0",
         "dataset=toy_caption/pair=toy_weak/method=mt/hp=default/seed=0",
     ]
-    both = _paths(mmconfig.cells(mmconfig.load_as_snakemake([preset, first, second])))
+    both = _paths(mmcells.cells(mmconfig.load_as_snakemake([preset, first, second])))
     assert both == alone + ["dataset=toy_story/pair=toy/method=sd_chain9/hp=gamma-9/seed=0"]
 
 
@@ -373,7 +374,7 @@ def test_a_dot_slash_model_path_plans_exactly_as_the_plain_path(tmp_path):
     assert plans["./models/tgt"] == plans["models/tgt"] == plans["models/tgt/"]
     jobs, commands = plans["./models/tgt"]
     assert jobs["cache_visual"] == jobs["generate"] == 1
-    visual = f"results/visual/{mmconfig.model_slug('models/tgt')}/toy_caption.parquet"
+    visual = f"results/visual/{mmcells.model_slug('models/tgt')}/toy_caption.parquet"
     assert any("--model models/tgt " in c and visual in c for c in commands)
 
 
@@ -446,7 +447,7 @@ def test_local_paths_are_normalised_and_their_slugs_fit_the_model_wildcard(tmp_p
     assert got["pairs"]["p"]["target"] == "models/tgt"
     got = mmconfig.validate(_pair_config(work / "c.yaml", "../up"))
     assert got["pairs"]["p"]["target"] == "../up"
-    assert mmconfig.model_slug("./models/tgt") == mmconfig.model_slug("models/tgt")
+    assert mmcells.model_slug("./models/tgt") == mmcells.model_slug("models/tgt")
     for ref in ("../up", "./models/tgt", "/abs/model", "~/m", "_org/model", "llava-hf/llava"):
-        assert MODEL_WILDCARD.fullmatch(mmconfig.model_slug(ref)), ref
-    assert mmconfig.model_slug("../up") != mmconfig.model_slug("up")
+        assert MODEL_WILDCARD.fullmatch(mmcells.model_slug(ref)), ref
+    assert mmcells.model_slug("../up") != mmcells.model_slug("up")

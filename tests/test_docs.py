@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from mmspec import cells as mmcells
 from mmspec import config as mmconfig
 from mmspec import reference
 from mmspec.cli import build_parser
@@ -124,7 +125,7 @@ def check_config(text: str, where: str, tmp_path: Path) -> None:
     path.write_text(text)
     try:
         cfg = mmconfig.load_as_snakemake(path, ROOT / "config" / "config.yaml")
-        mmconfig.expand(cfg)
+        mmcells.expand(cfg)
     except Exception as error:  # noqa: BLE001 (any refusal is the finding)
         raise AssertionError(f"{where}: the config does not validate: {error}") from None
 

@@ -9,17 +9,13 @@ import pytest
 import torch
 from test_heads import assert_greedy_equals_ar
 
+from mmspec.decoding.drafters.dream.intermediate import candidate_layers, intermediate_features
 from mmspec.decoding.drafters.heads import build_head, head_kind
 from mmspec.decoding.sampler import seeded
 from mmspec.methods import registry, verify
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.toy.training import build_model
-from mmspec.training.heads import (
-    candidate_layers,
-    collect_sequence,
-    intermediate_features,
-    train_head,
-)
+from mmspec.training.heads import collect_sequence, train_head
 
 TRAINING = {"head_data": "x", "head_steps": 40, "head_lr": 0.03, "head_batch_size": 4}
 PROMPTS = ["a b <image> c", "<image> b a", "c <image> a b", "<image> c c", "a <image>", "b <image>"]
@@ -39,11 +35,11 @@ def _trained(tiny, method: str, **hparams):
     spec = registry.resolve(method, {**TRAINING, **hparams})
     runner = MethodRunner(registry.resolve("ar", {}), target, None, tokenizer, "<image>")
     sequences = []
-    collection = head_kind("dream").collection(spec)
+    loss = head_kind("dream").loss(spec)
     for sample in samples:
         answer = runner.decode_ar(sample, 16, set(), seeded(0)).tokens
         prompt = runner.target_prompt(sample)
-        sequences.append(collect_sequence(runner.target, prompt, answer, **collection))
+        sequences.append(collect_sequence(runner.target, prompt, answer, loss))
     torch.manual_seed(0)
     head = build_head("dream", target.config, spec, "tiny").float()
     lm_head = copy.deepcopy(target.lm_head).float()
@@ -142,7 +138,7 @@ def test_the_fixed_layer_lies_at_its_share_of_the_targets_depth():
     kind = head_kind("dream")
     s75 = registry.resolve("dream_fixed", {"dream_fixed_depth": 0.75})
     assert "dream_fixed_depth" in kind.training_keys(s75)
-    assert kind.collection(kind.trained_with(s75))["depth"] == 0.75
+    assert kind.loss(kind.trained_with(s75)).depth == 0.75
 
 
 @pytest.mark.parametrize(("depth", "layer"), [(0.5, 4), (0.75, 6)])
@@ -190,21 +186,19 @@ def _head(cross: bool = True, gates: float | None = None, vocab: int = 11):
 
 def _made_up_batch():
     """Two right-padded sequences (7 and 4 entries) whose loss counts from entry 2 and 1."""
-    from mmspec.training.heads import Sequence, _batch
+    from mmspec.training.heads import Sequence, make_batch
 
     generator = torch.Generator().manual_seed(1)
 
     def sequence(n, answer_from):
         rand = lambda: torch.randn(n, 16, generator=generator)  # noqa: E731
-        return Sequence(rand(), rand(), answer_from, intermediate=rand())
+        return Sequence(rand(), rand(), answer_from, {"intermediate": rand()[1:]})
 
-    batch = _batch([sequence(7, 2), sequence(4, 1)], 0.0, torch.Generator())
-    return type(batch)(
-        **{
-            k: None if v is None else (v.double() if v.is_floating_point() else v)
-            for k, v in vars(batch).items()
-        }
-    )
+    batch = make_batch([sequence(7, 2), sequence(4, 1)], 0.0, torch.Generator())
+    for name in ("embeds", "features", "clean", "targets"):
+        setattr(batch, name, getattr(batch, name).double())
+    batch.extra["intermediate"] = batch.extra["intermediate"].double()
+    return batch
 
 
 @pytest.mark.parametrize("mode", ["release", "paper"])
@@ -215,17 +209,14 @@ def test_dream_loss_weighting_is_the_release_or_the_paper_formula(mode):
     the counted ones) or the paper's (0.2, 0.2, 1.0 on masked means, the KL summed)."""
     import torch.nn.functional as F
 
-    from mmspec.decoding.drafters.heads import head_kind
-    from mmspec.training.heads import losses, weighted
-
     spec, head, lm_head = _head(gates=0.5)
     spec = {**spec, "dream_loss": mode}
     batch = _made_up_batch()
     assert 0 < int(batch.mask.sum()) < batch.mask.numel()  # padding and prompt entries
-    parts = losses(head, lm_head, batch, "dream")[:3]
-    got = weighted(head_kind("dream"), spec, batch, 11, parts)
+    got, _ = head_kind("dream").loss(spec)(head, lm_head, batch)
 
     predicted, stream = head(batch.embeds, batch.features, attention_mask=batch.attention)
+    intermediate = batch.extra["intermediate"]
     mask = batch.mask[..., None].double()  # [B, W, 1]
     positions = mask.shape[0] * mask.shape[1]
     smooth = lambda a, b: F.smooth_l1_loss(a, b, reduction="none")  # noqa: E731
@@ -233,13 +224,13 @@ def test_dream_loss_weighting_is_the_release_or_the_paper_formula(mode):
     kl = F.kl_div(torch.log_softmax(lm_head(predicted), -1), target_p, reduction="none")
     if mode == "release":
         vloss = torch.sum(torch.mean(mask * smooth(predicted, batch.targets), 2)) / positions
-        mid = torch.sum(torch.mean(mask * smooth(stream, batch.intermediate), 2)) / positions
+        mid = torch.sum(torch.mean(mask * smooth(stream, intermediate), 2)) / positions
         kldloss = torch.sum(torch.mean(mask * kl, 2)) / mask.sum()
         expected = 0.2 * vloss + 1.0 * kldloss + mid
     else:
         counted = mask.sum() * predicted.shape[-1]
         feature = (mask * smooth(predicted, batch.targets)).sum() / counted
-        inter = (mask * smooth(stream, batch.intermediate)).sum() / counted
+        inter = (mask * smooth(stream, intermediate)).sum() / counted
         expected = 0.2 * feature + 0.2 * inter + (mask * kl).sum() / mask.sum()
     torch.testing.assert_close(got, expected)
 
@@ -328,16 +319,17 @@ def test_a_drafted_node_reads_its_embedding_and_its_ancestors_outputs():
 
 def test_training_record_counts_one_intermediate_layer_per_training_entry():
     """training.json's layer counts are of the targets the loss reads (entry j learns position
-    j + 1's intermediate feature), so they sum to its `entries`."""
+    j + 1's intermediate feature, kept at row j), so they sum to its `entries`."""
     from types import SimpleNamespace
 
-    from mmspec.stages.train_drafter import _layer_counts
+    def sequence(n, answer_from, layers):
+        return SimpleNamespace(embeds=[0] * n, answer_from=answer_from, extra={"layers": layers})
 
     sequences = [
-        SimpleNamespace(embeds=[0] * 6, answer_from=2, layers=torch.tensor([9, 9, 9, 1, 2, 2])),
-        SimpleNamespace(embeds=[0] * 4, answer_from=-1, layers=torch.tensor([1, 1, 2, 2])),
+        sequence(6, 2, torch.tensor([9, 9, 1, 2, 2])),
+        sequence(4, -1, torch.tensor([1, 2, 2])),
     ]
-    counts = _layer_counts(sequences)
+    counts = head_kind("dream").loss({}).summary(sequences)["intermediate_layers"]
     entries = sum(len(s.embeds) - max(s.answer_from, 0) - 1 for s in sequences)
     assert sum(counts.values()) == entries == 3 + 3
     assert counts == {"1": 2, "2": 4}

@@ -25,9 +25,10 @@ from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.loops import decode_ar
 from mmspec.decoding.sampler import seeded
 from mmspec.methods.registry import resolve
-from mmspec.models import families, loading, tiny, video_processing, visual
+from mmspec.models import families, loading, video_processing, visual
 from mmspec.models.prompts import PromptBuilder
 from mmspec.stages import cache_visual, generate, prepare
+from mmspec.toy import tiny
 
 FAMILIES = tiny.FAMILIES
 MESSAGES = [

@@ -15,8 +15,9 @@ import torch
 import yaml
 from workflow_cli import snakemake_cmd
 
-from mmspec.config import model_slug
-from mmspec.models import footprint, tiny
+from mmspec.cells import model_slug
+from mmspec.models import footprint
+from mmspec.toy import tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_RULES = ("cache_visual", "caption", "generate")

@@ -1,4 +1,4 @@
-"""`mmspec gpu-check` (src/mmspec/gpu_check.py): its verdicts on cells, dtype runs and Snakemake
+"""`mmspec gpu-check` (src/mmspec/gpu_check/): its verdicts on cells, dtype runs and Snakemake
 failures, the sampled cells it adds to the tour, and the real command's quick run on the CPU,
 once with a cell that fails and once without."""
 
@@ -14,8 +14,13 @@ import torch
 import yaml
 from workflow_cli import ROOT
 
+from mmspec import cells as mmcells
 from mmspec import config as mmconfig
 from mmspec import gpu_check
+from mmspec.gpu_check.cells import cell_name, cell_rows, judge_cell
+from mmspec.gpu_check.dtype_verdict import Decoded, divergence, dtype_row
+from mmspec.gpu_check.sweep import explicit_rules, sweep_config
+from mmspec.gpu_check.workflow import failed_jobs
 from mmspec.methods.components import is_lossless
 
 # ---------------------------------------------------------------------------------------------
@@ -41,7 +46,7 @@ DONE = {
 
 
 def judged(expect_cuda=True, **changes):
-    return gpu_check.judge_cell(gpu_check.Row("c"), {**DONE, **changes}, expect_cuda)
+    return judge_cell(gpu_check.Row("c"), {**DONE, **changes}, expect_cuda)
 
 
 def test_a_greedy_lossless_cell_passes_only_when_every_output_equals_ar():
@@ -91,7 +96,7 @@ Exiting because a job execution failed. Look above for error messages
 
 
 def test_failed_jobs_are_read_from_snakemakes_error_blocks():
-    jobs = gpu_check.failed_jobs(SNAKEMAKE_LOG)
+    jobs = failed_jobs(SNAKEMAKE_LOG)
     assert [(j.rule, j.outputs, j.log) for j in jobs] == [
         (
             "generate",
@@ -106,13 +111,13 @@ def test_failed_jobs_are_read_from_snakemakes_error_blocks():
 def test_a_workflow_that_stopped_before_any_job_leaves_every_cell_not_run(tmp_path):
     sweep = mmconfig.load(ROOT / "tests" / "configs" / "tiny.yaml")
     log = "LockException:\nError: Directory cannot be locked. Please make sure ...\n"
-    rows = gpu_check.cell_rows(tmp_path, sweep, 1, log, expect_cuda=False)
-    assert [r.status for r in rows] == ["NOT RUN"] * len(mmconfig.cells(sweep)) + ["FAILED"]
+    rows = cell_rows(tmp_path, sweep, 1, log, expect_cuda=False)
+    assert [r.status for r in rows] == ["NOT RUN"] * len(mmcells.cells(sweep)) + ["FAILED"]
     assert rows[-1].cell == "workflow" and "--unlock" in rows[-1].why
 
 
 def _decoded(gaps):
-    decoded = gpu_check.Decoded(gaps=list(gaps))
+    decoded = Decoded(gaps=list(gaps))
     decoded.seconds = {"ar": 1.0, "sd": 0.5, "verify": 0.2}
     decoded.tokens, decoded.steps = {"ar": 10, "sd": 10}, {"ar": 10, "sd": 4}
     decoded.draft_forwards, decoded.draft_s = 12, 0.12
@@ -123,23 +128,23 @@ def test_a_dtype_row_tells_rounding_at_near_ties_from_real_differences():
     dtype = torch.bfloat16
     logits = [torch.tensor([1.0, 0.5, 0.25]), torch.tensor([2.0, 2.0 - 0.0078125, 0.0])]
     ar = [0, 0]
-    assert gpu_check.divergence(ar, [0, 0], logits, dtype) == 0.0
+    assert divergence(ar, [0, 0], logits, dtype) == 0.0
     # at 2.0 one bfloat16 unit is 2**-6: the rival one unit below is a near-tie
-    assert gpu_check.divergence(ar, [0, 1], logits, dtype) == pytest.approx(0.5)
-    assert gpu_check.divergence(ar, [1, 0], logits, dtype) == pytest.approx(64.0)
-    assert gpu_check.divergence(ar, [0], logits, dtype) == math.inf  # stopped early
+    assert divergence(ar, [0, 1], logits, dtype) == pytest.approx(0.5)
+    assert divergence(ar, [1, 0], logits, dtype) == pytest.approx(64.0)
+    assert divergence(ar, [0], logits, dtype) == math.inf  # stopped early
 
-    row = gpu_check.dtype_row("d", _decoded([0.0, 0.0, 0.5]), tie_ulps=4)
+    row = dtype_row("d", _decoded([0.0, 0.0, 0.5]), tie_ulps=4)
     assert row.status == "ok" and row.lossless == "2/3 ==AR, 1 at ties (<= 0.5 ulp)"
     # tau 10 tokens / 4 steps; AR 0.1 s per token, SD 0.05 s; T_p 0.1 s, a verification 0.05 s
     assert row.tau == 2.5 and row.speedup == 2.0 and row.verify_cost == pytest.approx(0.5)
     # c = 0.01 s / 0.1 s, k = 3 draft forwards per step: Eq. 1 = 2.5 / (3 * 0.1 + 1)
     assert row.eq1_ratio == pytest.approx(2.0 / (2.5 / 1.3))
-    real = gpu_check.dtype_row("d", _decoded([0.0, 64.0, 0.5]), tie_ulps=4)
+    real = dtype_row("d", _decoded([0.0, 64.0, 0.5]), tie_ulps=4)
     assert real.status == "FAIL" and "1 differ" in real.lossless and "64.0" in real.why
     flaky = _decoded([0.0])
     flaky.ar_repeatable = False
-    assert gpu_check.dtype_row("d", flaky, tie_ulps=4).status == "FAIL"
+    assert dtype_row("d", flaky, tie_ulps=4).status == "FAIL"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,9 +152,9 @@ def test_a_dtype_row_tells_rounding_at_near_ties_from_real_differences():
 
 
 def test_the_check_adds_a_sampled_cell_of_every_family_to_the_tour():
-    tour = mmconfig.cells(mmconfig.load_as_snakemake(ROOT / "config" / "config.yaml"))
-    swept = gpu_check.sweep_config(gpu_check.TOUR, gpu_check.SAMPLED)
-    cells = mmconfig.cells(mmconfig.validate(swept, overrides={}))
+    tour = mmcells.cells(mmconfig.load_as_snakemake(ROOT / "config" / "config.yaml"))
+    swept = sweep_config(gpu_check.TOUR, gpu_check.SAMPLED)
+    cells = mmcells.cells(mmconfig.validate(swept, overrides={}))
     keys = [(c.dataset, c.pair, c.method, c.hp) for c in cells]
     assert keys[: len(tour)] == [(c.dataset, c.pair, c.method, c.hp) for c in tour]
     added = cells[len(tour) :]
@@ -166,18 +171,16 @@ def test_the_check_adds_a_sampled_cell_of_every_family_to_the_tour():
         assert rule == "sampling" or not is_lossless(rule), cell.method
     # EAGLE's and DREAM's heads are the tour's (the same trained-head folders); Medusa, Hydra and
     # Kangaroo train briefly on a small set
-    reused = {mmconfig.drafter_dir(c) for c in added if c.spec["drafter"] in ("eagle", "dream")}
-    assert len(reused) == 3 and reused <= {mmconfig.drafter_dir(c) for c in tour}
+    reused = {mmcells.drafter_dir(c) for c in added if c.spec["drafter"] in ("eagle", "dream")}
+    assert len(reused) == 3 and reused <= {mmcells.drafter_dir(c) for c in tour}
     brief = [c for c in added if c.spec["drafter"] in ("medusa", "hydra", "kangaroo")]
     assert len(brief) == 3 and all(c.spec["head_steps"] == 100 for c in brief)
 
 
 def test_a_rule_that_names_no_methods_keeps_its_own_methods_when_sampled_ones_join():
     base = {"datasets": {"d": {}}, "pairs": {"p": {}}, "methods": {"ar": {}, "sd": {}}}
-    assert gpu_check._explicit_rules(base) == [
-        {"datasets": ["d"], "pairs": ["p"], "methods": ["ar", "sd"]}
-    ]
-    rules = gpu_check._explicit_rules({**base, "sweep": [{"datasets": ["d"], "methods": "all"}]})
+    assert explicit_rules(base) == [{"datasets": ["d"], "pairs": ["p"], "methods": ["ar", "sd"]}]
+    rules = explicit_rules({**base, "sweep": [{"datasets": ["d"], "methods": "all"}]})
     assert rules == [{"datasets": ["d"], "pairs": ["p"], "methods": ["ar", "sd"]}]
 
 
@@ -200,7 +203,7 @@ def _check(out, *args):
 
 @pytest.mark.slow
 def test_the_quick_check_fails_on_a_failing_cell_and_passes_without_it(tmp_path, tiny_run):
-    from mmspec.models import tiny
+    from mmspec.toy import tiny
 
     # a draft of another family: its tokenizer differs, so the SD cell's generate job fails
     foreign = tiny.save("qwen2_5_vl", tmp_path / "foreign", layers=1, seed=1)
@@ -219,16 +222,14 @@ def test_the_quick_check_fails_on_a_failing_cell_and_passes_without_it(tmp_path,
 
     failing = _check(out, "--sampled", str(tmp_path / "sampled.yaml"))
     assert failing.returncode == 1, failing.stdout[-3000:] + failing.stderr[-3000:]
-    swept = gpu_check.sweep_config(gpu_check.QUICK_CONFIG, tmp_path / "sampled.yaml")
-    cells = mmconfig.cells(mmconfig.validate(swept, overrides={}))
+    swept = sweep_config(gpu_check.QUICK_CONFIG, tmp_path / "sampled.yaml")
+    cells = mmcells.cells(mmconfig.validate(swept, overrides={}))
     rows = _table(out)
     # a row per cell (the grid of `sd`, views M and T, with its hyperparameters), 3 benchmark
     # rows, 12 dtype rows (2 families x 2 dtypes x 3 methods)
     assert len(cells) == 14
     grid = {("toy_caption", "toy", "sd")}
-    assert [n for n in rows if n.startswith("toy_caption/")] == [
-        gpu_check.cell_name(c, grid) for c in cells
-    ]
+    assert [n for n in rows if n.startswith("toy_caption/")] == [cell_name(c, grid) for c in cells]
     bad = rows.pop("toy_caption/foreign/sd_text")
     assert bad[0] == "FAILED generate"
     assert (

@@ -14,14 +14,14 @@ from transformers import LlamaModel
 from mmspec.decoding import catalog
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import Drafter
-from mmspec.decoding.drafters.heads import build_head
+from mmspec.decoding.drafters.heads import build_head, head_kind
 from mmspec.decoding.drafters.kangaroo import KangarooDrafter
 from mmspec.decoding.drafters.medusa import MEDUSA_TREE
-from mmspec.decoding.drafters.model import ModelDrafter
+from mmspec.decoding.drafters.model import DecoderDrafter
 from mmspec.decoding.proposal import ROOT, Proposal
 from mmspec.decoding.sampler import seeded
 from mmspec.methods import registry, verify
-from mmspec.training.heads import Sequence, _batch, losses
+from mmspec.training.heads import Sequence, make_batch
 
 
 @pytest.fixture(scope="module")
@@ -147,12 +147,13 @@ def test_head_k_learns_the_token_k_plus_2_ahead(target, kind, decay):
     embed = target.get_input_embeddings().weight.detach()
     # entry j: the embedding of x_{j+1} and f_j (collect_sequence's layout); every entry counts
     sequence = Sequence(embed[tokens[1:]].float(), features.float(), 0)
-    batch = _batch([sequence], 0.0, torch.Generator())
-    batch = batch.to(None)
+    batch = make_batch([sequence], 0.0, torch.Generator())
     for name in ("embeds", "features", "clean", "targets"):
         setattr(batch, name, getattr(batch, name).double())
     lm_head = target.lm_head
-    _, _, kl, _ = losses(head, lm_head, batch, kind)
+    objective, metrics = head_kind(kind).loss({})(head, lm_head, batch)
+    assert objective is metrics["kl"]
+    kl = metrics["kl"]
 
     def read_out(h):
         return torch.log_softmax(lm_head(h), -1)
@@ -277,8 +278,8 @@ def test_kangaroo_stops_after_the_first_token_below_its_threshold(monkeypatch, s
         calls.append("expand")
         return q
 
-    monkeypatch.setattr(ModelDrafter, "root", root)
-    monkeypatch.setattr(ModelDrafter, "expand", expand)
+    monkeypatch.setattr(DecoderDrafter, "root", root)
+    monkeypatch.setattr(DecoderDrafter, "expand", expand)
     drafter = KangarooDrafter.__new__(KangarooDrafter)
     Drafter.__init__(drafter, 0.0)
     drafter.exit_below, drafter.last_top = 0.6, 1.0

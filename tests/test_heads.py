@@ -9,8 +9,11 @@ import copy
 import pytest
 import torch
 
-from mmspec.decoding.drafters.eagle_net import EagleHead, head_config
-from mmspec.decoding.drafters.heads import build_head, load_head
+from mmspec.decoding import catalog
+from mmspec.decoding.component import TRAINED_HEAD
+from mmspec.decoding.drafters.eagle.net import EagleHead, head_config
+from mmspec.decoding.drafters.heads import build_head, head_kind, load_head
+from mmspec.decoding.drafters.model import DecoderDrafter, ModelDrafter
 from mmspec.decoding.sampler import seeded
 from mmspec.methods import registry, verify
 from mmspec.methods.runtime import MethodRunner, Sample
@@ -42,13 +45,13 @@ def _head(target, seed=1):
     return EagleHead(head_config(target.config, target="tiny")).double().eval()
 
 
-def _sequences(tokenizer, target, samples, n_new=16, exit_layer=0):
+def _sequences(tokenizer, target, samples, n_new=16, loss=None):
     runner = MethodRunner(registry.resolve("ar", {}), target, None, tokenizer, "<image>")
     out = []
     for sample in samples:
         answer = runner.decode_ar(sample, n_new, set(), seeded(0)).tokens
         prompt = runner.target_prompt(sample)
-        out.append(collect_sequence(runner.target, prompt, answer, exit_layer=exit_layer))
+        out.append(collect_sequence(runner.target, prompt, answer, loss))
     return runner, out
 
 
@@ -72,12 +75,7 @@ def test_greedy_head_drafting_equals_ar_token_for_token(tiny, method, hparams):
     tokenizer, target, samples = tiny
     spec = _spec(method, **hparams)
     kind = spec["drafter"]
-    _, sequences = _sequences(
-        tokenizer,
-        target,
-        samples,
-        exit_layer=spec.get("kangaroo_layers", 0) if kind == "kangaroo" else 0,
-    )
+    _, sequences = _sequences(tokenizer, target, samples, loss=head_kind(kind).loss(spec))
     torch.manual_seed(1)
     head = build_head(kind, target.config, spec, "tiny").float()
     train_head(head, _lm_head(target), sequences, TRAINING, seed=0, kind=kind)
@@ -114,7 +112,8 @@ def test_training_raises_held_out_agreement(tiny):
     _, sequences = _sequences(tokenizer, target, samples)
     head = _head(target).float()
     _, held = split(sequences)
-    before = evaluate(head, _lm_head(target), held)["heldout_top1"]
+    before = evaluate(head, _lm_head(target), held, head_kind("eagle").loss(TRAINING))
+    before = before["heldout_top1"]
     curve = train_head(head, _lm_head(target), sequences, {**TRAINING, "head_steps": 120}, 0)
     assert [row["step"] for row in curve] == list(range(12, 121, 12))
     assert curve[-1]["heldout_top1"] > before
@@ -174,6 +173,16 @@ def test_kangaroo_exits_early_on_low_confidence(tiny):
     runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head)
     out = runner.decode(samples[0], 30, set(), seeded(0))
     assert max(step.drafted for step in out.steps) == 6
+
+
+def test_kangaroo_drafts_as_a_draft_model_does_without_being_one():
+    """Kangaroo drafts with its shallow stack as a draft model drafts (`DecoderDrafter`), and
+    declares only its own: no views, no draft model, no image drafting."""
+    kangaroo = catalog.get("drafter", "kangaroo")
+    assert issubclass(kangaroo, DecoderDrafter) and not issubclass(kangaroo, ModelDrafter)
+    assert kangaroo.requires == {TRAINED_HEAD} and not kangaroo.drafts_images
+    with pytest.raises(ValueError, match="views"):
+        _spec("kangaroo", views="T")
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.acceptance.lantern import Neighbours
 from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.registry import resolve
-from mmspec.models import tiny
 from mmspec.models.image_generation import ImageGenerator, JanusGenerator
+from mmspec.toy import tiny
 
 CPU = torch.device("cpu")
 CAPTIONS = ["a red circle top left .", "two blue squares .", "a green triangle bottom right ."]
@@ -90,6 +90,7 @@ def test_lantern_neighbours_come_from_the_models_quantizer(janus):
 
 def test_a_local_janus_pair_validates_for_image_generation_only(janus):
     from mmspec import config as mmconfig
+    from mmspec import model_refs
 
     target, draft = (str(g.model.name_or_path) for g in janus)
     cfg = {
@@ -99,7 +100,7 @@ def test_a_local_janus_pair_validates_for_image_generation_only(janus):
         "image_metrics": {k: f"toy:{k}" for k in NETS},
         "methods": {"ar": {}, "lantern": {"lantern_k": 8}},
     }
-    assert mmconfig.model_kind(mmconfig.validate(copy.deepcopy(cfg)), target) == "image_generator"
+    assert model_refs.model_kind(mmconfig.validate(copy.deepcopy(cfg)), target) == "image_generator"
     cfg["datasets"] = {"toy_caption": {"source": "toy", "samples": 2}}
     cfg.pop("image_metrics")
     with pytest.raises(mmconfig.ConfigError, match="pair 'janus' generates images"):

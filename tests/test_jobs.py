@@ -10,6 +10,7 @@ import subprocess
 import pytest
 from base_config import base_config
 
+from mmspec import cells as mmcells
 from mmspec import config as mmconfig
 from mmspec.gpu_check import REPO
 from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
@@ -23,12 +24,12 @@ def _config():
 
 def test_a_cells_job_round_trips_through_its_json():
     config = _config()
-    for cell in mmconfig.cells(config):
+    for cell in mmcells.cells(config):
         job = GenerateJob.of_cell(config, cell, mmconfig.dataset_task(config, cell.dataset))
         assert GenerateJob.parse(job.to_json()) == job
         assert json.loads(job.to_json())["cell"]["spec"] == cell.spec
         assert (job.pair.target, job.seed, job.hp) == ("toy:target", cell.seed, cell.hp)
-        if mmconfig.drafter_dir(cell):
+        if mmcells.drafter_dir(cell):
             head = TrainDrafterJob.of_cell(config, cell, "answer")
             assert TrainDrafterJob.parse(head.to_json()) == head
             assert head.kind == "eagle" and head.training["head_steps"] == 2
@@ -42,7 +43,7 @@ def test_the_ar_probe_settings_reach_method_cells_jobs_and_not_the_ar_cells():
         config = base_config(methods={"ar": {}, "sd": {}})
         config["timing"] = {**config.get("timing", {}), "ar_probe_tokens": probe}
         config = mmconfig.validate(config, overrides={})
-        for cell in mmconfig.cells(config):
+        for cell in mmcells.cells(config):
             job = GenerateJob.of_cell(config, cell, mmconfig.dataset_task(config, cell.dataset))
             jobs.setdefault(cell.path, []).append(job.to_json())
     changed = {path for path, (a, b) in jobs.items() if a != b}

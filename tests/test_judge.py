@@ -37,11 +37,11 @@ from mmspec.scoring.judge import (
     judge_items,
     parse_score,
     templates,
-    toy_answer,
-    toy_grade,
 )
 from mmspec.scoring.judge import cache as cache_module
 from mmspec.scoring.judge.server import MODEL
+from mmspec.toy.judge_rubric import answer as toy_answer
+from mmspec.toy.judge_rubric import grade as toy_grade
 from mmspec.toy.quality import score_toy
 
 KEY_VAR = "MMSPEC_TEST_JUDGE_KEY"

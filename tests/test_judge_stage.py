@@ -129,8 +129,9 @@ def test_question_is_the_last_user_text():
 
 
 def test_aggregate_counts_failures_and_takes_retention_over_both_judged(tmp_path):
+    from mmspec.cell_metrics import CELLS
     from mmspec.stages import aggregate
-    from mmspec.tables import CELLS, SCORES
+    from mmspec.tables import SCORES
 
     def scores(method, judged):
         rows = []

@@ -21,7 +21,6 @@ import torch
 
 from mmspec.decoding.acceptance import greedy
 from mmspec.methods.registry import resolve
-from mmspec.models import tiny
 from mmspec.scoring.lossless import (
     DEVICE,
     NEAR_TIE,
@@ -33,6 +32,7 @@ from mmspec.scoring.lossless import (
 )
 from mmspec.stages import cache_visual, generate, prepare, score
 from mmspec.tables import SAMPLES, SCORES, read_table, write_table
+from mmspec.toy import tiny
 
 SAMPLES_N = 12
 MAX_NEW = 24

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from mmspec import cells as mmcells
 from mmspec import config as mmconfig
 from mmspec import plan
 
@@ -33,7 +34,7 @@ def _seconds(table) -> float:
 def test_plan_counts_done_cells_and_estimates_from_earlier_ones(tiny_run):
     results = tiny_run / "results"
     cfg = mmconfig.load(TINY)
-    cells = mmconfig.cells(cfg)
+    cells = mmcells.cells(cfg)
     done = plan.plan(cfg, results)
     assert sum(p.cells for p in done.values()) == len(cells)
     assert all(p.done == p.cells for p in done.values())
@@ -82,7 +83,7 @@ def test_plan_command_without_earlier_runs(tmp_path):
         cwd=ROOT,
         check=True,
     ).stdout
-    n = len(mmconfig.cells(mmconfig.load(TINY)))
+    n = len(mmcells.cells(mmconfig.load(TINY)))
     assert out.startswith(f"cells: {n} (0 done, {n} to run)")
     assert "no earlier run of this pair, no estimate" in out
 
@@ -114,7 +115,7 @@ def test_the_slurm_profile_packs_method_cells_and_runs_each_ar_cell_alone(tmp_pa
     # each group job's listing runs to the next timestamped line
     groups = re.findall(r"Group job cells \(jobs in lexicogr. order\):(.*?)(?=\n\[|\Z)", text, re.S)
     sizes = [len(re.findall(r"output: results/generate/\S+/samples.parquet", g)) for g in groups]
-    cells = mmconfig.cells(mmconfig.load(ROOT / "config" / "config.yaml"))
+    cells = mmcells.cells(mmconfig.load(ROOT / "config" / "config.yaml"))
     ar = sum(c.spec["method"] == "ar" for c in cells)
     assert (ar, len(cells)) == (4, 37)
     assert sorted(sizes, reverse=True) == [8, 8, 8, 8, 1]  # the 33 method cells

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from workflow_cli import job_counts, snakemake_cmd
 
+from mmspec import cells as mmcells
 from mmspec import config as mmconfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,7 +42,7 @@ DATASETS = [
 
 def test_tabed_preset_resolves_into_the_papers_grid():
     cfg = mmconfig.load(TABED)
-    cells = mmconfig.cells(cfg)
+    cells = mmcells.cells(cfg)
     main = [c for c in cells if c.pair == "llava15_7b_68m"]
     for dataset in DATASETS:
         for method in TABED_ROWS:
@@ -71,7 +72,7 @@ def test_tabed_preset_resolves_into_the_papers_grid():
 
 def test_tabed_preset_dry_run_plans_every_cell(tmp_path):
     jobs = _dry_run_jobs(TABED, tmp_path)
-    n_cells = len(mmconfig.cells(mmconfig.load(TABED)))
+    n_cells = len(mmcells.cells(mmconfig.load(TABED)))
     assert jobs["generate"] == jobs["score"] == n_cells
     # the benchmark datasets, and the multi-turn stand-in (llava_multiturn: M, T and TABED^MT
     # on the main pair only, so no caption and two visual caches)
@@ -116,7 +117,7 @@ def _visual_caches(cfg, cells):
 
 def test_sage_preset_resolves_into_the_papers_grid():
     cfg = mmconfig.load(SAGE)
-    cells = mmconfig.cells(cfg)
+    cells = mmcells.cells(cfg)
     assert cfg["pairs"]["llava_ov_72b_7b"]["target"] == LLAVA_OV[0]
     assert cfg["pairs"]["llava_ov_72b_7b"]["draft"] == LLAVA_OV[1]
     assert cfg["pairs"]["qwen25vl_72b_7b"]["target"] == "Qwen/Qwen2.5-VL-72B-Instruct"
@@ -176,7 +177,7 @@ def test_sage_preset_resolves_into_the_papers_grid():
 def test_video_preset_dry_run_plans_every_cell(preset, n_datasets, tmp_path):
     jobs = _dry_run_jobs(preset, tmp_path)
     cfg = mmconfig.load(preset)
-    cells = mmconfig.cells(cfg)
+    cells = mmcells.cells(cfg)
     assert jobs["generate"] == jobs["score"] == len(cells)
     assert jobs["prepare"] == n_datasets
     assert "caption" not in jobs  # no method drafts from captions
@@ -186,7 +187,7 @@ def test_video_preset_dry_run_plans_every_cell(preset, n_datasets, tmp_path):
 
 def test_specvlm_preset_resolves_into_its_setup():
     cfg = mmconfig.load(SPECVLM)
-    cells = mmconfig.cells(cfg)
+    cells = mmcells.cells(cfg)
     assert {(p["target"], p["draft"]) for p in cfg["pairs"].values()} == {
         LLAVA_OV,
         ("Qwen/Qwen2.5-VL-32B-Instruct", "Qwen/Qwen2.5-VL-7B-Instruct"),
@@ -223,7 +224,7 @@ def test_lantern_preset_resolves_into_the_papers_grid_and_dry_runs(tmp_path):
     assert mmconfig.dataset_task(cfg, "coco30k") == "image_generation"
     assert cfg["datasets"]["coco30k"]["limit"] == 30000  # the paper's 30k-sample FID
     assert cfg["generation"]["top_k"] == 1000  # appendix C: LlamaGen's sampling
-    cells = mmconfig.cells(cfg)
+    cells = mmcells.cells(cfg)
     grid = {
         (c.spec["temperature"], c.spec["lantern_k"], c.spec["lantern_delta"])
         for c in cells
@@ -246,7 +247,7 @@ LVSPEC = ROOT / "config" / "presets" / "lvspec.yaml"
 
 def test_lvspec_preset_resolves_into_the_papers_grid_and_dry_runs(tmp_path):
     cfg = mmconfig.load(LVSPEC)
-    cells = mmconfig.cells(cfg)
+    cells = mmcells.cells(cfg)
     # Std.-SD and Self-SD (the target drafting for itself, loaded once)
     assert cfg["pairs"]["self_qwen25vl_7b"]["draft"] == cfg["pairs"]["self_qwen25vl_7b"]["target"]
     assert {c.pair for c in cells} == {
@@ -278,7 +279,7 @@ DREAM = ROOT / "config" / "presets" / "dream.yaml"
 
 def test_dream_preset_resolves_into_the_papers_table_and_dry_runs(tmp_path):
     cfg = mmconfig.load(DREAM)
-    cells = mmconfig.cells(cfg)
+    cells = mmcells.cells(cfg)
     main = {c.spec["method"] for c in cells if c.pair == "llava16_7b"}
     table1 = {"spd", "kangaroo", "medusa", "hydra", "eagle", "eagle2", "dream"}
     ablations = {"dream_nocross", "dream_fixed", "dream_nointer", "dream_paperloss"}
@@ -287,11 +288,11 @@ def test_dream_preset_resolves_into_the_papers_table_and_dry_runs(tmp_path):
         assert {c.spec["method"] for c in cells if c.pair == pair} == {"ar", "eagle2", "dream"}
     assert {c.spec["temperature"] for c in cells if c.spec["method"] == "dream"} == {0.0, 1.0}
     assert {c.spec["dream_vtc"] for c in cells if c.method == "dream_vtc"} == {1.0, 0.5, 0.25}
-    heads = {mmconfig.drafter_dir(c) for c in cells} - {None}
+    heads = {mmcells.drafter_dir(c) for c in cells} - {None}
     assert all(
         c.spec["head_steps"] == 68000 and c.spec["head_lr"] == 3e-5
         for c in cells
-        if mmconfig.drafter_dir(c)
+        if mmcells.drafter_dir(c)
     )
     jobs = _dry_run_jobs(DREAM, tmp_path)
     assert jobs["generate"] == jobs["score"] == len(cells)
@@ -303,7 +304,7 @@ def test_dream_preset_resolves_into_the_papers_table_and_dry_runs(tmp_path):
     assert {(c.pair, c.dataset) for c in chains} == {
         (p, d) for p in ("llava16_7b", "pixtral_12b") for d in ("mmt_bench", "scienceqa")
     }
-    assert {mmconfig.drafter_dir(c) for c in chains} <= heads
+    assert {mmcells.drafter_dir(c) for c in chains} <= heads
     assert {c.spec["dream_fixed_depth"] for c in cells if c.spec["method"] == "dream_fixed"} == {
         0.5,
         0.75,

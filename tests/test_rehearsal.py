@@ -13,9 +13,9 @@ import pytest
 import yaml
 from workflow_cli import job_counts, snakemake_cmd
 
+from mmspec import cells as mmcells
 from mmspec import config as mmconfig
-from mmspec.data import stand_in
-from mmspec.models import tiny
+from mmspec.toy import stand_in, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "config" / "presets"
@@ -68,7 +68,7 @@ def test_every_preset_resolves_on_stand_ins(preset, stand_ins, tmp_path):
     out = _snakemake(tmp_path, preset, _overrides(preset, root, models), "--dry-run")
     assert out.returncode == 0, out.stderr[-3000:]
     jobs = job_counts(out.stdout + out.stderr)
-    cells = mmconfig.cells(mmconfig.load(PRESETS / f"{preset}.yaml"))
+    cells = mmcells.cells(mmconfig.load(PRESETS / f"{preset}.yaml"))
     assert jobs["generate"] == len(cells)
 
 

@@ -34,9 +34,11 @@ from report_pages import (
 
 from mmspec import cli
 from mmspec import config as mmconfig
+from mmspec.cell_metrics import CELLS
 from mmspec.report.formatting import esc, fmt_num
 from mmspec.report.pareto import pareto_front
-from mmspec.tables import CELLS, HEAD_CURVES, write_table
+from mmspec.stages import report as report_stage
+from mmspec.tables import HEAD_CURVES, write_table
 
 
 def test_pareto_front_basic():
@@ -205,7 +207,7 @@ def test_a_cell_with_real_divergences_is_off_the_front_and_the_run_says_so(tmp_p
 
 def test_report_cli_finds_the_sweeps_heads(tmp_path, monkeypatch):
     sweep = mmconfig.validate(mmconfig.load_as_snakemake(ROOT / "tests/configs/tiny_heads.yaml"))
-    heads = cli.sweep_head_folders(sweep)
+    heads = report_stage.sweep_head_folders(sweep)
     # eagle_chain and eagle2 share a head (same training hyperparameters), eagle_long has its own
     assert len(heads) == 2 and all(h.startswith("results/drafters/toy/eagle/") for h in heads)
     monkeypatch.chdir(tmp_path)

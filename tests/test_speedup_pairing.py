@@ -17,8 +17,8 @@ import pytest
 
 from mmspec.decoding.decoder import Decoder
 from mmspec.methods.registry import resolve
-from mmspec.models import tiny
 from mmspec.stages import aggregate, cache_visual, generate, prepare, score
+from mmspec.toy import tiny
 
 SLOWER = 3  # forwards computed this many times on the slow machine
 

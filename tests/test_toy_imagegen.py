@@ -12,9 +12,9 @@ import torch
 from mmspec.decoding.acceptance import make_rule
 from mmspec.methods.registry import resolve
 from mmspec.models import loading
-from mmspec.models.vq import PatchVQ
 from mmspec.toy import imagegen as toy_imagegen
 from mmspec.toy import world as toyworld
+from mmspec.toy.vq import PatchVQ
 
 
 def test_textured_renders_vary_per_draw_around_the_scene():

@@ -12,6 +12,7 @@ import sys
 import pytest
 from base_config import base_config
 
+from mmspec import cells as mmcells
 from mmspec import config as mmconfig
 
 GENERATOR = {"kind": "image_generator", "hidden": 16, "layers": 1, "steps": 4, "codes": 16,
@@ -141,7 +142,7 @@ def test_an_image_sweep_validates_and_says_its_task():
     assert mmconfig.dataset_task(cfg, "toy_imagegen") == "image_generation"
     assert mmconfig.dataset_task(cfg, "toy_caption") == "answer"
     assert cfg["generation"]["cfg"] == 3.0
-    assert {c.dataset for c in mmconfig.cells(cfg) if c.pair == "image"} == {"toy_imagegen"}
+    assert {c.dataset for c in mmcells.cells(cfg) if c.pair == "image"} == {"toy_imagegen"}
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from mmspec.models.vq import PatchVQ
 from mmspec.toy import world as toyworld
+from mmspec.toy.vq import PatchVQ
 
 
 def _images(n: int, seed: int = 0) -> np.ndarray:

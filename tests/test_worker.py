@@ -22,7 +22,8 @@ from test_resume import _deterministic
 
 from mmspec import worker
 from mmspec.methods.registry import resolve
-from mmspec.models import loading, tiny
+from mmspec.models import loading
+from mmspec.toy import tiny
 
 
 def _argv(tiny_cell, method: str, out: Path, max_new: int = 8, **hp) -> list[str]:

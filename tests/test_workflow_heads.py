@@ -128,11 +128,12 @@ def test_a_killed_training_job_resumes_from_its_checkpoint(run_dir, tmp_path):
 
     from safetensors.torch import load_file
 
+    from mmspec import cells as mmcells
     from mmspec import config as mmconfig
     from mmspec.methods import components
 
     cfg = mmconfig.validate(mmconfig.load_as_snakemake(HEADS))
-    cell = next(c for c in mmconfig.cells(cfg) if c.method == "eagle_long")
+    cell = next(c for c in mmcells.cells(cfg) if c.method == "eagle_long")
     training = {**components.head_training(cell.spec), "head_steps": 400}
     params = {
         "pair": cfg["pairs"]["toy"],

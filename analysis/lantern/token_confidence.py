@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from mmspec.models import loading
-from mmspec.models.vq import PatchVQ
 from mmspec.toy import imagegen as toy_imagegen
 from mmspec.toy import processor as toy_processor
 from mmspec.toy import training as toy_training
 from mmspec.toy import world as toyworld
+from mmspec.toy.vq import PatchVQ
 
 
 def text_confidence(folder: str, n: int, seed: int) -> tuple[float, float]:

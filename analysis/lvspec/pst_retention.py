@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mmspec.config import Cell
+from mmspec.cells import Cell
 from mmspec.stages.aggregate import percentile_interval
 
 TIE = 1e-9  # two means of the same scores, summed in another order, are equal

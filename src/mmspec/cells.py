@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from mmspec.decoding.component import TRAINED_HEAD
 from mmspec.methods import components, registry
-from mmspec.model_refs import TOY_PREFIX, normalize_model_ref
+from mmspec.model_refs import normalize_model_ref
+from mmspec.models import source as model_source
 from mmspec.schema import ConfigError
 
 
@@ -95,10 +96,12 @@ def hp_slug(hparams: dict) -> str:
 
 
 def model_slug(ref: str) -> str:
-    """The folder name of a model reference: toy:target -> toy-target, org/name -> org--name-<hash>;
-    spellings of one local path share it ("./models/tgt" as "models/tgt")."""
-    if ref.startswith(TOY_PREFIX):
-        return "toy-" + ref[len(TOY_PREFIX) :]
+    """The folder name of a model reference: its source's (toy:target -> toy-target), else its
+    text slugged (org/name -> org--name-<hash>); spellings of one local path share it
+    ("./models/tgt" as "models/tgt")."""
+    named = model_source.of(ref).folder_name(ref)
+    if named is not None:
+        return named
     # The rules' `model` wildcard starts with a letter or digit: "../m" must not give "..--m-...".
     # The hash in the slug of such a path keeps it apart from a model named "m".
     return slug(normalize_model_ref(ref)).lstrip("._-") or "empty"

@@ -1,4 +1,6 @@
-"""The sweep configuration: validation against config/schema.yaml, defaults, and cell expansion."""
+"""The sweep configuration: validation against config/schema.yaml (and the entry schemas of
+the dataset sources it does not declare), defaults, and the checks across sections that run
+before any job (each dataset and model by its source; cells by `cells`)."""
 
 from __future__ import annotations
 
@@ -13,21 +15,8 @@ import jsonschema
 import yaml
 
 from mmspec import schema as config_schema
-from mmspec.cells import (  # noqa: F401 (the cells' names, for callers of mmspec.config)
-    Cell,
-    Expansion,
-    ar_cell,
-    cells,
-    check_ar_cells,
-    check_distinct,
-    drafter_dir,
-    expand,
-    hp_slug,
-    method_points,
-    model_slug,
-    slug,
-)
-from mmspec.data import hf_spec
+from mmspec.cells import cells, check_ar_cells, check_distinct, method_points
+from mmspec.data import source as dataset_source
 from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.component import (
     CAPTIONS,
@@ -39,18 +28,16 @@ from mmspec.decoding.component import (
 )
 from mmspec.methods import components, registry
 from mmspec.methods.components import SELF_DRAFT
-from mmspec.model_refs import (  # noqa: F401 (the references' names, for callers of mmspec.config)
-    CODEBOOK_KEYS,
-    TOY_KIND_KEYS,
-    TOY_PREFIX,
+from mmspec.model_refs import (
     check_device_map,
-    check_local_model,
     check_model_files,
-    is_hub_id,
+    checked_model_ref,
+    codebook,
     language_layers,
     model_kind,
-    normalize_model_ref,
 )
+from mmspec.models import source as model_source
+from mmspec.models.source import IMAGE_GENERATOR
 from mmspec.schema import ConfigError
 from mmspec.scoring import metric_catalog
 from mmspec.scoring.task_metric import TEXT
@@ -165,15 +152,30 @@ def coerce(value, schema: dict | None = None):
     Makes `--config` overrides validate: Snakemake leaves the scalars of a mapping or list
     value strings. Returns a new structure; `value` is not modified.
     """
-    schema = _coercion_schema() if schema is None else schema
+    schema = _coercion_schema(tuple(dataset_source.sources())) if schema is None else schema
     return _coerce(value, schema, schema, jsonschema.Draft202012Validator(schema))
 
 
+def sweep_schema() -> dict:
+    """config/schema.yaml, with one more form of a `datasets` entry for each dataset source it
+    does not declare (a plugin's, whose class holds its entries' schema)."""
+    root = config_schema.load()
+    forms = root["properties"]["datasets"]["additionalProperties"]["oneOf"]
+    declared = {form["properties"]["source"]["const"] for form in forms}
+    extra = [s.entry_schema() for k, s in dataset_source.sources().items() if k not in declared]
+    if not extra:
+        return root
+    schema = copy.deepcopy(root)
+    schema["properties"]["datasets"]["additionalProperties"]["oneOf"] += extra
+    return schema
+
+
 @functools.cache
-def _coercion_schema() -> dict:
-    """The config schema plus the types it leaves to later checks: method hyperparameters (from
-    the registry; a list is a grid) and the devices of a device map (a GPU index)."""
-    schema = copy.deepcopy(config_schema.load())
+def _coercion_schema(dataset_sources: tuple[str, ...]) -> dict:
+    """The config schema (given its dataset sources) plus the types it leaves to later checks:
+    method hyperparameters (from the registry; a list is a grid) and the devices of a device
+    map (a GPU index)."""
+    schema = copy.deepcopy(sweep_schema())
     hyperparameters = {}
     for key, param in registry.known_params().items():
         kind = {int: "integer", bool: "boolean"}.get(param.type, "number")
@@ -272,7 +274,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                 "under `sweep`"
             )
     config = coerce(config)
-    validator = jsonschema.Draft202012Validator(config_schema.load())
+    validator = jsonschema.Draft202012Validator(sweep_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         raise ConfigError(_describe(errors[0]))
@@ -300,27 +302,18 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
             ref = pair.get(role)
             if ref is None:
                 continue
-            check_local_model(f"pairs.{name}.{role}", ref, f"pair {name!r}, role {role}")
-            pair[role] = normalize_model_ref(ref)
-            if ref.startswith(TOY_PREFIX) and ref[len(TOY_PREFIX) :] not in config["toy"]["models"]:
-                raise ConfigError(
-                    f"config key pairs.{name}.{role}: {ref!r} names no model under toy.models "
-                    f"(known: {sorted(config['toy']['models'])})"
-                )
+            key, what = f"pairs.{name}.{role}", f"pair {name!r}, role {role}"
+            pair[role] = checked_model_ref(config, key, ref, what)
         check_model_files(name, pair)
         if "target_device_map" in pair:
             check_device_map(f"pairs.{name}.target_device_map", pair["target_device_map"])
     captioner = config.get("captioner")
     if captioner:
-        check_local_model("captioner.model", captioner["model"], "the captioner")
-        captioner["model"] = normalize_model_ref(captioner["model"])
-    if captioner and captioner["model"].startswith(TOY_PREFIX):
-        if captioner["model"][len(TOY_PREFIX) :] not in config["toy"]["models"]:
-            raise ConfigError(
-                f"config key captioner.model: {captioner['model']!r} names no model under "
-                f"toy.models (known: {sorted(config['toy']['models'])})"
-            )
-    _check_toy_kinds(config)
+        ref = captioner["model"]
+        captioner["model"] = checked_model_ref(config, "captioner.model", ref, "the captioner")
+    for source in model_source.sources():
+        source.check_config(config)
+    _check_model_kinds(config)
     rows = [(str(i), rule) for i, rule in enumerate(config["sweep"])]
     rows += [(name, rule) for name, rule in config["sweep_extra"].items() if rule is not None]
     for row_name, rule in rows:
@@ -352,7 +345,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
         _check_head(config, cell)
         _check_task(config, cell)
     _check_image_metrics(config)
-    _check_hf_datasets(config)
+    _check_datasets(config)
     _check_task_metrics(config)
     _check_judge(config, swept)
     if captioner is None:
@@ -362,7 +355,6 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                 f"config key captioner: methods {uses_c} draft from captions (view C) but the "
                 "config names no captioner"
             )
-    _check_toy_scenarios(config)
     check_ar_cells(swept)
     return config
 
@@ -377,14 +369,13 @@ def prepare_entry(spec: dict) -> dict:
     return {k: v for k, v in spec.items() if k not in SCORING_KEYS}
 
 
-def _check_hf_datasets(config: dict) -> None:
-    """Each `source: hf` entry as its prepare job will read it (the columns it requires, the
-    keys image generation takes), before any job rather than when its prepare job runs."""
+def _check_datasets(config: dict) -> None:
+    """Each dataset entry as its source's prepare job will read it (a Hugging Face entry's
+    required columns, a toy scenario that exists), before any job rather than when its prepare
+    job runs."""
     for name, spec in config["datasets"].items():
-        if spec.get("source") != "hf":
-            continue
         try:
-            hf_spec.check_spec(spec)
+            dataset_source.of(spec).check(name, spec)
         except ValueError as error:
             raise ConfigError(f"config key datasets.{name}: {error}") from None
 
@@ -394,7 +385,7 @@ def _check_task_metrics(config: dict) -> None:
     plugin's) that can score it."""
     for name, spec in config["datasets"].items():
         if "metric" not in spec or dataset_task(config, name) == IMAGE_GENERATION:
-            continue  # toy datasets: the toy rubric; image generation: FID and CLIP score
+            continue  # its source's own metric; image generation: FID and CLIP score
         key = f"config key datasets.{name}.metric"
         try:
             metric = metric_catalog.get(spec["metric"])
@@ -440,46 +431,11 @@ def _check_judge(config: dict, swept: list) -> None:
         )
 
 
-def toy_scenario(name: str, ds: dict) -> str:
-    """The scenario of a toy dataset: its `scenario` key, else its name."""
-    return ds.get("scenario", name)
-
-
-def _check_toy_scenarios(config: dict) -> None:
-    """A toy dataset's scenario is its name (or its `scenario` key), and toy models train on
-    scenarios: unknown names are found here, not when the prepare or training job fails."""
-    from mmspec.toy.world import DATASETS, HOUSE_STYLES, IMAGEGEN
-
-    known = sorted(DATASETS)
-    for name, ds in config["datasets"].items():
-        scenario = toy_scenario(name, ds)
-        if ds["source"] == "toy" and scenario not in DATASETS and scenario != IMAGEGEN:
-            raise ConfigError(
-                f"config key datasets.{name}: unknown toy scenario {scenario!r} (a toy "
-                f"dataset's scenario is its name or its `scenario` key); known: "
-                f"{[*known, IMAGEGEN]}"
-            )
-    for model, spec in config["toy"]["models"].items():
-        for key in ("scenarios", "text_scenarios"):
-            for scenario in spec.get(key, []):
-                if scenario not in DATASETS:
-                    raise ConfigError(
-                        f"config key toy.models.{model}.{key}: unknown toy scenario "
-                        f"{scenario!r}; known: {known}"
-                    )
-        style = spec.get("vdesc_style")
-        if style is not None and style not in HOUSE_STYLES:
-            raise ConfigError(
-                f"config key toy.models.{model}.vdesc_style: unknown house style {style!r}; "
-                f"known: {sorted(HOUSE_STYLES)}"
-            )
-
-
 def _with_defaults(config: dict) -> dict:
     """A copy of a valid `config` with every default config/schema.yaml declares filled in (the
     one place defaults are written)."""
     config = json.loads(json.dumps(config))  # a deep copy of plain data
-    config_schema.fill_defaults(config, jsonschema.Draft202012Validator(config_schema.load()))
+    config_schema.fill_defaults(config, jsonschema.Draft202012Validator(sweep_schema()))
     return config
 
 
@@ -561,17 +517,9 @@ def load_as_snakemake(
     return validate(merge(_read_mapping(default), data), overrides=data)
 
 
-def _check_toy_kinds(config: dict) -> None:
-    """Each recipe sets only its kind's keys; pairs and the captioner name captioners, or two
-    image generators sharing a codebook."""
-    specific = set().union(*TOY_KIND_KEYS.values())
-    for name, spec in config["toy"]["models"].items():
-        kind = spec.get("kind", "captioner")
-        stray = sorted((set(spec) & specific) - TOY_KIND_KEYS[kind])
-        if stray:
-            raise ConfigError(
-                f"config key toy.models.{name}.{stray[0]}: not read by a {kind!r} recipe"
-            )
+def _check_model_kinds(config: dict) -> None:
+    """Pairs and the captioner name models that generate: captioners, or two image generators
+    sharing a codebook."""
     for name, pair in config["pairs"].items():
         roles = [role for role in ("target", "draft") if role in pair]
         kinds = {role: model_kind(config, pair[role]) for role in roles}
@@ -581,20 +529,20 @@ def _check_toy_kinds(config: dict) -> None:
                     f"config key pairs.{name}.{role}: {pair[role]!r} is a {kind!r} network "
                     "(for image metrics), not a model that generates"
                 )
-        generators = [r for r, k in kinds.items() if k == "image_generator"]
+        generators = [r for r, k in kinds.items() if k == IMAGE_GENERATOR]
         if generators and len(generators) != len(kinds):
             raise ConfigError(
                 f"config key pairs.{name}: an image generator pairs only with another (target "
                 f"and draft share a vocabulary of image codes), got {kinds}"
             )
-        toys = [r for r in generators if pair[r].startswith(TOY_PREFIX)]
-        if len(toys) == 2:  # (real generators' codebooks are compared when a job loads them)
-            specs = [config["toy"]["models"][pair[r][len(TOY_PREFIX) :]] for r in toys]
-            for key in CODEBOOK_KEYS:
-                if specs[0][key] != specs[1][key]:
+        # (codebooks known only once loaded are compared when a job loads them)
+        books = [codebook(config, pair[r]) for r in generators]
+        if len(books) == 2 and None not in books:
+            for key in books[0]:
+                if books[0][key] != books[1][key]:
                     raise ConfigError(
                         f"config key pairs.{name}: target and draft must share a VQ codebook, "
-                        f"but their {key} differ ({specs[0][key]} and {specs[1][key]})"
+                        f"but their {key} differ ({books[0][key]} and {books[1][key]})"
                     )
     captioner = config.get("captioner")
     if captioner and model_kind(config, captioner["model"]) not in (None, "captioner"):
@@ -605,14 +553,15 @@ def _check_toy_kinds(config: dict) -> None:
 
 def _check_codebook_rule(config: dict, cell) -> None:
     """A rule that relaxes over a VQ codebook (LANTERN) needs a target with one, and k within
-    it; toy targets are checked here, hub and local targets when the generate job loads them."""
+    it: a target whose kind is known now is checked here, others when the generate job loads
+    them."""
     rule = cell.spec.get("acceptance")
     if not components.needs(cell.spec, CODEBOOK):
         return
     target = config["pairs"][cell.pair]["target"]
     kind = model_kind(config, target)
     where = f"config key methods.{cell.method}"
-    if kind is not None and kind != "image_generator":
+    if kind is not None and kind != IMAGE_GENERATOR:
         raise ConfigError(
             f"{where}: acceptance {rule!r} relaxes over the target's VQ codebook, but pair "
             f"{cell.pair!r}'s target {target!r} is a {kind!r} with none"
@@ -623,12 +572,7 @@ def _check_target(config: dict, cell) -> None:
     """Each component's own checks of the pair's target (`Component.check_target`: Kangaroo's
     exit layer within its layers, LANTERN's k within its codebook), on what is known now."""
     target = config["pairs"][cell.pair]["target"]
-    toy = (
-        config["toy"]["models"].get(target[len(TOY_PREFIX) :])
-        if target.startswith(TOY_PREFIX)
-        else None
-    )
-    codes = toy.get("codes") if toy and model_kind(config, target) == "image_generator" else None
+    codes = (codebook(config, target) or {}).get("codes")
     facts = TargetFacts(target, layers=language_layers(config, target), codes=codes)
     for part in components.parts(cell.spec):
         try:
@@ -647,7 +591,7 @@ def _check_visual_rule(config: dict, cell) -> None:
         return
     target = config["pairs"][cell.pair]["target"]
     if dataset_task(config, cell.dataset) == IMAGE_GENERATION or (
-        model_kind(config, target) == "image_generator"
+        model_kind(config, target) == IMAGE_GENERATOR
     ):
         raise ConfigError(
             f"config key methods.{cell.method}: acceptance {rule!r} compares drafted tokens with "
@@ -690,7 +634,7 @@ def _check_head(config: dict, cell) -> None:
             f"{where}: head_data {data!r} must be a dataset of the cell's own task: the head "
             f"learns the target's behaviour there, and dataset {cell.dataset!r} {task}"
         )
-    if not images and model_kind(config, target) == "image_generator":
+    if not images and model_kind(config, target) == IMAGE_GENERATOR:
         raise ConfigError(
             f"{where}: a {kind} head reads the hidden states of a language model, and pair "
             f"{cell.pair!r}'s target {target!r} is an image generator"
@@ -698,14 +642,10 @@ def _check_head(config: dict, cell) -> None:
 
 
 def dataset_task(config: dict, name: str) -> str:
-    """What a dataset's samples ask for: an answer (text), or an image (`media.IMAGE_GENERATION`:
-    the toy world's image-generation scenario, or an HF dataset with `task: image_generation`)."""
-    from mmspec.toy.world import IMAGEGEN
-
-    ds = config["datasets"][name]
-    if ds["source"] == "toy":
-        return IMAGE_GENERATION if toy_scenario(name, ds) == IMAGEGEN else "answer"
-    return ds.get("task", "answer")
+    """What a dataset's samples ask for, by its source: an answer (`media.ANSWER`), or an image
+    (`media.IMAGE_GENERATION`)."""
+    entry = config["datasets"][name]
+    return dataset_source.of(entry).task(name, entry)
 
 
 def _check_task(config: dict, cell) -> None:
@@ -713,13 +653,13 @@ def _check_task(config: dict, cell) -> None:
     target = config["pairs"][cell.pair]["target"]
     images = dataset_task(config, cell.dataset) == IMAGE_GENERATION
     kind = model_kind(config, target)
-    if images and kind not in (None, "image_generator"):
+    if images and kind not in (None, IMAGE_GENERATOR):
         raise ConfigError(
             f"config key sweep: dataset {cell.dataset!r} asks for images, and pair "
             f"{cell.pair!r}'s target {target!r} is a {kind!r}, which writes text; pair it "
             "with image generators"
         )
-    if not images and kind == "image_generator":
+    if not images and kind == IMAGE_GENERATOR:
         raise ConfigError(
             f"config key sweep: pair {cell.pair!r} generates images, and dataset "
             f"{cell.dataset!r} asks for text answers; sweep it over an image-generation dataset"
@@ -748,18 +688,10 @@ def _check_image_metrics(config: dict) -> None:
             "(image_metrics: {fid_features: ..., clip: ...})"
         )
     for key in ("fid_features", "clip"):
-        ref = metrics[key]
-        check_local_model(f"image_metrics.{key}", ref, f"the {key} network")
-        metrics[key] = normalize_model_ref(ref)
-        if not ref.startswith(TOY_PREFIX):
-            continue
-        if ref[len(TOY_PREFIX) :] not in config["toy"]["models"]:
+        ref = checked_model_ref(config, f"image_metrics.{key}", metrics[key], f"the {key} network")
+        metrics[key] = ref
+        kind = model_kind(config, ref)
+        if kind is not None and kind != key:
             raise ConfigError(
-                f"config key image_metrics.{key}: {ref!r} names no model under toy.models "
-                f"(known: {sorted(config['toy']['models'])})"
-            )
-        if model_kind(config, ref) != key:
-            raise ConfigError(
-                f"config key image_metrics.{key}: {ref!r} is a {model_kind(config, ref)!r} "
-                f"recipe, not a {key!r} one"
+                f"config key image_metrics.{key}: {ref!r} is a {kind!r} model, not a {key!r} one"
             )

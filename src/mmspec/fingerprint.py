@@ -14,35 +14,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmspec import import_closure
+from mmspec import import_closure, stages
 
 PACKAGE = Path(__file__).resolve().parent
-
-# The workflow's stages: each is the module mmspec.stages.<stage>, run by `mmspec <stage>`.
-STAGES = (
-    "prepare",
-    "toy_model",
-    "cache_visual",
-    "caption",
-    "train_drafter",
-    "generate",
-    "judge",
-    "score",
-    "aggregate",
-    "claims",
-    "report",
-)
-# Stages that read every component's declaration, and so the installed plugins' too (a generate
-# or train_drafter job's code adds only its own components' plugin code: components.plugin_code).
-COMPONENT_STAGES = ("aggregate", "report")
 
 
 def stage_closure(stage: str, package: Path = PACKAGE) -> import_closure.Closure:
     """The code `stage` can run. `package`: a copy of mmspec to read instead (tests)."""
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}; known: {list(STAGES)}")
-    modules = [f"mmspec.stages.{stage}"]
-    if stage in COMPONENT_STAGES:
+    declared = stages.stage(stage)
+    modules = [declared.module]
+    if declared.reads_all_components:
         modules += import_closure.plugin_modules()
     search = [package.parent] if package != PACKAGE else None
     return import_closure.closure(modules, search)

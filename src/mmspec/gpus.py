@@ -1,14 +1,14 @@
 """The GPUs of a workstation: every GPU busy, one job each.
 
 Run locally (`snakemake --cores all`, no cluster executor), the workflow finds the machine's GPUs
-(`share_local`, at parse time) and registers the Snakemake resource `gpu` at their number, so
-at most one GPU job per GPU runs at once while CPU stages fill the other cores. Snakemake does
-not say which GPU a job gets: each GPU job (`GPU_STAGES`) takes a free one itself (`hold`), an
-exclusive lock on `<tmp>/mmspec-gpus-<uid>/gpu-<id>.lock` held until its process exits (a kill
-included), and runs with CUDA_VISIBLE_DEVICES=<id>, so it sees that GPU alone as cuda:0 (and a
-warm worker of that GPU: the variable keys workers). Two sweeps on one machine share the locks,
-so their jobs never double up on a GPU either. With no GPU nothing changes; under Slurm, Slurm
-assigns each job its GPU and nothing here runs.
+(`share_local`, at parse time) and registers the Snakemake resource `gpu` at their number, so at
+most one GPU job per GPU runs at once while CPU stages fill the other cores. Snakemake does not say
+which GPU a job gets: each GPU job (of a stage declaring `GPU = True`, `mmspec.stages`) takes a free
+one itself (`hold`), an exclusive lock on `<tmp>/mmspec-gpus-<uid>/gpu-<id>.lock` held until its
+process exits (a kill included), and runs with CUDA_VISIBLE_DEVICES=<id>, so it sees that GPU alone
+as cuda:0 (and a warm worker of that GPU: the variable keys workers). Two sweeps on one machine
+share the locks, so their jobs never double up on a GPU either. With no GPU nothing changes; under
+Slurm, Slurm assigns each job its GPU and nothing here runs.
 
 The lock folder must be this user's own (`mmspec.private_folder`): one that another user made
 first (all of its locks theirs to hold) fails the job with an error saying what to do.
@@ -26,6 +26,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from mmspec import stages
 from mmspec.private_folder import lock_file, private_folder
 
 # The GPUs a run's jobs share ("0,1,2"), set by the workflow for its jobs.
@@ -33,8 +34,6 @@ SHARED = "MMSPEC_LOCAL_GPUS"
 # Overrides detection: a number of GPUs or their ids, e.g. to leave some GPUs out ("0,1"), or to
 # simulate GPUs on a machine without (the jobs then run on the CPU, each holding a GPU's lock).
 DECLARED = "MMSPEC_GPUS"
-# the stages that run models on a GPU when there is one (the others run on the CPU)
-GPU_STAGES = ("generate", "cache_visual", "caption", "train_drafter")
 WAIT_S = 0.5  # between looks for a free GPU when every one is held (by another sweep)
 
 _held = None  # the lock file this process holds (open until it exits)
@@ -108,7 +107,10 @@ def hold(stage: str) -> str | None:
     (the job's log); its id. None (nothing done) for other jobs."""
     global _held
     shared = os.environ.get(SHARED)
-    if not shared or stage not in GPU_STAGES or _held is not None:
+    if not shared or _held is not None:
+        return None
+    declared = stages.declared().get(stage)
+    if declared is None or not declared.gpu:
         return None
     ids = _ids(shared, SHARED)
     folder = _lock_folder()

@@ -51,10 +51,24 @@ DYNAMIC_IMPORTS = {
     ),
     # a head's network, named by its drafter as "module:class"
     "mmspec.decoding.drafters.trained": ("mmspec.decoding.drafters",),
-    # a toy recipe's trainer, named by its kind
-    "mmspec.stages.toy_model": ("mmspec.toy",),
+    # the stage whose command line runs (the stages' own closures do not include each other)
+    "mmspec.cli": ("mmspec.stages",),
+    # a toy recipe's trainer, named by its kind (toy_model.TRAINERS)
+    "mmspec.stages.toy_model": (
+        "mmspec.toy.training",
+        "mmspec.toy.imagegen",
+        "mmspec.toy.image_nets",
+    ),
     # the built-in task metrics (metric_catalog.BUILT_IN_MODULES, BUILT_IN_PACKAGES)
     "mmspec.scoring.metric_catalog": ("mmspec.toy.metric", "mmspec.scoring.metrics"),
+    # the built-in dataset and model sources (their catalogs' BUILT_IN_MODULES)
+    "mmspec.data.source": ("mmspec.data.hf_source", "mmspec.toy.dataset_source"),
+    "mmspec.models.source": ("mmspec.models.pretrained", "mmspec.toy.model_source"),
+    # the readers the built-in model sources name (ModelSource.readers), by what they read
+    "mmspec.models.image_generation": ("mmspec.toy.generator",),
+    "mmspec.scoring.image_metrics": ("mmspec.toy.features",),
+    # the embedded judge's rubric, the one a dataset source names (DatasetSource.rubric)
+    "mmspec.scoring.judge.server": ("mmspec.toy.judge_rubric",),
 }
 # importlib.import_module calls whose modules are not mmspec's (transformers' processors,
 # torch as mmspec.lazy stands for it): recorded by version like any installed package

@@ -1,22 +1,17 @@
-"""Model references of a sweep: toy recipes ("toy:<name>"), hub ids and local folders, their
-one spelling, the checks made before any job runs (a local path exists, a supported family, a
-shared tokenizer, a device map accelerate takes) and what a reference is (its kind, its layers).
+"""Model references of a sweep, whatever their source (`models.source`: a hub id, a local
+folder, `toy:<name>`): their one spelling, the checks made before any job runs (a reference its
+source can load, a supported family, a shared tokenizer, a device map accelerate takes) and what
+a reference is (its kind, its layers, its codebook).
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import re
-from pathlib import Path
 
-from mmspec import schema as config_schema
 from mmspec.models import families
+from mmspec.models import source as model_source
 from mmspec.schema import ConfigError
-
-TOY_PREFIX = "toy:"
-
 
 DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 
@@ -43,47 +38,18 @@ def check_device_map(key: str, value) -> None:
             raise ConfigError(f"config key {key}.{module}: device {device!r}; {expected}")
 
 
-# A Hugging Face hub id: owner/name of letters, digits, '_', '.', '-', neither part starting or
-# ending with '.' or '-' (the hub also forbids '--' and '..' inside, checked apart).
-_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?"
-
-
-HUB_ID_RE = re.compile(rf"{_HUB_PART}/{_HUB_PART}")
-
-
-LOCAL_PREFIXES = ("./", "../", "/", "~")
-
-
-def is_hub_id(ref: str) -> bool:
-    """Whether `ref` could name a hub repository (owner/name), not only a local path."""
-    return bool(HUB_ID_RE.fullmatch(ref)) and "--" not in ref and ".." not in ref
-
-
 def normalize_model_ref(ref: str) -> str:
-    """A model reference in one spelling: local paths normalised ("./models/tgt" and
-    "models/tgt/" -> "models/tgt", "~" expanded); hub ids and toy models unchanged."""
-    if ref.startswith(TOY_PREFIX):
-        return ref
-    return os.path.normpath(os.path.expanduser(ref))  # an owner/name id is a fixed point
+    """A model reference in one spelling (local paths: "./models/tgt" and "models/tgt/" ->
+    "models/tgt", "~" expanded; hub ids and toy models unchanged)."""
+    return model_source.of(ref).normalize(ref)
 
 
-def check_local_model(key: str, ref: str, what: str) -> None:
-    """A reference that can only be a local path must be a directory here: found at parse time,
-    not when the job that loads it fails. Hub ids need not be cached (the job downloads them)."""
-    if ref.startswith(TOY_PREFIX):
-        return
-    if not ref:
-        raise ConfigError(f"config key {key}: {what}: an empty model reference")
-    path = Path(os.path.expanduser(ref))
-    if path.is_dir():
-        return
-    if path.exists():
-        raise ConfigError(f"config key {key}: {what}: {ref!r} is a file, not a model directory")
-    if ref.startswith(LOCAL_PREFIXES) or not is_hub_id(ref):
-        raise ConfigError(
-            f"config key {key}: {what}: local model path {ref!r} does not exist (relative to "
-            f"{os.getcwd()}), and it is no hub id of the form owner/name"
-        )
+def checked_model_ref(config: dict, key: str, ref: str, what: str) -> str:
+    """`ref` (config key `key`, `what` it is for) in its one spelling, once its source has
+    checked that a job could load it: a local folder exists, a toy model has a recipe. Hub ids
+    need not be cached (the job downloads them)."""
+    model_source.of(ref).check(key, ref, what, config)
+    return normalize_model_ref(ref)
 
 
 def check_model_files(name: str, pair: dict) -> None:
@@ -92,9 +58,12 @@ def check_model_files(name: str, pair: dict) -> None:
     vocabularies = {}
     for role in ("target", "draft"):
         ref = pair.get(role)
-        folder = None if ref is None or ref.startswith(TOY_PREFIX) else families.local_files(ref)
+        if ref is None:
+            continue
+        source = model_source.of(ref)
+        folder = None if source.workflow_output(ref) else source.folder(ref)
         if folder is None:
-            continue  # trained by the workflow, or downloaded by the job
+            continue  # built by the workflow, or downloaded by the job
         model_config = json.loads((folder / "config.json").read_text())
         if families.generates_images(model_config):
             continue  # read by models.image_generation, not a VLM family
@@ -112,50 +81,25 @@ def check_model_files(name: str, pair: dict) -> None:
         )
 
 
-def _toy_kind_keys() -> dict[str, set[str]]:
-    """Every key one kind of toy recipe alone reads (config/schema.yaml: the `then` of its kind's
-    part of a recipe's `allOf`); the other keys are common to all kinds."""
-    recipe = config_schema.section("toy", "models")["additionalProperties"]
-    keys = {}
-    for part in recipe["allOf"]:
-        kind = part["if"]["properties"]["kind"]["const"]
-        keys[kind] = set(part["then"]["properties"])
-    return keys
-
-
-TOY_KIND_KEYS = _toy_kind_keys()
-
-
-# The codebook of an image generator is fitted from these: a pair's two must agree on them.
-CODEBOOK_KEYS = ("codes", "patch", "vq_images")
-
-
 def model_kind(config: dict, ref: str) -> str | None:
-    """The kind of model a reference names: a toy recipe's kind; for a real model whose files
-    are here, "image_generator" if it generates images (Janus), else None (as for one not yet
-    downloaded)."""
-    if not ref.startswith(TOY_PREFIX):
-        return "image_generator" if _local_image_generator(ref) else None
-    return config["toy"]["models"][ref[len(TOY_PREFIX) :]].get("kind", "captioner")
-
-
-@functools.cache
-def _local_image_generator(ref: str) -> bool:
-    """Whether a real model whose files are here generates images; read once per reference,
-    not once per cell."""
-    folder = families.local_files(ref)
-    return folder is not None and families.generates_images(
-        json.loads((folder / "config.json").read_text())
-    )
+    """The kind of model a reference names (`ModelSource.kind`): a toy recipe's kind; for a real
+    model whose files are here, "image_generator" if it generates images (Janus), else None (as
+    for one not yet downloaded)."""
+    return model_source.of(ref).kind(ref, config)
 
 
 def language_layers(config: dict, ref: str) -> int | None:
-    """The decoder layers of a toy recipe or a local model's language model (None: unknown
-    before its files are at hand)."""
-    if ref.startswith(TOY_PREFIX):
-        return config["toy"]["models"][ref[len(TOY_PREFIX) :]].get("layers")
-    config_file = Path(ref).expanduser() / "config.json"
-    if not config_file.is_file():
-        return None
-    model = json.loads(config_file.read_text())
-    return (model.get("text_config") or model).get("num_hidden_layers")
+    """The decoder layers of a model's language model (None: unknown before its files are at
+    hand)."""
+    return model_source.of(ref).language_layers(ref, config)
+
+
+def codebook(config: dict, ref: str) -> dict | None:
+    """What an image generator's codebook is fitted from, when known before any job (a toy
+    recipe's codes, patch and images); None otherwise."""
+    return model_source.of(ref).codebook(ref, config)
+
+
+def workflow_output(ref: str) -> str | None:
+    """The folder a rule of the workflow writes the model to (a toy model's), or None."""
+    return model_source.of(ref).workflow_output(ref)

@@ -21,7 +21,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-from mmspec import config as mmconfig
+from mmspec.cells import cells as sweep_cells
+from mmspec.data import source as dataset_source
 
 PROFILE = "slurm/config.yaml"
 GROUP = "cells"  # the generate jobs' group in the slurm profile
@@ -63,17 +64,14 @@ def group_size(profile: str | Path = PROFILE) -> int | None:
 
 
 def _sample_turns(cfg: dict, dataset: str, results: Path) -> int | None:
-    """Sample-turns a cell of `dataset` decodes: the prepared table's rows when it exists, a toy
-    dataset's rows as prepare would write them, else unknown (an HF dataset not prepared yet)."""
+    """Sample-turns a cell of `dataset` decodes: the prepared table's rows when it exists, else
+    what its source knows before preparing (a toy dataset's rows as prepare would write them),
+    else unknown (an HF dataset not prepared yet)."""
     prepared = results / "prepared" / f"{dataset}.parquet"
     if prepared.is_file():
         return pq.read_metadata(prepared).num_rows
     spec = cfg["datasets"][dataset]
-    if spec["source"] == "toy":
-        from mmspec.stages.prepare import toy_rows
-
-        return len(toy_rows(dataset, spec, cfg["toy"]["seed"]))
-    return None
+    return dataset_source.of(spec).sample_turns(dataset, spec, cfg)
 
 
 def _earlier(results: Path, pair: str) -> tuple[float | None, int, set[str], float | None]:
@@ -109,7 +107,7 @@ def plan(cfg: dict, results: str | Path = "results", cells=None) -> dict[str, Pa
     results = Path(results)
     pairs: dict[str, PairPlan] = {}
     sizes: dict[str, int | None] = {}
-    for cell in mmconfig.cells(cfg) if cells is None else cells:
+    for cell in sweep_cells(cfg) if cells is None else cells:
         entry = pairs.setdefault(cell.pair, PairPlan())
         entry.cells += 1
         if (results / "generate" / cell.path / "samples.parquet").is_file():

@@ -1,5 +1,5 @@
-"""Warm workers: a `mmspec generate` job (also cache_visual, score, toy_model, train_drafter:
-`cli.WARM_STAGES`) hands its command line to a long-lived worker process that has torch and
+"""Warm workers: a `mmspec generate` job (or of another stage declaring `WARM = True`,
+`mmspec.stages`) hands its command line to a long-lived worker process that has torch and
 transformers imported and keeps the last job's models loaded.
 
 A generate job otherwise spends most of a toy cell's time starting up (imports, model loading)

@@ -1,7 +1,7 @@
 rule cache_visual:
     input:
         prepared="results/prepared/{dataset}.parquet",
-        model=lambda w: toy_dir(MODELS[w.model][0]),
+        model=lambda w: model_output(MODELS[w.model][0]),
     output:
         "results/visual/{model}/{dataset}.parquet",
     log:

@@ -1,7 +1,7 @@
 rule caption:
     input:
         prepared="results/prepared/{dataset}.parquet",
-        model=lambda w: toy_dir(CAPTIONER["model"]),
+        model=lambda w: model_output(CAPTIONER["model"]),
     output:
         "results/captions/{model}/{dataset}.parquet",
     log:

@@ -2,10 +2,12 @@
 import json
 import shlex
 
+from mmspec import cells as mmcells
 from mmspec import config as mmconfig
-from mmspec import gpus
+from mmspec import gpus, model_refs
 from mmspec.claims.claim import CLAIMS_DIR
 from mmspec.fingerprint import fingerprint
+from mmspec.data import source as dataset_source
 from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.component import CAPTIONS, DRAFT_MODEL, DRAFT_VISUAL
 from mmspec.methods import components
@@ -31,11 +33,11 @@ LOCAL_GPUS = gpus.share_local(workflow)
 GPU_JOB = 1 if LOCAL_GPUS else 0
 
 CELLS = {
-    (c.dataset, c.pair, c.method, c.hp, str(c.seed)): c for c in mmconfig.cells(CONFIG)
+    (c.dataset, c.pair, c.method, c.hp, str(c.seed)): c for c in mmcells.cells(CONFIG)
 }
 # model slug -> (reference, dtype) for every model a pair names
 MODELS = {
-    mmconfig.model_slug(p[role]): (p[role], p["dtype"])
+    mmcells.model_slug(p[role]): (p[role], p["dtype"])
     for p in CONFIG["pairs"].values()
     for role in ("target", "draft")
     if role in p
@@ -46,7 +48,7 @@ TOY_MODELS = CONFIG["toy"]["models"]
 CLAIMS_FILES = sorted(str(p) for p in CLAIMS_DIR.glob("*.yaml"))
 # a trained head's folder -> one cell drafting with it (they share its training hyperparameters)
 HEAD_CELLS = {
-    mmconfig.drafter_dir(c): c for c in CELLS.values() if mmconfig.drafter_dir(c)
+    mmcells.drafter_dir(c): c for c in CELLS.values() if mmcells.drafter_dir(c)
 }
 # the AR cell each cell is checked against: (dataset, pair, seed, temperature) -> AR cell
 AR_CELLS = {
@@ -84,15 +86,15 @@ def train_drafter_code(w):
     return TRAIN_DRAFTER_CODE + components.plugin_code(head_cell(w).spec)
 
 
-def toy_dir(ref):
-    """The training output a toy model reference needs, or nothing for hub/local models."""
-    if ref.startswith(mmconfig.TOY_PREFIX):
-        return [f"results/models/toy/{ref[len(mmconfig.TOY_PREFIX):]}"]
-    return []
+def model_output(ref):
+    """The rule output a model reference needs (a toy model's training), or nothing for
+    hub and local models (the model source says: mmspec.models.source)."""
+    folder = model_refs.workflow_output(ref)
+    return [folder] if folder else []
 
 
 def visual_path(ref, dataset):
-    return f"results/visual/{mmconfig.model_slug(ref)}/{dataset}.parquet"
+    return f"results/visual/{mmcells.model_slug(ref)}/{dataset}.parquet"
 
 
 def makes_images(dataset):
@@ -110,7 +112,7 @@ def needs_captions(cell):
 
 def captions_path(dataset):
     return (
-        f"results/captions/{mmconfig.model_slug(CAPTIONER['model'])}/{dataset}.parquet"
+        f"results/captions/{mmcells.model_slug(CAPTIONER['model'])}/{dataset}.parquet"
     )
 
 
@@ -119,14 +121,14 @@ def generate_inputs(w):
     pair = CONFIG["pairs"][cell.pair]
     inputs = {
         "prepared": f"results/prepared/{cell.dataset}.parquet",
-        "models": toy_dir(pair["target"]),
+        "models": model_output(pair["target"]),
     }
     if not makes_images(cell.dataset):  # image generation's prompts are captions
         inputs["target_visual"] = visual_path(pair["target"], cell.dataset)
     if components.needs(cell.spec, DRAFT_MODEL):
-        inputs["models"] = inputs["models"] + toy_dir(pair["draft"])
-    if mmconfig.drafter_dir(cell):
-        inputs["drafter"] = mmconfig.drafter_dir(cell)
+        inputs["models"] = inputs["models"] + model_output(pair["draft"])
+    if mmcells.drafter_dir(cell):
+        inputs["drafter"] = mmcells.drafter_dir(cell)
     if needs_draft_visual(cell):
         inputs["draft_visual"] = visual_path(pair["draft"], cell.dataset)
     if needs_captions(cell):
@@ -177,7 +179,10 @@ def train_drafter_inputs(w):
     cell = head_cell(w)
     target = CONFIG["pairs"][cell.pair]["target"]
     data = cell.spec["head_data"]
-    inputs = {"prepared": f"results/prepared/{data}.parquet", "models": toy_dir(target)}
+    inputs = {
+        "prepared": f"results/prepared/{data}.parquet",
+        "models": model_output(target),
+    }
     if not makes_images(data):  # image generation's prompts are captions
         inputs["target_visual"] = visual_path(target, data)
     return inputs
@@ -199,7 +204,7 @@ def ar_cell_of(w):
     """The AR cell the wildcards' cell is compared against (ar_cell raises, naming it)."""
     cell = cell_of(w)
     key = (cell.dataset, cell.pair, cell.seed, cell.spec["temperature"])
-    return AR_CELLS.get(key) or mmconfig.ar_cell(CONFIG, cell)
+    return AR_CELLS.get(key) or mmcells.ar_cell(CONFIG, cell)
 
 
 def ar_samples(w):
@@ -216,7 +221,7 @@ def dataset_metric(w):
     spec = CONFIG["datasets"][w.dataset]
     if makes_images(w.dataset):
         return "image"
-    return "toy" if spec["source"] == "toy" else spec["metric"]
+    return dataset_source.of(spec).metric(w.dataset, spec)
 
 
 SCORE_CODE = fingerprint("score")
@@ -232,7 +237,7 @@ def score_models(w):
     """Image generation is scored with the metric networks."""
     if not makes_images(w.dataset):
         return []
-    return [d for ref in CONFIG["image_metrics"].values() for d in toy_dir(ref)]
+    return [d for ref in CONFIG["image_metrics"].values() for d in model_output(ref)]
 
 
 def score_options(w):

@@ -1,9 +1,9 @@
 """The kinds of check a claim makes over measured values, each giving a verdict.
 
-A value is a point estimate with its 95% interval where the cells table has one (tau, speedup,
-retention, judge retention). Two values differ only when their intervals do not overlap: a
+A value is a point estimate with its 95% interval where the cells table has one (the intervals
+its metric declares: cell_metrics). Two values differ only when their intervals do not overlap: a
 difference inside overlapping intervals is INCONCLUSIVE, never a verdict either way. A value
-without an interval (FID today) decides nothing: every check it enters is INCONCLUSIVE, unless the
+without an interval decides nothing: every check it enters is INCONCLUSIVE, unless the
 value is `exact` (a count of the decoded tokens themselves, the same on every run of one config,
 such as the draft's visual tokens; or a reading of the points alone, which the scorecard gives
 beside each verdict).

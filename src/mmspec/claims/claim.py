@@ -16,31 +16,21 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from mmspec import cell_metrics
+
 CLAIMS_DIR = Path(__file__).resolve().parents[3] / "config" / "claims"
 
-# statistic -> (the cells table's column, its interval's columns or None, higher is better)
-STATS = {
-    "tau": ("tau", ("tau_low", "tau_high"), True),
-    "tau_turn1": ("tau_turn1", ("tau_turn1_low", "tau_turn1_high"), True),
-    "tau_turn2": ("tau_turn2", ("tau_turn2_low", "tau_turn2_high"), True),
-    "speedup": ("speedup", ("speedup_low", "speedup_high"), True),
-    "retention": ("retention", ("retention_low", "retention_high"), True),
-    "judge_retention": ("judge_retention", ("judge_retention_low", "judge_retention_high"), True),
-    "fid": ("fid", ("fid_low", "fid_high"), False),
-    "fid_retention": ("fid_retention", ("fid_retention_low", "fid_retention_high"), True),
-    "lossless_rate": ("lossless_rate", None, True),
-    "real_divergences": ("real_divergences", None, False),
-    "draft_visual_tokens": ("draft_visual_tokens", None, False),
-    "steps": ("steps", None, False),  # the cell's verification steps over all its samples
-}
-# what a statistic is, where docs/reference/metrics.md has no entry of its name
-STAT_MEANINGS = {
-    "draft_visual_tokens": "visual tokens the draft was prefilled with, per sample (the count "
-    "behind draft_visual_share)",
-}
 # statistics that count the decoded tokens themselves: the same on every run of one config, so
 # their points decide without an interval (checks.Value.exact)
 EXACT = {"lossless_rate", "real_divergences", "draft_visual_tokens", "steps"}
+# statistic -> (the cells table's column, its interval's columns or None, higher is better): what
+# a check's `stat` (and `dominates`' x and y) may name, the cells metrics (cell_metrics) with a
+# direction, the default of a check's `higher`, and a way to decide: an interval, or exact
+STATS = {
+    m.name: (m.name, m.interval, m.better == "higher")
+    for m in cell_metrics.CELL_METRICS
+    if m.better and (m.interval or m.name in EXACT)
+}
 # the cells table's columns a selector may name (besides `hp`, the hyperparameters)
 SELECTABLE = (
     "registry_method",

@@ -9,7 +9,7 @@ import pandas as pd
 from mmspec.claims import scorecard
 from mmspec.claims.checks import NOT_APPLICABLE
 from mmspec.claims.claim import Claim
-from mmspec.reference import markdown_cell
+from mmspec.markdown import markdown_cell
 
 
 def definitions(claims: list[Claim]) -> str:

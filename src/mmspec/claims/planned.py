@@ -11,6 +11,7 @@ from mmspec.cells import expand
 from mmspec.claims.checks import NOT_APPLICABLE
 from mmspec.claims.claim import STATS, Claim
 from mmspec.claims.scorecard import evaluate, summary
+from mmspec.data import source as dataset_source
 from mmspec.methods.registry import label
 from mmspec.methods.spec import MethodSpec
 
@@ -19,14 +20,9 @@ SECOND_TURN_STATS = {"tau_turn2"}
 
 
 def has_second_turns(name: str, dataset: dict) -> bool:
-    """Whether a dataset's samples can have a second turn: a toy scenario whose dialogues do, or
-    a dataset read from a multi-turn column (`conversation`)."""
-    if dataset.get("source") == "toy":
-        from mmspec.toy.world import DATASETS
-
-        make = DATASETS.get(name)
-        return make is not None and len(make(np.random.default_rng(0))) > 1
-    return "conversation" in dataset
+    """Whether a dataset's samples can have a second turn, by its source (a toy scenario whose
+    dialogues do, a dataset read from a multi-turn column)."""
+    return dataset_source.of(dataset).has_second_turns(name, dataset)
 
 
 def planned_cells(config: dict, seed: int = 0) -> pd.DataFrame:

@@ -23,6 +23,8 @@ IMAGE = "image"
 # A dataset task whose prompt is text (a caption) and whose output is an image: its rows' pictures
 # are the references generated images are scored against, not part of the prompt.
 IMAGE_GENERATION = "image_generation"
+# The other task: a prompt (text, images, video) in, a text answer out.
+ANSWER = "answer"
 
 
 def video_item(frames: int) -> dict:

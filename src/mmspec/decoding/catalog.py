@@ -26,9 +26,9 @@ from mmspec import plugins
 from mmspec.decoding.component import KINDS, Component
 
 GROUP = "mmspec.components"
-# Where the built-in components are declared: these modules, and every module of these packages
-# but the head networks (`*_net.py`, imported only when a head is built or loaded), so a new
-# built-in rule or drafter is one new file in its package.
+# Where the built-in components are declared: these modules, and every module (or sub-package:
+# a trained head's folder, whose network and loss load only when a head is built or trained) of
+# these packages, so a new built-in rule or drafter is one new file or folder in its package.
 BUILT_IN_MODULES = ("mmspec.decoding.views", "mmspec.decoding.weights", "mmspec.decoding.trees")
 BUILT_IN_PACKAGES = ("mmspec.decoding.acceptance", "mmspec.decoding.drafters")
 
@@ -84,11 +84,7 @@ def built_in_modules() -> list[str]:
     found = list(BUILT_IN_MODULES)
     for name in BUILT_IN_PACKAGES:
         package = importlib.import_module(name)
-        found += [
-            f"{name}.{module.name}"
-            for module in pkgutil.iter_modules(package.__path__)
-            if not module.name.endswith("_net")
-        ]
+        found += [f"{name}.{module.name}" for module in pkgutil.iter_modules(package.__path__)]
     return found
 
 

@@ -38,7 +38,8 @@ from mmspec.scoring.lossless import first_divergence
 WORDS = ["<unk>", "<image>", "\n", "image", ":", "a", "b", "c"]  # 8 tokens
 PROMPTS = ["a b <image> c a :", "<image> b"]
 CAPTION = "a c b"
-IMAGE_TOKENS = 16
+IMAGE_SIZE, PATCH_SIZE = 32, 8
+IMAGE_TOKENS = (IMAGE_SIZE // PATCH_SIZE) ** 2  # 16
 TOLERANCE = 1e-9
 GREEDY_TOKENS = 24
 
@@ -79,12 +80,12 @@ def build_tokenizer():
 def build_models(seed: int, tokenizer):
     """A random target (hidden 32, 2 layers) and draft (hidden 16, 1 layer), float64, with
     sharpened output layers so that drafts are often rejected."""
-    from mmspec.toy.training import build_model
+    from mmspec.models import random_llava
 
     models = []
     for hidden, layers, scale, offset in [(32, 2, 6.0, 0), (16, 1, 4.0, 1)]:
         spec = {"hidden": hidden, "layers": layers, "heads": 2, "vision_hidden": 64}
-        model = build_model(spec, tokenizer, seed)
+        model = random_llava.build(spec, tokenizer, seed, IMAGE_SIZE, PATCH_SIZE)
         model = model.double().eval()
         with torch.no_grad():
             generator = torch.Generator().manual_seed(seed * 2 + offset)

@@ -6,10 +6,10 @@ A model's weight bytes in the dtype it is loaded in come from the first source t
 2. its config.json alone: a parameter count from the architecture (embeddings, attention, MLP,
    vision tower, projector); within a few percent of LLaVA-1.5-7B and the toy models, looser
    where a tiny vision tower dominates;
-3. a toy model not trained yet: its `toy.models` entry (hidden, layers) in the toy
-   architecture (`toy.training.build_model`);
-4. its hub id: a size in the name ("Qwen2.5-VL-72B-Instruct", "SmolVLM-256M");
-5. none of these (a hub id not downloaded yet, with no size in its name): unknown, and the
+3. what its source knows without its files (`models.source`: `parameters`): a hub id's size
+   in its name ("Qwen2.5-VL-72B-Instruct", "SmolVLM-256M"); for a model the workflow builds and
+   has not built yet, its recipe in the config (a toy model's size);
+4. none of these (a hub id not downloaded yet, with no size in its name): unknown, and the
    job gets the fallback request.
 
 Snakemake calls these once per job when it builds the DAG, so sizes are cached per model.
@@ -25,10 +25,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from mmspec.models import families
+from mmspec.models import source as model_source
 
-TOY_PREFIX = "toy:"
-TOY_DIR = Path("results/models/toy")
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # safetensors dtype codes: bytes per element, and whether from_pretrained(dtype=) casts them
 SAFETENSORS_DTYPES = {
@@ -68,7 +66,7 @@ class Footprint:
     """Weight bytes of one model in one dtype (None: unknown) and where the number came from."""
 
     bytes: int | None
-    source: str  # "safetensors", "config", "toy config", "name", "unknown"
+    source: str  # "safetensors", "config", "name", "unknown", or a source's estimate's own
 
 
 @dataclass(frozen=True)
@@ -79,21 +77,14 @@ class JobMemory:
     gpu_mb: int
 
 
-def model_folder(ref: str) -> Path | None:
-    """The local folder of a model reference (toy models: once trained), or None."""
-    if ref.startswith(TOY_PREFIX):
-        path = TOY_DIR / ref[len(TOY_PREFIX) :]
-        return path if (path / "config.json").exists() else None
-    return families.local_files(ref)
-
-
 @cache
 def footprint(ref: str, dtype: str) -> Footprint:
     """The weight bytes of model `ref` loaded in `dtype` (see the module docstring)."""
     if dtype not in DTYPE_BYTES:
         raise ValueError(f"{ref}: dtype {dtype!r} is not one of {sorted(DTYPE_BYTES)}")
     size = DTYPE_BYTES[dtype]
-    folder = model_folder(ref)
+    source = model_source.of(ref)
+    folder = source.folder(ref)
     if folder is not None:
         files = weight_files(folder)
         if files:
@@ -101,9 +92,9 @@ def footprint(ref: str, dtype: str) -> Footprint:
         params = config_parameters(json.loads((folder / "config.json").read_text()))
         if params:
             return Footprint(params * size, "config")
-    params = name_parameters(ref)
+    params, where = source.parameters(ref, None)
     if params:
-        return Footprint(params * size, "name")
+        return Footprint(params * size, where)
     return Footprint(None, "unknown")
 
 
@@ -184,7 +175,7 @@ _SIZE_IN_NAME = re.compile(r"(?<![0-9.])(?:(\d+)x)?(\d+(?:\.\d+)?)([BbMm])(?![A-
 
 def name_parameters(ref: str) -> int:
     """The parameter count a hub id states ("...-72B-...", "SmolVLM-256M"); 0 if none."""
-    if ref.startswith(TOY_PREFIX) or "/" not in ref or Path(ref).exists():
+    if "/" not in ref or Path(ref).exists():
         return 0
     found = _SIZE_IN_NAME.findall(ref.split("/", 1)[1].replace("_", "-"))
     if not found:
@@ -198,38 +189,22 @@ def _round_up(mb: float) -> int:
     return int(math.ceil(mb / 1000.0) * 1000)
 
 
-def toy_config(spec: dict) -> dict:
-    """The config.json of a toy model of `spec` (a `toy.models` entry), as far as its size
-    goes: mirrors toy.training.build_model (a ~70-word vocabulary; an image generator's
-    adds its codes, and it has no vision tower)."""
-    text = {
-        "vocab_size": 128 + spec.get("codes", 0),
-        "hidden_size": spec["hidden"],
-        "intermediate_size": 2 * spec["hidden"],
-        "num_hidden_layers": spec["layers"],
-    }
-    if spec.get("kind") == "image_generator":
-        return text
-    width = spec["vision_hidden"]
-    vision = {"hidden_size": width, "intermediate_size": 2 * width, "num_hidden_layers": 2}
-    return {"text_config": text, "vision_config": {**vision, "patch_size": 8}}
-
-
-def model_footprint(ref: str, dtype: str, toy_models: dict | None = None) -> Footprint:
-    """`footprint`, with a toy model not trained yet sized from its `toy.models` entry."""
+def model_footprint(ref: str, dtype: str, recipes: dict | None = None) -> Footprint:
+    """`footprint`, with a model the workflow has not built yet sized by its source from its
+    recipe (`recipes`: the config's models the workflow builds, by name)."""
     found = footprint(ref, dtype)
-    name = ref[len(TOY_PREFIX) :]
-    if found.bytes is None and ref.startswith(TOY_PREFIX) and name in (toy_models or {}):
-        params = config_parameters(toy_config(toy_models[name]))
-        return Footprint(params * DTYPE_BYTES[dtype], "toy config")
+    if found.bytes is None:
+        params, where = model_source.of(ref).parameters(ref, recipes)
+        if params:
+            return Footprint(params * DTYPE_BYTES[dtype], where)
     return found
 
 
-def job_memory(models: list[tuple[str, str]], toy_models: dict | None = None) -> JobMemory:
+def job_memory(models: list[tuple[str, str]], recipes: dict | None = None) -> JobMemory:
     """Host and GPU memory of a job loading `models` [(ref, dtype)] (a model loaded twice,
-    as target and as draft, counts twice: it is two copies in memory); `toy_models` is the
-    config's `toy.models`."""
-    sizes = [model_footprint(ref, dtype, toy_models).bytes for ref, dtype in models]
+    as target and as draft, counts twice: it is two copies in memory); `recipes`: the config's
+    models the workflow builds, by name (`toy.models`)."""
+    sizes = [model_footprint(ref, dtype, recipes).bytes for ref, dtype in models]
     if None in sizes:
         return JobMemory(FALLBACK_HOST_MB, FALLBACK_GPU_MB)
     weights_mb = WEIGHT_FACTOR * sum(sizes) / MB

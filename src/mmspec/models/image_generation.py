@@ -3,10 +3,10 @@
 What an image-generation cell needs from such a model, whatever its family: a `Decoder` over the
 codes (language stack, code head, code embedding), the (conditional, unconditional) prompt pair
 of a caption for classifier-free guidance, the ids of the codes, the grid length, the codebook
-(LANTERN's latent space) and the decoder from codes to pixels. Two families:
+(LANTERN's latent space) and the decoder from codes to pixels. A folder a model source has a
+reader for (`models.source`: the toy world's generators, a Llama whose vocabulary holds the
+codes with a patch VQ tokenizer saved beside it) is read by that reader; otherwise:
 
-- the toy world's generators (`toy_imagegen`): a Llama whose vocabulary holds the codes, with a
-  patch VQ tokenizer saved beside it;
 - Janus / Janus-Pro (transformers' `JanusForConditionalGeneration`, image generation mode): the
   language model reads the prompt through its text embeddings and each code through
   `generation_embeddings` + `generation_aligner`, predicts codes with `generation_head`, and
@@ -17,6 +17,7 @@ of a caption for classifier-free guidance, the ids of the codes, the grid length
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -25,8 +26,7 @@ import torch
 
 from mmspec.decoding.decoder import Decoder
 from mmspec.models import loading
-from mmspec.models.vq import PatchVQ
-from mmspec.toy import imagegen as toy_imagegen
+from mmspec.models import source as model_source
 
 JANUS = "janus"  # model_type of transformers' Janus config
 JANUS_BOI = "<begin_of_image>"
@@ -41,15 +41,18 @@ class ImageGenerator:
 
     @staticmethod
     def load(ref: str, device: torch.device, dtype: str = "float32") -> ImageGenerator:
-        """The generator `ref` names (HF id, folder or `toy:<name>`) on `device`."""
+        """The generator `ref` names (any model reference) on `device`."""
         path = loading.resolve_ref(ref)
-        if (Path(path) / toy_imagegen.META).exists():
-            return ToyGenerator(ref, path, device, dtype)
+        for reader in model_source.readers(model_source.IMAGE_GENERATOR):
+            module, _, function = reader.partition(":")
+            generator = getattr(importlib.import_module(module), function)(ref, path, device, dtype)
+            if generator is not None:
+                return generator
         if _model_type(path) == JANUS:
             return JanusGenerator(ref, device, dtype)
         raise ValueError(
-            f"{ref}: not an image generator mmspec reads: a toy image generator's folder (with "
-            f"{toy_imagegen.META} and its VQ codebook) or a Janus model (model_type {JANUS!r})"
+            f"{ref}: not an image generator mmspec reads: a Janus model (model_type {JANUS!r}) "
+            "or a folder a model source reads as one (a trained toy image generator's)"
         )
 
     def decoder(self) -> Decoder:
@@ -108,33 +111,6 @@ def _model_type(path: str) -> str | None:
     from transformers import AutoConfig  # a hub id: its config from the cache or the hub
 
     return AutoConfig.from_pretrained(path).model_type
-
-
-class ToyGenerator(ImageGenerator):
-    """The toy world's generator: codes are tokens `<c{i}>` of the Llama's own vocabulary."""
-
-    def __init__(self, ref: str, path: str, device: torch.device, dtype: str):
-        self.model = loading.load_model(ref, device, dtype)
-        self.tokenizer = loading.tokenizer_of(loading.load_processor(ref))
-        self.meta = toy_imagegen.ImageGenMeta.load(path)
-        self.vq = PatchVQ.load(path)
-        self.grid, self.code_range = self.meta.grid, self.meta.code_range
-
-    def decoder(self) -> Decoder:
-        return Decoder(self.model)
-
-    def prompts(self, caption: str) -> list[list[int]]:
-        return self.meta.guided_prompts(self.tokenizer, caption)
-
-    def codebook(self) -> tuple[torch.Tensor, int]:
-        return self.vq.codebook, self.meta.code_offset
-
-    def _pixels(self, codes: torch.Tensor) -> np.ndarray:
-        return self.vq.decode(codes)
-
-    @property
-    def vocab(self) -> int:
-        return self.model.get_output_embeddings().out_features
 
 
 class _CodeEmbedding(torch.nn.Module):

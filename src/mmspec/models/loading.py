@@ -1,7 +1,8 @@
-"""Load models and processors by HF hub id, local directory, or `toy:<name>` (a trained toy model).
+"""Load models and processors by any model reference (a hub id, a local directory, `toy:<name>`).
 
-Toy models are ordinary `save_pretrained` folders, so every model goes through the same
-`from_pretrained` call; only the reference-to-path step differs.
+Every model is an ordinary `save_pretrained` folder or hub id, so every model goes through the
+same `from_pretrained` call; only the reference-to-path step differs, by the reference's source
+(`models.source`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from pathlib import Path
 
 import torch
 
-TOY_PREFIX = "toy:"
-TOY_DIR = Path("results/models/toy")
+from mmspec.models import source as model_source
 
 # A warm worker's (mmspec.worker) loaded models and processors: key -> (files' stamp, object).
 # None outside a worker, where every job loads its own.
@@ -91,12 +91,7 @@ def _kept_or_load(kind: str, path: str, args: tuple, load):
 
 def resolve_ref(ref: str) -> str:
     """The `from_pretrained` argument for a model reference."""
-    if ref.startswith(TOY_PREFIX):
-        path = TOY_DIR / ref[len(TOY_PREFIX) :]
-        if not (path / "config.json").exists():
-            raise FileNotFoundError(f"{path}: toy model {ref!r} is not trained (run toy_model)")
-        return str(path)
-    return ref
+    return model_source.of(ref).location(ref)
 
 
 def load_model(

@@ -32,6 +32,8 @@ from pathlib import Path
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
+from mmspec import cell_metrics
+from mmspec.cell_metrics import CELLS
 from mmspec.report import (
     acceptance,
     block_efficiency,
@@ -52,10 +54,10 @@ from mmspec.report.cells import lossless_bug, with_labels
 from mmspec.report.figures import method_colors
 from mmspec.report.formatting import MISSING, esc, heading
 from mmspec.report.pooled import INTERVAL_METRICS, pool_seeds
-from mmspec.scoring.lossless import TIE_ULPS
-from mmspec.tables import CELLS, CLAIMS, read_table
+from mmspec.tables import CLAIMS, read_table
 
 DEFINITIONS_ANCHOR = "definitions"
+# (term, HTML): the report's own words, the cells metrics' definitions (cell_metrics), views
 METRIC_DEFINITIONS = [
     (
         "seeds pooled",
@@ -73,176 +75,7 @@ METRIC_DEFINITIONS = [
         "value's tooltip and the frontier's brackets. With few seeds it is wide (t = 12.7 for "
         "two seeds, 4.3 for three): it bounds where the sweep's mean lies, not a single run.",
     ),
-    ("step", "one target verification forward."),
-    ("accepted", "draft tokens accepted at a step, not counting the bonus/correction token."),
-    (
-        "steps",
-        "the steps of a cell, summed over its sample-turns (AR: one per token but the first).",
-    ),
-    (
-        "new_tokens",
-        "tokens the steps emitted: every output token but the first (which the prefill emits), "
-        "after a stop token or max_new_tokens cut the last step.",
-    ),
-    (
-        "tau",
-        "new_tokens / steps, pooled over the cell: a token accepted on the last step but cut by a "
-        "stop token or max_new_tokens is not counted (tau_per_sample: the same per sample-turn, "
-        "then averaged).",
-    ),
-    (
-        "tau_turn1, tau_turn2",
-        "tau of the cell's first turns alone (every single-turn sample is one) and of its second "
-        "turns alone (multi-turn dialogues, TABED's second-turn rows), pooled the same way, each "
-        "with its 95% bootstrap interval over those sample-turns (_low, _high); empty where the "
-        "cell has no such turn.",
-    ),
-    (
-        "accepted_mean",
-        "emitted draft tokens / steps, pooled over the cell (tau without the bonus/correction "
-        "token).",
-    ),
-    (
-        "speedup",
-        "AR decode time per emitted token / method decode time per emitted token, greedy and "
-        "sampling alike, both as on the cell's own job (prefill excluded, reported separately). "
-        "AR is decoded once per (dataset, pair, seed, temperature), by the AR cell; the method's "
-        "job runs a "
-        "short AR probe (AR's first <code>timing.ar_probe_tokens</code> steps) back to back "
-        "with each sample-turn, and AR's time is the AR cell's time of every sample-turn scaled "
-        "by ar_speed_ratio, so that a job on a slower node or under more load is compared with "
-        "AR as it runs there (<code>timing.ar_reference: full</code> decodes AR in full beside "
-        "every sample-turn instead).",
-    ),
-    (
-        "ar_speed_ratio",
-        "the probes' step time in the cell's own job / the AR cell's time of the same steps, "
-        "pooled over the sample-turns: how much slower (above 1) or faster the job's device and "
-        "load ran AR than the AR cell's (1 for the AR cell itself).",
-    ),
-    (
-        "tau_low, tau_high",
-        "tau's 95% interval: over the seeds where a row pools several; of a single cell, the "
-        "percentile bootstrap interval of the pooled tau, resampling the cell's sample-turns.",
-    ),
-    (
-        "speedup_low, speedup_high",
-        "the speedup's 95% interval: over the seeds (see interval over seeds) where a row pools "
-        "several; of a single cell (a seed's row, or a row of one seed), the percentile bootstrap "
-        "interval resampling the cell's sample-turns, each with its probe, the AR cell's times of "
-        "it and the method's (so the probes' noise is in the interval). A speedup in "
-        "grey has an interval that contains 1: it is within noise of AR. Two rows differ beyond "
-        "noise where their intervals are disjoint.",
-    ),
-    (
-        "speedup_eq1",
-        "tau / (k * c + 1) with c = T_q / T_p measured in the same job and k the draft forwards "
-        "per step (gamma for a chain; TABED eq. 1), which assumes a verification costs one AR "
-        "step; on a GPU it about does, on a CPU verifying several tokens costs more (see "
-        "verify_cost).",
-    ),
-    (
-        "speedup_eq1_verify",
-        "tau / (k * c + v): Eq. 1 with the verification's measured cost v (verify_cost) in "
-        "place of 1. Its gap to measured speedup is what a step spends beyond its draft forwards "
-        "and its verification: the drafting loop's own overhead.",
-    ),
-    (
-        "latency_ratio",
-        "c = T_q / T_p: the mean time of one draft forward over the mean time of one AR target "
-        "step, both on the cell's own job: T_q measured there, T_p the AR cell's mean step "
-        "scaled by ar_speed_ratio (the c of speedup_eq1).",
-    ),
-    (
-        "verify_cost",
-        "v: the mean time of a verification step (the target's forward over the proposal, the "
-        "acceptance rule, the cache commit) over the mean time of one AR step (T_p, as for "
-        "latency_ratio), both on the cell's own job (AR: 1 within timing noise).",
-    ),
-    (
-        "lossless_rate",
-        "share of sample-turns whose greedy output equals the AR cell's token for token "
-        "(empty for sampling cells); on a lossy rule it is shown in grey: divergence is "
-        "expected, see retention. On a rule that preserves the target distribution "
-        "(<code>lossless_rule</code>) each difference is checked in the cell's own job, on its "
-        "device: see real_divergences.",
-    ),
-    (
-        "near_tie_divergences, real_divergences, device_differences",
-        "where a greedy lossless cell's sample-turns differ from the AR cell's, the target on "
-        "the job's own device, fed each such output one token at a time as AR decodes, is "
-        "checked at every position: each position where its argmax is not the output's token is "
-        "a divergence (the counts are of positions, summed over the cell's sample-turns; the "
-        "positions and margins are in the cell's samples.parquet), a near-tie "
-        "when AR's margin between the two tokens is within a few units in the last place of "
-        f"the dtype ({', '.join(f'{u:g} in {d}' for d, u in TIE_ULPS.items())}: a verification "
-        "over several tokens rounds differently from AR's one-token forward), real beyond it. Real "
-        "divergences are a bug, in red; near-ties are not failures. device_differences counts "
-        "the sample-turns that differ from the AR cell's output but not from what the target "
-        "emits on the job's own device (the AR cell ran on another device).",
-    ),
-    (
-        "sample-turn",
-        "one turn of one sample: a row of the prepared dataset (a single-turn sample has one).",
-    ),
-    (
-        "first_divergence_mean",
-        "mean over the sample-turns that differ from AR of the first output position where they "
-        "differ (empty when none differ or for sampling cells).",
-    ),
-    (
-        "quality",
-        "the dataset's task metric (image generation: CLIP score), named in the column "
-        "<code>metric</code> and in each frontier's heading.",
-    ),
-    ("retention", "quality / AR quality."),
-    (
-        "retention_low, retention_high",
-        "the retention's 95% interval: over the seeds where a row pools several; of a single "
-        "cell, the percentile bootstrap interval resampling the cell's sample-turns each with "
-        "its AR answer's quality (so what a sample's difficulty shares with AR cancels). Two "
-        "rows whose intervals overlap are within noise of each other; a greedy lossless cell's "
-        "is [1, 1].",
-    ),
-    (
-        "fid, fid_retention",
-        "image generation: FID of the cell's images against the dataset's reference images "
-        "(lower is better), and AR FID / FID; fid_low / _high and fid_retention_low / _high: "
-        "their 95% intervals, the percentile bootstrap resampling the prompts (each with its "
-        "reference image, the cell's image and AR's, so what a prompt shares with AR cancels), "
-        "shifted by the bootstrap's bias: a resample repeats images, which raises its FID, so "
-        "with a few dozen images the plain percentiles can lie wholly above the point.",
-    ),
-    (
-        "relaxed_share",
-        "loose verification: the share of the accepted draft tokens that the rule accepted "
-        "although the target would have emitted another token (0 for exact rules).",
-    ),
-    (
-        "judge_score, judge_retention, judge_failures",
-        "judged datasets: the LLM judge's mean 0-5 score of the cell's answers, its ratio to the "
-        "AR cell's mean on the same sample-turns (both over the sample-turns whose two "
-        "judgements succeeded), and the cell's judgements that failed after retries (stored "
-        "as null with their error, never scored); judge_retention_low / _high: its interval, as "
-        "retention's.",
-    ),
-    ("tokens_per_s", "emitted tokens / decode time."),
-    (
-        "prefill_s",
-        "mean prompt prefill time per sample-turn, the draft's included (excluded from speedup).",
-    ),
-    (
-        "draft_visual_share",
-        "visual tokens the draft's prefill read / visual tokens the target's read, summed over "
-        "the draft's views (1 for view M; about 1 - drop for SpecVLM's view S; 0 for T).",
-    ),
-    (
-        "caption_s",
-        "mean time the captioner took on a sample-turn's images (0 for methods without the C "
-        "view). Captions are computed once per image in a cached stage, so this per-sample value "
-        "is what captioning would cost without the cache; like prefill_s, it is not part of the "
-        "decode time.",
-    ),
+    *cell_metrics.glossary(),
     (
         "views",
         "what the drafter sees, one letter per view: M full visual tokens, T text only, C caption, "

@@ -14,9 +14,10 @@ import math
 import pandas as pd
 import pyarrow as pa
 
+from mmspec import cell_metrics
+from mmspec.cell_metrics import CELLS
 from mmspec.report.cells import sort_cells
 from mmspec.report.formatting import fmt_num, is_missing
-from mmspec.tables import CELLS
 
 POOL_KEY = ["dataset", "pair", "method", "hp"]
 SUMMED = [
@@ -40,8 +41,8 @@ INTERVAL_METRICS = [
     "retention",
     "judge_retention",
 ]
-# Of those, the ones a single cell has an interval of (bootstrap over its sample-turns).
-CELL_INTERVALS = ["tau", "tau_turn1", "tau_turn2", "speedup", "retention", "judge_retention"]
+# Of those, the ones a single cell has an interval of (declared: cell_metrics).
+CELL_INTERVALS = [m for m in INTERVAL_METRICS if cell_metrics.metric(m).interval]
 # t(0.975, df) for df = 1..30; above, the Cornish-Fisher expansion (error < 1e-4).
 T975 = [
     12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,

@@ -3,11 +3,11 @@ CLIP score (`CLIPScore` over an HF `CLIPModel`), for generated images against re
 their captions.
 
 Both networks load from an HF folder or id through `from_pretrained`. `feature_network` reads
-the toy world's (toy.image_nets: 32 x 32 images normalised as the toy models do) or any
-vision model with an image processor (DINOv2, ViT, CLIP: the Frechet distance in its space, not
-Inception's FID, whose weights are not wired in). torchmetrics' default Inception needs
-torch-fidelity, which breaks torch here, so FID always takes a feature module. Images are uint8
-[N, H, W, 3] arrays throughout.
+a folder a model source has a reader for (`models.source`: the toy world's feature networks,
+32 x 32 images normalised as the toy models do) or any vision model with an image processor
+(DINOv2, ViT, CLIP: the Frechet distance in its space, not Inception's FID, whose weights are
+not wired in). torchmetrics' default Inception needs torch-fidelity, which breaks torch here, so
+FID always takes a feature module. Images are uint8 [N, H, W, 3] arrays throughout.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torchmetrics.image.fid import FrechetInceptionDistance
 from torchmetrics.multimodal.clip_score import CLIPScore
-from transformers import AutoModelForImageClassification, CLIPModel, CLIPProcessor
+from transformers import CLIPModel, CLIPProcessor
 
 
 class PooledFeatures(torch.nn.Module):
@@ -60,15 +60,18 @@ class PretrainedFeatures(torch.nn.Module):
 
 
 def feature_network(ref: str) -> torch.nn.Module:
-    """FID's feature extractor from a folder or hub id: a toy feature network (`fid_features`
-    recipe: its classifier's CLS features on the toy pixels), else any vision model with an image
-    processor (`PretrainedFeatures`)."""
-    from pathlib import Path
+    """FID's feature extractor from a folder or hub id: what a model source's reader makes of
+    the folder (a toy feature network: its classifier's CLS features on the toy pixels), else
+    any vision model with an image processor (`PretrainedFeatures`)."""
+    import importlib
 
-    from mmspec.toy.image_nets import is_feature_network, pixels
+    from mmspec.models import source as model_source
 
-    if Path(ref).is_dir() and is_feature_network(ref):
-        return PooledFeatures(AutoModelForImageClassification.from_pretrained(ref), pixels)
+    for reader in model_source.readers(model_source.FID_FEATURES):
+        module, _, function = reader.partition(":")
+        features = getattr(importlib.import_module(module), function)(ref)
+        if features is not None:
+            return features
     return PretrainedFeatures(ref)
 
 

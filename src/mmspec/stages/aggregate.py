@@ -9,8 +9,10 @@ only the cells table's own rows are kept until the end. Both tables appear atomi
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,17 +23,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mmspec import cell_metrics
+from mmspec.cell_metrics import CELLS
 from mmspec.methods.registry import label
-from mmspec.tables import BLOCKS, CELLS, THUMBNAILS, write_table
+from mmspec.stages.arguments import json_object
+from mmspec.tables import BLOCKS, THUMBNAILS, write_table
 
 # Score files per DuckDB query. A batch's blocks are materialised once (ordered, with a window
 # per sample-turn), so this bounds the stage's memory at the batch's steps.
 BATCH_FILES = 200
 CELL_KEY = ["dataset", "pair", "method", "hp", "seed"]
 
-# Pooled over steps (docs/reference/metrics.md): tau = new_tokens / steps; speedup (computed
-# from the per-sample-turn lists below, `speedup`) = AR time per emitted token / method time per
-# emitted token (the prefill's first token is in neither).
+HELP = "one row per cell from the score files of a sweep (or of a list)"
+READS_ALL_COMPONENTS = True
+
+
+def metrics_select() -> str:
+    """The select list of the declared metrics that the query aggregates (cell_metrics)."""
+    return ",\n  ".join(f"{m.sql} AS {m.name}" for m in cell_metrics.CELL_METRICS if m.sql)
+
+
+# One row per cell: its keys and method, the declared metrics the query aggregates (the others
+# are computed from it: the speedup from the per-sample-turn lists below, `speedup`, and the
+# intervals, `INTERVALS`), and those lists.
 CELLS_SQL = """
 SELECT
   dataset, pair, method, hp, any_value(hparams) AS hparams, seed,
@@ -45,54 +59,7 @@ SELECT
   any_value(acceptance) AS acceptance,
   any_value(lossless_rule) AS lossless_rule,
   any_value(temperature) AS temperature,
-  count(*) AS n_samples,
-  sum(steps) AS steps,
-  sum(new_tokens) AS new_tokens,
-  sum(new_tokens) / nullif(sum(steps), 0) AS tau,
-  avg(new_tokens / nullif(steps, 0)) AS tau_per_sample,
-  -- tau of the first and of the second turns alone (turn 0 and 1: TABED's Table 1 rows); NULL
-  -- where the cell has no such turn
-  sum(new_tokens) FILTER (WHERE turn = 0) / nullif(sum(steps) FILTER (WHERE turn = 0), 0)
-    AS tau_turn1,
-  sum(new_tokens) FILTER (WHERE turn = 1) / nullif(sum(steps) FILTER (WHERE turn = 1), 0)
-    AS tau_turn2,
-  sum(accepted_sum) / nullif(sum(steps), 0) AS accepted_mean,
-  sum(relaxed_sum) / nullif(sum(accepted_sum), 0) AS relaxed_share,
-  avg(t_q_s) / nullif(avg(t_p_s), 0) AS latency_ratio,
-  sum(verify_s) / nullif(sum(steps), 0) / nullif(avg(t_p_s), 0) AS verify_cost,
-  avg(draft_forwards_per_step) AS draft_forwards_per_step,
-  avg(CAST(lossless AS DOUBLE)) AS lossless_rate,
-  avg(first_divergence) AS first_divergence_mean,
-  sum(near_tie_divergences) AS near_tie_divergences,
-  sum(real_divergences) AS real_divergences,
-  CASE WHEN count(real_divergences) > 0
-    THEN count(*) FILTER (WHERE divergence_kind = 'device') END AS device_differences,
-  avg(quality) AS quality,
-  avg(ar_quality) AS ar_quality,
-  any_value(metric) AS metric,
-  avg(quality) / nullif(avg(ar_quality), 0) AS retention,
-  sum(new_tokens) / nullif(sum(decode_s), 0) AS tokens_per_s,
-  avg(prefill_s) AS prefill_s,
-  avg(draft_visual_tokens) AS draft_visual_tokens,
-  sum(draft_visual_tokens) / nullif(sum(target_visual_tokens), 0) AS draft_visual_share,
-  avg(caption_s) AS caption_s,
-  any_value(fid) AS fid,
-  any_value(ar_fid) AS ar_fid,
-  any_value(ar_fid) / nullif(any_value(fid), 0) AS fid_retention,
-  any_value(fid_low) AS fid_low,
-  any_value(fid_high) AS fid_high,
-  any_value(fid_retention_low) AS fid_retention_low,
-  any_value(fid_retention_high) AS fid_retention_high,
-  -- judge scores over the sample-turns both judgements succeeded on; failures are counted only
-  avg(judge_score) FILTER (WHERE ar_judge_score IS NOT NULL) AS judge_score,
-  avg(ar_judge_score) FILTER (WHERE judge_score IS NOT NULL) AS ar_judge_score,
-  avg(judge_score) FILTER (WHERE ar_judge_score IS NOT NULL)
-    / nullif(avg(ar_judge_score) FILTER (WHERE judge_score IS NOT NULL), 0) AS judge_retention,
-  CASE WHEN count(judge_score) + count(judge_error) > 0 THEN count(judge_error) END
-    AS judge_failures,
-  -- a cell's rows all have an image (image generation) or none
-  CASE WHEN count(image_png) > 0
-    THEN list(image_png ORDER BY sample_id, turn)[1:$thumbnails] END AS thumbnails,
+  {metrics},
   any_value(device) AS device,
   -- the per-sample-turn timings the speedup pools, for its bootstrap interval (not written)
   list(ar_probe_s ORDER BY sample_id, turn) AS timing_probe_s,
@@ -111,7 +78,7 @@ SELECT
 FROM s
 GROUP BY dataset, pair, method, hp, seed
 ORDER BY dataset, pair, method, hp, seed
-"""
+""".replace("{metrics}", metrics_select())
 
 
 # One batch of score files, read once for both queries (opening thousands of small files is
@@ -416,3 +383,57 @@ def _eq1(table, verify: str | None = None):
         else:
             values.append(tau / (k * c + v))
     return pa.array(values, pa.float64())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Aggregate score files into the cells table (one row per cell) and the per-step blocks "
+        "table. The files are the cells' of --sweep (what the workflow passes: the command line "
+        "stays the same size however many cells the sweep has), or those named by --scores or "
+        "listed in --scores-from."
+    )
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--blocks", required=True, help="where the per-step table goes")
+    files = parser.add_mutually_exclusive_group(required=True)
+    files.add_argument(
+        "--sweep",
+        type=json_object,
+        help="a validated sweep config (JSON): its cells' score files under --results, and its "
+        "datasets' groups",
+    )
+    files.add_argument("--scores", nargs="+", help="score files")
+    files.add_argument("--scores-from", help="a file listing score files, one per line")
+    parser.add_argument("--results", default="results", help="the results folder of --sweep")
+    parser.add_argument(
+        "--groups", type=json_object, default=None, help="dataset -> group (JSON; not with --sweep)"
+    )
+
+
+def main(args: argparse.Namespace) -> None:
+    if args.sweep is not None:
+        if args.groups is not None:
+            raise ValueError("--groups comes from --sweep's datasets; give one or the other")
+        files = sweep_score_files(args.sweep, args.results)
+        groups = {name: ds.get("group", "benchmark") for name, ds in args.sweep["datasets"].items()}
+    else:
+        files = args.scores or read_list(args.scores_from)
+        groups = args.groups or {}
+    n = run(files, args.out, args.blocks, groups)
+    print(f"aggregated {n} cells -> {args.out}", file=sys.stderr)
+
+
+def sweep_score_files(sweep: dict, results: str = "results") -> list[str]:
+    """The score file of every cell of a validated sweep config (`config.validate`'s output), in
+    cell order: exactly the sweep's cells, never whatever else lies under `results`."""
+    from mmspec.cells import cells as sweep_cells
+
+    cells = sorted(sweep_cells(sweep), key=lambda c: (c.dataset, c.pair, c.method, c.hp, c.seed))
+    return [f"{Path(results).as_posix()}/score/{c.path}/scores.parquet" for c in cells]
+
+
+def read_list(path: str) -> list[str]:
+    """The non-blank lines of a list file (score files of `mmspec aggregate --scores-from`)."""
+    names = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+    if not names:
+        raise ValueError(f"{path}: lists no files")
+    return names

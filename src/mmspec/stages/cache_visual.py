@@ -3,8 +3,10 @@ path, every distinct video) of a dataset, once per model."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
+import sys
 
 import pyarrow as pa
 import torch
@@ -15,6 +17,10 @@ from mmspec.data import media
 from mmspec.decoding.timing import pick_device
 from mmspec.models import families, loading, visual
 from mmspec.tables import PREPARED, VISUAL, read_table, write_table
+
+HELP = "vision features of every image of a dataset"
+GPU = True
+WARM = True
 
 
 def distinct_images(prepared: pa.Table) -> dict[str, bytes]:
@@ -108,3 +114,16 @@ def _encode(model_ref, prepared, prepared_path, dtype, device, batch_size) -> li
             frames = [_pil(pictures[i]) for i in ids]
             rows.append(_row(key, visual.encode_video(model, video_processor, frames), None))
     return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="HF id, local dir or toy:<name>")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--prepared", required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", required=True)
+
+
+def main(args: argparse.Namespace) -> None:
+    n = run(args.model, args.prepared, args.out, args.dtype, args.threads)
+    print(f"cached {n} images -> {args.out}", file=sys.stderr)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import io
+import sys
 
 import pyarrow as pa
 import torch
@@ -11,9 +13,13 @@ from tqdm import tqdm
 
 from mmspec.decoding.timing import pick_device
 from mmspec.models.captioner import Captioner
+from mmspec.stages.arguments import settings_of
 from mmspec.stages.cache_visual import distinct_images
 from mmspec.stages.settings import Captioner as CaptionerSettings
 from mmspec.tables import CAPTIONS, PREPARED, read_table, write_table
+
+HELP = "a caption of every image of a dataset (view C)"
+GPU = True
 
 
 def run(spec: CaptionerSettings | dict, prepared_path: str, out: str, threads: int) -> int:
@@ -35,3 +41,17 @@ def run(spec: CaptionerSettings | dict, prepared_path: str, out: str, threads: i
             rows.append({"image_id": image_id, "caption": text, "caption_s": seconds})
     write_table(pa.Table.from_pylist(rows, schema=CAPTIONS), out, CAPTIONS)
     return len(rows)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--spec", type=settings_of("Captioner"), required=True, help="the config's captioner (JSON)"
+    )
+    parser.add_argument("--prepared", required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", required=True)
+
+
+def main(args: argparse.Namespace) -> None:
+    n = run(args.spec, args.prepared, args.out, args.threads)
+    print(f"captioned {n} images -> {args.out}", file=sys.stderr)

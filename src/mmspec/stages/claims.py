@@ -7,6 +7,8 @@ runs it by hand over several folders (toy seeds, reruns), pooling each claim's s
 
 from __future__ import annotations
 
+import argparse
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,6 +16,11 @@ import pyarrow as pa
 from mmspec.claims import claim as claims_file
 from mmspec.claims import scorecard
 from mmspec.tables import CLAIMS, write_table
+
+HELP = (
+    "check each paper's claims (config/claims/) on finished sweeps: holds / fails / "
+    "inconclusive / not applicable, with the numbers"
+)
 
 
 def run(inputs: list[str], out: str | None = None, folder: str | Path | None = None):
@@ -107,3 +114,39 @@ def finished(
     if Path(report).exists():
         lines.append(f"mmspec report: {Path(report).resolve()}")
     return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Check every claim of config/claims/*.yaml on the cells of the given results folders (or "
+        "cells.parquet files), each folder's sets apart, and print the scorecard: per claim its "
+        "verdict over all sets (holds where every set holds, fails where every set fails, not "
+        "applicable where no set has its cells, else inconclusive; an undecided set also gives "
+        "the points' reading) and each set's numbers; harness checks apart. The claims files' "
+        "format: docs/reference/claims.md."
+    )
+    parser.add_argument("results", nargs="+", help="results folders (or cells.parquet files)")
+    parser.add_argument("--out", default=None, help="also write the rows here (Parquet)")
+    parser.add_argument(
+        "--claims", default=None, help="a folder of claims files (default: config/claims)"
+    )
+    parser.add_argument(
+        "--brief", action="store_true", help="verdicts only, not each set's numbers"
+    )
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="the verdicts as a Markdown table (one row per claim, the sets' tally beside it)",
+    )
+
+
+def main(args: argparse.Namespace) -> None:
+    table = run(args.results, args.out, args.claims)
+    if args.out is not None:  # on stderr: stdout may be a table piped elsewhere
+        print(f"mmspec claims: {len(table)} rows written to {args.out}", file=sys.stderr)
+    if args.markdown:
+        from mmspec.claims import pages
+
+        print(pages.verdicts({"verdict": table}))
+    else:
+        print(text(table, verbose=not args.brief))

@@ -18,10 +18,12 @@ kept with AR's margin there.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import io
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -42,9 +44,14 @@ from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import families, loading, visual
 from mmspec.models.image_generation import ImageGenerator
 from mmspec.scoring.lossless import margin_ulps, tie_ulps
+from mmspec.stages.arguments import json_object
 from mmspec.stages.checkpoints import Checkpoints, job_key
 from mmspec.stages.jobs import GenerateJob
 from mmspec.tables import CAPTIONS, PREPARED, SAMPLES, VISUAL, read_table, write_table
+
+HELP = "decode one cell"
+GPU = True
+WARM = True
 
 CHUNK = 8  # samples per checkpoint: a killed job loses at most this many
 
@@ -378,6 +385,20 @@ def run(
             chunk_start, chunk_ar = len(records), {"ar_decode_s": 0.0, "ar_forwards": 0}
     progress.close()
 
+    probed = reference is not None and not full and not own_ar
+    columns = _cell_columns(job, runner, device, records, counters, reference if probed else None)
+    for record in records:
+        record.update(work.outputs(record["output_ids"]))  # after timing: never timed
+        record.update(columns)
+    write_table(pa.Table.from_pylist(records, schema=SAMPLES), out, SAMPLES)
+    checkpoints.clear()
+
+
+def _cell_columns(job: GenerateJob, runner, device, records, counters, probed) -> dict:
+    """The columns every sample-turn row of the cell shares: its identity and method, the
+    timing model's T_q and T_p, the device and versions. `probed`: the AR cell's samples where
+    this job timed AR by probes (their T_p is the AR cell's, scaled to this job)."""
+
     def total(name):
         return sum(c[name] for c in counters)
 
@@ -386,11 +407,11 @@ def run(
     n_steps = sum(len(r["step_accepted"]) for r in records) if runner.drafter else 0
     t_q = forward_s / forwards if forwards else math.nan
     t_p = ar_decode_s / ar_forwards if ar_forwards else math.nan
-    if reference is not None and not full and not own_ar:
+    if probed is not None:
         # the probes time AR's first steps only: T_p is the AR cell's mean step over whole
         # decodes, scaled to this job by the probes (as the speedup's AR time is)
-        t_p = probed_step_time(records, reference)
-    columns = {
+        t_p = probed_step_time(records, probed)
+    return {
         "t_q_s": t_q,
         "draft_forwards_per_step": forwards / n_steps if n_steps else math.nan,
         "t_p_s": t_p,
@@ -401,14 +422,9 @@ def run(
         "method": job.method,
         "hp": job.hp,
         "seed": job.seed,
-        "hparams": json.dumps(spec, sort_keys=True),
+        "hparams": json.dumps(job.spec, sort_keys=True),
         **runner.method.columns(),
     }
-    for record in records:
-        record.update(work.outputs(record["output_ids"]))  # after timing: never timed
-        record.update(columns)
-    write_table(pa.Table.from_pylist(records, schema=SAMPLES), out, SAMPLES)
-    checkpoints.clear()
 
 
 def _head_files(drafter: str | None) -> list[str]:
@@ -511,3 +527,45 @@ def _record(row: dict, result, ar, runner: MethodRunner) -> dict:
         "draft_visual_tokens": runner.last_draft_visual,
         "target_visual_tokens": runner.last_target_visual,
     }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--params", type=json_object, required=True, help="cell, pair, generation, timing"
+    )
+    parser.add_argument("--prepared", required=True)
+    parser.add_argument(
+        "--target-visual", default=None, help="the target's visual cache (not for image generation)"
+    )
+    parser.add_argument("--draft-visual", default=None)
+    parser.add_argument("--captions", default=None, help="the caption cache (views with C)")
+    parser.add_argument("--drafter", default=None, help="the trained head (head drafters)")
+    parser.add_argument(
+        "--ar-samples",
+        default=None,
+        help="the AR cell's samples (a method cell's; none for the AR cell itself): the greedy "
+        "lossless check's reference; the speedup's AR timing is that cell's decode, scaled by "
+        "the AR probe run here (timing.ar_reference, timing.ar_probe_tokens)",
+    )
+    parser.add_argument("--out", required=True)
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=int(os.environ.get("MMSPEC_CHECKPOINT_EVERY", "0")) or None,
+        help="samples per checkpoint; a killed job resumes after the last one "
+        "(default $MMSPEC_CHECKPOINT_EVERY, else generate.CHUNK = 8)",
+    )
+
+
+def main(args: argparse.Namespace) -> None:
+    run(
+        args.params,
+        args.prepared,
+        args.target_visual,
+        args.draft_visual,
+        args.out,
+        args.captions,
+        args.checkpoint_every,
+        args.drafter,
+        args.ar_samples,
+    )

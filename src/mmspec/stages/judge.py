@@ -10,7 +10,9 @@ judgement is stored as NULL with its error, never as a score.
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 from contextlib import contextmanager
 
 import pyarrow as pa
@@ -24,8 +26,11 @@ from mmspec.scoring.judge import (
     JudgeItem,
     judge_items,
 )
+from mmspec.stages.arguments import settings_of
 from mmspec.stages.settings import JudgeSettings
 from mmspec.tables import JUDGEMENTS, PREPARED, SAMPLES, read_table, write_table
+
+HELP = "an LLM judge scores one cell's answers"
 
 EMBEDDED = "embedded"  # `judge.endpoint` value that starts mmspec's own judge server
 # the judge settings that JudgeEndpoint takes as they are
@@ -107,3 +112,31 @@ def run(
     ]
     write_table(pa.Table.from_pylist(records, schema=JUDGEMENTS), out, JUDGEMENTS)
     return calls, sum(j.score is None for j in judged), len(judged)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--samples", required=True)
+    parser.add_argument("--prepared", required=True)
+    parser.add_argument(
+        "--template", required=True, help="the dataset's judge template (vdd, vdc)"
+    )
+    parser.add_argument(
+        "--settings",
+        type=settings_of("JudgeSettings"),
+        required=True,
+        help="the config's judge block (JSON, no key)",
+    )
+    parser.add_argument(
+        "--cache", required=True, help="the shared judgement cache directory (results/judge/cache)"
+    )
+    parser.add_argument("--out", required=True)
+
+
+def main(args: argparse.Namespace) -> None:
+    calls, failures, n = run(
+        args.samples, args.prepared, args.template, args.settings, args.cache, args.out
+    )
+    print(
+        f"judged {n} answers ({calls} judge calls, {failures} failed) -> {args.out}",
+        file=sys.stderr,
+    )

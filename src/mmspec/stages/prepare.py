@@ -1,32 +1,32 @@
-"""Stage prepare: a toy scenario or HF dataset -> results/prepared/<name>.parquet."""
+"""Stage prepare: a dataset, by its source (`data.source`) -> results/prepared/<name>.parquet."""
 
 from __future__ import annotations
 
-import pyarrow as pa
+import argparse
+import sys
 
-from mmspec.tables import PREPARED, write_table
+from mmspec.data import source as dataset_source
+from mmspec.stages.arguments import json_object
+
+HELP = "write results/prepared/<dataset>.parquet"
 
 
 def run(name: str, spec: dict, out: str, toy_seed: int) -> int:
-    """Write the prepared table of dataset `name`; returns the number of rows."""
-    if spec["source"] == "toy":
-        rows = toy_rows(name, spec, toy_seed)
-        write_table(pa.Table.from_pylist(rows, schema=PREPARED), out, PREPARED)
-        return len(rows)
-    from mmspec.data.hf import prepare_hf
-
-    return prepare_hf(name, spec, out)
+    """Write the prepared table of dataset `name` (its config entry `spec`) as its source
+    prepares it; returns the number of rows. `toy_seed`: the config's `toy.seed`, the seed of
+    generated samples."""
+    return dataset_source.of(spec).prepare(name, spec, out, toy_seed)
 
 
-def toy_rows(name: str, spec: dict, toy_seed: int) -> list[dict]:
-    """The prepared rows of toy dataset `name` (its `scenario`, default its name)."""
-    from mmspec.toy import world as toyworld
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", required=True)
+    parser.add_argument(
+        "--spec", type=json_object, required=True, help="the dataset's config entry (JSON)"
+    )
+    parser.add_argument("--toy-seed", type=int, default=0)
+    parser.add_argument("--out", required=True)
 
-    seed = spec.get("seed", toy_seed)
-    scenario = spec.get("scenario", name)
-    if scenario == toyworld.IMAGEGEN:
-        return toyworld.generate_imagegen_dataset(spec["samples"], seed)
-    if scenario in toyworld.DATASETS:
-        return toyworld.generate_dataset(scenario, spec["samples"], seed)
-    known = sorted([*toyworld.DATASETS, toyworld.IMAGEGEN])
-    raise ValueError(f"datasets.{name}: no toy scenario {scenario!r}; known: {known}")
+
+def main(args: argparse.Namespace) -> None:
+    n = run(args.name, args.spec, args.out, args.toy_seed)
+    print(f"prepared {args.name}: {n} rows -> {args.out}", file=sys.stderr)

@@ -20,12 +20,15 @@ cell and of its AR cell: `judge_score` / `ar_judge_score` per sample-turn, null 
 
 from __future__ import annotations
 
+import argparse
+
 import pyarrow as pa
 
 from mmspec.scoring import metric_catalog
 from mmspec.scoring.lossless import first_divergence
 from mmspec.scoring.lossless import kind as divergence_kind
 from mmspec.scoring.task_metric import Sample
+from mmspec.stages.arguments import settings_of
 from mmspec.stages.settings import ImageModels
 from mmspec.tables import (
     JUDGEMENTS,
@@ -36,6 +39,9 @@ from mmspec.tables import (
     read_table,
     write_table,
 )
+
+HELP = "lossless check and quality of one cell"
+WARM = True
 
 # per-step lists passed through to the scores (blocks table, weight plots, acceptance curves)
 STEP_COLUMNS = ("step_drafted", "step_accepted", "step_weights", "step_depth", "step_width")
@@ -219,3 +225,39 @@ def _generated(rows: list[dict], path: str):
             "is not an image-generation cell's, or is stale: rerun its generate job"
         )
     return image_metrics.decode_pngs([r["image_png"] for r in rows], path)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--samples", required=True)
+    parser.add_argument("--ar-samples", required=True)
+    parser.add_argument("--prepared", required=True)
+    parser.add_argument(
+        "--metric",
+        required=True,
+        help="the dataset's task metric, by its name in the metric catalog "
+        "(docs/reference/metrics.md), or image: FID and CLIP score of generated images",
+    )
+    parser.add_argument(
+        "--image-models",
+        type=settings_of("ImageModels"),
+        default=None,
+        help="metric image: JSON {fid_features, clip} model references",
+    )
+    parser.add_argument("--judgements", default=None, help="the judge stage's table of the cell")
+    parser.add_argument("--ar-judgements", default=None, help="... and of its AR cell")
+    parser.add_argument("--out", required=True)
+
+
+def main(args: argparse.Namespace) -> None:
+    if (args.judgements is None) != (args.ar_judgements is None):
+        raise ValueError("--judgements and --ar-judgements go together")
+    judged = (args.judgements, args.ar_judgements) if args.judgements else None
+    run(
+        args.samples,
+        args.ar_samples,
+        args.prepared,
+        args.metric,
+        args.out,
+        args.image_models,
+        judged,
+    )

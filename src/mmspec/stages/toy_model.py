@@ -6,7 +6,14 @@ The recipe's `kind` picks what is trained: a captioner (toy.training), an image 
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import sys
+
+from mmspec.stages.arguments import json_object
+
+HELP = "train one toy-world model"
+WARM = True
 
 # kind -> (module of mmspec.toy, its training function), imported only when trained
 TRAINERS = {
@@ -32,3 +39,19 @@ def run(name: str, spec: dict, out_dir: str, seed: int, threads: int) -> dict:
     module, function = TRAINERS[kind]
     train = getattr(importlib.import_module(f"mmspec.toy.{module}"), function)
     return train(spec, out_dir, seed=seed, threads=threads)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--spec", type=json_object, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", required=True)
+
+
+def main(args: argparse.Namespace) -> None:
+    log = run(args.name, args.spec, args.out, args.seed, args.threads)
+    print(
+        f"trained {args.name} in {log['seconds']:.0f} s, loss {log['final_loss']:.3f}",
+        file=sys.stderr,
+    )

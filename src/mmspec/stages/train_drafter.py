@@ -11,9 +11,11 @@ steps), under a key of the job's parameters and inputs, so a changed job starts 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -27,10 +29,15 @@ from mmspec.decoding.loops import decode_ar
 from mmspec.decoding.prompt import as_prompt
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.timing import pick_device
+from mmspec.stages.arguments import json_object
 from mmspec.stages.checkpoints import job_key
 from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
 from mmspec.tables import HEAD_CURVES, PREPARED, read_table, write_table
 from mmspec.training.heads import collect_sequence, train_head
+
+HELP = "train a drafter head on the target's features"
+GPU = True
+WARM = True
 
 AR_SPEC = {"method": "ar", "drafter": "none", "temperature": 0.0}
 
@@ -84,12 +91,12 @@ def collect(job: TrainDrafterJob, prepared: str, target_visual: str | None, devi
     runner, sequences = work.runner, []
     if stored is not None:
         return runner.target, stored
-    collection = head_kind(job.kind).collection(job.training)
+    loss = head_kind(job.kind).loss(job.training)
     for row in tqdm(rows, desc="train_drafter: the target answers"):
         sample = work.sample(row)
         answer = work.decode_ar(sample, seeded(0)).tokens
         prompt = runner.target_prompt(sample)
-        sequences.append(collect_sequence(runner.target, prompt, answer, **collection))
+        sequences.append(collect_sequence(runner.target, prompt, answer, loss))
     return runner.target, sequences
 
 
@@ -117,7 +124,7 @@ def collect_images(job: TrainDrafterJob, prepared: str, device, stored=None):
     rows = read_table(prepared, PREPARED).to_pylist()
     if len(rows) < 2:
         raise ValueError(f"{prepared}: a drafter head needs at least 2 training samples")
-    sequences = []
+    sequences, loss = [], head_kind(job.kind).loss(job.training)
     for row in tqdm(rows, desc="train_drafter: the target draws"):
         prompt = work.sample(row)
         sampler = sample_sampler(job.seed, row["sample_id"], row["turn"], "head")
@@ -127,20 +134,8 @@ def collect_images(job: TrainDrafterJob, prepared: str, device, stored=None):
         ]
         for image in images:
             for embeds in prompt.target:  # conditional, then unconditional
-                sequences.append(collect_sequence(decoder, as_prompt(embeds), image.tokens))
+                sequences.append(collect_sequence(decoder, as_prompt(embeds), image.tokens, loss))
     return decoder, sequences
-
-
-def _layer_counts(sequences) -> dict[str, int]:
-    """How often each layer gave the intermediate feature the loss reads: entry j (an answer
-    position) is trained towards position j + 1's, so one count per training entry."""
-    counts: dict[str, int] = {}
-    for s in sequences:
-        if s.layers is None:
-            continue
-        for layer in s.layers[max(s.answer_from, 0) + 1 :].tolist():
-            counts[str(layer)] = counts.get(str(layer), 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
 
 
 def run(
@@ -189,11 +184,32 @@ def run(
         "entries": sum(len(s.embeds) - max(s.answer_from, 0) - 1 for s in sequences),
         "seconds": time.perf_counter() - started,
         "final": curve[-1] if curve else {},
-        # DREAM: how often each target layer gave the intermediate feature (answer positions)
-        "intermediate_layers": _layer_counts(sequences),
+        **head_kind(kind).loss(hp).summary(sequences),
     }
     (tmp / "training.json").write_text(json.dumps(record, indent=1))
     shutil.rmtree(out_dir, ignore_errors=True)
     os.replace(tmp, out_dir)
     partial.clear()
     return record
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--params", type=json_object, required=True, help="pair, kind, training, generation"
+    )
+    parser.add_argument("--prepared", required=True, help="the training dataset")
+    parser.add_argument(
+        "--target-visual", default=None, help="the target's visual cache of it (image prompts)"
+    )
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", required=True)
+
+
+def main(args: argparse.Namespace) -> None:
+    record = run(args.params, args.prepared, args.target_visual, args.out, args.threads)
+    final = record["final"]
+    print(
+        f"trained a {record['kind']} head on {record['sequences']} sequences in "
+        f"{record['seconds']:.0f} s, held-out top-1 {final.get('heldout_top1', 0):.3f}",
+        file=sys.stderr,
+    )

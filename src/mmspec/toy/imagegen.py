@@ -2,13 +2,14 @@
 trained with condition dropout for classifier-free guidance (as LlamaGen and Janus are).
 
 A sequence is `<bos> caption <boi> c_1 ... c_L`: the caption's words, then the image's L codes
-(row-major over the grid of `vq.PatchVQ`), each code a token `<c{i}>` of one vocabulary with the
+(row-major over the grid of `toy.vq.PatchVQ`), each code a token `<c{i}>` of one vocabulary with the
 words. With probability `cfg_dropout` the caption is left out (`<bos> <boi> c_1 ...`): the
 unconditional rows that guidance subtracts. The loss is on the codes only.
 
 The folder is an ordinary `save_pretrained` Llama plus its tokenizer, the VQ codebook
 (`vq.PatchVQ.save`) and `imagegen.json` (code ids, grid length), so it loads through the same
-path as any causal LM and its codebook through `codebook_of`.
+path as any causal LM and its codebook through `codebook_of` (an image-generation cell reads it
+through `toy.generator`).
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ import numpy as np
 import torch
 from transformers import LlamaForCausalLM
 
-from mmspec.models.vq import PatchVQ
+from mmspec.models import random_llava
 from mmspec.toy import processor as toy_processor
 from mmspec.toy import recipe
 from mmspec.toy import training as toy_training
 from mmspec.toy import world as toyworld
+from mmspec.toy.vq import PatchVQ
 
 IGNORE = toy_training.IGNORE
 SPECIALS = ["<pad>", "<unk>", "<bos>", "<eos>", "<boi>"]
@@ -90,7 +92,7 @@ def meta_of(tokenizer, codes: int, grid: int) -> ImageGenMeta:
 
 def build_model(spec: dict, tokenizer, seed: int) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    return LlamaForCausalLM(toy_training.llama_config(spec, tokenizer, max_positions=256))
+    return LlamaForCausalLM(random_llava.llama_config(spec, tokenizer, max_positions=256))
 
 
 def encode_examples(examples, vq: PatchVQ, tokenizer, meta: ImageGenMeta, dropout: float, seed):

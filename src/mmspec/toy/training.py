@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm import tqdm
-from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+from transformers import LlavaForConditionalGeneration
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
 from mmspec.data import media
+from mmspec.models import random_llava
 from mmspec.toy import processor as toy_processor
 from mmspec.toy import recipe
 from mmspec.toy import world as toyworld
@@ -21,47 +22,12 @@ from mmspec.toy import world as toyworld
 IGNORE = -100
 
 
-def llama_config(spec: dict, tokenizer, max_positions: int = 512) -> LlamaConfig:
-    """The Llama decoder of a toy model: `spec`'s size over `tokenizer`'s vocabulary."""
-    return LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=spec["hidden"],
-        intermediate_size=2 * spec["hidden"],
-        num_hidden_layers=spec["layers"],
-        num_attention_heads=spec["heads"],
-        num_key_value_heads=spec["heads"],
-        max_position_embeddings=max_positions,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=False,
-    )
-
-
 def build_model(spec: dict, tokenizer, seed: int) -> LlavaForConditionalGeneration:
-    """A randomly initialised Llava (tiny CLIP vision tower + Llama decoder) of `spec`'s size."""
-    torch.manual_seed(seed)
-    vision_hidden = spec["vision_hidden"]
-    vision = CLIPVisionConfig(
-        hidden_size=vision_hidden,
-        intermediate_size=2 * vision_hidden,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        image_size=toy_processor.IMAGE_SIZE,
-        patch_size=toy_processor.PATCH_SIZE,
-        num_channels=3,
+    """A randomly initialised toy model (tiny CLIP vision tower + Llama decoder) of `spec`'s
+    size, reading the toy world's images."""
+    return random_llava.build(
+        spec, tokenizer, seed, toy_processor.IMAGE_SIZE, toy_processor.PATCH_SIZE
     )
-    text = llama_config(spec, tokenizer)
-    config = LlavaConfig(
-        vision_config=vision,
-        text_config=text,
-        image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
-        image_seq_length=toy_processor.IMAGE_TOKENS,
-        projector_hidden_act="gelu",
-        vision_feature_select_strategy="default",
-        vision_feature_layer=-1,
-    )
-    return LlavaForConditionalGeneration(config)
 
 
 def encode_example(messages: list, tokenizer, text_only: bool) -> tuple[list, list]:

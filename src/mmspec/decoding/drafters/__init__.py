@@ -34,9 +34,11 @@ Distributions are at the drafting temperature (`trees.drafting_temperature`: the
 temperature for a chain drawn from q; 1 for trees and when greedy); a drafter that chooses its
 tokens deterministically (prompt lookup) returns a point mass (one-hot q), which the chain then
 draws exactly and rejection sampling verifies as such. `weights` are the block's ensemble weights
-(recorded per step), `forwards` and `forward_s` count draft forwards and their time (T_q). A
-trained head on the target's features (EAGLE, DREAM, Medusa, ...) is a new class here and
-nothing else.
+(recorded per step), `forwards` and `forward_s` count draft forwards and their time (T_q).
+
+A trained head on the target's features (EAGLE, DREAM, Medusa, ...) is one folder here: its
+drafter (a `trained.HeadDrafter`), its network and its loss (a `head_loss.HeadLoss`); the
+training loop (`training.heads`) and the stages stay as they are.
 """
 
 from __future__ import annotations

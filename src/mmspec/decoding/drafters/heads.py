@@ -1,4 +1,4 @@
-"""Trained drafter heads: the network of each kind, building, and loading a trained head.
+"""Trained drafter heads: a kind's drafter component, building a head, loading a trained one.
 
 A head is saved with `save_pretrained` (stage train_drafter); its config names the target it
 was trained on, and loading it for another target is an error naming both.
@@ -14,7 +14,7 @@ from mmspec.lazy import torch
 
 
 def head_kind(kind: str):
-    """The drafter component of a trained head's kind (its network, loss and collection)."""
+    """The drafter component of a trained head's kind (it names the head's network and loss)."""
     drafter = catalog.get("drafter", kind)
     if not hasattr(drafter, "new_network"):
         raise ValueError(f"drafter {kind!r} drafts with no trained head")

@@ -1,8 +1,11 @@
 """`ModelDrafter`: a draft model drafting from one or more views of the prompt.
 
-One batched forward per expansion (parameters shared, one KV-cache row per view, left padding
-masked). The views' next-token distributions are mixed with the weights the block's policy picked;
-with one view this is plain single-view drafting (the mixture is the view's own distribution).
+How it drafts is `DecoderDrafter`'s, which drafts with any `Decoder` (a draft model, or a stack
+with the target's interface: Kangaroo's shallow sub-network); `ModelDrafter` declares the
+component `model` over it (views, weight policy, a draft model). One batched forward per
+expansion (parameters shared, one KV-cache row per view, left padding masked). The views'
+next-token distributions are mixed with the weights the block's policy picked; with one view
+this is plain single-view drafting (the mixture is the view's own distribution).
 
 Its cache always holds the committed text except the `pending` tokens, which are fed at the start
 of the next proposal (the target's correction/bonus token, plus accepted draft tokens that were
@@ -29,43 +32,10 @@ VIEWS = Param("views", str, "M", "the views it drafts from, one letter each (an 
 WEIGHTS = Param("weights", str, "static", "the weight policy of an ensemble of views")
 
 
-@catalog.register
-class ModelDrafter(Drafter):
-    """A draft model over m views; counts its forwards and their time (T_q)."""
-
-    name = "model"
-    params = (VIEWS, WEIGHTS)
-    requires = frozenset({DRAFT_MODEL})
-    drafts_images = True  # over a guided draft generator sharing the target's codes
-    description = "a draft model sharing the target's tokenizer, over one view or an ensemble"
-
-    @classmethod
-    def reads(cls, spec: dict) -> tuple[Param, ...]:
-        """Its views, each view's parameters, and for an ensemble its weight policy's."""
-        letters = parse_views(spec.get("views", VIEWS.default))
-        read = [VIEWS, *(p for v in letters for p in catalog.get("view", v).params)]
-        if len(letters) > 1:
-            read += [WEIGHTS, *catalog.get("weights", spec.get("weights", "static")).params]
-        return tuple(dict.fromkeys(read))
-
-    @classmethod
-    def check(cls, spec: dict) -> None:
-        views = spec.get("views", VIEWS.default)
-        known = "".join(catalog.components("view"))
-        if not views or set(views) - set(known) or len(set(views)) != len(views):
-            raise ValueError(f"views={views!r}: one or more distinct letters of {known}")
-        catalog.get("weights", spec.get("weights", "static"))
-
-    @classmethod
-    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
-        """`draft`: the draft model, or image generation's guided draft generator (one view, M,
-        so no weight policy)."""
-        if draft is None:
-            raise ValueError(f"method {spec['method']!r} needs a draft model")
-        if isinstance(draft, GuidedDecoder):
-            return cls(draft, temperature)
-        vocab = draft.get_output_embeddings().out_features
-        return cls(Decoder(draft), temperature, make_policy(spec, vocab))
+class DecoderDrafter(Drafter):
+    """Drafts with a `Decoder` over m prompts (views), one cache row each, mixing their
+    distributions with a weight policy's weights; counts its forwards and their time (T_q). It
+    declares no component: a drafter class over it does (`ModelDrafter`, Kangaroo's)."""
 
     def __init__(self, decoder: Decoder, temperature: float, policy=None):
         super().__init__(temperature)
@@ -151,3 +121,42 @@ class ModelDrafter(Drafter):
                 rows.append((row, node))
             p = distribution(target.logits[[r for r, _ in rows]], self.mix_temperature)
             self.history.observe(p, torch.stack([self.view_probs[n] for _, n in rows]))
+
+
+@catalog.register
+class ModelDrafter(DecoderDrafter):
+    """The component `model`: a draft model over m views, as a `DecoderDrafter` drafts."""
+
+    name = "model"
+    params = (VIEWS, WEIGHTS)
+    requires = frozenset({DRAFT_MODEL})
+    drafts_images = True  # over a guided draft generator sharing the target's codes
+    description = "a draft model sharing the target's tokenizer, over one view or an ensemble"
+
+    @classmethod
+    def reads(cls, spec: dict) -> tuple[Param, ...]:
+        """Its views, each view's parameters, and for an ensemble its weight policy's."""
+        letters = parse_views(spec.get("views", VIEWS.default))
+        read = [VIEWS, *(p for v in letters for p in catalog.get("view", v).params)]
+        if len(letters) > 1:
+            read += [WEIGHTS, *catalog.get("weights", spec.get("weights", "static")).params]
+        return tuple(dict.fromkeys(read))
+
+    @classmethod
+    def check(cls, spec: dict) -> None:
+        views = spec.get("views", VIEWS.default)
+        known = "".join(catalog.components("view"))
+        if not views or set(views) - set(known) or len(set(views)) != len(views):
+            raise ValueError(f"views={views!r}: one or more distinct letters of {known}")
+        catalog.get("weights", spec.get("weights", "static"))
+
+    @classmethod
+    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+        """`draft`: the draft model, or image generation's guided draft generator (one view, M,
+        so no weight policy)."""
+        if draft is None:
+            raise ValueError(f"method {spec['method']!r} needs a draft model")
+        if isinstance(draft, GuidedDecoder):
+            return cls(draft, temperature)
+        vocab = draft.get_output_embeddings().out_features
+        return cls(Decoder(draft), temperature, make_policy(spec, vocab))

@@ -1,5 +1,6 @@
-"""What every drafter over a trained head shares: the parameters it trains with, and the trained
-head's requirement (stage train_drafter trains it on the target's own features)."""
+"""What every drafter over a trained head shares: the parameters it trains with, the trained
+head's requirement (stage train_drafter trains it on the target's own features), and how a kind
+names its network and its loss."""
 
 from __future__ import annotations
 
@@ -33,33 +34,35 @@ HEAD_NOISE = Param(
 class HeadDrafter(Drafter):
     """A drafter over a head trained on the target's features (stage train_drafter). The params
     named in `training` key the trained head's folder (a changed one retrains that head); the
-    others only change how it drafts. A kind declares its network (`network`, built and loaded
-    here; its module is imported only then, so declarations stay light) and how it trains:
-    which loss reads a batch (`training.heads`: "features" predicts the next feature, "multi_token"
-    reads K heads over one feature, "adapter" an adapter over the target's shallow states), the
-    weights of the (feature, intermediate, distribution) losses, and what the target must give
-    (`collection`)."""
+    others only change how it drafts. A kind declares its network (`network_class`, built and
+    loaded here) and its loss (`loss_class`: a `head_loss.HeadLoss`, what the head collects of
+    the target and how it is scored); their modules are imported only when a head is built or
+    trained, so declarations stay light."""
 
     requires = frozenset({TRAINED_HEAD})
-    loss: ClassVar[str] = "features"
-    loss_weights: ClassVar[tuple[float, float, float]] = (1.0, 0.0, 0.1)
 
     # "module:Class" of its network (a transformers PreTrainedModel) and the network's config
     # class (EAGLE's by default), and the decoder blocks of its stack (None: `head_layers`)
     network_class: ClassVar[str] = ""
-    config_class: ClassVar[str] = "mmspec.decoding.drafters.eagle_net:EagleHeadConfig"
+    config_class: ClassVar[str] = "mmspec.decoding.drafters.eagle.net:EagleHeadConfig"
     blocks: ClassVar[int | None] = None
+    loss_class: ClassVar[str] = ""  # "module:Class" of its `HeadLoss`
 
     @classmethod
     def code_modules(cls) -> tuple[str, ...]:
-        """The modules of its network and config classes, which it imports by name."""
-        named = (cls.network_class, cls.config_class)
+        """The modules of its network, config and loss classes, which it imports by name."""
+        named = (cls.network_class, cls.config_class, cls.loss_class)
         return tuple(dict.fromkeys(path.partition(":")[0] for path in named if path))
 
     @classmethod
     def network(cls) -> type:
         """The head's network class."""
         return _load(cls.network_class)
+
+    @classmethod
+    def loss(cls, training: dict):
+        """Its `HeadLoss` for a head trained with `training` (its training hyperparameters)."""
+        return _load(cls.loss_class)(training)
 
     @classmethod
     def network_options(cls, spec: dict) -> dict:
@@ -69,7 +72,7 @@ class HeadDrafter(Drafter):
     @classmethod
     def network_config(cls, target_config, spec: dict, target: str):
         """The config of a new network for a target (`spec`: its training hyperparameters)."""
-        from mmspec.decoding.drafters.eagle_net import head_config
+        from mmspec.decoding.drafters.eagle.net import head_config
 
         layers = int(spec.get("head_layers", 1)) if cls.blocks is None else cls.blocks
         return head_config(
@@ -94,20 +97,6 @@ class HeadDrafter(Drafter):
         return cls.new_network(target_config, spec, target)
 
     @classmethod
-    def weights(cls, training: dict, share: float, vocab: int) -> tuple[float, float, float]:
-        """The weights of a batch's (feature, intermediate, distribution) losses, each a mean
-        over the entries whose loss counts; `share` is their share of the batch's padded
-        entries, `vocab` the vocabulary's size (DREAM's release weighs by both): by default
-        `loss_weights`."""
-        return cls.loss_weights
-
-    @classmethod
-    def collection(cls, training: dict) -> dict:
-        """What `training.heads.collect_sequence` reads of the target besides its last layer:
-        DREAM's intermediate features, Kangaroo's exit layer."""
-        return {"intermediate": "none", "exit_layer": 0}
-
-    @classmethod
     def trained_with(cls, spec: dict) -> dict:
         """The training hyperparameters a network's config records."""
         return {k: spec[k] for k in cls.training if k in spec}
@@ -119,6 +108,6 @@ class HeadDrafter(Drafter):
 
 
 def _load(path: str):
-    """The object at "module:name" (a network module is imported only when a head is built)."""
+    """The object at "module:name" (a head's network or loss module, imported only when used)."""
     module, name = path.split(":")
     return getattr(importlib.import_module(module), name)

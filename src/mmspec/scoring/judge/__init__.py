@@ -26,7 +26,7 @@ from mmspec.scoring.judge.client import (
     JudgeUnreachable,
     MissingApiKey,
 )
-from mmspec.scoring.judge.server import EmbeddedJudge, toy_answer, toy_grade
+from mmspec.scoring.judge.server import EmbeddedJudge
 from mmspec.scoring.judge.templates import TEMPLATE_VERSION, TEMPLATES, BadReply, parse_score
 
 __all__ = [
@@ -48,8 +48,6 @@ __all__ = [
     "compact",
     "judge_items",
     "parse_score",
-    "toy_answer",
-    "toy_grade",
 ]
 
 FLUSH_EVERY = 64  # judgements per cache write (each is a shard: not one file per judgement)

@@ -1,5 +1,6 @@
 """mmspec's embedded judge: an OpenAI-protocol HTTP server that answers the lmms-eval judge
-prompts with the toy world's exact rubric (or any grader), plus scripted faults for tests.
+prompts with an exact rubric (the one a dataset source declares: the toy world's; or any
+grader), plus scripted faults for tests.
 
 It reads each request back with the templates (which stage; question, correct answer, answer)
 and answers as the lmms-eval judge would: a dict string with the integer score
@@ -12,47 +13,23 @@ Standalone: `python -m mmspec.scoring.judge.server --port 8000` serves until int
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from mmspec.data import source as dataset_source
 from mmspec.scoring.judge.templates import read_messages
-from mmspec.toy import quality as toy_quality
 
 log = logging.getLogger(__name__)
 
 MODEL = "mmspec-embedded-judge"
 FAULTS = ("500", "429:<seconds>", "timeout:<seconds>", "malformed", "bad_score")
-MENTION = re.compile(rf"\b{toy_quality.C} {toy_quality.S}\b")  # "red circle"
-
-
-def toy_grade(answer: str, reference: str) -> float:
-    """The toy world's exact quality of `answer`, in [0, 1], by the reference's form: a video
-    description's list and motions, else video motions, else a caption's objects, else exact
-    match of the normalised text."""
-    answer, reference = toy_quality.normalise(answer), toy_quality.normalise(reference)
-    if toy_quality.motions(reference):
-        if toy_quality.LISTED.search(reference):  # toy_vdesc's opener lists the shapes
-            return toy_quality.score_description(answer, reference)
-        return toy_quality.score_video(answer, reference)
-    if toy_quality.objects(reference):
-        return toy_quality.score_caption(answer, reference)
-    return float(answer == reference)
-
-
-def toy_answer(caption: str, question: str) -> str:
-    """VDC stage 1 on the toy: the caption's sentences that mention a (colour, shape) the
-    question names, or "not stated ." (no reasoning beyond that: it is a lookup)."""
-    asked = set(MENTION.findall(toy_quality.normalise(question)))
-    sentences = [s.strip() + " ." for s in toy_quality.normalise(caption).split(" .")]
-    said = [s for s in sentences if s != "." and asked & set(MENTION.findall(s))]
-    return " ".join(said) if said else "not stated ."
 
 
 def _check_fault(fault: str) -> str:
@@ -154,18 +131,25 @@ class EmbeddedJudge:
     manager. `faults` are answered one per chat request, in order, before normal answers:
     "500", "429:<seconds>" (with Retry-After), "timeout:<seconds>" (sleeps, then answers),
     "malformed" (a 200 that is not JSON), "bad_score" (a 200 whose score is 9). With `api_key`
-    set, requests without `Authorization: Bearer <api_key>` get 401."""
+    set, requests without `Authorization: Bearer <api_key>` get 401. `grader` and `answerer`
+    default to the exact rubric a dataset source declares (`data.source.rubric`)."""
 
     def __init__(
         self,
-        grader: Callable[[str, str], float] = toy_grade,
+        grader: Callable[[str, str], float] | None = None,
         faults: Iterable[str] | None = None,
         api_key: str | None = None,
         *,
-        answerer: Callable[[str, str], str] = toy_answer,
+        answerer: Callable[[str, str], str] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ):
+        if grader is None or answerer is None:
+            declared = dataset_source.rubric()
+            if declared is None:
+                raise ValueError("no dataset source declares an exact rubric: give a grader")
+            rubric = importlib.import_module(declared)
+            grader, answerer = grader or rubric.grade, answerer or rubric.answer
         self.grader, self.answerer, self.api_key = grader, answerer, api_key
         self.faults = [_check_fault(f) for f in faults or ()]
         self.host, self.port = host, port

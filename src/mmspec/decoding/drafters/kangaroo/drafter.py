@@ -3,7 +3,7 @@
 Kangaroo (Liu et al. 2024; release `kangaroo/kangaroo_model.py`): the draft is the target's
 shallow sub-network (its embedding and first `kangaroo_layers` decoder layers, 2 in the release
 for 7B models) followed by a trained adapter (one attention-only Llama layer and a norm,
-`kangaroo_net`) and the target's `lm_head`. As the release's `kangaroo_forward`
+`kangaroo.net`) and the target's `lm_head`. As the release's `kangaroo_forward`
 (`evaluation/inference_kangaroo.py`) does, every draft token is drafted, and drafting stops
 after the first one whose top-1 probability is below `kangaroo_exit` (0.6), or after gamma (6)
 tokens: `expand` returns None (the drafter protocol's early stop) when the last drafted token's
@@ -19,14 +19,14 @@ import copy
 from typing import TYPE_CHECKING
 
 from mmspec.decoding import catalog
-from mmspec.decoding.component import NUMBER, TRAINED_HEAD, Param, TargetFacts
+from mmspec.decoding.component import NUMBER, Param, TargetFacts
 from mmspec.decoding.decoder import Decoder
-from mmspec.decoding.drafters.model import ModelDrafter
+from mmspec.decoding.drafters.model import DecoderDrafter
 from mmspec.decoding.drafters.trained import HEAD_TRAINING, HeadDrafter
 from mmspec.lazy import nn
 
 if TYPE_CHECKING:
-    from mmspec.decoding.drafters.kangaroo_net import KangarooAdapter
+    from mmspec.decoding.drafters.kangaroo.net import KangarooAdapter
 
 # Kangaroo (its release for 7B models): the target's first 2 layers and an adapter; drafting
 # stops below a top-1 probability of 0.6 (on a chain) or after gamma tokens
@@ -71,12 +71,11 @@ def shallow_stack(target_stack, adapter: KangarooAdapter) -> nn.Module:
 
 
 @catalog.register
-class KangarooDrafter(ModelDrafter, HeadDrafter):
-    """A `ModelDrafter` over the shallow stack, reading the target's own prompt."""
+class KangarooDrafter(HeadDrafter, DecoderDrafter):
+    """Drafts with the shallow stack as a `DecoderDrafter` does, over the target's own prompt."""
 
     name = "kangaroo"
     params = (*HEAD_TRAINING, LAYERS, EXIT)
-    requires = frozenset({TRAINED_HEAD})
     training = (*(p.key for p in HEAD_TRAINING), "kangaroo_layers")
     description = "the target's first layers and a trained adapter (self-speculative)"
     source = "Kangaroo's release for 7B models (2 layers, exit 0.6, at most 6 tokens)"
@@ -87,10 +86,6 @@ class KangarooDrafter(ModelDrafter, HeadDrafter):
         return cls.params if spec.get("tree") == "chain" else cls.params[:-1]
 
     @classmethod
-    def check(cls, spec: dict) -> None:
-        pass
-
-    @classmethod
     def check_target(cls, spec: dict, target: TargetFacts) -> None:
         if target.layers is not None and not spec["kangaroo_layers"] < target.layers:
             raise ValueError(
@@ -99,11 +94,10 @@ class KangarooDrafter(ModelDrafter, HeadDrafter):
                 "adapter)"
             )
 
-    loss = "adapter"
-    loss_weights = (0.0, 0.0, 1.0)
-    network_class = "mmspec.decoding.drafters.kangaroo_net:KangarooAdapter"
-    config_class = "mmspec.decoding.drafters.kangaroo_net:KangarooConfig"
+    network_class = "mmspec.decoding.drafters.kangaroo.net:KangarooAdapter"
+    config_class = "mmspec.decoding.drafters.kangaroo.net:KangarooConfig"
     blocks = 1  # the adapter's one layer
+    loss_class = "mmspec.decoding.drafters.kangaroo.loss:AdapterLoss"
 
     @classmethod
     def network_options(cls, spec: dict) -> dict:
@@ -121,13 +115,6 @@ class KangarooDrafter(ModelDrafter, HeadDrafter):
         text = getattr(target_config, "text_config", None) or target_config
         exit_layer = min(spec.get("kangaroo_layers", LAYERS.default), text.num_hidden_layers - 1)
         return cls.new_network(target_config, {**spec, "kangaroo_layers": exit_layer}, target)
-
-    @classmethod
-    def collection(cls, training: dict) -> dict:
-        return {
-            "intermediate": "none",
-            "exit_layer": training.get("kangaroo_layers", LAYERS.default),
-        }
 
     def __init__(
         self, adapter: KangarooAdapter, target: Decoder, temperature: float, exit_below=0.0

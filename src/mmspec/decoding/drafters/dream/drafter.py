@@ -1,6 +1,6 @@
 """DREAM's drafter: a head over token embeddings, fed the target's features by cross-attention.
 
-The head (`drafters.dream_net`, as DREAM's release builds it: `model/cnets.py`, `Model`): a
+The head (`dream.net`, as DREAM's release builds it: `model/cnets.py`, `Model`): a
 decoder block over the token embeddings alone, a gated cross-attention block whose keys and
 values are the target's features, a final decoder block, a norm, and the target's `lm_head`.
 The target's features enter only through the cross-attention (the paper, Section 3.1, contrasts
@@ -25,9 +25,9 @@ out (`utils.py` l. 308) and would not run as written (it prunes the embeddings, 
 that go with them), so mmspec keeps its own: the features enter the head only through the
 memory, and pruning the memory is what shortens the draft's reading of the image.
 
-Training (`training.heads`): the intermediate output (after the cross-attention block) is what
+Training (`dream.loss`): the intermediate output (after the cross-attention block) is what
 the intermediate-feature loss supervises; `dream_loss` weighs the losses as the release does
-("release") or as the paper states ("paper"), see `DreamDrafter.weights`.
+("release") or as the paper states ("paper").
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING
 
 from mmspec.decoding import catalog
 from mmspec.decoding.component import NUMBER, TARGET_ATTENTION, Param
-from mmspec.decoding.drafters.eagle import EagleDrafter
+from mmspec.decoding.drafters.eagle.drafter import EagleDrafter
 from mmspec.decoding.drafters.trained import HEAD_NOISE, HEAD_TRAINING
 from mmspec.lazy import inference_mode, torch
 
 if TYPE_CHECKING:
-    from mmspec.decoding.drafters.dream_net import DreamHead
+    from mmspec.decoding.drafters.dream.net import DreamHead
 
 
 @catalog.register
@@ -132,25 +132,10 @@ class DreamDrafter(EagleDrafter):
             return cls.requires | {TARGET_ATTENTION}
         return cls.requires
 
-    loss_weights = (0.2, 0.2, 1.0)  # DREAM, Section 4.1 ("paper")
-    network_class = "mmspec.decoding.drafters.dream_net:DreamHead"
-    config_class = "mmspec.decoding.drafters.dream_net:DreamHeadConfig"
+    network_class = "mmspec.decoding.drafters.dream.net:DreamHead"
+    config_class = "mmspec.decoding.drafters.dream.net:DreamHeadConfig"
     blocks = 2  # an initial and a final decoder block around the cross-attention block
-
-    @classmethod
-    def weights(cls, training: dict, share: float, vocab: int) -> tuple[float, float, float]:
-        """Weights of the masked means of (feature SmoothL1, intermediate SmoothL1, KL summed
-        over the vocabulary); `share`: the batch's share of padded positions whose loss counts.
-
-        "release" (`train/main_deepspeed.py`): loss = 0.2 x vloss + 1.0 x ploss + mid_vloss
-        (l. 28-29, 312), where both SmoothL1 sums are divided by all B x W padded positions
-        (`compute_loss` l. 228, `compute_mid_loss` l. 235) and the "ploss" the total reads is
-        the KL averaged over the vocabulary (`compute_loss` returns its `kldloss` second,
-        l. 229-231; the cross-entropy named ploss at l. 226 is unused): 0.2 r, r and 1/V.
-        "paper" (Section 4.1): 0.2, 0.2 and 1.0."""
-        if training.get("dream_loss", "release") == "paper":
-            return cls.loss_weights
-        return 0.2 * share, share, 1.0 / vocab
+    loss_class = "mmspec.decoding.drafters.dream.loss:DreamLoss"
 
     @classmethod
     def network_options(cls, spec: dict) -> dict:
@@ -170,14 +155,6 @@ class DreamDrafter(EagleDrafter):
                 if name.endswith("_gate"):
                     parameter.fill_(0.5)
         return head
-
-    @classmethod
-    def collection(cls, training: dict) -> dict:
-        return {
-            "intermediate": training.get("dream_intermediate", "none"),
-            "depth": training.get("dream_fixed_depth"),
-            "exit_layer": 0,
-        }
 
     def __init__(self, head: DreamHead, target, temperature: float, vtc: float = 1.0):
         super().__init__(head, target, temperature)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from mmspec.decoding.drafters.eagle_net import EagleHeadConfig
+from mmspec.decoding.drafters.eagle.net import EagleHeadConfig
 
 
 class MultiHeadConfig(EagleHeadConfig):

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from transformers import LlamaModel
 
-from mmspec.decoding.drafters.eagle_net import EagleHeadConfig, LlamaLayerHead
+from mmspec.decoding.drafters.eagle.net import EagleHeadConfig, LlamaLayerHead
 
 
 class KangarooConfig(EagleHeadConfig):

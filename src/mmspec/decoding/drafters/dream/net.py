@@ -23,7 +23,7 @@ from transformers.models.llama.modeling_llama import (
     LlamaRotaryEmbedding,
 )
 
-from mmspec.decoding.drafters.eagle_net import EagleHeadConfig, LlamaLayerHead
+from mmspec.decoding.drafters.eagle.net import EagleHeadConfig, LlamaLayerHead
 from mmspec.decoding.lean_stack import rms_norm
 
 

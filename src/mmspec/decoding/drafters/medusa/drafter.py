@@ -29,7 +29,7 @@ from mmspec.decoding.timing import sync
 from mmspec.lazy import torch
 
 if TYPE_CHECKING:
-    from mmspec.decoding.drafters.medusa_net import MultiHead
+    from mmspec.decoding.drafters.medusa.net import MultiHead
 
 # Medusa and Hydra: 5 heads (Medusa's vicuna-7b release; its tree uses the first 4)
 HEADS = Param("medusa_heads", int, 5, "heads, each drafting one position further", low=1)
@@ -121,15 +121,11 @@ class MedusaDrafter(MultiHeadDrafter):
     description = "Medusa's K heads on the target's last feature"
     source = "Medusa's vicuna-7b release (5 heads)"
 
-    loss = "multi_token"
-    loss_weights = (0.0, 0.0, 1.0)
-    # head k's loss weighs decay**k (Medusa, Section 2.2.1 and its axolotl recipes'
-    # `medusa_decay_coefficient` 0.8; Hydra's `train.py` sums its heads' losses unweighted)
-    decay = 0.8
     sequential = False  # each head reads the target's feature alone (Hydra's read the drafts)
-    network_class = "mmspec.decoding.drafters.medusa_net:MultiHead"
-    config_class = "mmspec.decoding.drafters.medusa_net:MultiHeadConfig"
+    network_class = "mmspec.decoding.drafters.medusa.net:MultiHead"
+    config_class = "mmspec.decoding.drafters.medusa.net:MultiHeadConfig"
     blocks = 0
+    loss_class = "mmspec.decoding.drafters.medusa.loss:MedusaLoss"
 
     @classmethod
     def network_options(cls, spec: dict) -> dict:
@@ -166,5 +162,5 @@ class HydraDrafter(MedusaDrafter):
     name = "hydra"
     description = "Hydra's sequentially dependent heads"
     source = "Hydra's release (grounded MLP heads); Medusa's tree"
-    decay = 1.0
     sequential = True
+    loss_class = "mmspec.decoding.drafters.medusa.loss:HydraLoss"

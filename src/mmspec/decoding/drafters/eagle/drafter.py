@@ -31,7 +31,7 @@ from mmspec.decoding.timing import sync
 from mmspec.lazy import inference_mode, torch
 
 if TYPE_CHECKING:
-    from mmspec.decoding.drafters.eagle_net import EagleHead
+    from mmspec.decoding.drafters.eagle.net import EagleHead
 
 
 @catalog.register
@@ -50,7 +50,8 @@ class EagleDrafter(HeadDrafter):
     params = (*HEAD_TRAINING, HEAD_NOISE, Param("head_layers", int, 1, "decoder layers", low=1))
     training = tuple(p.key for p in params)
     drafts_images = True
-    network_class = "mmspec.decoding.drafters.eagle_net:EagleHead"
+    network_class = "mmspec.decoding.drafters.eagle.net:EagleHead"
+    loss_class = "mmspec.decoding.drafters.eagle.loss:FeatureLoss"
     description = "EAGLE's one-layer head extrapolating the target's last-layer features"
     source = "EAGLE's release, train/main.py (lr 3e-5, batch 4, noise 0.2)"
 

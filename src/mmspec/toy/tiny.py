@@ -1,4 +1,5 @@
-"""Tiny random-init models of every supported VLM family, built offline.
+"""Tiny random-init models of every supported VLM family, built offline over the toy world's
+vocabulary.
 
 Each is an ordinary `save_pretrained` folder (model + processor + chat template), so it loads
 through the same `from_pretrained` path as the family's real checkpoints: a stand-in for

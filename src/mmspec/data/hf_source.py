@@ -1,0 +1,25 @@
+"""The `source: hf` dataset source: a Hugging Face dataset by hub id, or a local folder that
+`datasets` reads (a `save_to_disk` folder, or files such as a metadata.jsonl beside its
+images). `data.hf_spec` checks an entry, `data.hf` prepares it."""
+
+from __future__ import annotations
+
+from mmspec.data import hf_spec
+from mmspec.data.source import DatasetSource, register
+
+
+@register
+class HuggingFaceDatasets(DatasetSource):
+    kind = "hf"
+    description = "a Hugging Face dataset, by hub id or local folder"
+
+    def check(self, name: str, entry: dict) -> None:
+        hf_spec.check_spec(entry)
+
+    def has_second_turns(self, name: str, entry: dict) -> bool:
+        return "conversation" in entry
+
+    def prepare(self, name: str, entry: dict, out: str, seed: int) -> int:
+        from mmspec.data.hf import prepare_hf
+
+        return prepare_hf(name, entry, out)

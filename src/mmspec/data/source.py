@@ -1,0 +1,135 @@
+"""Dataset sources: what a dataset entry's `source:` names (`hf`, `toy`, a plugin's), each one
+class on this protocol, found by that name as components are (`decoding.catalog`).
+
+A source declares its entries' form (`entry_schema`: a JSON schema, config/schema.yaml's for
+the built-in ones), what is checked before any job (`check`), what its samples ask for
+(`task`), the task metric that scores them (`metric`), how many sample-turns a cell decodes
+when that is known before anything is prepared (`sample_turns`, for `mmspec plan`), whether its
+samples have second turns (`has_second_turns`, for the scorecard's plan), how its prepare job
+writes the PREPARED table (`prepare`) and, when it knows its answers exactly, the rubric the
+embedded judge grades with (`rubric`: a module named, not imported, so that a rubric's code is
+the judge's alone).
+
+Built-in sources register when their modules are imported (`BUILT_IN_MODULES`: Hugging Face
+datasets, by hub id or local folder, in `data.hf_source`; the toy world's scenarios in
+`toy.dataset_source`). A researcher's own package adds sources through the entry point group
+`mmspec.dataset_sources`, each entry point naming a DatasetSource subclass. Validation imports
+no torch: a source imports what preparing needs inside `prepare`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import ClassVar
+
+from mmspec import plugins, schema
+from mmspec.data.media import ANSWER
+
+GROUP = "mmspec.dataset_sources"
+BUILT_IN_MODULES = ("mmspec.data.hf_source", "mmspec.toy.dataset_source")
+
+_SOURCES: dict[str, type[DatasetSource]] = {}
+_loaded = False
+
+
+class DatasetSource:
+    """A kind of dataset, named by an entry's `source`. `name` is the dataset's name in the
+    config, `entry` its validated entry (defaults filled in)."""
+
+    kind: ClassVar[str] = ""  # the entries' `source`
+    description: ClassVar[str] = ""
+    # the module of its exact rubric, if it has one: `grade(answer, reference)` in [0, 1] and
+    # `answer(caption, question)`, a question answered from a caption alone (VDC's first stage)
+    rubric: ClassVar[str | None] = None
+
+    def entry_schema(self) -> dict:
+        """The JSON schema of an entry (its `source` a `const` of `kind`)."""
+        return schema.section("datasets", self.kind)
+
+    def check(self, name: str, entry: dict) -> None:
+        """Raise ValueError for an entry its prepare job would refuse (beyond the schema)."""
+
+    def task(self, name: str, entry: dict) -> str:
+        """What the samples ask for: `media.ANSWER` or `media.IMAGE_GENERATION`."""
+        return entry.get("task", ANSWER)
+
+    def metric(self, name: str, entry: dict) -> str:
+        """The task metric (`scoring.metric_catalog`) that scores the answers."""
+        return entry["metric"]
+
+    def sample_turns(self, name: str, entry: dict, config: dict) -> int | None:
+        """The rows its prepared table will hold, if known before it is prepared."""
+        return None
+
+    def has_second_turns(self, name: str, entry: dict) -> bool:
+        """Whether a sample can have a second turn."""
+        return False
+
+    def prepare(self, name: str, entry: dict, out: str, seed: int) -> int:
+        """Write the PREPARED table to `out`; return its rows. `seed`: the sweep's seed of
+        generated samples (an entry may set its own)."""
+        raise NotImplementedError
+
+
+class CatalogError(ValueError):
+    """A source that cannot join the catalog, or a name it does not hold."""
+
+
+def register(source: type[DatasetSource]) -> type[DatasetSource]:
+    """Add a source class (a class decorator). Two sources may not share a kind."""
+    if not (inspect.isclass(source) and issubclass(source, DatasetSource)):
+        raise CatalogError(f"{source!r} is not a DatasetSource subclass (data.source)")
+    if not source.kind:
+        raise CatalogError(f"{source.__qualname__} declares no kind")
+    known = _SOURCES.get(source.kind)
+    if known is not None and known is not source:
+        raise CatalogError(
+            f"dataset source {source.kind!r} is declared twice: by {_where(known)} and by "
+            f"{_where(source)}"
+        )
+    _SOURCES[source.kind] = source
+    return source
+
+
+def _where(source: type[DatasetSource]) -> str:
+    return f"{source.__module__}.{source.__qualname__}"
+
+
+def load() -> None:
+    """Import the built-in sources and the installed plugins' (once)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for module in BUILT_IN_MODULES:
+        importlib.import_module(module)
+    plugins.register_group(GROUP, "dataset source", register, CatalogError)
+
+
+def sources() -> dict[str, DatasetSource]:
+    """kind -> source, in the order they registered."""
+    load()
+    return {kind: source() for kind, source in _SOURCES.items()}
+
+
+def get(kind: str) -> DatasetSource:
+    """The source of `kind`; CatalogError listing the known kinds."""
+    load()
+    source = _SOURCES.get(kind)
+    if source is None:
+        raise CatalogError(
+            f"unknown dataset source {kind!r}; known: {sorted(_SOURCES)} (a plugin package adds "
+            f"dataset sources through the entry point group {GROUP}: is it installed?)"
+        )
+    return source()
+
+
+def of(entry: dict) -> DatasetSource:
+    """The source of a dataset entry."""
+    return get(entry["source"])
+
+
+def rubric() -> str | None:
+    """The module of the first exact rubric a source declares (the embedded judge's)."""
+    return next((s.rubric for s in sources().values() if s.rubric is not None), None)

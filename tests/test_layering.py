@@ -1,0 +1,148 @@
+"""The package's layering, read from its import statements (at any depth, relative ones
+resolved; nothing is imported): nothing below the command line, the workflow's stages and the
+toy world imports them, and the decoding engine imports nothing above it.
+
+The toy world joins the layers below as a plugin would: the dataset, model and metric catalogs
+import its modules by name (`data.source`, `models.source`, `scoring.metric_catalog`), as do the
+code that reads a folder a model source names a reader for and the embedded judge's rubric: a
+registration, not an import statement.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import mmspec
+
+PACKAGE = Path(mmspec.__file__).resolve().parent
+
+# the command line, and what runs it (warm workers, the GPU check, benchmarks) or documents it
+COMMANDS = ("cli", "worker", "reference", "gpu_check", "bench")
+# each top layer: its modules or packages, and the only ones that may import them
+TOP_LAYERS = {
+    "the command line": (COMMANDS, COMMANDS),
+    # also declared to the workflow's helpers (code fingerprints, GPU slots)
+    "the workflow's stages": (("stages",), (*COMMANDS, "stages", "fingerprint", "gpus")),
+    "the toy world": (("toy",), (*COMMANDS, "toy")),
+}
+# the decoding engine, and the only modules it imports
+ENGINE = "decoding"
+BELOW_ENGINE = ("decoding", "lazy", "plugins", "data.media")
+
+
+def module_files(root: Path) -> dict[str, Path]:
+    """Dotted module name -> source file, for the package whose folder is `root`."""
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        found[".".join(parts).removesuffix(".__init__")] = path
+    return found
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (`from a import b`: a.b when that is a module,
+    else a)."""
+    modules = module_files(root)
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                for alias in node.names:
+                    found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+        graph[name] = {m for m in found if m in modules}
+    return graph
+
+
+def _within(module: str, package: str, parts: tuple[str, ...]) -> bool:
+    return any(module == f"{package}.{p}" or module.startswith(f"{package}.{p}.") for p in parts)
+
+
+def violations(root: Path) -> list[str]:
+    """Every import of the package at `root` that breaks the layering, as "importer -> imported:
+    why"."""
+    package = root.name
+    found = []
+    for importer, imported in sorted(import_graph(root).items()):
+        for module in sorted(imported):
+            for layer, (parts, allowed) in TOP_LAYERS.items():
+                if _within(module, package, parts) and not _within(importer, package, allowed):
+                    why = f"only {', '.join(allowed)} import {layer}"
+                    found.append(f"{importer} -> {module}: {why}")
+            engine = _within(importer, package, (ENGINE,))
+            if engine and not _within(module, package, BELOW_ENGINE):
+                found.append(
+                    f"{importer} -> {module}: the engine imports only {', '.join(BELOW_ENGINE)}"
+                )
+    return found
+
+
+def test_the_package_keeps_its_layers():
+    assert violations(PACKAGE) == []
+
+
+def test_the_check_sees_imports_at_any_depth_and_of_any_form():
+    graph = import_graph(PACKAGE)
+    assert "mmspec.toy.world" in graph["mmspec.toy.dataset_source"]  # from mmspec.toy import world
+    assert "mmspec.cells" in graph["mmspec.plan"]  # `from mmspec.cells import cells as ...`
+    assert "mmspec.data.hf" in graph["mmspec.data.hf_source"]  # inside a method
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def test_a_package_that_breaks_the_layers_fails_the_check(tmp_path):
+    files = {
+        "__init__.py": "",
+        "cli.py": "from pkg.stages import prepare\n",
+        "stages/__init__.py": "",
+        "stages/prepare.py": "from pkg.data import source\n",
+        "toy/__init__.py": "",
+        "toy/world.py": "from pkg.data import media\n",
+        "data/__init__.py": "",
+        "data/media.py": "",
+        "data/source.py": "from pkg.data import media\n",
+        "decoding/__init__.py": "",
+        "decoding/loops.py": "from pkg import lazy\nfrom . import views\n",
+        "decoding/views.py": "from pkg.data.media import IMAGE\n",
+        "lazy.py": "",
+        "methods/__init__.py": "",
+        "methods/runner.py": "from pkg.decoding import loops\n",
+    }
+    root = _package(tmp_path / "pkg", files)
+    assert violations(root) == []  # the layers as they should be
+    _package(
+        root,
+        {
+            # a data module reading the toy world, inside a function
+            "data/stand_in.py": "def rows():\n    from ..toy import world\n",
+            # a model module running a stage
+            "methods/verify.py": "import pkg.stages.prepare\n",
+            # the engine reaching up to the methods
+            "decoding/trees.py": "from pkg.methods.runner import run\n",
+            "report.py": "from pkg import cli\n",
+        },
+    )
+    commands = "cli, worker, reference, gpu_check, bench"
+    assert violations(root) == [
+        f"pkg.data.stand_in -> pkg.toy.world: only {commands}, toy import the toy world",
+        "pkg.decoding.trees -> pkg.methods.runner: the engine imports only decoding, lazy, "
+        "plugins, data.media",
+        f"pkg.methods.verify -> pkg.stages.prepare: only {commands}, stages, fingerprint, gpus "
+        "import the workflow's stages",
+        f"pkg.report -> pkg.cli: only {commands} import the command line",
+    ]

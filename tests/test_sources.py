@@ -1,0 +1,196 @@
+"""Dataset and model sources (`data.source`, `models.source`): a source declared in this file
+only is validated, planned, prepared and read through the workflow's own code, and the built-in
+sources (Hugging Face and local, the toy world) answer what each part of mmspec asks of them."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from mmspec import config as mmconfig
+from mmspec import model_refs, plan
+from mmspec.cells import model_slug
+from mmspec.claims.planned import has_second_turns
+from mmspec.data import source as dataset_source
+from mmspec.data.media import ANSWER, IMAGE_GENERATION
+from mmspec.models import footprint
+from mmspec.models import source as model_source
+from mmspec.schema import ConfigError
+from mmspec.scoring.judge import EmbeddedJudge
+from mmspec.stages import prepare
+from mmspec.tables import PREPARED, read_table, write_table
+from mmspec.toy import judge_rubric
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = yaml.safe_load((ROOT / "tests" / "configs" / "tiny.yaml").read_text())
+
+
+class Counting(dataset_source.DatasetSource):
+    """Count to `upto`: "what comes after 2 ?" -> "3"."""
+
+    kind = "counting"
+    description = "questions about counting, written by a test"
+
+    def entry_schema(self) -> dict:
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["source", "upto"],
+            "properties": {
+                "source": {"const": self.kind},
+                "upto": {"type": "integer", "minimum": 1},
+                "metric": {"type": "string", "default": "exact_match"},
+                "group": {"type": "string", "default": "benchmark"},
+            },
+        }
+
+    def check(self, name: str, entry: dict) -> None:
+        if entry["upto"] > 99:
+            raise ValueError("`upto` above 99: the toy vocabulary has no such numbers")
+
+    def sample_turns(self, name: str, entry: dict, config: dict) -> int:
+        return entry["upto"]
+
+    def prepare(self, name: str, entry: dict, out: str, seed: int) -> int:
+        rows = []
+        for n in range(1, entry["upto"] + 1):
+            user = {"role": "user", "content": [{"type": "text", "text": f"after {n - 1} ?"}]}
+            rows.append(
+                {
+                    "sample_id": f"{name}-{n}",
+                    "turn": 0,
+                    "scenario": name,
+                    "messages": json.dumps([user]),
+                    "images": [],
+                    "image_ids": [],
+                    "reference": str(n),
+                    "qa": None,
+                }
+            )
+        write_table(pa.Table.from_pylist(rows, schema=PREPARED), out, PREPARED)
+        return len(rows)
+
+
+class Shelf(model_source.ModelSource):
+    """`shelf:<name>`: a model in the test's shelf folder."""
+
+    name = "shelf"
+    scheme = "shelf"
+    root: Path = Path("shelf")
+
+    def check(self, key: str, ref: str, what: str, config: dict) -> None:
+        if self.folder(ref) is None:
+            raise ConfigError(f"config key {key}: {what}: nothing on the shelf as {ref!r}")
+
+    def folder(self, ref: str) -> Path | None:
+        path = self.root / ref.removeprefix("shelf:")
+        return path if (path / "config.json").is_file() else None
+
+    def location(self, ref: str) -> str:
+        return str(self.root / ref.removeprefix("shelf:"))
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    """The Counting source registered for one test (the catalog as it was afterwards)."""
+    dataset_source.load()
+    monkeypatch.setattr(dataset_source, "_SOURCES", dict(dataset_source._SOURCES))
+    dataset_source.register(Counting)
+
+
+@pytest.fixture
+def shelf(monkeypatch, tmp_path):
+    """The Shelf source over a folder holding one text-only model's config."""
+    model_source.load()
+    monkeypatch.setattr(model_source, "_SOURCES", dict(model_source._SOURCES))
+    monkeypatch.setattr(Shelf, "root", tmp_path)
+    model = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 3, "vocab_size": 96}
+    (tmp_path / "lm").mkdir()
+    (tmp_path / "lm" / "config.json").write_text(json.dumps(model))
+    model_source.register(Shelf)
+    return tmp_path
+
+
+def _sweep(datasets: dict, pairs: dict | None = None) -> dict:
+    sweep = copy.deepcopy(TINY)
+    sweep.update(datasets=datasets, methods={"ar": {}, "sd": {"gamma": 2}})
+    sweep.pop("judge")
+    if pairs is not None:
+        sweep["pairs"] = pairs
+    return sweep
+
+
+def test_a_dataset_source_of_a_test_is_validated_planned_prepared_and_read(counting, tmp_path):
+    config = mmconfig.validate(_sweep({"count": {"source": "counting", "upto": 3}}))
+    entry = config["datasets"]["count"]
+    assert entry["metric"] == "exact_match"  # its schema's default
+    assert mmconfig.dataset_task(config, "count") == ANSWER
+    assert not has_second_turns("count", entry)
+    pairs = plan.plan(config, tmp_path / "results")
+    assert pairs["toy"].sample_turns == 3 * pairs["toy"].cells  # known before preparing
+    out = tmp_path / "results" / "prepared" / "count.parquet"
+    assert prepare.run("count", mmconfig.prepare_entry(entry), str(out), 0) == 3
+    rows = read_table(str(out), PREPARED).to_pylist()
+    assert [r["reference"] for r in rows] == ["1", "2", "3"]
+    assert plan.plan(config, tmp_path / "results")["toy"].sample_turns == 3 * pairs["toy"].cells
+
+
+def test_a_dataset_source_of_a_test_checks_its_entries(counting):
+    with pytest.raises(ConfigError, match=r"datasets.count: `upto` above 99"):
+        mmconfig.validate(_sweep({"count": {"source": "counting", "upto": 120}}))
+    with pytest.raises(ConfigError, match=r"datasets.count"):
+        mmconfig.validate(_sweep({"count": {"source": "counting", "upto": 3, "colour": "red"}}))
+
+
+def test_an_entry_of_a_source_nobody_declares_is_refused():
+    with pytest.raises(ConfigError, match=r"datasets.count"):
+        mmconfig.validate(_sweep({"count": {"source": "counting", "upto": 3}}))
+
+
+def test_a_model_source_of_a_test_is_checked_sized_and_found(shelf):
+    pairs = {"lm": {"target": "shelf:lm", "draft": "shelf:lm"}}
+    config = mmconfig.validate(_sweep({"toy_caption": {"source": "toy", "samples": 2}}, pairs))
+    assert config["pairs"]["lm"]["target"] == "shelf:lm"
+    assert model_refs.language_layers(config, "shelf:lm") == 3
+    assert model_refs.model_kind(config, "shelf:lm") is None
+    assert model_refs.workflow_output("shelf:lm") is None
+    assert model_slug("shelf:lm").startswith("shelf-lm-")
+    assert footprint.footprint("shelf:lm", "float32").source == "config"
+    with pytest.raises(ConfigError, match=r"pairs.lm.target: pair 'lm', role target: nothing"):
+        mmconfig.validate(_sweep({"toy_caption": {"source": "toy"}}, {"lm": {"target": "shelf:x"}}))
+
+
+def test_the_built_in_dataset_sources_answer_for_their_entries():
+    toy, hf = dataset_source.get("toy"), dataset_source.get("hf")
+    assert toy.metric("toy_vqa", {"source": "toy"}) == "toy"
+    assert toy.task("toy_imagegen", {"source": "toy"}) == IMAGE_GENERATION
+    assert toy.task("split", {"source": "toy", "scenario": "toy_imagegen"}) == IMAGE_GENERATION
+    assert toy.has_second_turns("dialogues", {"source": "toy", "scenario": "toy_multiturn"})
+    assert not toy.has_second_turns("toy_caption", {"source": "toy"})
+    config = {"toy": {"seed": 0}}
+    assert toy.sample_turns("toy_caption", {"source": "toy", "samples": 5}, config) == 5
+    entry = {"source": "hf", "id": "a/b", "split": "test", "metric": "anls", "task": "answer"}
+    assert hf.metric("docs", entry) == "anls" and hf.sample_turns("docs", entry, config) is None
+    assert hf.has_second_turns("chat", {**entry, "conversation": {"column": "turns"}})
+    with pytest.raises(ValueError, match="columns.question"):
+        hf.check("docs", {**entry, "columns": {"answer": "a"}})
+    assert dataset_source.rubric() == judge_rubric.__name__
+    judge = EmbeddedJudge()  # the embedded judge grades with it
+    assert (judge.grader, judge.answerer) == (judge_rubric.grade, judge_rubric.answer)
+
+
+def test_the_built_in_model_sources_claim_their_references(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models" / "tgt").mkdir(parents=True)
+    assert model_source.of("toy:target").name == "toy"
+    assert model_source.of("llava-hf/llava-1.5-7b-hf").name == "hub"
+    for local in ("./models/tgt", "models/tgt", "models/tgt/", "~/m", "/abs/m", "no hub id"):
+        assert model_source.of(local).name == "local", local
+    assert model_refs.normalize_model_ref("./models/tgt/") == "models/tgt"
+    assert model_refs.workflow_output("toy:target") == "results/models/toy/target"
+    assert model_slug("toy:target") == "toy-target"

@@ -35,10 +35,15 @@ class CellMetric:
     interval: tuple[str, str] | None = None  # the (low, high) columns of its 95% interval
     definition: str = ""  # the glossary's text (HTML); "" where another column's covers it
     term: str = ""  # the glossary's heading where the definition covers several columns
+    # how a row pooling a cell's seeds combines their values (report.pooled): counts are
+    # summed; every other number is the mean of the seeds' values
+    summed: bool = False
 
     def __post_init__(self):
         if self.better not in DIRECTIONS:
             raise ValueError(f"{self.name}: better is one of {DIRECTIONS}, got {self.better!r}")
+        if self.summed and not pa.types.is_integer(self.type):
+            raise ValueError(f"{self.name}: only a count (an integer column) is summed over seeds")
 
     @property
     def heading(self) -> str:
@@ -60,7 +65,7 @@ _ULPS = ", ".join(f"{u:g} in {d}" for d, u in TIE_ULPS.items())
 
 # In the cells table's column order: a metric's place here is its column's.
 CELL_METRICS = [
-    CellMetric("n_samples", pa.int64(), "count(*)", "the cell's sample-turns"),
+    CellMetric("n_samples", pa.int64(), "count(*)", "the cell's sample-turns", summed=True),
     CellMetric(
         "steps",
         pa.int64(),
@@ -69,6 +74,7 @@ CELL_METRICS = [
         better="lower",
         definition="the steps of a cell, summed over its sample-turns (AR: one per token but "
         "the first).",
+        summed=True,
     ),
     CellMetric(
         "new_tokens",
@@ -78,6 +84,7 @@ CELL_METRICS = [
         "tokens and max_new_tokens cut the last step",
         definition="tokens the steps emitted: every output token but the first (which the "
         "prefill emits), after a stop token or max_new_tokens cut the last step.",
+        summed=True,
     ),
     CellMetric(
         "tau",
@@ -277,6 +284,7 @@ CELL_METRICS = [
         "near-ties are not failures. device_differences counts the sample-turns that differ "
         "from the AR cell's output but not from what the target emits on the job's own device "
         "(the AR cell ran on another device).",
+        summed=True,
     ),
     CellMetric(
         "real_divergences",
@@ -284,6 +292,7 @@ CELL_METRICS = [
         "sum(real_divergences)",
         "positions where the output differs from AR's beyond a near-tie (failures)",
         better="lower",
+        summed=True,
     ),
     CellMetric(
         "device_differences",
@@ -291,6 +300,7 @@ CELL_METRICS = [
         "CASE WHEN count(real_divergences) > 0 "
         "THEN count(*) FILTER (WHERE divergence_kind = 'device') END",
         "sample-turns that equal AR on the job's device (the AR cell's device differs)",
+        summed=True,
     ),
     CellMetric(
         "quality",
@@ -475,6 +485,7 @@ CELL_METRICS = [
         "CASE WHEN count(judge_score) + count(judge_error) > 0 THEN count(judge_error) END",
         "the cell's failed judgements (counted, never averaged in)",
         better="lower",
+        summed=True,
     ),
 ]
 

@@ -16,15 +16,18 @@ def bench_inputs(out: Path, sweep: dict) -> tuple[Path, Path, Path]:
     """(target, draft, prepared) of the first cell of the validated `sweep` that drafts with a
     toy draft model on a text dataset: the trained models and data the benchmark reads."""
     from mmspec import config as mmconfig
+    from mmspec import model_refs
     from mmspec.cells import cells
     from mmspec.data.media import IMAGE_GENERATION
 
     for cell in cells(sweep):
         pair = sweep["pairs"][cell.pair]
         refs = [pair["target"], pair.get("draft", "")]
+        # models the workflow trained (the toy world's), where the sweep's run wrote them
+        folders = [model_refs.workflow_output(r) if r else None for r in refs]
         text = mmconfig.dataset_task(sweep, cell.dataset) != IMAGE_GENERATION
-        if cell.spec["drafter"] == "model" and text and all(r.startswith("toy:") for r in refs):
-            target, draft = (out / "results" / "models" / "toy" / r[4:] for r in refs)
+        if cell.spec["drafter"] == "model" and text and all(folders):
+            target, draft = (out / folder for folder in folders)
             return target, draft, out / "results" / "prepared" / f"{cell.dataset}.parquet"
     raise ValueError("the sweep has no cell drafting with a toy draft model on a text dataset")
 

@@ -53,7 +53,7 @@ from mmspec.report.blocks import load_step_stats, step_stats_by_cell
 from mmspec.report.cells import lossless_bug, with_labels
 from mmspec.report.figures import method_colors
 from mmspec.report.formatting import MISSING, esc, heading
-from mmspec.report.pooled import INTERVAL_METRICS, pool_seeds
+from mmspec.report.pooled import INTERVAL_METRICS, SUMMED, pool_seeds
 from mmspec.tables import CLAIMS, read_table
 
 DEFINITIONS_ANCHOR = "definitions"
@@ -62,10 +62,9 @@ METRIC_DEFINITIONS = [
     (
         "seeds pooled",
         "every table row, plotted point and summary value is one (dataset, pair, method, hp) "
-        "with its seeds pooled: the counts n_samples, steps, new_tokens, judge_failures and the "
-        "divergence counts are summed over the seeds, every other number is the mean of the "
-        "seeds' values. The seeds column counts them; a row's ▸ button shows each seed's own "
-        "cell under it.",
+        f"with its seeds pooled: the counts {', '.join(SUMMED)} are summed over the seeds, every "
+        "other number is the mean of the seeds' values. The seeds column counts them; a row's ▸ "
+        "button shows each seed's own cell under it.",
     ),
     (
         "interval over seeds",

@@ -20,15 +20,7 @@ from mmspec.report.cells import sort_cells
 from mmspec.report.formatting import fmt_num, is_missing
 
 POOL_KEY = ["dataset", "pair", "method", "hp"]
-SUMMED = [
-    "n_samples",
-    "steps",
-    "new_tokens",
-    "judge_failures",
-    "near_tie_divergences",
-    "real_divergences",
-    "device_differences",
-]
+SUMMED = [m.name for m in cell_metrics.CELL_METRICS if m.summed]  # counts
 # Numbers that the hp fixes (so the same on every seed): the first seed's, not a mean.
 FIXED = ["seed", "gamma", "temperature"]
 # Metrics whose pooled row carries <metric>_low and <metric>_high.

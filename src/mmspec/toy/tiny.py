@@ -195,198 +195,262 @@ def build(family: str, hidden: int = 32, layers: int = 2, seed: int = 0):
     template = chat_template(_MARKERS[family], _VIDEO_MARKERS.get(family))
     videos = _video(family)
     llama = _text("LlamaConfig", vocab, hidden, layers)
-    if family == "llava":
-        config = tf.LlavaConfig(
-            vision_config=_clip(hidden),
-            text_config=llama,
-            image_token_index=ids("<image>"),
-            image_seq_length=16,
-            vision_feature_layer=-1,
-        )
-        image = _pil(
-            "CLIPImageProcessorPil", size={"height": 32, "width": 32}, crop_size=32, **NORM
-        )
-        processor = _processor("LlavaProcessor")(
-            image_processor=image,
-            tokenizer=tok,
-            patch_size=8,
-            vision_feature_select_strategy="default",
-            num_additional_image_tokens=1,
-            chat_template=template,
-        )
-    elif family in ("llava_next", "llava_next_video"):
-        video = family == "llava_next_video"
-        config = (tf.LlavaNextVideoConfig if video else tf.LlavaNextConfig)(
-            vision_config=_clip(hidden),
-            text_config=llama,
-            image_token_index=ids("<image>"),
-            image_grid_pinpoints=PINPOINTS,
-            vision_feature_layer=-1,
-            **({"video_token_index": ids("<video>")} if video else {}),
-        )
-        image = _pil(
-            "LlavaNextImageProcessorPil",
-            size={"shortest_edge": 32},
-            crop_size={"height": 32, "width": 32},
-            image_grid_pinpoints=PINPOINTS,
-            **NORM,
-        )
-        processor = _processor("LlavaNextVideoProcessor" if video else "LlavaNextProcessor")(
-            image_processor=image,
-            tokenizer=tok,
-            patch_size=8,
-            vision_feature_select_strategy="default",
-            num_additional_image_tokens=1,
-            chat_template=template,
-            **videos,
-        )
-    elif family == "llava_onevision":
-        config = tf.LlavaOnevisionConfig(
-            vision_config=_siglip(hidden),
-            text_config=_text("Qwen2Config", vocab, hidden, layers),
-            image_token_index=ids("<image>"),
-            video_token_index=ids("<video>"),
-            image_grid_pinpoints=PINPOINTS,
-            vision_feature_layer=-1,
-            vision_feature_select_strategy="full",
-        )
-        image = _pil(
-            "LlavaOnevisionImageProcessorPil",
-            size={"height": 32, "width": 32},
-            image_grid_pinpoints=PINPOINTS,
-            **NORM,
-        )
-        processor = _processor("LlavaOnevisionProcessor")(
-            image_processor=image,
-            tokenizer=tok,
-            num_image_tokens=16,
-            vision_feature_select_strategy="full",
-            chat_template=template,
-            **videos,
-        )
-    elif family in ("qwen2_vl", "qwen2_5_vl"):
-        text = dict(
-            vocab_size=vocab,
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_hidden_layers=layers,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=4096,
-            rope_parameters={
-                "rope_type": "default",
-                "rope_theta": 10000.0,
-                "mrope_section": [2, 3, 3],
-            },
-            pad_token_id=0,
-            bos_token_id=2,
-            eos_token_id=3,
-        )
-        vision = dict(
-            depth=1,
-            hidden_size=hidden,
-            embed_dim=hidden,
-            num_heads=2,
-            patch_size=8,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            in_chans=3,
-        )
-        if family == "qwen2_5_vl":
-            vision.update(intermediate_size=2 * hidden, out_hidden_size=hidden, window_size=32)
-            vision.update(fullatt_block_indexes=[0])
-            cls = tf.Qwen2_5_VLConfig
-        else:
-            vision.update(mlp_ratio=2)
-            cls = tf.Qwen2VLConfig
-        config = cls(
-            text_config=text,
-            vision_config=vision,
-            image_token_id=ids("<|image_pad|>"),
-            video_token_id=ids("<|video_pad|>"),
-            vision_start_token_id=ids("<|vision_start|>"),
-            vision_end_token_id=ids("<|vision_end|>"),
-            tie_word_embeddings=False,
-        )
-        image = _pil(
-            "Qwen2VLImageProcessorPil",
-            min_pixels=16 * 16,
-            max_pixels=64 * 64,
-            patch_size=8,
-            merge_size=2,
-            temporal_patch_size=2,
-            **NORM,
-        )
-        proc_cls = _processor(
-            "Qwen2_5_VLProcessor" if family == "qwen2_5_vl" else "Qwen2VLProcessor"
-        )
-        processor = proc_cls(image_processor=image, tokenizer=tok, chat_template=template, **videos)
-    elif family in ("idefics3", "smolvlm"):
-        vision = _vision(
-            "Idefics3VisionConfig" if family == "idefics3" else "SmolVLMVisionConfig", hidden
-        )
-        cls = tf.Idefics3Config if family == "idefics3" else tf.SmolVLMConfig
-        config = cls(
-            vision_config=vision,
-            text_config=llama,
-            scale_factor=2,
-            image_token_id=ids("<image>"),
-        )
-        pil = "Idefics3ImageProcessorPil" if family == "idefics3" else "SmolVLMImageProcessorPil"
-        image = _pil(
-            pil,
-            size={"longest_edge": 64},
-            max_image_size={"longest_edge": 32},
-            do_image_splitting=True,
-            **NORM,
-        )
-        proc_cls = _processor("Idefics3Processor" if family == "idefics3" else "SmolVLMProcessor")
-        processor = proc_cls(
-            image_processor=image, tokenizer=tok, image_seq_len=4, chat_template=template, **videos
-        )
-    elif family == "gemma3":
-        text = _text(
-            "Gemma3TextConfig",
-            vocab,
-            hidden,
-            layers,
-            sliding_window=8,
-            layer_types=["sliding_attention", "full_attention"] * (layers // 2)
-            + ["sliding_attention"] * (layers % 2),
-        )
-        config = tf.Gemma3Config(
-            text_config=text,
-            vision_config=_siglip(hidden),
-            mm_tokens_per_image=4,
-            boi_token_index=ids("<start_of_image>"),
-            eoi_token_index=ids("<end_of_image>"),
-            image_token_index=ids("<image_soft_token>"),
-        )
-        image = _pil("Gemma3ImageProcessorPil", size={"height": 32, "width": 32}, **NORM)
-        processor = _processor("Gemma3Processor")(
-            image_processor=image, tokenizer=tok, image_seq_length=4, chat_template=template
-        )
-    elif family == "mistral3":
-        vision = _vision("PixtralVisionConfig", hidden, image=64, head_dim=hidden // 2)
-        config = tf.Mistral3Config(
-            vision_config=vision,
-            text_config=_text("MistralConfig", vocab, hidden, layers, sliding_window=None),
-            image_token_index=ids("[IMG]"),
-            spatial_merge_size=2,
-            vision_feature_layer=-1,
-        )
-        image = _pil("PixtralImageProcessorPil", size={"longest_edge": 64}, patch_size=8, **NORM)
-        processor = _processor("PixtralProcessor")(
-            image_processor=image,
-            tokenizer=tok,
-            patch_size=8,
-            spatial_merge_size=2,
-            chat_template=template,
-        )
+    config, processor = _FAMILY_PARTS[family](
+        family=family,
+        tok=tok,
+        vocab=vocab,
+        ids=ids,
+        template=template,
+        videos=videos,
+        llama=llama,
+        hidden=hidden,
+        layers=layers,
+    )
     model = tf.AutoModelForImageTextToText.from_config(config)
     _randomise_zero_weights(model)
     model.generation_config.eos_token_id = None  # fixed-length outputs in comparisons
     return model.eval(), processor
+
+
+def _llava(*, tok, ids, template, llama, hidden, **_):
+    """The config and processor of a tiny llava model."""
+    import transformers as tf
+
+    config = tf.LlavaConfig(
+        vision_config=_clip(hidden),
+        text_config=llama,
+        image_token_index=ids("<image>"),
+        image_seq_length=16,
+        vision_feature_layer=-1,
+    )
+    image = _pil("CLIPImageProcessorPil", size={"height": 32, "width": 32}, crop_size=32, **NORM)
+    processor = _processor("LlavaProcessor")(
+        image_processor=image,
+        tokenizer=tok,
+        patch_size=8,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=template,
+    )
+    return config, processor
+
+
+def _llava_next(*, tok, ids, template, videos, llama, hidden, family, **_):
+    """The config and processor of a tiny llava_next / llava_next_video model."""
+    import transformers as tf
+
+    video = family == "llava_next_video"
+    config = (tf.LlavaNextVideoConfig if video else tf.LlavaNextConfig)(
+        vision_config=_clip(hidden),
+        text_config=llama,
+        image_token_index=ids("<image>"),
+        image_grid_pinpoints=PINPOINTS,
+        vision_feature_layer=-1,
+        **({"video_token_index": ids("<video>")} if video else {}),
+    )
+    image = _pil(
+        "LlavaNextImageProcessorPil",
+        size={"shortest_edge": 32},
+        crop_size={"height": 32, "width": 32},
+        image_grid_pinpoints=PINPOINTS,
+        **NORM,
+    )
+    processor = _processor("LlavaNextVideoProcessor" if video else "LlavaNextProcessor")(
+        image_processor=image,
+        tokenizer=tok,
+        patch_size=8,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
+        chat_template=template,
+        **videos,
+    )
+    return config, processor
+
+
+def _llava_onevision(*, tok, vocab, ids, template, videos, hidden, layers, **_):
+    """The config and processor of a tiny llava_onevision model."""
+    import transformers as tf
+
+    config = tf.LlavaOnevisionConfig(
+        vision_config=_siglip(hidden),
+        text_config=_text("Qwen2Config", vocab, hidden, layers),
+        image_token_index=ids("<image>"),
+        video_token_index=ids("<video>"),
+        image_grid_pinpoints=PINPOINTS,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="full",
+    )
+    image = _pil(
+        "LlavaOnevisionImageProcessorPil",
+        size={"height": 32, "width": 32},
+        image_grid_pinpoints=PINPOINTS,
+        **NORM,
+    )
+    processor = _processor("LlavaOnevisionProcessor")(
+        image_processor=image,
+        tokenizer=tok,
+        num_image_tokens=16,
+        vision_feature_select_strategy="full",
+        chat_template=template,
+        **videos,
+    )
+    return config, processor
+
+
+def _qwen2_vl(*, tok, vocab, ids, template, videos, hidden, layers, family, **_):
+    """The config and processor of a tiny qwen2_vl / qwen2_5_vl model."""
+    import transformers as tf
+
+    text = dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=4096,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "mrope_section": [2, 3, 3],
+        },
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+    )
+    vision = dict(
+        depth=1,
+        hidden_size=hidden,
+        embed_dim=hidden,
+        num_heads=2,
+        patch_size=8,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        in_chans=3,
+    )
+    if family == "qwen2_5_vl":
+        vision.update(intermediate_size=2 * hidden, out_hidden_size=hidden, window_size=32)
+        vision.update(fullatt_block_indexes=[0])
+        cls = tf.Qwen2_5_VLConfig
+    else:
+        vision.update(mlp_ratio=2)
+        cls = tf.Qwen2VLConfig
+    config = cls(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+        tie_word_embeddings=False,
+    )
+    image = _pil(
+        "Qwen2VLImageProcessorPil",
+        min_pixels=16 * 16,
+        max_pixels=64 * 64,
+        patch_size=8,
+        merge_size=2,
+        temporal_patch_size=2,
+        **NORM,
+    )
+    proc_cls = _processor("Qwen2_5_VLProcessor" if family == "qwen2_5_vl" else "Qwen2VLProcessor")
+    processor = proc_cls(image_processor=image, tokenizer=tok, chat_template=template, **videos)
+    return config, processor
+
+
+def _idefics3(*, tok, ids, template, videos, llama, hidden, family, **_):
+    """The config and processor of a tiny idefics3 / smolvlm model."""
+    import transformers as tf
+
+    vision = _vision(
+        "Idefics3VisionConfig" if family == "idefics3" else "SmolVLMVisionConfig", hidden
+    )
+    cls = tf.Idefics3Config if family == "idefics3" else tf.SmolVLMConfig
+    config = cls(
+        vision_config=vision,
+        text_config=llama,
+        scale_factor=2,
+        image_token_id=ids("<image>"),
+    )
+    pil = "Idefics3ImageProcessorPil" if family == "idefics3" else "SmolVLMImageProcessorPil"
+    image = _pil(
+        pil,
+        size={"longest_edge": 64},
+        max_image_size={"longest_edge": 32},
+        do_image_splitting=True,
+        **NORM,
+    )
+    proc_cls = _processor("Idefics3Processor" if family == "idefics3" else "SmolVLMProcessor")
+    processor = proc_cls(
+        image_processor=image, tokenizer=tok, image_seq_len=4, chat_template=template, **videos
+    )
+    return config, processor
+
+
+def _gemma3(*, tok, vocab, ids, template, hidden, layers, **_):
+    """The config and processor of a tiny gemma3 model."""
+    import transformers as tf
+
+    text = _text(
+        "Gemma3TextConfig",
+        vocab,
+        hidden,
+        layers,
+        sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"] * (layers // 2)
+        + ["sliding_attention"] * (layers % 2),
+    )
+    config = tf.Gemma3Config(
+        text_config=text,
+        vision_config=_siglip(hidden),
+        mm_tokens_per_image=4,
+        boi_token_index=ids("<start_of_image>"),
+        eoi_token_index=ids("<end_of_image>"),
+        image_token_index=ids("<image_soft_token>"),
+    )
+    image = _pil("Gemma3ImageProcessorPil", size={"height": 32, "width": 32}, **NORM)
+    processor = _processor("Gemma3Processor")(
+        image_processor=image, tokenizer=tok, image_seq_length=4, chat_template=template
+    )
+    return config, processor
+
+
+def _mistral3(*, tok, vocab, ids, template, hidden, layers, **_):
+    """The config and processor of a tiny mistral3 model."""
+    import transformers as tf
+
+    vision = _vision("PixtralVisionConfig", hidden, image=64, head_dim=hidden // 2)
+    config = tf.Mistral3Config(
+        vision_config=vision,
+        text_config=_text("MistralConfig", vocab, hidden, layers, sliding_window=None),
+        image_token_index=ids("[IMG]"),
+        spatial_merge_size=2,
+        vision_feature_layer=-1,
+    )
+    image = _pil("PixtralImageProcessorPil", size={"longest_edge": 64}, patch_size=8, **NORM)
+    processor = _processor("PixtralProcessor")(
+        image_processor=image,
+        tokenizer=tok,
+        patch_size=8,
+        spatial_merge_size=2,
+        chat_template=template,
+    )
+    return config, processor
+
+
+# family -> the function making its config and processor (each names the shared parts it reads)
+_FAMILY_PARTS = {
+    "llava": _llava,
+    "llava_next": _llava_next,
+    "llava_next_video": _llava_next,
+    "llava_onevision": _llava_onevision,
+    "qwen2_vl": _qwen2_vl,
+    "qwen2_5_vl": _qwen2_vl,
+    "idefics3": _idefics3,
+    "smolvlm": _idefics3,
+    "gemma3": _gemma3,
+    "mistral3": _mistral3,
+}
 
 
 def _randomise_zero_weights(model) -> None:

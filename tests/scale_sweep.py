@@ -48,7 +48,7 @@ def write_config(path: Path, seeds: int) -> Path:
 
 def cell_rows(cell: mmcells.Cell) -> list[dict]:
     """The score rows of one cell: SAMPLES sample-turns of made-up but consistent numbers."""
-    gamma = cell.spec.get("gamma") if cell.spec["method"] != "ar" else None
+    gamma = cell.spec.gamma if cell.spec.method != "ar" else None
     rng = np.random.default_rng([cell.seed, gamma or 0, len(cell.dataset)])
     tau = 1.0 if gamma is None else 1 + 3.5 * (1 - 0.8**gamma) + rng.normal(0, 0.1)
     rows = []
@@ -64,12 +64,12 @@ def cell_rows(cell: mmcells.Cell) -> list[dict]:
         rows.append(
             {
                 **cell.columns(),
-                "registry_method": cell.spec["method"],
-                "views": "".join(cell.spec.get("views", "")) or None,
-                "weights": cell.spec.get("weights"),
-                "tree": cell.spec.get("tree") if gamma else None,
+                "registry_method": cell.spec.method,
+                "views": cell.spec.views,
+                "weights": cell.spec.weights,
+                "tree": cell.spec.tree if gamma else None,
                 "gamma": gamma,
-                "acceptance": cell.spec.get("acceptance", "greedy"),
+                "acceptance": cell.spec.acceptance or "greedy",
                 "lossless_rule": True,
                 "temperature": 0.0,
                 "sample_id": f"s{i}",

@@ -188,7 +188,7 @@ def test_batches_give_the_tables_of_one_query(tmp_path):
     # every column of every cell, in the same order (NaN equal to NaN)
     pd.testing.assert_frame_equal(batched_cells, one_cells)
     assert len(one_blocks) == sum(
-        r["steps"] for c in cells if c.spec["method"] != "ar" for r in scale_sweep.cell_rows(c)
+        r["steps"] for c in cells if c.spec.method != "ar" for r in scale_sweep.cell_rows(c)
     )
     pd.testing.assert_frame_equal(batched_blocks, one_blocks)
     keys = list(batched_cells[aggregate.CELL_KEY].itertuples(index=False))

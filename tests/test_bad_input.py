@@ -66,7 +66,7 @@ def test_drafter_none_on_a_drafting_method_is_rejected(value):
 
 def test_drafter_equal_to_the_methods_own_is_accepted_and_others_rejected():
     ok = mmconfig.validate(changed(methods={"ar": {"drafter": "none"}, "sd": {"drafter": "model"}}))
-    drafters = {c.method: c.spec["drafter"] for c in mmcells.cells(ok)}
+    drafters = {c.method: c.spec.drafter for c in mmcells.cells(ok)}
     assert drafters == {"ar": "none", "sd": "model"}
     with pytest.raises(mmconfig.ConfigError, match="methods.ar: drafter='model'"):
         mmconfig.validate(changed(methods={"ar": {"drafter": "model"}}))

@@ -46,7 +46,7 @@ def test_default_config_is_a_tour_of_every_paper():
     tabed = {"ar", "m", "t", "mt", "tabed_mt"}
     heads = {"eagle_chain", "dream_chain", "eagle2", "dream"}
     assert not _by(cells, "toy")  # the tour trains one draft: TABED runs on toy_vdraft
-    drafters = {c.spec["drafter"] for c in cells if c.method.startswith(("eagle", "dream"))}
+    drafters = {c.spec.drafter for c in cells if c.method.startswith(("eagle", "dream"))}
     assert drafters == {"eagle", "dream", "model"}
     # SAGE / SpecVLM / EAGLE-2: every tree method, and a chain as deep as SAGE's deepest tree, on
     # a caption and the video (on the caption the chain over view M is TABED's `m`); LVSpec and
@@ -62,13 +62,13 @@ def test_default_config_is_a_tour_of_every_paper():
     # sampling is toy_lantern.yaml's
     image = {"ar", "eagle_image", "lantern_eagle", "eagle2_tree", "lantern_tree"}
     assert _by(cells, "toy_image") == {"toy_imagegen": image}
-    deltas = {c.spec["lantern_delta"] for c in cells if c.method == "lantern_tree"}
+    deltas = {c.spec.params["lantern_delta"] for c in cells if c.method == "lantern_tree"}
     assert deltas == {0.05, 0.2}
     image_heads = {mmcells.drafter_dir(c) for c in cells if c.pair == "toy_image"} - {None}
     assert len(image_heads) == 1
     cfg = mmconfig.load("config/config.yaml")
     assert mmconfig.judged_datasets(cfg) == ["toy_video"]
-    assert {c.spec["weights"] for c in cells if c.method == "tabed_mt"} == {"grid"}
+    assert {c.spec.weights for c in cells if c.method == "tabed_mt"} == {"grid"}
 
 
 def test_toy_presets_hold_each_papers_full_toy_study():
@@ -90,10 +90,10 @@ def test_toy_presets_hold_each_papers_full_toy_study():
     by_dataset = _by(tabed, "toy")
     for dataset in ["toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story"]:
         assert rows <= by_dataset[dataset], dataset
-    sd = {(c.spec["views"], c.spec["gamma"]) for c in tabed if c.method == "sd"}
+    sd = {(c.spec.views, c.spec.gamma) for c in tabed if c.method == "sd"}
     assert sd == {("M", g) for g in (1, 3, 7)}
     assert _by(tabed, "toy_weak") == {"toy_caption": {"ar", "sd_weak"}}
-    assert {c.spec["weights"] for c in tabed if c.method.startswith("tabed")} == {
+    assert {c.spec.weights for c in tabed if c.method.startswith("tabed")} == {
         "grid",
         "softmax",
         "adaboost",
@@ -113,9 +113,9 @@ def test_toy_presets_hold_each_papers_full_toy_study():
     lantern = mmcells.cells(mmconfig.load_as_snakemake("config/presets/toy_lantern.yaml"))
     assert {(c.dataset, c.pair) for c in lantern} == {("toy_imagegen", "toy_image")}
     grid = {
-        (c.spec["temperature"], c.spec["lantern_k"], c.spec["lantern_delta"])
+        (c.spec.temperature, c.spec.params["lantern_k"], c.spec.params["lantern_delta"])
         for c in lantern
-        if c.spec["method"] == "lantern"
+        if c.spec.method == "lantern"
     }
     assert {(k, d) for t, k, d in grid if t == 0} == {
         (k, d) for k in (4, 16, 64) for d in (0.0, 0.05, 0.1, 0.2, 0.4)
@@ -123,7 +123,7 @@ def test_toy_presets_hold_each_papers_full_toy_study():
     assert {(k, d) for t, k, d in grid if t == 1} == {
         (k, d) for k in (4, 16, 64) for d in (0.05, 0.1, 0.2, 0.4)
     }
-    ablations = {c.spec["method"] for c in lantern} & {
+    ablations = {c.spec.method for c in lantern} & {
         "lantern_cosine",
         "lantern_random",
         "lantern_jsd",
@@ -133,40 +133,41 @@ def test_toy_presets_hold_each_papers_full_toy_study():
     assert len(ablations) == 5
     # the same study over the paper's drafter: every cell of EAGLE's head shares one head
     relaxed = {
-        (c.spec["temperature"], c.spec["lantern_k"], c.spec["lantern_delta"])
+        (c.spec.temperature, c.spec.params["lantern_k"], c.spec.params["lantern_delta"])
         for c in lantern
-        if c.spec["method"] == "lantern_eagle"
+        if c.spec.method == "lantern_eagle"
     }
     deltas = (0.05, 0.1, 0.2, 0.4, 0.8)
     assert relaxed == {(t, k, d) for t in (0.0, 1.0) for k in (16, 64) for d in deltas} | {
         (0.0, k, 0.0) for k in (16, 64)
     }
-    heads = {mmcells.drafter_dir(c) for c in lantern if c.spec["drafter"] == "eagle"}
+    heads = {mmcells.drafter_dir(c) for c in lantern if c.spec.drafter == "eagle"}
     assert len(heads) == 1
-    assert {"eagle", "eagle2", "lantern_eagle2"} <= {c.spec["method"] for c in lantern}
+    assert {"eagle", "eagle2", "lantern_eagle2"} <= {c.spec.method for c in lantern}
     loose = mmcells.cells(mmconfig.load_as_snakemake("config/presets/toy_lvspec.yaml"))
     assert {(c.dataset, c.pair) for c in loose} == {
         ("toy_vdesc", "toy_vdesc_pair"),
         ("toy_vdesc", "toy_vdraft_alone"),
     }
     assert {c.method for c in loose if c.pair == "toy_vdraft_alone"} == {"ar"}
-    lambdas = {c.spec["lvspec_lambda"] for c in loose if c.method == "lvspec_nopst"}
+    lambdas = {c.spec.params["lvspec_lambda"] for c in loose if c.method == "lvspec_nopst"}
     assert lambdas == {0.0, 0.2, 0.5, 0.7, 0.9}
-    with_pst = {c.spec["lvspec_lambda"] for c in loose if c.method == "lvspec"}
+    with_pst = {c.spec.params["lvspec_lambda"] for c in loose if c.method == "lvspec"}
     assert with_pst == {0.5, 0.7, 0.9}
-    assert all(c.spec["pst"] for c in loose if c.method == "lvspec")
-    ahead = {c.spec["lvspec_lambda"] for c in loose if c.spec.get("pst_ahead")}
+    assert all(c.spec.params["pst"] for c in loose if c.method == "lvspec")
+    ahead = {c.spec.params["lvspec_lambda"] for c in loose if c.spec.params.get("pst_ahead")}
     assert ahead == {0.5, 0.7, 0.9}
     fly = {
-        (c.spec["fly_window"], c.spec["fly_entropy"])
+        (c.spec.params["fly_window"], c.spec.params["fly_entropy"])
         for c in loose
-        if c.spec.get("acceptance") == "fly"
+        if c.spec.acceptance == "fly"
     }
     assert fly == {(4, 0.1), (2, 0.1), (1, 0.1), (1, 0.05)}  # LVSpec's Figure 7 grid
-    assert {c.spec["relax_rho"] for c in loose if c.method == "random_relax"} == {0.25, 0.5, 0.75}
-    assert {c.spec["gamma"] for c in loose if c.method not in ("ar", "specvlm")} == {10}
+    rhos = {c.spec.params["relax_rho"] for c in loose if c.method == "random_relax"}
+    assert rhos == {0.25, 0.5, 0.75}
+    assert {c.spec.gamma for c in loose if c.method not in ("ar", "specvlm")} == {10}
     # SpecVLM's lossless tree over the pruned view: LVSpec's Table 1 baseline
-    assert {c.spec["tree"] for c in loose if c.method == "specvlm"} == {"static"}
+    assert {c.spec.tree for c in loose if c.method == "specvlm"} == {"static"}
 
 
 def test_grid_expands_to_cartesian_product():
@@ -180,7 +181,7 @@ def test_grid_expands_to_cartesian_product():
     ]
     one = next(c for c in cells if c.hp == "gamma-3_views-T")
     assert one.path == "dataset=toy_caption/pair=toy/method=sd/hp=gamma-3_views-T/seed=0"
-    assert one.spec["acceptance"] == "greedy" and one.spec["tree"] == "chain"
+    assert one.spec.acceptance == "greedy" and one.spec.tree == "chain"
 
 
 @pytest.mark.parametrize(
@@ -279,7 +280,7 @@ def test_a_drafter_without_views_or_head_is_described_by_what_it_is():
 def test_static_tree_paths_are_one_value_and_a_list_of_trees_a_grid():
     one = with_change(["methods", "sd"], {"tree": "static", "paths": [[0], [1], [0, 0]]})
     assert [
-        c.spec["paths"] for c in mmcells.cells(mmconfig.validate(one)) if c.method == "sd"
+        c.spec.params["paths"] for c in mmcells.cells(mmconfig.validate(one)) if c.method == "sd"
     ] == [[[0], [1], [0, 0]]]
     two = with_change(["methods", "sd"], {"tree": "static", "paths": [[[0]], [[0], [0, 0]]]})
     assert len([c for c in mmcells.cells(mmconfig.validate(two)) if c.method == "sd"]) == 2
@@ -292,7 +293,7 @@ def test_sampling_at_temperature_and_a_pair_without_draft():
         mmconfig.validate(hot)
     hot["methods"]["ar_hot"] = {"method": "ar", "temperature": 0.7}
     ok = mmconfig.validate(hot)
-    assert {c.spec["temperature"] for c in mmcells.cells(ok) if c.method == "sd"} == {0.7}
+    assert {c.spec.temperature for c in mmcells.cells(ok) if c.method == "sd"} == {0.7}
     cfg = with_change(["pairs", "toy"], {"target": "toy:target"})
     with pytest.raises(mmconfig.ConfigError, match="pairs.toy.draft: method 'sd' drafts with"):
         mmconfig.validate(cfg)
@@ -403,7 +404,7 @@ def test_grid_points_whose_components_read_the_same_values_are_one_cell():
     ]
     assert expansion.grid_points == 5 and expansion.merged == 1
     m = next(c for c in expansion.cells if c.hp == "views-M")
-    assert "keep" not in m.spec  # a cell holds only what its components read
+    assert "keep" not in m.spec.params  # a cell holds only what its components read
 
 
 def test_a_big_grid_keeps_one_cell_per_distinct_decoding():
@@ -446,7 +447,8 @@ def test_a_key_read_by_some_point_of_a_grid_is_accepted():
         "tree-chain",
     ]
     sage = next(c for c in cells if c.hp == "sage_k-8_tree-sage")
-    assert sage.spec["sage_k"] == 8 and sage.spec["sage_d_max"] == 8  # SAGE's defaults join
+    tree = sage.spec.part("tree").values
+    assert tree["sage_k"] == 8 and tree["sage_d_max"] == 8  # SAGE's defaults join
 
 
 def test_two_entries_that_decode_the_same_thing_are_refused():
@@ -459,7 +461,7 @@ def assert_distinct_decodings(cells) -> None:
     """No two cells of one dataset, pair and seed carry the same components and values."""
     seen = {}
     for c in cells:
-        decoding = yaml.safe_dump({k: v for k, v in c.spec.items() if k != "method"})
+        decoding = yaml.safe_dump({k: v for k, v in c.spec.params.items() if k != "method"})
         key = (c.dataset, c.pair, c.seed, decoding)
         assert key not in seen, f"{c.path} decodes what {seen[key]} decodes"
         seen[key] = c.path

@@ -22,6 +22,7 @@ from mmspec.methods import registry, verify
 from mmspec.methods.components import head_drafters
 from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.runtime import MethodRunner, Sample
+from mmspec.methods.spec import MethodSpec
 from mmspec.models.image_generation import ImageGenerator
 from mmspec.training.heads import collect_sequence, train_head
 
@@ -115,9 +116,9 @@ def test_sampled_decoding_draws_only_from_seeded_cpu_generators(tiny, method, hp
     tokenizer, target, draft, samples = tiny
     spec = _sampled(method, hparams)
     head = None
-    if spec["drafter"] in head_drafters():
+    if spec.drafter in head_drafters():
         torch.manual_seed(1)
-        head = build_head(spec["drafter"], target.config, spec, "tiny").double().eval()
+        head = build_head(spec.drafter, target.config, spec.head_training(), "tiny").double().eval()
     runner = MethodRunner(spec, target, draft, tokenizer, "<image>", head=head)
     with DrawAudit() as audit:
         for sample in samples:
@@ -126,7 +127,7 @@ def test_sampled_decoding_draws_only_from_seeded_cpu_generators(tiny, method, hp
     assert any(name == "multinomial" for name, _, _ in audit.draws)
 
 
-def _sampled(method: str, hparams: dict) -> dict:
+def _sampled(method: str, hparams: dict) -> MethodSpec:
     """`method` at temperature 1 (a head drafter names a training set, unused here)."""
     head = registry.METHODS[method].defaults["drafter"] in head_drafters()
     return registry.resolve(method, {**hparams, **({"head_data": "x"} if head else {})}, 1.0)
@@ -155,9 +156,9 @@ def test_head_training_draws_its_noise_from_a_seeded_cpu_generator(tiny):
         sequences.append(collect_sequence(runner.target, runner.target_prompt(sample), answer))
     spec = registry.resolve("eagle", {"head_data": "x"})
     torch.manual_seed(1)
-    head = build_head("eagle", target.config, spec, "tiny").float()
+    head = build_head("eagle", target.config, spec.head_training(), "tiny").float()
     lm_head = torch.nn.Linear(target.config.text_config.hidden_size, len(verify.WORDS))
-    training = {**{k: spec[k] for k in spec if k.startswith("head_")}, "head_steps": 3}
+    training = {**spec.head_training(), "head_steps": 3}
     with DrawAudit() as audit:
         train_head(head, lm_head, sequences, {**training, "head_noise": 0.2}, seed=0)
     assert any(name == "rand" for name, _, _ in audit.draws)

@@ -104,7 +104,7 @@ def _run_cells(target_dir, draft_dir, device_map) -> dict:
         pair["target_device_map"] = device_map
     outputs = {}
     for k, (method, hparams) in enumerate(METHODS):
-        spec = dict(resolve(method, hparams), method=method, temperature=0.0)
+        spec = resolve(method, hparams).to_dict()
         cell = {"dataset": "toy_diff", "pair": "p", "method": method, "hp": json.dumps(hparams)}
         params = {
             "cell": {**cell, "seed": 0, "spec": spec},

@@ -12,7 +12,8 @@ README still works:
 
 A block marked `<!-- needs: gpu -->`, `<!-- needs: network -->`, `<!-- needs: slurm -->` or
 `<!-- needs: plugin -->` on the line before its fence names files or models not at hand here:
-its commands are still parsed, its files and configs are not read.
+its commands are still parsed, its files and configs are not read. On the site each such marker
+shows as a note saying what the block needs (hooks/needs_notes.py; checked below).
 """
 
 from __future__ import annotations
@@ -276,6 +277,13 @@ def test_the_site_builds_with_no_warning(tmp_path):
     assert not warnings, out.stderr
     assert (tmp_path / "index.html").is_file()
     assert (tmp_path / "reference" / "config" / "index.html").is_file()
+    # every `<!-- needs: ... -->` marker shows on the site as a note (hooks/needs_notes.py)
+    for page in (ROOT / "docs").rglob("*.md"):
+        marked = [b for b in blocks(page.read_text(), page) if b.needs]
+        name = page.relative_to(ROOT / "docs").with_suffix("")
+        html = tmp_path / ("index.html" if name.name == "index" else name / "index.html")
+        notes = html.read_text().count('<p class="admonition-title">Needs ')
+        assert notes == len(marked), f"{page.relative_to(ROOT)}: {notes} notes, {len(marked)} marks"
 
 
 def test_the_readme_is_short_and_links_into_the_docs():
@@ -283,3 +291,53 @@ def test_the_readme_is_short_and_links_into_the_docs():
     assert len(readme.splitlines()) <= 200
     for link in re.findall(r"\]\((docs/[^)#]+)", readme):
         assert (ROOT / link).is_file(), link
+
+
+def needs_notes():
+    """The site's hook that turns needs-markers into notes (hooks/needs_notes.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("needs_notes", ROOT / "hooks" / "needs_notes.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_needs_marker_gets_a_note_and_keeps_its_marker():
+    """The note goes before the marker, which stays on the line before its fence (so the checks
+    above still read it); a kind without a note stops the site's build."""
+    from mkdocs.exceptions import PluginError
+
+    hook = needs_notes()
+    page = "<!-- needs: gpu -->\n```bash\nmmspec gpu-check\n```\n"
+    noted = hook.add_notes(page, "papers/x.md")
+    assert noted.startswith('!!! info "Needs a GPU"') and noted.endswith(page)
+    assert "](../running-at-scale.md)" in noted  # links relative to the page
+    assert [b.needs for b in blocks(noted, ROOT / "docs" / "x.md")] == ["gpu"]
+    assert hook.add_notes("<!-- needs: gpu -->\ntext, not a fence\n", "x.md").count("!!!") == 0
+    with pytest.raises(PluginError, match="x.md: `<!-- needs: tpu -->` has no note"):
+        hook.add_notes(page.replace("gpu", "tpu"), "x.md")
+    kinds = {b.needs for p in PAGES for b in blocks(p.read_text(), p) if b.needs}
+    assert kinds <= set(hook.NOTES), kinds - set(hook.NOTES)
+
+
+def test_every_paper_page_links_its_code_and_ends_with_its_bibtex():
+    """Each paper page names its paper(s) near the top, links code where the paper has any, and
+    ends with a Citing section of BibTeX entries, each with a title and authors and balanced
+    braces."""
+    for page in sorted((ROOT / "docs" / "papers").glob("*.md")):
+        text = page.read_text()
+        where = page.relative_to(ROOT)
+        assert re.search(r"^\*\*Papers?:\*\* ", text, re.M), f"{where}: no **Paper:** line"
+        assert text.index("**Paper") < text.index("## What the paper claims"), where
+        assert re.search(r"\]\(https://github\.com/[\w.-]+/[\w.-]+\)", text), f"{where}: no code"
+        citing = text[text.index("\n## Citing\n") :]
+        bibtex = [b.body for b in blocks(citing, page) if b.lang == "bibtex"]
+        assert bibtex, f"{where}: no ```bibtex block under ## Citing"
+        entries = re.split(r"^(?=@)", "".join(bibtex), flags=re.M)[1:]
+        assert entries, where
+        for entry in entries:
+            assert re.match(r"@\w+\{[\w:.-]+,", entry), f"{where}: {entry[:40]}"
+            assert re.search(r"^\s+title\s*=", entry, re.M), f"{where}: {entry[:40]} no title"
+            assert re.search(r"^\s+author\s*=", entry, re.M), f"{where}: {entry[:40]} no author"
+            assert entry.count("{") == entry.count("}"), f"{where}: {entry[:40]} braces"

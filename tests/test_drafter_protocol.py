@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from component_parts import part
 from PIL import Image
 
 from mmspec.decoding import catalog
-from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import Drafter
 from mmspec.decoding.enumeration import outcomes
@@ -25,7 +25,7 @@ from mmspec.decoding.proposal import ROOT, Proposal
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.token_context import visual_spans
 from mmspec.decoding.trees import EAGLE_TREE, ChainPolicy, DynamicTree, SageTree, StaticTree
-from mmspec.decoding.views import Chat, ImageInput, ViewContext, make_view
+from mmspec.decoding.views import Chat, FullView, ImageInput, ViewContext
 from mmspec.methods import registry
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import loading, visual
@@ -67,7 +67,7 @@ class ContextRecorder(Drafter):
     reads_tokens = True
 
     @classmethod
-    def build(cls, spec, *, target, draft=None, head=None, temperature=0.0):
+    def from_spec(cls, spec, *, target, draft=None, head=None, temperature=0.0):
         return cls(temperature)
 
     def start(self, prompts, first_token, target, tokens):
@@ -255,20 +255,21 @@ def _visual_prompt(processor, target_model):
     with torch.no_grad():
         embeds = projector_of(target_model)(features)
     ctx = ViewContext(processor.tokenizer, target_model.get_input_embeddings(), "<image>")
-    return make_view("M").build(
+    return FullView().build(
         "<bos> user : <image> describe the image . assistant :", [ImageInput(embeds)], ctx
     )
 
 
 def _rule(name: str, vocab: int):
-    spec = {"acceptance": name}
+    values = {}
     # values that would relax nearly every mismatch, had anything been drafted
     if name == "random_relax":
-        spec["relax_rho"] = 0.9
+        values["relax_rho"] = 0.9
     if name == "lantern":
-        spec.update(lantern_k=3, lantern_delta=0.9)
+        values.update(lantern_k=3, lantern_delta=0.9)
     codebook = (torch.randn(vocab, 4, generator=torch.Generator().manual_seed(0)), 0)
-    return make_rule(spec, codebook=codebook if name == "lantern" else None)
+    rule = part("acceptance", name, **values)
+    return rule.build(codebook=codebook if name == "lantern" else None)
 
 
 @pytest.mark.parametrize(
@@ -341,7 +342,7 @@ def test_every_policy_stops_where_expand_returns_none(processor, target_model):
             drafter,
             [],
             policy,
-            make_rule("greedy"),
+            part("acceptance", "greedy").build(),
             MAX_NEW,
             set(),
             0.0,

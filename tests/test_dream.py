@@ -33,17 +33,18 @@ def tiny():
 def _trained(tiny, method: str, **hparams):
     tokenizer, target, samples = tiny
     spec = registry.resolve(method, {**TRAINING, **hparams})
+    training = spec.head_training()
     runner = MethodRunner(registry.resolve("ar", {}), target, None, tokenizer, "<image>")
     sequences = []
-    loss = head_kind("dream").loss(spec)
+    loss = head_kind("dream").loss(training)
     for sample in samples:
         answer = runner.decode_ar(sample, 16, set(), seeded(0)).tokens
         prompt = runner.target_prompt(sample)
         sequences.append(collect_sequence(runner.target, prompt, answer, loss))
     torch.manual_seed(0)
-    head = build_head("dream", target.config, spec, "tiny").float()
+    head = build_head("dream", target.config, training, "tiny").float()
     lm_head = copy.deepcopy(target.lm_head).float()
-    curve = train_head(head, lm_head, sequences, spec, 0, kind="dream")
+    curve = train_head(head, lm_head, sequences, training, 0, kind="dream")
     return spec, head.double().eval(), curve
 
 
@@ -128,8 +129,8 @@ def test_the_fixed_layer_lies_at_its_share_of_the_targets_depth():
     assert candidate_layers(1, "fixed", 0.5) == [1]
     with pytest.raises(ValueError, match="depth share"):
         candidate_layers(8, "fixed")
-    assert registry.resolve("dream_fixed", {})["dream_fixed_depth"] == 0.5
-    assert "dream_fixed_depth" not in registry.resolve("dream", {})
+    assert registry.resolve("dream_fixed", {}).params["dream_fixed_depth"] == 0.5
+    assert "dream_fixed_depth" not in registry.resolve("dream", {}).params
     with pytest.raises(ValueError, match="dream_fixed_depth"):
         registry.resolve("dream", {"dream_fixed_depth": 0.75})
     with pytest.raises(ValueError, match="dream_fixed_depth"):
@@ -137,8 +138,8 @@ def test_the_fixed_layer_lies_at_its_share_of_the_targets_depth():
     # the share is a training setting: a head per share, and the layer reaches the collection
     kind = head_kind("dream")
     s75 = registry.resolve("dream_fixed", {"dream_fixed_depth": 0.75})
-    assert "dream_fixed_depth" in kind.training_keys(s75)
-    assert kind.loss(kind.trained_with(s75)).depth == 0.75
+    assert "dream_fixed_depth" in s75.head_training()
+    assert kind.loss(s75.head_training()).depth == 0.75
 
 
 @pytest.mark.parametrize(("depth", "layer"), [(0.5, 4), (0.75, 6)])
@@ -174,7 +175,7 @@ def _head(cross: bool = True, gates: float | None = None, vocab: int = 11):
     )
     torch.manual_seed(0)
     spec = registry.resolve("dream" if cross else "dream_nocross", {"head_data": "x"})
-    head = build_head("dream", config, spec, "made-up").double().eval()
+    head = build_head("dream", config, spec.head_training(), "made-up").double().eval()
     if gates is not None:
         with torch.no_grad():
             for name, parameter in head.named_parameters():
@@ -210,10 +211,10 @@ def test_dream_loss_weighting_is_the_release_or_the_paper_formula(mode):
     import torch.nn.functional as F
 
     spec, head, lm_head = _head(gates=0.5)
-    spec = {**spec, "dream_loss": mode}
+    training = {**spec.head_training(), "dream_loss": mode}
     batch = _made_up_batch()
     assert 0 < int(batch.mask.sum()) < batch.mask.numel()  # padding and prompt entries
-    got, _ = head_kind("dream").loss(spec)(head, lm_head, batch)
+    got, _ = head_kind("dream").loss(training)(head, lm_head, batch)
 
     predicted, stream = head(batch.embeds, batch.features, attention_mask=batch.attention)
     intermediate = batch.extra["intermediate"]
@@ -278,7 +279,8 @@ def test_a_drafted_node_reads_its_embedding_and_its_ancestors_outputs():
     forward = decoder.prefill(prompt)
     spec = registry.resolve("dream", {"head_data": "x", "dream_vtc": 1.0})
     torch.manual_seed(3)
-    head = DreamDrafter.random_network(target.config, spec, "t").double().eval()
+    drafter_values = spec.part("drafter").values
+    head = DreamDrafter.random_network(target.config, drafter_values, "t").double().eval()
     drafter = DreamDrafter(head, decoder, 0.0, 1.0)
     drafter.start(HeadPrompts(prompt), 2, forward.row(0))
     q_root = drafter.root(None)

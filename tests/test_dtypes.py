@@ -50,7 +50,7 @@ def ulp(value: float, dtype: torch.dtype) -> float:
 
 
 def _params(method: str, hparams: dict, pair: dict) -> dict:
-    spec = dict(resolve(method, hparams), method=method, temperature=0.0)
+    spec = resolve(method, hparams).to_dict()
     cell = {"dataset": "toy_diff", "pair": "tiny", "method": method, "hp": json.dumps(hparams)}
     return {
         "cell": {**cell, "seed": 0, "spec": spec},

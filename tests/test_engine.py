@@ -6,9 +6,9 @@ import copy
 
 import pytest
 import torch
+from component_parts import part
 
 from mmspec.decoding import catalog, weights
-from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
@@ -18,8 +18,7 @@ from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.proposal import Proposal
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.trees import ChainPolicy
-from mmspec.decoding.views import ImageInput, ViewContext, make_view
-from mmspec.decoding.weights import make_policy
+from mmspec.decoding.views import FullView, ImageInput, ViewContext
 from mmspec.models.visual import projector_of
 
 PROMPT = "<bos> user : <image> describe the image . assistant :"
@@ -39,13 +38,13 @@ def prompts(processor, target_model, draft_model, seed=0, views="MTCPU"):
     tok = processor.tokenizer
     g = torch.Generator().manual_seed(seed)
     t_ctx = ViewContext(tok, target_model.get_input_embeddings(), "<image>")
-    target = make_view("M").build(PROMPT, _images(target_model, g), t_ctx)
+    target = FullView().build(PROMPT, _images(target_model, g), t_ctx)
     d_ctx = ViewContext(
         tok, draft_model.get_input_embeddings(), "<image>", projector_of(draft_model)
     )
     d_img = _images(draft_model, g)
     return target.embeds, {
-        v: make_view(v, {"keep": 0.25}).build(PROMPT, d_img, d_ctx).embeds for v in views
+        v: part("view", v, keep=0.25).build().build(PROMPT, d_img, d_ctx).embeds for v in views
     }
 
 
@@ -57,7 +56,7 @@ def _greedy_pair(
     ar = decode_ar(Decoder(target_model), target_prompt, 40, stop, 0.0, None)
     if isinstance(policy, str):
         vocab = draft_model.get_output_embeddings().out_features
-        policy = make_policy({"weights": policy, "window": window}, vocab)
+        policy = part("weights", policy, window=window).build(vocab_size=vocab)
     drafter = ModelDrafter(Decoder(draft_model), 0.0, policy)
     sd = decode_speculative(
         Decoder(target_model),
@@ -159,7 +158,7 @@ def test_sampling_from_a_mixture_with_a_negative_weight_is_exactly_the_target():
     )
     q = weights.mix(torch.tensor([1.5, -0.5]), views)  # 1.5 q_0 - 0.5 q_1 < 0 at token 0
     assert q[0, 0] == 0 and (q >= 0).all()
-    rule = make_rule("sampling")
+    rule = part("acceptance", "sampling").build()
 
     def first_token(sampler):
         token = sampler.categorical(q[0])
@@ -238,7 +237,7 @@ def test_sampling_rule_is_exactly_the_target_distribution():
     masses), the first emitted token is distributed exactly as p: every outcome enumerated."""
     p = torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05], [0.2, 0.2, 0.2, 0.2, 0.2]], dtype=torch.float64)
     q = torch.tensor([[0.05, 0.1, 0.15, 0.2, 0.5]], dtype=torch.float64)
-    rule = make_rule("sampling")
+    rule = part("acceptance", "sampling").build()
 
     def first_token(sampler):
         token = sampler.categorical(q[0])

@@ -125,7 +125,7 @@ def test_tree_verification_matches_sequential_decoding(family, family_dirs):
 
 
 def _cell(method: str, hparams: dict, pair: dict) -> dict:
-    spec = dict(resolve(method, hparams), method=method, temperature=0.0)
+    spec = resolve(method, hparams).to_dict()
     return {
         "cell": {
             "dataset": "toy_diff",

@@ -158,23 +158,23 @@ def test_the_check_adds_a_sampled_cell_of_every_family_to_the_tour():
     keys = [(c.dataset, c.pair, c.method, c.hp) for c in cells]
     assert keys[: len(tour)] == [(c.dataset, c.pair, c.method, c.hp) for c in tour]
     added = cells[len(tour) :]
-    assert all(c.spec["temperature"] == 1.0 for c in added)
-    families = {c.spec["method"] for c in added}
+    assert all(c.spec.temperature == 1.0 for c in added)
+    families = {c.spec.method for c in added}
     assert families == {
         "ar", "sd_chain", "sd_tree", "eagle2_tree", "sage_tree", "specvlm", "tabed_mt",
         "random_mt", "lvspec", "fly", "random_relax", "eagle2", "dream", "medusa", "hydra",
         "kangaroo", "lantern_eagle",
     }  # fmt: skip
     # a lossless rule samples by rejection sampling; a lossy one keeps its own rule
-    for cell in (c for c in added if c.spec["drafter"] != "none"):
-        rule = cell.spec["acceptance"]
+    for cell in (c for c in added if not c.spec.is_ar):
+        rule = cell.spec.acceptance
         assert rule == "sampling" or not is_lossless(rule), cell.method
     # EAGLE's and DREAM's heads are the tour's (the same trained-head folders); Medusa, Hydra and
     # Kangaroo train briefly on a small set
-    reused = {mmcells.drafter_dir(c) for c in added if c.spec["drafter"] in ("eagle", "dream")}
+    reused = {mmcells.drafter_dir(c) for c in added if c.spec.drafter in ("eagle", "dream")}
     assert len(reused) == 3 and reused <= {mmcells.drafter_dir(c) for c in tour}
-    brief = [c for c in added if c.spec["drafter"] in ("medusa", "hydra", "kangaroo")]
-    assert len(brief) == 3 and all(c.spec["head_steps"] == 100 for c in brief)
+    brief = [c for c in added if c.spec.drafter in ("medusa", "hydra", "kangaroo")]
+    assert len(brief) == 3 and all(c.spec.params["head_steps"] == 100 for c in brief)
 
 
 def test_a_rule_that_names_no_methods_keeps_its_own_methods_when_sampled_ones_join():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from component_parts import part
 
-from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.guidance import GuidedDecoder
@@ -83,10 +83,12 @@ def _speculate(target_model, draft_model, tokenizer, meta, caption, rule, policy
 def test_greedy_speculation_over_guided_pairs_equals_guided_ar(imagegen_dirs, tree):
     (target_model, tokenizer, meta), (draft_model, _, _) = map(_load, imagegen_dirs)
     policy = DynamicTree(depth=3, top_k=3, total_tokens=8) if tree else ChainPolicy(4)
-    greedy = make_rule("greedy")
-    lossless = make_rule(
-        resolve("sd_chain", {"acceptance": "lantern", "lantern_k": 8, "lantern_delta": 0.0}),
-        codebook=toy_imagegen.codebook_of(imagegen_dirs[0]),
+    greedy = part("acceptance", "greedy").build()
+    lantern = {"acceptance": "lantern", "lantern_k": 8, "lantern_delta": 0.0}
+    lossless = (
+        resolve("sd_chain", lantern)
+        .part("acceptance")
+        .build(codebook=toy_imagegen.codebook_of(imagegen_dirs[0]))
     )
     for caption in _captions(4):
         target = _guided(target_model, meta)
@@ -104,7 +106,7 @@ def test_lantern_accepts_more_as_delta_grows(imagegen_dirs):
     for delta in (0.0, 0.2, 0.6):
         hparams = {"acceptance": "lantern", "lantern_k": 8, "lantern_delta": delta}
         spec = resolve("sd_chain", {**hparams, "temperature": 1.0})
-        rule = make_rule(spec, codebook=codebook)
+        rule = spec.part("acceptance").build(codebook=codebook)
         steps = [
             s
             for caption in _captions(6)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 
+import pyarrow as pa
 import pytest
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,8 @@ from mmspec.decoding.probability import distribution
 from mmspec.decoding.sampler import seeded
 from mmspec.methods import registry, verify
 from mmspec.methods.runtime import MethodRunner, Sample
+from mmspec.stages import train_drafter
+from mmspec.tables import HEAD_CURVES, read_table, write_table
 from mmspec.training.heads import collect_sequence, make_batch, split, train_head
 
 NAME = "next_token_of_tests"
@@ -76,7 +79,7 @@ class NextTokenDrafter(HeadDrafter):
     blocks = 0
 
     @classmethod
-    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
         return cls(head, target, temperature)
 
     def __init__(self, head, target, temperature: float):
@@ -110,7 +113,9 @@ def next_token_kind(monkeypatch):
     return NextTokenDrafter
 
 
-def test_a_head_with_its_own_loss_trains_in_the_loop_and_drafts_losslessly(next_token_kind):
+def test_a_head_with_its_own_loss_trains_in_the_loop_and_drafts_losslessly(
+    next_token_kind, tmp_path
+):
     tokenizer = verify.build_tokenizer()
     target, _ = verify.build_models(0, tokenizer)
     generator = torch.Generator().manual_seed(0)
@@ -130,7 +135,7 @@ def test_a_head_with_its_own_loss_trains_in_the_loop_and_drafts_losslessly(next_
     first = sequences[0]
     assert len(first.extra["next_token"]) == len(first.embeds) - 1
     torch.manual_seed(0)
-    head = build_head(NAME, target.config, spec, "tiny").float()
+    head = build_head(NAME, target.config, spec.head_training(), "tiny").float()
     lm_head = copy.deepcopy(target.lm_head).float()
     trained_on = make_batch(split(sequences)[0], 0.0, torch.Generator())
     before, _ = loss(head, lm_head, trained_on)
@@ -141,5 +146,12 @@ def test_a_head_with_its_own_loss_trains_in_the_loop_and_drafts_losslessly(next_
     # the curve holds the shared columns (0 where this kind has no such loss) and its own
     assert curve[-1]["heldout_kl"] == curve[-1]["heldout_feature_loss"] == 0.0
     assert curve[-1]["heldout_cross_entropy"] > 0 and 0 <= curve[-1]["heldout_top1"] <= 1
+    # ... and the curves table the train_drafter stage writes keeps its own column
+    schema = train_drafter.curves_schema(curve)
+    write_table(pa.Table.from_pylist(curve, schema=schema), tmp_path / "curves.parquet", schema)
+    written = read_table(tmp_path / "curves.parquet", HEAD_CURVES).to_pylist()
+    assert [row["heldout_cross_entropy"] for row in written] == [
+        row["heldout_cross_entropy"] for row in curve
+    ]
     runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head.double().eval())
     assert_greedy_equals_ar(runner, samples)

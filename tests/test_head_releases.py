@@ -34,7 +34,7 @@ def target():
 def _head(kind: str, target, seed: int = 0, **spec):
     """A head of `kind` for the tiny target, every weight and bias random (float64)."""
     spec = registry.resolve(kind, {"head_data": "x", **spec})
-    head = build_head(spec["drafter"], target.config, spec, "tiny").double().eval()
+    head = build_head(spec.drafter, target.config, spec.head_training(), "tiny").double().eval()
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for parameter in head.parameters():
@@ -70,7 +70,8 @@ def test_a_medusa_head_is_a_silu_resblock_read_out_by_the_targets_lm_head(target
         torch.testing.assert_close(head.head(k, f), _medusa_block(head.blocks[k], f))
     # the release initialises W at zero (its `torch.nn.init.zeros_`, bias left as PyTorch sets
     # it): a fresh head is f_t + SiLU(b)
-    fresh = build_head("medusa", target.config, registry.resolve("medusa", {}), "tiny").double()
+    training = registry.resolve("medusa", {}).head_training()
+    fresh = build_head("medusa", target.config, training, "tiny").double()
     for block in fresh.blocks:
         assert not block.linear.weight.any()
         torch.testing.assert_close(block(f), f + F.silu(block.linear.bias))
@@ -186,11 +187,11 @@ def test_medusa_and_hydra_draft_medusas_63_node_tree():
     assert [p for p in MEDUSA_TREE if len(p) == 4] == [[0, 0, 0, 0], [0, 0, 0, 1]]
     for method in ("medusa", "hydra"):
         spec = registry.resolve(method, {"head_data": "x"})
-        assert spec["tree"] == "static" and spec["paths"] == MEDUSA_TREE
-        assert spec["medusa_heads"] >= 4
+        assert spec.tree == "static" and spec.params["paths"] == MEDUSA_TREE
+        assert spec.params["medusa_heads"] >= 4
         # neither release adds noise to the heads' input features (EAGLE's 0.2 is EAGLE's)
-        assert spec["head_noise"] == 0.0
-    assert registry.resolve("eagle", {"head_data": "x"})["head_noise"] == 0.2
+        assert spec.params["head_noise"] == 0.0
+    assert registry.resolve("eagle", {"head_data": "x"}).params["head_noise"] == 0.2
 
 
 # --- Kangaroo: `kangaroo/adapter.py` (AdapterModel: LlamaDecoderLayer = input_layernorm,

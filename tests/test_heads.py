@@ -17,6 +17,7 @@ from mmspec.decoding.drafters.model import DecoderDrafter, ModelDrafter
 from mmspec.decoding.sampler import seeded
 from mmspec.methods import registry, verify
 from mmspec.methods.runtime import MethodRunner, Sample
+from mmspec.methods.spec import MethodSpec
 from mmspec.training.heads import collect_sequence, evaluate, split, train_head
 
 TRAINING = {
@@ -55,7 +56,7 @@ def _sequences(tokenizer, target, samples, n_new=16, loss=None):
     return runner, out
 
 
-def _spec(method: str, **hparams) -> dict:
+def _spec(method: str, **hparams) -> MethodSpec:
     return registry.resolve(method, {"head_data": "x", **hparams})
 
 
@@ -74,10 +75,10 @@ def _spec(method: str, **hparams) -> dict:
 def test_greedy_head_drafting_equals_ar_token_for_token(tiny, method, hparams):
     tokenizer, target, samples = tiny
     spec = _spec(method, **hparams)
-    kind = spec["drafter"]
-    _, sequences = _sequences(tokenizer, target, samples, loss=head_kind(kind).loss(spec))
+    kind, training = spec.drafter, spec.head_training()
+    _, sequences = _sequences(tokenizer, target, samples, loss=head_kind(kind).loss(training))
     torch.manual_seed(1)
-    head = build_head(kind, target.config, spec, "tiny").float()
+    head = build_head(kind, target.config, training, "tiny").float()
     train_head(head, _lm_head(target), sequences, TRAINING, seed=0, kind=kind)
     head = head.double().eval()
     runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head)
@@ -159,13 +160,13 @@ def test_a_head_for_another_target_is_refused(tiny, tmp_path):
 def test_a_multi_token_head_refuses_trees_deeper_than_its_heads():
     with pytest.raises(ValueError, match="at most medusa_heads=3 tokens deep"):
         _spec("medusa", medusa_heads=3)  # Medusa's tree is 4 deep
-    assert _spec("hydra", medusa_heads=3, tree="chain", gamma=3)["gamma"] == 3
+    assert _spec("hydra", medusa_heads=3, tree="chain", gamma=3).gamma == 3
 
 
 def test_kangaroo_exits_early_on_low_confidence(tiny):
     tokenizer, target, samples = tiny
     spec = _spec("kangaroo", kangaroo_layers=1, kangaroo_exit=1.0)  # exits after one token
-    head = build_head("kangaroo", target.config, spec, "tiny").double().eval()
+    head = build_head("kangaroo", target.config, spec.head_training(), "tiny").double().eval()
     runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head)
     out = runner.decode(samples[0], 12, set(), seeded(0))
     assert {step.drafted for step in out.steps} == {1}
@@ -197,6 +198,6 @@ def test_kangaroo_drafts_as_a_draft_model_does_without_being_one():
 def test_a_head_gives_q_at_the_temperature_its_tree_takes(tiny, method, hparams, drafting):
     tokenizer, target, _ = tiny
     spec = _spec(method, temperature=0.6, acceptance="sampling", **hparams)
-    head = build_head(spec["drafter"], target.config, spec, "tiny").double().eval()
-    runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head)
+    head = build_head(spec.drafter, target.config, spec.head_training(), "tiny")
+    runner = MethodRunner(spec, target, None, tokenizer, "<image>", head=head.double().eval())
     assert runner.drafter.q_temperature == drafting

@@ -112,7 +112,7 @@ def test_a_drafter_declaring_drafts_images_is_built_as_the_text_path_builds_it(
         built = []
 
         @classmethod
-        def build(cls, spec, *, target, draft=None, head=None, temperature=0.0):
+        def from_spec(cls, spec, *, target, draft=None, head=None, temperature=0.0):
             cls.built.append(draft)
             return cls(draft, temperature)
 

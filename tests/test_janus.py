@@ -11,7 +11,6 @@ import pytest
 import torch
 from head_jobs import image_head_job
 
-from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.acceptance.lantern import Neighbours
 from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.registry import resolve
@@ -84,7 +83,8 @@ def test_lantern_neighbours_come_from_the_models_quantizer(janus):
     distances = torch.cdist(vectors[:1], vectors)[0]
     distances[0] = float("inf")
     assert set(table.of(0).tolist()) == set(distances.topk(5, largest=False).indices.tolist())
-    rule = make_rule(resolve("lantern", {"lantern_k": 5}), codebook=target.codebook())
+    lantern = resolve("lantern", {"lantern_k": 5}).part("acceptance")
+    rule = lantern.build(codebook=target.codebook())
     assert rule.name == "lantern" and not rule.lossless
 
 
@@ -123,7 +123,8 @@ def test_an_eagle_head_trains_on_janus_and_drafts_its_codes_losslessly(tmp_path)
     decoder, sequences = train_drafter.collect_images(job, str(prepared), CPU)
     assert len(sequences) == 16 * 4
     torch.manual_seed(0)
-    head = build_head("eagle", decoder.model.config, resolve("eagle", {"head_data": "x"}), "j")
+    eagle = resolve("eagle", {"head_data": "x"})
+    head = build_head("eagle", decoder.model.config, eagle.head_training(), "j")
     training = {"head_steps": 120, "head_lr": 0.01, "head_batch_size": 4, "head_noise": 0.0}
     train_head(head, decoder.lm_head, sequences, training, seed=0)
     for method in ("eagle", "lantern_eagle"):

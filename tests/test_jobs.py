@@ -27,7 +27,7 @@ def test_a_cells_job_round_trips_through_its_json():
     for cell in mmcells.cells(config):
         job = GenerateJob.of_cell(config, cell, mmconfig.dataset_task(config, cell.dataset))
         assert GenerateJob.parse(job.to_json()) == job
-        assert json.loads(job.to_json())["cell"]["spec"] == cell.spec
+        assert json.loads(job.to_json())["cell"]["spec"] == cell.spec.to_dict()
         assert (job.pair.target, job.seed, job.hp) == ("toy:target", cell.seed, cell.hp)
         if mmcells.drafter_dir(cell):
             head = TrainDrafterJob.of_cell(config, cell, "answer")

@@ -8,8 +8,9 @@ import math
 
 import pytest
 import torch
+from component_parts import part
 
-from mmspec.decoding.acceptance import lantern, make_rule
+from mmspec.decoding.acceptance import lantern
 from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.acceptance.sampling import accept_sampling
 from mmspec.decoding.enumeration import outcomes, total_variation
@@ -29,14 +30,15 @@ def _neighbours(k: int, proximity: str = "l2", codes: int = 24) -> lantern.Neigh
 
 
 def _rule(k: int, delta: float, divergence: str = "tvd", proximity: str = "l2", codes: int = 24):
-    spec = {
-        "acceptance": "lantern",
-        "lantern_k": k,
-        "lantern_delta": delta,
-        "proximity": proximity,
-        "divergence": divergence,
-    }
-    return make_rule(spec, codebook=(_codebook(codes), OFFSET))
+    rule = part(
+        "acceptance",
+        "lantern",
+        lantern_k=k,
+        lantern_delta=delta,
+        proximity=proximity,
+        divergence=divergence,
+    )
+    return rule.build(codebook=(_codebook(codes), OFFSET))
 
 
 @pytest.mark.parametrize("proximity", ["l2", "cosine"])
@@ -200,12 +202,14 @@ def test_greedy_accepts_a_neighbour_of_the_argmax_once_their_mass_outweighs_it()
 
 def test_lantern_keys_join_a_method_that_verifies_with_it():
     spec = resolve("sd_chain", {"acceptance": "lantern", "lantern_delta": 0.2})
-    assert (spec["lantern_k"], spec["lantern_delta"], spec["proximity"]) == (1000, 0.2, "l2")
+    rule = spec.part("acceptance")
+    assert (rule.values["lantern_k"], rule.values["lantern_delta"]) == (1000, 0.2)
+    assert rule.values["proximity"] == "l2"
     with pytest.raises(ValueError, match="lantern_k is read only by acceptance 'lantern'"):
         resolve("sd_chain", {"lantern_k": 3})
     # a LANTERN method made exact keeps no delta (its cell would read as a relaxed one)
     exact = resolve("lantern_eagle", {"acceptance": "sampling", "temperature": 1.0})
-    assert not {"lantern_k", "lantern_delta", "proximity", "divergence"} & set(exact)
+    assert not {"lantern_k", "lantern_delta", "proximity", "divergence"} & set(exact.params)
     with pytest.raises(ValueError, match=r"lantern_delta is read only by .* acceptance 'sampling'"):
         resolve("lantern_eagle", {"acceptance": "sampling", "lantern_delta": 0.2})
     with pytest.raises(ValueError, match=r"lantern_delta .* must be in \[0, 1\]"):
@@ -213,7 +217,7 @@ def test_lantern_keys_join_a_method_that_verifies_with_it():
     with pytest.raises(ValueError, match="divergence='kl' is not one of"):
         resolve("sd_chain", {"acceptance": "lantern", "divergence": "kl"})
     with pytest.raises(ValueError, match="this target has none"):
-        make_rule(spec)  # no codebook: a text-only target
+        rule.build()  # no codebook: a text-only target
 
 
 def _expected(run) -> tuple[float, float]:
@@ -278,15 +282,16 @@ def test_greedy_counts_an_accepted_neighbour_of_the_argmax_as_relaxed():
 
 
 def _rule_masking(k: int, delta: float, mask: str):
-    spec = {
-        "acceptance": "lantern",
-        "lantern_k": k,
-        "lantern_delta": delta,
-        "proximity": "l2",
-        "divergence": "tvd",
-        "lantern_sibling_mask": mask,
-    }
-    return make_rule(spec, codebook=(_codebook(), OFFSET))
+    rule = part(
+        "acceptance",
+        "lantern",
+        lantern_k=k,
+        lantern_delta=delta,
+        proximity="l2",
+        divergence="tvd",
+        lantern_sibling_mask=mask,
+    )
+    return rule.build(codebook=(_codebook(), OFFSET))
 
 
 def _peaked(vocab: int, masses: dict[int, float]) -> torch.Tensor:
@@ -398,7 +403,7 @@ def test_the_release_sibling_mask_is_lossy_at_delta_zero_and_the_default_is_not(
     assert not lantern.Lantern.lossless_with(lossy)
     assert lantern.Lantern.lossless_with({**lossy, "lantern_k": 0})
     spec = resolve("lantern_tree", {"lantern_sibling_mask": "release"})
-    assert spec["lantern_sibling_mask"] == "release"
-    assert resolve("lantern_tree", {})["lantern_sibling_mask"] == "merged"
+    assert spec.part("acceptance").values["lantern_sibling_mask"] == "release"
+    assert resolve("lantern_tree", {}).params["lantern_sibling_mask"] == "merged"
     with pytest.raises(ValueError, match="lantern_sibling_mask='first' is not one of"):
         resolve("lantern_tree", {"lantern_sibling_mask": "first"})

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from component_parts import part
 from test_engine import PROMPT, _images, prompts
 from test_lantern import _tree
 
-from mmspec.decoding.acceptance import loose, make_rule
+from mmspec.decoding.acceptance import loose
 from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.acceptance.sampling import accept_sampling
 from mmspec.decoding.decoder import Decoder
@@ -20,11 +21,9 @@ from mmspec.decoding.prompt import Prompt
 from mmspec.decoding.proposal import ROOT, Proposal
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.trees import ChainPolicy, StaticTree
-from mmspec.decoding.views import ViewContext, make_view
-from mmspec.decoding.weights import make_policy
+from mmspec.decoding.views import FullView, ViewContext
 from mmspec.methods.components import is_lossless
 from mmspec.methods.registry import resolve
-from mmspec.methods.spec import MethodSpec
 
 VOCAB, HIDDEN = 12, 6
 
@@ -40,7 +39,7 @@ def _case(seed: int, n: int = 4):
 
 
 def _rule(name: str, **params):
-    return make_rule({"acceptance": name, **params})
+    return part("acceptance", name, **params).build()
 
 
 LOSSLESS_SETTINGS = [
@@ -144,7 +143,7 @@ def test_pst_range_and_pst_ahead_bound_the_shifts_it_tolerates():
         resolve("lvspec", {"pst_range": 0})
     with pytest.raises(ValueError, match="pst_range=1.5 should be of type"):
         resolve("lvspec", {"pst_range": 1.5})
-    assert resolve("lvspec", {})["pst_range"] is None  # the paper's: the whole step
+    assert resolve("lvspec", {}).params["pst_range"] is None  # the paper's: the whole step
 
 
 def test_visual_relevance_is_the_mean_of_the_top_n_cosines():
@@ -326,9 +325,9 @@ def _model_prompt(processor, target_model, draft_model, seed):
     g = torch.Generator().manual_seed(seed)
     tok = processor.tokenizer
     t_ctx = ViewContext(tok, target_model.get_input_embeddings(), "<image>")
-    target = make_view("M").build(PROMPT, _images(target_model, g), t_ctx)
+    target = FullView().build(PROMPT, _images(target_model, g), t_ctx)
     d_ctx = ViewContext(tok, draft_model.get_input_embeddings(), "<image>")
-    draft = make_view("M").build(PROMPT, _images(draft_model, g), d_ctx)
+    draft = FullView().build(PROMPT, _images(draft_model, g), d_ctx)
     assert target.n_visual > 0
     return target, draft.embeds
 
@@ -336,10 +335,7 @@ def _model_prompt(processor, target_model, draft_model, seed):
 def _decode(processor, target_model, draft_model, rule, policy, temperature, seed):
     stop = {processor.tokenizer.eos_token_id}
     prompt, draft_prompt = _model_prompt(processor, target_model, draft_model, seed)
-    vocab = draft_model.get_output_embeddings().out_features
-    drafter = ModelDrafter(
-        Decoder(draft_model), temperature, make_policy({"weights": "static"}, vocab)
-    )
+    drafter = ModelDrafter(Decoder(draft_model), temperature)  # one view: no weights
     out = decode_speculative(
         Decoder(target_model),
         prompt,
@@ -377,7 +373,7 @@ def test_lvspec_at_lambda_zero_is_ar_token_for_token_and_loosening_accepts_more(
 def test_every_loose_rule_runs_on_chains_and_trees(
     processor, target_model, draft_model, name, temperature
 ):
-    rule = make_rule(resolve(name, {"temperature": temperature}))
+    rule = resolve(name, {"temperature": temperature}).part("acceptance").build()
     for policy in (ChainPolicy(4), StaticTree([[0], [1], [0, 0], [0, 1], [0, 0, 0]])):
         _, out = _decode(processor, target_model, draft_model, rule, policy, temperature, 1)
         assert 1 <= len(out.tokens) <= 40
@@ -388,8 +384,7 @@ def test_every_loose_rule_runs_on_chains_and_trees(
 def test_lvspec_needs_visual_tokens(processor, target_model, draft_model):
     embeds, draft = prompts(processor, target_model, draft_model, 0, views="M")
     text_only = Prompt(embeds, torch.zeros(embeds.shape[0], dtype=torch.bool))
-    vocab = draft_model.get_output_embeddings().out_features
-    drafter = ModelDrafter(Decoder(draft_model), 0.0, make_policy({"weights": "static"}, vocab))
+    drafter = ModelDrafter(Decoder(draft_model), 0.0)
     with pytest.raises(
         ValueError, match="'lvspec' compares drafted tokens with the prompt's visual"
     ):
@@ -409,21 +404,24 @@ def test_lvspec_needs_visual_tokens(processor, target_model, draft_model):
 
 def test_registry_rows_and_their_keys():
     spec = resolve("lvspec", {})
-    assert (spec["acceptance"], spec["gamma"], spec["lvspec_lambda"], spec["lvspec_n"]) == (
+    rule = spec.part("acceptance").values
+    assert (spec.acceptance, spec.gamma, rule["lvspec_lambda"], rule["lvspec_n"]) == (
         "lvspec",
         10,
         0.7,
         10,
     )
-    assert spec["pst"] is True and resolve("lvspec_nopst", {})["pst"] is False
-    assert resolve("fly", {})["fly_window"] == 4 and "fly_window" not in resolve("fly_gate", {})
-    assert not MethodSpec.parse(resolve("lvspec", {})).lossless
-    assert MethodSpec.parse(resolve("lvspec_nopst", {"lvspec_lambda": 0})).lossless
-    assert MethodSpec.parse(resolve("random_relax", {"relax_rho": 0})).lossless
-    assert not MethodSpec.parse(resolve("fly_gate", {})).lossless
+    nopst = resolve("lvspec_nopst", {}).part("acceptance").values
+    assert rule["pst"] is True and nopst["pst"] is False
+    fly, fly_gate = resolve("fly", {}).params, resolve("fly_gate", {}).params
+    assert fly["fly_window"] == 4 and "fly_window" not in fly_gate
+    assert not resolve("lvspec", {}).lossless
+    assert resolve("lvspec_nopst", {"lvspec_lambda": 0}).lossless
+    assert resolve("random_relax", {"relax_rho": 0}).lossless
+    assert not resolve("fly_gate", {}).lossless
     # any drafting method verifies loosely by naming the rule (its keys join with defaults)
     tree = resolve("eagle2_tree", {"acceptance": "lvspec", "lvspec_lambda": 0.5})
-    assert tree["lvspec_n"] == 10 and tree["pst"] is True
+    assert tree.params["lvspec_n"] == 10 and tree.params["pst"] is True
 
 
 @pytest.mark.parametrize(

@@ -137,7 +137,7 @@ def _tied_target(folder, dtype: str, gap: float):
 
 
 def _params(method: str, hparams: dict, target, draft, dtype: str) -> dict:
-    spec = dict(resolve(method, hparams), method=method, temperature=0.0)
+    spec = resolve(method, hparams).to_dict()
     return {
         "cell": {"dataset": "toy_diff", "pair": "p", "method": method, "hp": json.dumps(hparams),
                  "seed": 0, "spec": spec},

@@ -40,3 +40,17 @@ def test_rows_whose_messages_and_images_disagree_are_named():
     bad = [{"role": "user", "content": [{"type": "video", "frames": 0}]}]
     with pytest.raises(ValueError, match="row 8: a video item needs a positive `frames` count"):
         media.items(bad, [], True, "row 8")
+
+
+def test_an_image_decodes_alike_from_bytes_a_path_and_a_dict(tmp_path):
+    """`to_png` takes each form a dataset source may hand it."""
+    import numpy as np
+
+    png = media.png_bytes(np.full((4, 6, 3), (200, 30, 90), np.uint8))
+    path = tmp_path / "a.png"
+    path.write_bytes(png)
+    forms = [png, str(path), path, {"bytes": None, "path": str(path)}, {"bytes": png, "path": None}]
+    decoded = [media.to_png(form) for form in forms]
+    assert all(d == decoded[0] for d in decoded)
+    with pytest.raises(TypeError, match="not an image value: int"):
+        media.to_png(3)

@@ -56,7 +56,7 @@ def test_plan_counts_done_cells_and_estimates_from_earlier_ones(tiny_run):
     text = plan.render(more, 8, timing=cfg["timing"])
     first = f"cells: {2 * len(cells)} ({len(cells)} done, {len(cells)} to run)"
     assert text.startswith(first)
-    ar = sum(c.spec["method"] == "ar" for c in cells)  # each AR cell a job of its own
+    ar = sum(c.spec.method == "ar" for c in cells)  # each AR cell a job of its own
     jobs = math.ceil((len(cells) - ar) / 8) + ar
     assert (
         f"-> {jobs} Slurm jobs: {ar} AR cells on their own, the method cells in jobs of up to 8"
@@ -116,7 +116,7 @@ def test_the_slurm_profile_packs_method_cells_and_runs_each_ar_cell_alone(tmp_pa
     groups = re.findall(r"Group job cells \(jobs in lexicogr. order\):(.*?)(?=\n\[|\Z)", text, re.S)
     sizes = [len(re.findall(r"output: results/generate/\S+/samples.parquet", g)) for g in groups]
     cells = mmcells.cells(mmconfig.load(ROOT / "config" / "config.yaml"))
-    ar = sum(c.spec["method"] == "ar" for c in cells)
+    ar = sum(c.spec.method == "ar" for c in cells)
     assert (ar, len(cells)) == (4, 37)
     assert sorted(sizes, reverse=True) == [8, 8, 8, 8, 1]  # the 33 method cells
     alone = re.findall(r"^rule generate:\n(?:\s+.*\n)*?\s+output: (\S+)", text, re.M)

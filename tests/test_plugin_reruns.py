@@ -157,7 +157,7 @@ def test_editing_a_plugins_helper_module_changes_its_cells_fingerprint_only(plug
         """
         from mmspec.methods import components
         from mmspec.methods.registry import resolve
-        spec = dict(resolve("sd_chain", {"gamma": 3}), acceptance="prefix_greedy")
+        spec = resolve("sd_chain", {"gamma": 3, "acceptance": "prefix_greedy"})
         plain = resolve("sd_chain", {"gamma": 3})
         print(components.plugin_code(spec), repr(components.plugin_code(plain)))
         """
@@ -187,6 +187,7 @@ def test_a_plugin_heads_network_module_is_part_of_its_cells_code(tmp_path, monke
     from mmspec.decoding import catalog
     from mmspec.decoding.drafters.trained import HeadDrafter
     from mmspec.methods import components
+    from mmspec.methods.spec import MethodSpec
 
     package = tmp_path / "headplug_of_tests"
     package.mkdir()
@@ -202,8 +203,8 @@ def test_a_plugin_heads_network_module_is_part_of_its_cells_code(tmp_path, monke
     catalog.load()
     monkeypatch.setitem(catalog._COMPONENTS["drafter"], PluginHead.name, PluginHead)
     monkeypatch.setitem(catalog._PLUGINS, f"drafter:{PluginHead.name}", "headplug_of_tests:X")
-    spec = {"method": "x", "drafter": PluginHead.name, "tree": "chain", "gamma": 3,
-            "acceptance": "greedy", "temperature": 0.0}  # fmt: skip
+    spec = MethodSpec.parse({"method": "x", "drafter": PluginHead.name, "tree": "chain",
+        "gamma": 3, "acceptance": "greedy", "temperature": 0.0})  # fmt: skip
     assert "headplug_of_tests.nets" in PluginHead.code_modules()
     before = components.plugin_code(spec)
     import_closure.digest.cache_clear()  # (a Snakemake parse reads the files once)

@@ -46,14 +46,14 @@ def test_tabed_preset_resolves_into_the_papers_grid():
     main = [c for c in cells if c.pair == "llava15_7b_68m"]
     for dataset in DATASETS:
         for method in TABED_ROWS:
-            gammas = {c.spec["gamma"] for c in main if c.dataset == dataset and c.method == method}
+            gammas = {c.spec.gamma for c in main if c.dataset == dataset and c.method == method}
             assert gammas == {3, 5, 7}, (dataset, method)
     tabed = next(c for c in main if c.method == "tabed_mt")
-    assert tabed.spec["views"] == "MT" and tabed.spec["weights"] == "grid"
-    assert next(c for c in main if c.method == "tabed_mtcp").spec["weights"] == "softmax"
-    windows = {c.spec["window"] for c in main if c.method == "tabed_mt_window"}
+    assert tabed.spec.views == "MT" and tabed.spec.weights == "grid"
+    assert next(c for c in main if c.method == "tabed_mtcp").spec.weights == "softmax"
+    windows = {c.spec.params["window"] for c in main if c.method == "tabed_mt_window"}
     assert windows == {1, 4, 16}
-    assert all(c.spec["temperature"] == 0 for c in cells)
+    assert all(c.spec.temperature == 0 for c in cells)
     assert cfg["generation"]["max_new_tokens"] == 128
     assert cfg["captioner"]["model"].endswith("Florence-2-large-ft")
     groups = {name: ds["group"] for name, ds in cfg["datasets"].items()}
@@ -131,39 +131,41 @@ def test_sage_preset_resolves_into_the_papers_grid():
     rows = {"ar", "sd_chain", "sd_tree", "specvlm", "sage"}
     for dataset in SAGE_IMAGE + SAGE_VIDEO:
         methods = {
-            c.spec["method"] for c in cells if c.pair == "llava_ov_72b_7b" and c.dataset == dataset
+            c.spec.method for c in cells if c.pair == "llava_ov_72b_7b" and c.dataset == dataset
         }
         # Table 5's set also runs SAGE's trees over the whole prompt and a chain as deep as
         # their deepest (the scorecard's sage-tree claims)
         extra = {"sage_tree"} if dataset == "video_detail_caption" else set()
         assert methods == rows | extra, dataset
     chains = {
-        (c.dataset, c.spec["gamma"])
+        (c.dataset, c.spec.gamma)
         for c in cells
-        if c.spec["method"] == "sd_chain" and c.pair == "llava_ov_72b_7b"
+        if c.spec.method == "sd_chain" and c.pair == "llava_ov_72b_7b"
     }
     assert {g for d, g in chains if d == "video_detail_caption"} == {5, 8}
     assert {g for d, g in chains if d != "video_detail_caption"} == {5}
-    qwen = {(c.dataset, c.spec["method"]) for c in cells if c.pair == "qwen25vl_72b_7b"}
+    qwen = {(c.dataset, c.spec.method) for c in cells if c.pair == "qwen25vl_72b_7b"}
     assert qwen == {
         (d, m) for d in ["video_detail_caption", "mvbench", "longvideobench"] for m in rows
     }  # Table 2
-    pruned = [c for c in cells if c.spec["method"] in ("specvlm", "sage")]
+    pruned = [c for c in cells if c.spec.method in ("specvlm", "sage")]
     for cell in pruned:  # 80% of the visual tokens pruned on image tasks, 90% on video tasks
-        assert cell.spec["views"] == "S"
+        assert cell.spec.views == "S"
         if cell.method != "sage_drop":
-            assert cell.spec["drop"] == (0.8 if groups[cell.dataset] == "image" else 0.9), cell.path
+            assert cell.spec.params["drop"] == (0.8 if groups[cell.dataset] == "image" else 0.9), (
+                cell.path
+            )
     ablation = [c for c in pruned if c.method == "sage_drop"]
-    assert {c.spec["drop"] for c in ablation} == {0.0, 0.3, 0.6, 0.7, 0.8, 0.95}  # Table 5
+    assert {c.spec.params["drop"] for c in ablation} == {0.0, 0.3, 0.6, 0.7, 0.8, 0.95}  # Table 5
     assert {(c.dataset, c.pair) for c in ablation} == {("video_detail_caption", "llava_ov_72b_7b")}
-    for cell in (c for c in cells if c.spec["method"] == "sage"):
-        assert cell.spec["tree"] == "sage"
-        assert {k: cell.spec[k] for k in SAGE_TREE} == SAGE_TREE
+    for cell in (c for c in cells if c.spec.method == "sage"):
+        assert cell.spec.tree == "sage"
+        assert {k: cell.spec.params[k] for k in SAGE_TREE} == SAGE_TREE
     assert all(
-        len(c.spec["paths"]) == 25 for c in cells if c.spec["method"] in ("sd_tree", "specvlm")
+        len(c.spec.params["paths"]) == 25 for c in cells if c.spec.method in ("sd_tree", "specvlm")
     )
-    assert {c.spec["tree"] for c in cells if c.spec["method"] == "sd_chain"} == {"chain"}
-    assert all(c.spec["temperature"] == 0 for c in cells)
+    assert {c.spec.tree for c in cells if c.spec.method == "sd_chain"} == {"chain"}
+    assert all(c.spec.temperature == 0 for c in cells)
     assert cfg["generation"]["max_new_tokens"] == 256
     assert "captioner" not in cfg
 
@@ -205,13 +207,17 @@ def test_specvlm_preset_resolves_into_its_setup():
                 expected.add("specvlm_drop")
             assert methods == expected, (pair, dataset)
     main = [c for c in cells if c.method == "specvlm"]
-    assert {(c.spec["drop"], c.spec["mass"], c.spec["views"]) for c in main} == {(0.9, 0.4, "S")}
+    assert {(c.spec.params["drop"], c.spec.params["mass"], c.spec.views) for c in main} == {
+        (0.9, 0.4, "S")
+    }
     sd_tree = next(c for c in cells if c.method == "sd_tree")
-    assert sd_tree.spec["views"] == "M" and sd_tree.spec["paths"] == main[0].spec["paths"]
-    assert len(sd_tree.spec["paths"]) == 25  # the same EAGLE tree as SpecVLM
-    ablation = {c.spec["drop"] for c in cells if c.method == "specvlm_drop"}
+    assert (
+        sd_tree.spec.views == "M" and sd_tree.spec.params["paths"] == main[0].spec.params["paths"]
+    )
+    assert len(sd_tree.spec.params["paths"]) == 25  # the same EAGLE tree as SpecVLM
+    ablation = {c.spec.params["drop"] for c in cells if c.method == "specvlm_drop"}
     assert ablation == {0.5, 0.7, 0.8, 0.95}
-    assert all(c.spec["temperature"] == 0 for c in cells)
+    assert all(c.spec.temperature == 0 for c in cells)
     assert cfg["generation"]["max_new_tokens"] == 256
     assert "captioner" not in cfg
 
@@ -226,14 +232,14 @@ def test_lantern_preset_resolves_into_the_papers_grid_and_dry_runs(tmp_path):
     assert cfg["generation"]["top_k"] == 1000  # appendix C: LlamaGen's sampling
     cells = mmcells.cells(cfg)
     grid = {
-        (c.spec["temperature"], c.spec["lantern_k"], c.spec["lantern_delta"])
+        (c.spec.temperature, c.spec.params["lantern_k"], c.spec.params["lantern_delta"])
         for c in cells
-        if c.spec["method"] == "lantern"
+        if c.spec.method == "lantern"
     }
     assert grid == {
         (t, k, d) for t in (0.0, 1.0) for k in (100, 300, 1000) for d in (0.05, 0.1, 0.2, 0.4)
     }
-    assert {c.spec["proximity"] for c in cells if c.spec["method"] == "lantern_random"} == {
+    assert {c.spec.params["proximity"] for c in cells if c.spec.method == "lantern_random"} == {
         "random"
     }
     jobs = _dry_run_jobs(LANTERN, tmp_path)
@@ -259,11 +265,11 @@ def test_lvspec_preset_resolves_into_the_papers_grid_and_dry_runs(tmp_path):
     # Table 4's frames; K = 10; lambda 0.7 and N 10 with PST in the main rows
     frames = {d: cfg["datasets"][d]["video"]["frames"] for d in cfg["datasets"]}
     assert frames == {"vdc": 64, "vdd": 128, "moviechat": 128, "videomme": 64}
-    main = [c.spec for c in cells if c.method == "lvspec"]
+    main = [c.spec.params for c in cells if c.method == "lvspec"]
     assert {(s["lvspec_lambda"], s["lvspec_n"], s["pst"], s["gamma"]) for s in main} == {
         (0.7, 10, True, 10)
     }
-    lambdas = {c.spec["lvspec_lambda"] for c in cells if c.method == "lvspec_lambda"}
+    lambdas = {c.spec.params["lvspec_lambda"] for c in cells if c.method == "lvspec_lambda"}
     assert lambdas == {0.0, 0.3, 0.5, 0.7, 0.9}
     assert mmconfig.judged_datasets(cfg) == ["moviechat", "vdc", "vdd"]
     assert cfg["judge"]["endpoint"].startswith("http") and cfg["judge"]["api_key_env"] is None
@@ -280,17 +286,21 @@ DREAM = ROOT / "config" / "presets" / "dream.yaml"
 def test_dream_preset_resolves_into_the_papers_table_and_dry_runs(tmp_path):
     cfg = mmconfig.load(DREAM)
     cells = mmcells.cells(cfg)
-    main = {c.spec["method"] for c in cells if c.pair == "llava16_7b"}
+    main = {c.spec.method for c in cells if c.pair == "llava16_7b"}
     table1 = {"spd", "kangaroo", "medusa", "hydra", "eagle", "eagle2", "dream"}
     ablations = {"dream_nocross", "dream_fixed", "dream_nointer", "dream_paperloss"}
     assert table1 | {"ar"} | ablations == main
     for pair in ("llava16_13b", "pixtral_12b", "smolvlm_2b", "gemma3_12b"):
-        assert {c.spec["method"] for c in cells if c.pair == pair} == {"ar", "eagle2", "dream"}
-    assert {c.spec["temperature"] for c in cells if c.spec["method"] == "dream"} == {0.0, 1.0}
-    assert {c.spec["dream_vtc"] for c in cells if c.method == "dream_vtc"} == {1.0, 0.5, 0.25}
+        assert {c.spec.method for c in cells if c.pair == pair} == {"ar", "eagle2", "dream"}
+    assert {c.spec.temperature for c in cells if c.spec.method == "dream"} == {0.0, 1.0}
+    assert {c.spec.params["dream_vtc"] for c in cells if c.method == "dream_vtc"} == {
+        1.0,
+        0.5,
+        0.25,
+    }
     heads = {mmcells.drafter_dir(c) for c in cells} - {None}
     assert all(
-        c.spec["head_steps"] == 68000 and c.spec["head_lr"] == 3e-5
+        c.spec.params["head_steps"] == 68000 and c.spec.params["head_lr"] == 3e-5
         for c in cells
         if mmcells.drafter_dir(c)
     )
@@ -305,7 +315,9 @@ def test_dream_preset_resolves_into_the_papers_table_and_dry_runs(tmp_path):
         (p, d) for p in ("llava16_7b", "pixtral_12b") for d in ("mmt_bench", "scienceqa")
     }
     assert {mmcells.drafter_dir(c) for c in chains} <= heads
-    assert {c.spec["dream_fixed_depth"] for c in cells if c.spec["method"] == "dream_fixed"} == {
+    assert {
+        c.spec.params["dream_fixed_depth"] for c in cells if c.spec.method == "dream_fixed"
+    } == {
         0.5,
         0.75,
     }

@@ -49,7 +49,7 @@ def cell_inputs(tiny_cell):
     root, target, draft = tiny_cell
     from mmspec.methods.registry import resolve
 
-    spec = dict(resolve("sd_chain", {"gamma": 3}), method="sd_chain", temperature=0.0)
+    spec = resolve("sd_chain", {"gamma": 3}).to_dict()
     params = {
         "cell": {
             "dataset": "toy_diff",

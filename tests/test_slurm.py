@@ -209,7 +209,7 @@ def test_workflow_through_slurm(slurm_run):
     assert set(job_rule.values()) == submitted_as, (
         f"rules of the sacct jobs {sorted(job_rule.values())} != {sorted(submitted_as)}\n{diag}"
     )
-    n_ar = sum(c.spec["method"] == "ar" for c in mmcells.cells(mmconfig.load(TINY)))
+    n_ar = sum(c.spec.method == "ar" for c in mmcells.cells(mmconfig.load(TINY)))
     assert len([j for j in jobs if job_rule[j["jobid"]] == "generate"]) == n_ar, diag
     groups = [j for j in jobs if job_rule[j["jobid"]] == "cells_generate"]
     n_method = n_cells - n_ar

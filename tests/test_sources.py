@@ -194,3 +194,95 @@ def test_the_built_in_model_sources_claim_their_references(tmp_path, monkeypatch
     assert model_refs.normalize_model_ref("./models/tgt/") == "models/tgt"
     assert model_refs.workflow_output("toy:target") == "results/models/toy/target"
     assert model_slug("toy:target") == "toy-target"
+
+
+SOURCE_MODULE = """
+from mmspec.data.source import DatasetSource
+from helper_of_source import ROWS
+
+
+class Plugged(DatasetSource):
+    kind = "plugged"
+"""
+
+
+def _code_of(folder: Path, entry: dict) -> str:
+    """The prepare job's extra code fingerprint of `entry`, as a fresh Snakemake parse sees it
+    (a new process: fingerprints are computed once per process), with `folder` importable."""
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys\n"
+        "from mmspec.data import source\n"
+        "import plugged\n"
+        "source.register(plugged.Plugged)\n"
+        "print(source.plugin_code(json.loads(sys.argv[1])))\n"
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": str(folder)}
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(entry)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_editing_a_plugin_source_or_its_helper_reruns_its_prepare_jobs(tmp_path):
+    """A plugin source's code (and every module it imports) is part of its datasets' prepare
+    fingerprint; mmspec's own sources add nothing (the stage's fingerprint holds them)."""
+    (tmp_path / "plugged.py").write_text(SOURCE_MODULE)
+    (tmp_path / "helper_of_source.py").write_text("ROWS = 3\n")
+    entry = {"source": "plugged"}
+    first = _code_of(tmp_path, entry)
+    assert first.startswith("+") and _code_of(tmp_path, entry) == first
+    (tmp_path / "helper_of_source.py").write_text("ROWS = 4\n")
+    second = _code_of(tmp_path, entry)
+    assert second.startswith("+") and second != first
+    (tmp_path / "plugged.py").write_text(SOURCE_MODULE + "\n# an edit\n")
+    assert _code_of(tmp_path, entry) not in (first, second)
+    assert dataset_source.plugin_code({"source": "toy"}) == ""
+    assert dataset_source.plugin_code({"source": "hf", "id": "x"}) == ""
+    assert model_source.plugin_code(["toy:target", "some/hub-model"]) == ""
+
+
+def _docs_example_source():
+    """The dataset source of docs/architecture.md ("A dataset source of your own"), as written."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```python\n")[1:]]
+    (code,) = [b for b in blocks if "class JsonlVqa(DatasetSource)" in b]
+    scope: dict = {"__name__": "docs_example_source"}
+    exec(compile(code, "docs/architecture.md", "exec"), scope)
+    return scope["JsonlVqa"]
+
+
+def test_the_documented_dataset_source_validates_and_prepares(tmp_path, monkeypatch):
+    import numpy as np
+
+    from mmspec.data import media
+
+    source = _docs_example_source()
+    monkeypatch.setitem(dataset_source._SOURCES, source.kind, source)
+    image = tmp_path / "red.png"
+    image.write_bytes(media.png_bytes(np.full((32, 32, 3), (220, 20, 20), np.uint8)))
+    lines = [
+        {"image": str(image), "question": f"what colour ? {i}", "answer": "red"} for i in (1, 2, 3)
+    ]
+    (tmp_path / "qa.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
+    entry = {"source": "jsonl_vqa", "path": str(tmp_path / "qa.jsonl"), "n": 2}
+    config = copy.deepcopy(TINY)
+    config["datasets"] = {"colours": entry}
+    checked = mmconfig.validate(config)
+    filled = checked["datasets"]["colours"]
+    assert filled["metric"] == "exact_match" and filled["group"] == "benchmark"
+    assert dataset_source.of(filled).inputs("colours", filled) == [str(tmp_path / "qa.jsonl")]
+    out = tmp_path / "prepared.parquet"
+    assert prepare.run("colours", filled, str(out), 0) == 2
+    rows = read_table(out, PREPARED).to_pylist()
+    assert [r["reference"] for r in rows] == ["red", "red"]
+    assert rows[0]["image_ids"] == [media.image_id(rows[0]["images"][0])]
+    missing = {**entry, "path": str(tmp_path / "nope.jsonl")}
+    with pytest.raises(ConfigError, match="no JSONL file at"):
+        mmconfig.validate({**config, "datasets": {"colours": missing}})

@@ -10,10 +10,10 @@ import torch
 from mmspec.decoding.decoder import Decoder, visual_attention
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.views import (
+    FullView,
     ImageInput,
     SpecVLMView,
     ViewContext,
-    make_view,
     verifier_guided_keep,
 )
 from mmspec.methods import registry
@@ -113,7 +113,7 @@ def _frames(model, g, n=FRAMES):
 def test_prefill_scores_visual_tokens_by_text_attention(processor, target_model):
     tok = processor.tokenizer
     ctx = ViewContext(tok, target_model.get_input_embeddings(), "<image>")
-    prompt = make_view("M").build(VIDEO_PROMPT, _frames(target_model, torch.Generator()), ctx)
+    prompt = FullView().build(VIDEO_PROMPT, _frames(target_model, torch.Generator()), ctx)
     plain = Decoder(target_model).prefill(prompt.embeds)
     scored = Decoder(target_model).prefill(prompt.embeds, score_visual=prompt.visual)
     # the same forward: logits as without scoring (eager vs SDPA rounding only)
@@ -159,7 +159,7 @@ def test_specvlm_and_sage_are_lossless_and_read_a_tenth_of_the_frames(
     processor, target_model, near_draft_model, method
 ):
     spec = registry.resolve(method, {"temperature": 0.0})
-    assert spec["views"] == "S" and spec["drop"] == 0.9
+    assert spec.views == "S" and spec.part("view").values["drop"] == 0.9
     tok = processor.tokenizer
     runner = MethodRunner(spec, target_model, near_draft_model, tok, "<image>")
     stop = {tok.eos_token_id}
@@ -197,7 +197,7 @@ def test_view_s_in_bfloat16_keeps_the_cache_ar_builds(processor, target_model, d
         g = torch.Generator().manual_seed(seed)
         t_frames = [replace(f, embeds=f.embeds.bfloat16()) for f in _frames(target_model, g)]
         d_frames = [replace(f, embeds=f.embeds.bfloat16()) for f in _frames(draft_model, g)]
-        prompt = make_view("M").build(VIDEO_PROMPT, t_frames, ctx)
+        prompt = FullView().build(VIDEO_PROMPT, t_frames, ctx)
         plain, scoring = Decoder(target), Decoder(target)
         logits = plain.prefill(prompt.embeds).logits
         assert torch.equal(logits, scoring.prefill(prompt.embeds, prompt.visual).logits)

@@ -24,8 +24,7 @@ SLOWER = 3  # forwards computed this many times on the slow machine
 
 
 def _params(method: str, target, hp: str, reference: str) -> dict:
-    spec = dict(resolve(method, {"gamma": 4} if method != "ar" else {}), method=method)
-    spec["temperature"] = 0.0
+    spec = resolve(method, {"gamma": 4} if method != "ar" else {}).to_dict()
     return {
         "cell": {"dataset": "toy_caption", "pair": "p", "method": method, "hp": hp, "seed": 0,
                  "spec": spec},

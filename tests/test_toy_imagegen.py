@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 import torch
+from component_parts import part
 
-from mmspec.decoding.acceptance import make_rule
 from mmspec.methods.registry import resolve
 from mmspec.models import loading
 from mmspec.toy import imagegen as toy_imagegen
@@ -47,11 +47,11 @@ def test_generator_folder_loads_as_a_causal_lm_with_its_codebook(generator):
     assert meta.prompt(tokenizer, None) == [meta.bos, meta.boi]  # the unconditional row
     vectors, offset = toy_imagegen.codebook_of(folder)
     assert vectors.shape == (32, 48) and offset == meta.code_offset
-    spec = resolve("sd_chain", {"acceptance": "lantern", "lantern_k": 4})
-    rule = make_rule(spec, codebook=(vectors, offset))
+    lantern = resolve("sd_chain", {"acceptance": "lantern", "lantern_k": 4}).part("acceptance")
+    rule = lantern.build(codebook=(vectors, offset))
     assert rule.params["neighbours"].of(offset + 3).shape == (4,)
     with pytest.raises(ValueError, match="lantern_k must be in"):
-        make_rule({**spec, "lantern_k": 40}, codebook=(vectors, offset))
+        part("acceptance", "lantern", lantern_k=40).build(codebook=(vectors, offset))
 
 
 def test_condition_dropout_and_confidence(generator):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from component_parts import part
 from test_engine import prompts
 
 from mmspec.decoding.acceptance.greedy import accept_greedy
@@ -300,7 +301,6 @@ def test_history_weights_over_trees_are_lossless(
 ):
     """TABED's adaptive weights with token trees (its Table 2): the history gains the positions
     after the root and after each accepted drafted node, and stays lossless."""
-    from mmspec.decoding.weights import make_policy
     from mmspec.methods.registry import spine_tree
 
     shapes = {
@@ -312,7 +312,8 @@ def test_history_weights_over_trees_are_lossless(
     target_prompt, drafts = prompts(processor, target_model, draft_model, 1)
     ar = decode_ar(Decoder(target_model), target_prompt, 40, stop, 0.0, None)
     vocab = draft_model.get_output_embeddings().out_features
-    drafter = ModelDrafter(Decoder(draft_model), 0.0, make_policy({"weights": policy}, vocab))
+    weights = part("weights", policy).build(vocab_size=vocab)
+    drafter = ModelDrafter(Decoder(draft_model), 0.0, weights)
     sd = decode_speculative(
         Decoder(target_model),
         target_prompt,

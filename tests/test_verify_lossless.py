@@ -106,7 +106,7 @@ class NeverDrafts(Drafter):
     name = "never_drafts_of_tests"
 
     @classmethod
-    def build(cls, spec, *, target, draft=None, head=None, temperature=0.0):
+    def from_spec(cls, spec, *, target, draft=None, head=None, temperature=0.0):
         return cls(temperature)
 
     def start(self, prompts, first_token, target):

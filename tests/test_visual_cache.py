@@ -51,7 +51,7 @@ def test_generate_never_runs_the_vision_tower(workdir, monkeypatch):
     monkeypatch.setattr(modeling_clip.CLIPVisionEmbeddings, "forward", refuse)
     from mmspec.methods.registry import resolve
 
-    spec = dict(resolve("sd", {"views": "MP", "gamma": 3}), method="sd", temperature=0.0)
+    spec = resolve("sd", {"views": "MP", "gamma": 3}).to_dict()
     params = {
         "cell": {
             "dataset": "toy_diff",

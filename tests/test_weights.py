@@ -6,10 +6,11 @@ import math
 
 import pytest
 import torch
+from component_parts import part
 
 from mmspec.decoding import views, weights
 from mmspec.decoding.sampler import seeded
-from mmspec.decoding.weights import History, make_policy, weight_grid
+from mmspec.decoding.weights import History, weight_grid
 from mmspec.methods import registry
 
 
@@ -50,6 +51,12 @@ P = [[0.8, 0.1, 0.1], [0.1, 0.8, 0.1]]
 Q = [[[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]], [[0.2, 0.7, 0.1], [0.1, 0.1, 0.8]]]
 
 
+def _policy(spec: dict, vocab_size: int = 3):
+    """The weight policy `spec` names (`weights`), at its defaults but the rest of `spec`."""
+    values = {k: v for k, v in spec.items() if k != "weights"}
+    return part("weights", spec["weights"], **values).build(vocab_size=vocab_size)
+
+
 # AdaBoost at TABED's release defaults gives these two views +1e5 and -1e5 (see below)
 SMOOTH = {"adaboost_smoothing": 0.5, "adaboost_clip": True}
 
@@ -57,7 +64,7 @@ SMOOTH = {"adaboost_smoothing": 0.5, "adaboost_clip": True}
 @pytest.mark.parametrize("spec", [*({"weights": n} for n in ["kld", "tvd", "softmax", "grid"]),
                                   {"weights": "adaboost", **SMOOTH}])  # fmt: skip
 def test_history_policies_favour_the_view_closer_to_the_target(spec):
-    policy = make_policy(spec, vocab_size=3)
+    policy = _policy(spec, vocab_size=3)
     h = _history(P, Q, grid=weight_grid(2) if policy.uses_grid else None)
     w = policy.choose(h, 2, None)
     assert w[0] > w[1] and abs(float(w.sum()) - 1) < 1e-6 and (w >= 0).all()
@@ -67,7 +74,7 @@ def test_inverse_distance_weights_are_exact():
     h = _history(P, Q)
     kl = h.sum("kl")
     expected = (1 / (kl + weights.EPS)) / (1 / (kl + weights.EPS)).sum()
-    assert torch.allclose(make_policy({"weights": "kld"}, 3).choose(h, 2, None), expected)
+    assert torch.allclose(_policy({"weights": "kld"}, 3).choose(h, 2, None), expected)
     tv = torch.tensor([0.1 + 0.1, 0.7 + 0.7])  # 0.5 * L1 summed over both positions
     assert torch.allclose(h.sum("tv"), tv, atol=1e-6)
 
@@ -77,14 +84,14 @@ def test_grid_breaks_ties_by_lowest_kl():
     p = [[0.6, 0.3, 0.1]]
     q = [[[0.6, 0.3, 0.1], [0.9, 0.05, 0.05]]]
     h = _history(p, q, grid=weight_grid(2))
-    w = make_policy({"weights": "grid"}, 3).choose(h, 2, None)
+    w = _policy({"weights": "grid"}, 3).choose(h, 2, None)
     assert torch.allclose(w, torch.tensor([1.0, 0.0]))
 
 
 def test_softmax_temperature_sharpens():
     h = _history(P, Q)
-    soft = make_policy({"weights": "softmax", "softmax_temperature": 10.0}, 3).choose(h, 2, None)
-    sharp = make_policy({"weights": "softmax", "softmax_temperature": 0.1}, 3).choose(h, 2, None)
+    soft = _policy({"weights": "softmax", "softmax_temperature": 10.0}, 3).choose(h, 2, None)
+    sharp = _policy({"weights": "softmax", "softmax_temperature": 0.1}, 3).choose(h, 2, None)
     assert sharp[0] > soft[0] > 0.5
 
 
@@ -94,7 +101,7 @@ def test_softmax_is_tabed_releases_inverse_error_form():
     h = _history(P, Q)
     e = h.sum("kl") + weights.EPS
     for tau in (1.0, 0.5):
-        w = make_policy({"weights": "softmax", "softmax_temperature": tau}, 3).choose(h, 2, None)
+        w = _policy({"weights": "softmax", "softmax_temperature": tau}, 3).choose(h, 2, None)
         expected = (1 / e) ** (1 / tau)
         torch.testing.assert_close(w, expected / expected.sum())
 
@@ -112,7 +119,7 @@ def _errors(*blocks, window=0):
 
 
 def _adaboost(h, vocab_size=3, **spec):
-    return make_policy({"weights": "adaboost", **spec}, vocab_size).choose(h, 2, None)
+    return _policy({"weights": "adaboost", **spec}, vocab_size).choose(h, 2, None)
 
 
 def test_adaboost_error_rate_counts_the_whole_history_and_a_negative_weight_stays():
@@ -133,7 +140,7 @@ def test_adaboost_error_rate_counts_the_whole_history_and_a_negative_weight_stay
 
 def test_adaboost_gives_plus_minus_1e5_at_error_rates_0_and_1():
     perfect = _errors([(True, False), (True, True)])  # view 0: no error; view 1: 1 of 2
-    policy = make_policy({"weights": "adaboost"}, 3)
+    policy = _policy({"weights": "adaboost"}, 3)
     assert policy.raw(perfect).tolist() == [weights.LIMIT, math.log(1) + math.log(2)]
     useless = _errors([(True, False), (False, False)])  # view 1: every position wrong
     assert policy.raw(useless).tolist() == [math.log(1) + math.log(2), -weights.LIMIT]
@@ -146,7 +153,7 @@ def test_adaboost_gives_plus_minus_1e5_at_error_rates_0_and_1():
 
 def test_adaboost_guards_the_zero_sum_the_release_divides_by():
     h = _errors([(True, False), (True, False)])  # view 0 always right, view 1 always wrong
-    policy = make_policy({"weights": "adaboost"}, 3)
+    policy = _policy({"weights": "adaboost"}, 3)
     raw = policy.raw(h)
     assert raw.tolist() == [weights.LIMIT, -weights.LIMIT]
     assert not torch.isfinite(raw / raw.sum()).all()  # the release's normalisation
@@ -193,7 +200,7 @@ def test_kl_of_shared_zeros_is_finite_where_the_release_gets_nan():
     assert torch.isnan(torch.nn.functional.kl_div(q.log(), p, reduction="none")).any()
     # so the grid's KL tie-break still finds the exact view (the release's argmin: candidate 0)
     h = _history([p.tolist()], [[p.tolist(), q.tolist()]], grid=weight_grid(2))
-    w = make_policy({"weights": "grid"}, 3).choose(h, 2, None)
+    w = _policy({"weights": "grid"}, 3).choose(h, 2, None)
     assert torch.allclose(w, torch.tensor([1.0, 0.0]))
     assert weight_grid(2)[0].tolist() == [0.0, 1.0]
 
@@ -202,17 +209,17 @@ def test_window_counts_only_the_last_positions():
     h = History(window=1)
     h.observe(torch.tensor(P[:1]), torch.tensor(Q[:1]))
     h.observe(torch.tensor([[0.1, 0.1, 0.8]]), torch.tensor([[[0.1, 0.1, 0.8], [0.8, 0.1, 0.1]]]))
-    w = make_policy({"weights": "kld"}, 3).choose(h, 2, None)
+    w = _policy({"weights": "kld"}, 3).choose(h, 2, None)
     assert h.count() == 1 and w[0] > 0.99  # only the last position, where view 0 is exact
 
 
 def test_no_history_means_uniform_and_random_is_a_distribution():
     for name in ["static", "kld", "tvd", "grid", "softmax", "adaboost"]:
-        policy = make_policy({"weights": name}, 3)
+        policy = _policy({"weights": name}, 3)
         w = policy.choose(History(0, weight_grid(3)), 3, None)
         assert torch.allclose(w, torch.full((3,), 1 / 3))
     g = seeded(0)
-    draws = [make_policy({"weights": "random"}, 3).choose(History(0), 3, g) for _ in range(50)]
+    draws = [_policy({"weights": "random"}, 3).choose(History(0), 3, g) for _ in range(50)]
     assert all((w >= 0).all() and abs(float(w.sum()) - 1) < 1e-6 for w in draws)
     assert len({tuple(w.tolist()) for w in draws}) == 50
 
@@ -226,7 +233,7 @@ def test_pooling_and_uniform_pruning():
     assert views.uniform_keep(16, 0.25).tolist() == [0, 5, 10, 15]
     assert len(views.uniform_keep(576, 0.1)) == 58
     with pytest.raises(ValueError, match="keep"):
-        views.make_view("U", {"keep": 0.0})
+        part("view", "U", keep=0.0).build()
 
 
 def test_caption_view_replaces_each_image(processor):
@@ -234,12 +241,12 @@ def test_caption_view_replaces_each_image(processor):
     embed = torch.nn.Embedding(len(tok), 4)
     ctx = views.ViewContext(tok, embed, "<image>")
     image = views.ImageInput(torch.zeros(16, 4), None, "a red circle at the top left .")
-    prompt = views.make_view("C").build("<bos> user : <image> describe the image .", [image], ctx)
+    prompt = views.CaptionView().build("<bos> user : <image> describe the image .", [image], ctx)
     words = "<bos> user : image : a red circle at the top left . describe the image ."
     assert prompt.n_visual == 0
     assert prompt.embeds.shape[0] == len(words.split())
     with pytest.raises(ValueError, match="captions"):
-        views.make_view("C").build("<image>", [views.ImageInput(torch.zeros(16, 4))], ctx)
+        views.CaptionView().build("<image>", [views.ImageInput(torch.zeros(16, 4))], ctx)
 
 
 def test_registry_rejects_bad_views_and_policies():
@@ -250,6 +257,6 @@ def test_registry_rejects_bad_views_and_policies():
     with pytest.raises(ValueError, match="weights"):
         registry.resolve("sd", {"weights": "best"})
     spec = registry.resolve("tabed_mtcp", {})
-    assert spec["views"] == "MTCP" and spec["weights"] == "softmax"
+    assert spec.views == "MTCP" and spec.weights == "softmax"
     assert registry.label("tabed_mt", "tabed_mt") == "TABED^MT"
     assert registry.label("my_entry", "tabed_mt") == "my_entry"

@@ -28,7 +28,7 @@ from mmspec.toy import tiny
 
 def _argv(tiny_cell, method: str, out: Path, max_new: int = 8, **hp) -> list[str]:
     root, target, draft = tiny_cell
-    spec = dict(resolve(method, hp), method=method, temperature=0.0)
+    spec = resolve(method, hp).to_dict()
     params = {
         "cell": {"dataset": "d", "pair": "p", "method": method, "hp": "h", "seed": 0, "spec": spec},
         "pair": {"target": str(target), "draft": str(draft), "dtype": "float32"},

@@ -130,11 +130,10 @@ def test_a_killed_training_job_resumes_from_its_checkpoint(run_dir, tmp_path):
 
     from mmspec import cells as mmcells
     from mmspec import config as mmconfig
-    from mmspec.methods import components
 
     cfg = mmconfig.validate(mmconfig.load_as_snakemake(HEADS))
     cell = next(c for c in mmcells.cells(cfg) if c.method == "eagle_long")
-    training = {**components.head_training(cell.spec), "head_steps": 400}
+    training = {**cell.spec.head_training(), "head_steps": 400}
     params = {
         "pair": cfg["pairs"]["toy"],
         "kind": "eagle",

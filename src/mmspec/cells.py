@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass, field
 
 from mmspec.decoding.component import TRAINED_HEAD
-from mmspec.methods import components, registry
+from mmspec.methods import registry
+from mmspec.methods.spec import MethodSpec
 from mmspec.model_refs import normalize_model_ref
 from mmspec.models import source as model_source
 from mmspec.schema import ConfigError
@@ -26,7 +27,7 @@ class Cell:
     method: str  # the config entry's name
     hp: str  # slug of the hyperparameters given in the config
     seed: int
-    spec: dict = field(hash=False, compare=False)  # the resolved method spec
+    spec: MethodSpec = field(hash=False, compare=False)  # the resolved method spec
 
     @property
     def path(self) -> str:
@@ -43,7 +44,7 @@ class Cell:
             "pair": self.pair,
             "method": self.method,
             "hp": self.hp,
-            "hparams": json.dumps(self.spec, sort_keys=True),
+            "hparams": json.dumps(self.spec.to_dict(), sort_keys=True),
             "seed": self.seed,
         }
 
@@ -121,7 +122,7 @@ class Expansion:
         return self.grid_points - len(self.cells)
 
 
-def method_points(name: str, entry: dict, temperature: float) -> list[tuple[str, dict]]:
+def method_points(name: str, entry: dict, temperature: float) -> list[tuple[str, MethodSpec]]:
     """(hp slug, resolved spec) of each point of a method entry's grid. The slug keys only the
     values the point's components read, so points that differ in keys nobody reads share one
     (the caller keeps the first). A key of the entry read at no point is a ConfigError."""
@@ -132,14 +133,15 @@ def method_points(name: str, entry: dict, temperature: float) -> list[tuple[str,
             spec = registry.resolve(base, hparams, temperature, strict=False)
         except ValueError as e:
             raise ConfigError(f"config key methods.{name}: {e}") from None
-        read = {k: v for k, v in hparams.items() if k in spec}
+        held = spec.to_dict()
+        read = {k: v for k, v in hparams.items() if k in held}
         read_somewhere |= set(read)
         points.append((hp_slug(read), spec))
     for key in entry:
         if key != "method" and key not in read_somewhere:
             spec = points[0][1]
             raise ConfigError(
-                f"config key methods.{name}: {registry.unread_key_error(key, base, spec)}"
+                f"config key methods.{name}: {registry.unread_key_error(key, base, spec.params)}"
             )
     return points
 
@@ -178,8 +180,7 @@ def check_distinct(swept: list[Cell]) -> None:
     values) on the same dataset, pair and seed would spend the same compute twice."""
     seen: dict[tuple, Cell] = {}
     for cell in swept:
-        decoding = {k: v for k, v in cell.spec.items() if k != "method"}
-        key = (cell.dataset, cell.pair, cell.seed, json.dumps(decoding, sort_keys=True))
+        key = (cell.dataset, cell.pair, cell.seed, cell.spec.decoding())
         other = seen.setdefault(key, cell)
         if other is not cell:
             raise ConfigError(
@@ -193,15 +194,11 @@ def check_distinct(swept: list[Cell]) -> None:
 
 def check_ar_cells(swept: list[Cell]) -> None:
     """Every cell is scored against the AR cell of its dataset, pair, seed and temperature."""
-    ar = {
-        (c.dataset, c.pair, c.seed, c.spec["temperature"])
-        for c in swept
-        if c.spec["drafter"] == "none"
-    }
+    ar = {(c.dataset, c.pair, c.seed, c.spec.temperature) for c in swept if c.spec.is_ar}
     for cell in swept:
-        if (cell.dataset, cell.pair, cell.seed, cell.spec["temperature"]) not in ar:
+        if (cell.dataset, cell.pair, cell.seed, cell.spec.temperature) not in ar:
             raise ConfigError(
-                f"config key sweep: cell {cell.path} (temperature {cell.spec['temperature']}) "
+                f"config key sweep: cell {cell.path} (temperature {cell.spec.temperature}) "
                 "needs an `ar` cell with the same dataset, pair, seed and temperature: its "
                 "speedup's AR timing, lossless check and quality retention; sweep `ar` (or an "
                 "entry of it at that temperature) there too, in sweep or sweep_extra"
@@ -217,9 +214,9 @@ def ar_cell(config: dict, cell: Cell) -> Cell:
     """The AR cell that `cell` is compared against (same dataset, pair, seed, temperature)."""
     for other in cells(config):
         if (
-            other.spec["method"] == "ar"
+            other.spec.method == "ar"
             and (other.dataset, other.pair, other.seed) == (cell.dataset, cell.pair, cell.seed)
-            and other.spec["temperature"] == cell.spec["temperature"]
+            and other.spec.temperature == cell.spec.temperature
         ):
             return other
     raise ConfigError(
@@ -235,7 +232,7 @@ def _pick(names, section: dict) -> list[str]:
 def drafter_dir(cell) -> str | None:
     """Where the trained head of a cell's head drafter lives (None for other drafters): one
     per (pair, kind, training hyperparameters), shared by every method that drafts with it."""
-    kind = cell.spec["drafter"]
-    if not components.needs(cell.spec, TRAINED_HEAD):
+    if not cell.spec.needs(TRAINED_HEAD):
         return None
-    return f"results/drafters/{cell.pair}/{kind}/{hp_slug(components.head_training(cell.spec))}"
+    kind, training = cell.spec.drafter, hp_slug(cell.spec.head_training())
+    return f"results/drafters/{cell.pair}/{kind}/{training}"

@@ -333,11 +333,10 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     swept = cells(config)
     check_distinct(swept)
     for cell in swept:
-        drafter = cell.spec["drafter"]
-        if components.needs(cell.spec, DRAFT_MODEL) and "draft" not in config["pairs"][cell.pair]:
+        if cell.spec.needs(DRAFT_MODEL) and "draft" not in config["pairs"][cell.pair]:
             raise ConfigError(
                 f"config key pairs.{cell.pair}.draft: method {cell.method!r} drafts with a draft "
-                f"model (drafter {drafter!r}) but pair {cell.pair!r} names none"
+                f"model (drafter {cell.spec.drafter!r}) but pair {cell.pair!r} names none"
             )
         _check_codebook_rule(config, cell)
         _check_target(config, cell)
@@ -349,7 +348,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     _check_task_metrics(config)
     _check_judge(config, swept)
     if captioner is None:
-        uses_c = sorted({c.method for c in swept if components.needs(c.spec, CAPTIONS)})
+        uses_c = sorted({c.method for c in swept if c.spec.needs(CAPTIONS)})
         if uses_c:
             raise ConfigError(
                 f"config key captioner: methods {uses_c} draft from captions (view C) but the "
@@ -555,8 +554,8 @@ def _check_codebook_rule(config: dict, cell) -> None:
     """A rule that relaxes over a VQ codebook (LANTERN) needs a target with one, and k within
     it: a target whose kind is known now is checked here, others when the generate job loads
     them."""
-    rule = cell.spec.get("acceptance")
-    if not components.needs(cell.spec, CODEBOOK):
+    rule = cell.spec.acceptance
+    if not cell.spec.needs(CODEBOOK):
         return
     target = config["pairs"][cell.pair]["target"]
     kind = model_kind(config, target)
@@ -574,20 +573,19 @@ def _check_target(config: dict, cell) -> None:
     target = config["pairs"][cell.pair]["target"]
     codes = (codebook(config, target) or {}).get("codes")
     facts = TargetFacts(target, layers=language_layers(config, target), codes=codes)
-    for part in components.parts(cell.spec):
-        try:
-            part.check_target(cell.spec, facts)
-        except ValueError as error:
-            raise ConfigError(
-                f"config key methods.{cell.method}: {error} (pair {cell.pair!r})"
-            ) from None
+    try:
+        cell.spec.check_target(facts)
+    except ValueError as error:
+        raise ConfigError(
+            f"config key methods.{cell.method}: {error} (pair {cell.pair!r})"
+        ) from None
 
 
 def _check_visual_rule(config: dict, cell) -> None:
     """A rule guided by the prompt's visual tokens (LVSpec) needs prompts with some: not an
     image-generation cell, whose prompt is a caption and whose target writes image codes."""
-    rule = cell.spec.get("acceptance")
-    if not components.needs(cell.spec, HIDDEN_STATES):
+    rule = cell.spec.acceptance
+    if not cell.spec.needs(HIDDEN_STATES):
         return
     target = config["pairs"][cell.pair]["target"]
     if dataset_task(config, cell.dataset) == IMAGE_GENERATION or (
@@ -605,14 +603,14 @@ def _check_head(config: dict, cell) -> None:
     """A head drafter trains on a dataset of the config of the cell's task: text answers over
     a language model's hidden states, or (EAGLE's head only, LANTERN's drafter) images over an
     image generator's."""
-    kind = cell.spec["drafter"]
-    if not components.needs(cell.spec, TRAINED_HEAD):
+    kind = cell.spec.drafter
+    if not cell.spec.needs(TRAINED_HEAD):
         return
-    data = cell.spec.get("head_data")
+    data = cell.spec.head_training().get("head_data")
     where = f"config key methods.{cell.method}"
     if data is None:
         raise ConfigError(
-            f"{where}: method {cell.spec['method']!r} drafts with a trained {kind} head; name "
+            f"{where}: method {cell.spec.method!r} drafts with a trained {kind} head; name "
             "the dataset (a training split) it trains on with `head_data`"
         )
     if data not in config["datasets"]:
@@ -664,8 +662,8 @@ def _check_task(config: dict, cell) -> None:
             f"config key sweep: pair {cell.pair!r} generates images, and dataset "
             f"{cell.dataset!r} asks for text answers; sweep it over an image-generation dataset"
         )
-    drafter = cell.spec["drafter"]
-    if images and drafter != components.AR and drafter not in components.image_drafters():
+    drafter = cell.spec.drafter
+    if images and not cell.spec.is_ar and drafter not in components.image_drafters():
         raise ConfigError(
             f"config key methods.{cell.method}: drafter {drafter!r} drafts text only, and "
             f"dataset {cell.dataset!r} generates images; image generation drafts with one of "

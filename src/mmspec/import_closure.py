@@ -134,6 +134,19 @@ def digest(modules: tuple[str, ...]) -> str:
     return closure(list(modules)).digest()
 
 
+def foreign_code(classes) -> str:
+    """"+" and a short hash of the modules defining those of `classes` that are not mmspec's own
+    (a plugin's, a test's), with every module they import; "" when all are mmspec's (whose
+    code the stages' fingerprints hold). Added to a job's code fingerprint, it reruns the jobs
+    that use a plugin when its code changes."""
+    modules = tuple(sorted({c.__module__ for c in classes} - _own(classes)))
+    return "+" + digest(modules) if modules else ""
+
+
+def _own(classes) -> set[str]:
+    return {c.__module__ for c in classes if c.__module__.split(".")[0] == PACKAGE}
+
+
 def plugin_entry_points() -> list:
     """Every entry point of an `mmspec.*` group (components, method rows, metrics, ...)."""
     found = {

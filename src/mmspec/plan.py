@@ -113,7 +113,7 @@ def plan(cfg: dict, results: str | Path = "results", cells=None) -> dict[str, Pa
         if (results / "generate" / cell.path / "samples.parquet").is_file():
             entry.done += 1
             continue
-        entry.ar_to_run += cell.spec["method"] == "ar"
+        entry.ar_to_run += cell.spec.method == "ar"
         if cell.dataset not in sizes:
             sizes[cell.dataset] = _sample_turns(cfg, cell.dataset, results)
         size = sizes[cell.dataset]

@@ -300,7 +300,8 @@ CLAIMS = pa.schema(
 # results/drafters/<pair>/<kind>/<hp>/curves.parquet: a drafter head's training curve, one row
 # per evaluation (training.heads): the training loss at that step and, on the held-out
 # sequences, the feature loss, intermediate-feature loss (DREAM; 0 for EAGLE), KL divergence
-# from the target's next-token distribution and top-1 agreement with the target.
+# from the target's next-token distribution and top-1 agreement with the target; then a column
+# for each held-out metric a head kind's own loss adds (`heldout_<name>`).
 HEAD_CURVES = pa.schema(
     [
         ("step", pa.int64()),

@@ -18,7 +18,7 @@ rule cache_visual:
     params:
         ref=lambda w: MODELS[w.model][0],
         dtype=lambda w: MODELS[w.model][1],
-        code=fingerprint("cache_visual"),
+        code=lambda w: model_code("cache_visual", [MODELS[w.model][0]]),
     shell:
         "mmspec cache_visual --model {params.ref:q} --dtype {params.dtype}"
         " --prepared {input.prepared} --threads {threads} --out {output} 2> {log}"

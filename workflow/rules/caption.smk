@@ -15,7 +15,7 @@ rule caption:
         gpu_mem_mb=lambda w: captioner_memory(w).gpu_mb,
     params:
         spec=lambda w: Captioner.parse(CAPTIONER).to_json(),
-        code=fingerprint("caption"),
+        code=lambda w: model_code("caption", [CAPTIONER["model"]]),
     shell:
         "mmspec caption --spec {params.spec:q} --prepared {input.prepared}"
         " --threads {threads} --out {output} 2> {log}"

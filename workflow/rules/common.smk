@@ -12,6 +12,7 @@ from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.component import CAPTIONS, DRAFT_MODEL, DRAFT_VISUAL
 from mmspec.methods import components
 from mmspec.models import footprint
+from mmspec.models import source as model_source
 from mmspec.scoring import metric_catalog
 from mmspec.stages import toy_model
 from mmspec.stages.claims import finished
@@ -52,9 +53,9 @@ HEAD_CELLS = {
 }
 # the AR cell each cell is checked against: (dataset, pair, seed, temperature) -> AR cell
 AR_CELLS = {
-    (c.dataset, c.pair, c.seed, c.spec["temperature"]): c
+    (c.dataset, c.pair, c.seed, c.spec.temperature): c
     for c in CELLS.values()
-    if c.spec["method"] == "ar"
+    if c.spec.method == "ar"
 }
 
 
@@ -74,16 +75,49 @@ def cell_of(w):
 
 
 GENERATE_CODE = fingerprint("generate")
+PREPARE_CODE = fingerprint("prepare")
 TRAIN_DRAFTER_CODE = fingerprint("train_drafter")
 
 
 def generate_code(w):
-    """The generate stage's code fingerprint, with the cell's plugin components' source."""
-    return GENERATE_CODE + components.plugin_code(cell_of(w).spec)
+    """The generate stage's code fingerprint, with the source of the cell's plugin components
+    and of the plugin sources of the models it loads."""
+    cell = cell_of(w)
+    refs = [
+        ref
+        for ref, _ in components.loaded_models(CONFIG["pairs"][cell.pair], cell.spec)
+    ]
+    return (
+        GENERATE_CODE
+        + components.plugin_code(cell.spec)
+        + model_source.plugin_code(refs)
+    )
 
 
 def train_drafter_code(w):
-    return TRAIN_DRAFTER_CODE + components.plugin_code(head_cell(w).spec)
+    cell = head_cell(w)
+    target = CONFIG["pairs"][cell.pair]["target"]
+    return (
+        TRAIN_DRAFTER_CODE
+        + components.plugin_code(cell.spec)
+        + model_source.plugin_code([target])
+    )
+
+
+def dataset_inputs(w):
+    """The local files a dataset's source prepares it from (none for hub and toy datasets)."""
+    entry = CONFIG["datasets"][w.dataset]
+    return dataset_source.of(entry).inputs(w.dataset, entry)
+
+
+def prepare_code(w):
+    """The prepare stage's code fingerprint, with the dataset's source when a plugin adds it."""
+    return PREPARE_CODE + dataset_source.plugin_code(CONFIG["datasets"][w.dataset])
+
+
+def model_code(stage, refs):
+    """`stage`'s code fingerprint, with the plugin sources of the models `refs`."""
+    return fingerprint(stage) + model_source.plugin_code(refs)
 
 
 def model_output(ref):
@@ -103,11 +137,11 @@ def makes_images(dataset):
 
 def needs_draft_visual(cell):
     """A draft model's views over visual tokens read its own visual cache."""
-    return components.needs(cell.spec, DRAFT_VISUAL) and not makes_images(cell.dataset)
+    return cell.spec.needs(DRAFT_VISUAL) and not makes_images(cell.dataset)
 
 
 def needs_captions(cell):
-    return components.needs(cell.spec, CAPTIONS) and not makes_images(cell.dataset)
+    return cell.spec.needs(CAPTIONS) and not makes_images(cell.dataset)
 
 
 def captions_path(dataset):
@@ -125,7 +159,7 @@ def generate_inputs(w):
     }
     if not makes_images(cell.dataset):  # image generation's prompts are captions
         inputs["target_visual"] = visual_path(pair["target"], cell.dataset)
-    if components.needs(cell.spec, DRAFT_MODEL):
+    if cell.spec.needs(DRAFT_MODEL):
         inputs["models"] = inputs["models"] + model_output(pair["draft"])
     if mmcells.drafter_dir(cell):
         inputs["drafter"] = mmcells.drafter_dir(cell)
@@ -133,7 +167,7 @@ def generate_inputs(w):
         inputs["draft_visual"] = visual_path(pair["draft"], cell.dataset)
     if needs_captions(cell):
         inputs["captions"] = captions_path(cell.dataset)
-    if cell.spec["method"] != "ar":  # the AR cell's tokens and timings: the reference
+    if cell.spec.method != "ar":  # the AR cell's tokens and timings: the reference
         inputs["ar_samples"] = ar_samples(w)
     return inputs
 
@@ -143,7 +177,7 @@ def generate_group(w):
     method cell; none for an AR cell, whose samples the method cells read: a group takes in
     the jobs that depend on each other, so one AR cell in it would pack every cell of its
     dataset, pair and seed into one Slurm job."""
-    return None if cell_of(w).spec["method"] == "ar" else "cells"
+    return None if cell_of(w).spec.method == "ar" else "cells"
 
 
 def generate_params(w):
@@ -178,7 +212,7 @@ def train_drafter_inputs(w):
     """A head trains on its `head_data` dataset, answered by the pair's target."""
     cell = head_cell(w)
     target = CONFIG["pairs"][cell.pair]["target"]
-    data = cell.spec["head_data"]
+    data = cell.spec.head_training()["head_data"]
     inputs = {
         "prepared": f"results/prepared/{data}.parquet",
         "models": model_output(target),
@@ -191,7 +225,7 @@ def train_drafter_inputs(w):
 def train_drafter_params(w):
     """The head's job (stages.jobs.TrainDrafterJob), as the JSON the train_drafter stage reads."""
     cell = head_cell(w)
-    task = mmconfig.dataset_task(CONFIG, cell.spec["head_data"])
+    task = mmconfig.dataset_task(CONFIG, cell.spec.head_training()["head_data"])
     return TrainDrafterJob.of_cell(CONFIG, cell, task).to_json()
 
 
@@ -203,7 +237,7 @@ def target_memory(w):
 def ar_cell_of(w):
     """The AR cell the wildcards' cell is compared against (ar_cell raises, naming it)."""
     cell = cell_of(w)
-    key = (cell.dataset, cell.pair, cell.seed, cell.spec["temperature"])
+    key = (cell.dataset, cell.pair, cell.seed, cell.spec.temperature)
     return AR_CELLS.get(key) or mmcells.ar_cell(CONFIG, cell)
 
 
@@ -230,7 +264,10 @@ SCORE_CODE = fingerprint("score")
 def score_code(w):
     """The score stage's code fingerprint, with the source of the dataset's metric when an
     installed plugin adds it."""
-    return SCORE_CODE + metric_catalog.plugin_code(dataset_metric(w))
+    code = SCORE_CODE + metric_catalog.plugin_code(dataset_metric(w))
+    if makes_images(w.dataset):  # scored by the metric networks
+        code += model_source.plugin_code(CONFIG["image_metrics"].values())
+    return code
 
 
 def score_models(w):

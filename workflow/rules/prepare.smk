@@ -1,4 +1,6 @@
 rule prepare:
+    input:
+        dataset_inputs,
     output:
         "results/prepared/{dataset}.parquet",
     log:
@@ -11,7 +13,7 @@ rule prepare:
     params:
         spec=prepare_spec,
         toy_seed=CONFIG["toy"]["seed"],
-        code=fingerprint("prepare"),
+        code=prepare_code,
     shell:
         "mmspec prepare --name {wildcards.dataset} --spec {params.spec:q}"
         " --toy-seed {params.toy_seed} --out {output} 2> {log}"

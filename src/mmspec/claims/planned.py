@@ -13,7 +13,6 @@ from mmspec.claims.claim import STATS, Claim
 from mmspec.claims.scorecard import evaluate, summary
 from mmspec.data import source as dataset_source
 from mmspec.methods.registry import label
-from mmspec.methods.spec import MethodSpec
 
 # statistics of a dialogue's second turns: measured only on datasets that have them
 SECOND_TURN_STATS = {"tau_turn2"}
@@ -34,7 +33,7 @@ def planned_cells(config: dict, seed: int = 0) -> pd.DataFrame:
     turns = {name: has_second_turns(name, ds) for name, ds in config["datasets"].items()}
     rows = []
     for cell in expand(config).cells:
-        columns = MethodSpec.parse(cell.spec).columns()
+        columns = cell.spec.columns()
         row = {
             **cell.columns(),
             "label": label(cell.method, columns["registry_method"]),

@@ -14,6 +14,7 @@ import io
 import struct
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,13 +118,16 @@ def prompt_text(messages: list[dict], where: str, text_only: bool = True) -> str
 
 
 def to_png(value: Any) -> bytes:
-    """Decode one image value (PIL image, {'bytes', 'path'} dict, raw bytes or path) to RGB PNG."""
+    """Decode one image value (PIL image, {'bytes', 'path'} dict, raw bytes, or a path: str or
+    Path) to RGB PNG."""
     import PIL.Image
 
     if isinstance(value, bytes | bytearray):
         value = {"bytes": bytes(value), "path": None}
+    if isinstance(value, str | Path):  # the datasets library's decoder takes paths in a dict
+        value = {"bytes": None, "path": str(value)}
     if not isinstance(value, PIL.Image.Image):
-        if not isinstance(value, dict | str):
+        if not isinstance(value, dict):
             raise TypeError(f"not an image value: {type(value).__name__}")
         import datasets
 

@@ -23,7 +23,7 @@ import importlib
 import inspect
 from typing import ClassVar
 
-from mmspec import plugins, schema
+from mmspec import import_closure, plugins, schema
 from mmspec.data.media import ANSWER
 
 GROUP = "mmspec.dataset_sources"
@@ -57,6 +57,12 @@ class DatasetSource:
     def metric(self, name: str, entry: dict) -> str:
         """The task metric (`scoring.metric_catalog`) that scores the answers."""
         return entry["metric"]
+
+    def inputs(self, name: str, entry: dict) -> list[str]:
+        """Local files the prepared table is made from: the prepare job's inputs, so that editing
+        one re-prepares the dataset. A Hugging Face source names none: a hub dataset is pinned
+        by its revision, and a local dataset folder is rerun with `--forcerun prepare`."""
+        return []
 
     def sample_turns(self, name: str, entry: dict, config: dict) -> int | None:
         """The rows its prepared table will hold, if known before it is prepared."""
@@ -128,6 +134,12 @@ def get(kind: str) -> DatasetSource:
 def of(entry: dict) -> DatasetSource:
     """The source of a dataset entry."""
     return get(entry["source"])
+
+
+def plugin_code(entry: dict) -> str:
+    """The code of the entry's source when a plugin adds it (import_closure.foreign_code): part
+    of its prepare job's fingerprint, so editing the source re-prepares the datasets it reads."""
+    return import_closure.foreign_code([type(of(entry))])
 
 
 def rubric() -> str | None:

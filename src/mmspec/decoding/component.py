@@ -3,11 +3,11 @@
 A method composes a drafter, the views it drafts from (and, for an ensemble of views, a weight
 policy), a tree policy and an acceptance rule. Each of those is one class that declares its
 `name`, the hyperparameters it reads (`params`: key, type, allowed values, default), what it
-`requires` of the pair and the data, and how it is built from a resolved method spec
-(`from_spec`). The catalog (`decoding.catalog`) fills itself from these declarations, and
-validation, grids, fingerprints, the report and `mmspec verify-lossless` read them, so a new
-component is one class (one file), and a researcher's own package adds some through the entry
-point group `mmspec.components`.
+`requires` of the pair and the data, and how it is built from its own spec, the values of the
+params it reads (`from_spec`). The catalog (`decoding.catalog`) fills itself from these
+declarations, and validation, grids, fingerprints, the report and `mmspec verify-lossless`
+read them, so a new component is one class (one file), and a researcher's own package adds some
+through the entry point group `mmspec.components`.
 """
 
 from __future__ import annotations
@@ -151,9 +151,18 @@ class Component:
         return ()
 
     @classmethod
+    def from_spec(cls, spec: dict) -> Component:
+        """The component built from its own spec: the values of the params it reads in its
+        method (a `methods.spec.Part`'s). Some kinds take more beside them: a weight policy
+        the draft's `vocab_size`, a rule the target's `codebook`, a drafter its models, its
+        drafting temperature and, over an ensemble of views, their weight policy's part. By
+        default: the constructor with the declared params."""
+        return cls(**cls.arguments(spec))
+
+    @classmethod
     def arguments(cls, spec: dict) -> dict:
-        """The constructor's keyword arguments from a resolved spec (the declared params)."""
-        return {p.argument: spec[p.key] for p in cls.reads(spec) if p.key in spec}
+        """The constructor's keyword arguments from its own spec (by `Param.argument`)."""
+        return {p.argument: spec[p.key] for p in cls.params if p.key in spec}
 
 
 class View(Component):

@@ -40,10 +40,6 @@ class TreePolicy(component.TreePolicy):
     """The protocol every tree policy follows (and declares itself: `decoding.component`)."""
 
     @classmethod
-    def from_spec(cls, spec: dict) -> TreePolicy:
-        return cls(**cls.arguments(spec))
-
-    @classmethod
     def max_depth(cls, spec: dict) -> int | None:
         """How deep its proposals can be (None: it decides as it drafts)."""
         return None

@@ -404,10 +404,3 @@ def parse_views(views: str) -> list[str]:
     if len(set(letters)) != len(letters):
         raise ValueError(f"views {views!r} names a view twice")
     return letters
-
-
-def make_view(name: str, spec: dict | None = None) -> View:
-    """The view `name`, with the hyperparameters it reads from a method spec (its defaults
-    where the spec has none)."""
-    view = catalog.get("view", name)
-    return view(**view.arguments(spec or {}))

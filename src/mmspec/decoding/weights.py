@@ -302,10 +302,3 @@ def mix(weights: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
         mixture = mixture.clamp_min(0)
         mixture = mixture / mixture.sum(-1, keepdim=True)
     return mixture
-
-
-def make_policy(spec: dict, vocab_size: int) -> Policy:
-    """The weight policy a method spec names (`weights`, default static), with the
-    hyperparameters it reads."""
-    policy = catalog.get("weights", spec.get("weights", "static"))
-    return policy.from_spec(spec, vocab_size)

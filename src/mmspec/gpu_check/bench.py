@@ -26,7 +26,7 @@ def bench_inputs(out: Path, sweep: dict) -> tuple[Path, Path, Path]:
         # models the workflow trained (the toy world's), where the sweep's run wrote them
         folders = [model_refs.workflow_output(r) if r else None for r in refs]
         text = mmconfig.dataset_task(sweep, cell.dataset) != IMAGE_GENERATION
-        if cell.spec["drafter"] == "model" and text and all(folders):
+        if cell.spec.drafter == "model" and text and all(folders):
             target, draft = (out / folder for folder in folders)
             return target, draft, out / "results" / "prepared" / f"{cell.dataset}.parquet"
     raise ValueError("the sweep has no cell drafting with a toy draft model on a text dataset")

@@ -75,7 +75,7 @@ def decode_dtype(method: str, hparams: dict, pair: dict, inputs: tuple, max_new:
     from mmspec.tables import PREPARED, read_table
 
     prepared, target_cache, draft_cache = inputs
-    spec = dict(resolve(method, hparams), method=method, temperature=0.0)
+    spec = resolve(method, hparams).to_dict()  # greedy: temperature 0
     job = GenerateJob.parse(
         {
             "cell": {"dataset": "toy_diff", "pair": "tiny", "method": method, "spec": spec},

@@ -1,12 +1,15 @@
 """The components a resolved method spec composes, and what they read and require.
 
 Everything here is derived from the components' own declarations (`decoding.component`, filled
-into `decoding.catalog`): the keys a spec's components read (so a cell holds only those, and a
-grid never makes two cells that decode the same thing), what they require of the pair and the
-data, whether the spec preserves the target's distribution, and which keys define a trained head.
+into `decoding.catalog`): the components of a spec being resolved and the keys they read (so a
+cell holds only those, and a grid never makes two cells that decode the same thing), whether a
+rule preserves the target's distribution, which drafters train heads or draft images, and what a
+resolved method (`methods.spec.MethodSpec`) adds to its cell's code fingerprint and loads.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from mmspec import import_closure
 from mmspec.decoding import catalog
@@ -17,6 +20,9 @@ from mmspec.decoding.component import (
     Param,
 )
 from mmspec.decoding.views import parse_views
+
+if TYPE_CHECKING:
+    from mmspec.methods.spec import MethodSpec
 
 AR = "none"  # the drafter of autoregressive decoding: no drafter
 IDENTITY_KEYS = ("method", "drafter", "temperature")
@@ -83,16 +89,6 @@ def _all_params(component: type[Component]) -> set[str]:
     return {p.key for p in component.params}
 
 
-def requirements(spec: dict) -> frozenset[str]:
-    """What the spec's components require (`decoding.component`'s requirement names)."""
-    return frozenset().union(*(part.requirements(spec) for part in parts(spec)))
-
-
-def needs(spec: dict, requirement: str) -> bool:
-    """Whether the spec's components require `requirement` (e.g. component.DRAFT_MODEL)."""
-    return requirement in requirements(spec)
-
-
 def is_lossless(acceptance: str | None, params: dict | None = None) -> bool:
     """Whether a spec with this acceptance rule (None: AR) and hyperparameters preserves the
     target's distribution: a lossy rule with no room to relax (LANTERN delta 0 or k 0, LVSpec
@@ -124,27 +120,20 @@ def image_head_drafters() -> tuple[str, ...]:
     return tuple(n for n in image_drafters() if TRAINED_HEAD in catalog.get("drafter", n).requires)
 
 
-def head_training(spec: dict) -> dict:
-    """The training hyperparameters of a head drafter's spec (what its head is keyed by)."""
-    drafter = catalog.get("drafter", spec["drafter"])
-    keys = drafter.training_keys(spec) if hasattr(drafter, "training_keys") else ()
-    return {k: spec[k] for k in keys if k in spec}
-
-
-def plugin_code(spec: dict) -> str:
-    """A short hash of the code of the spec's components that installed plugins add, with every
-    module it imports ("" when it has none): part of its cell's code fingerprint, so that editing
-    a plugin or a helper module of it reruns the cells that use it, and only those."""
-    plugins = [part for part in parts(spec) if catalog.is_plugin(part)]
+def plugin_code(method: MethodSpec) -> str:
+    """A short hash of the code of the method's components that installed plugins add, with
+    every module it imports ("" when it has none): part of its cell's code fingerprint, so that
+    editing a plugin or a helper module of it reruns the cells that use it, and only those."""
+    plugins = [part.component for part in method.parts if catalog.is_plugin(part.component)]
     modules = tuple(sorted({m for p in plugins for m in (p.__module__, *p.code_modules())}))
     return "+" + import_closure.digest(modules) if modules else ""
 
 
-def loaded_models(pair: dict, spec: dict) -> list[tuple[str, str]]:
+def loaded_models(pair: dict, method: MethodSpec) -> list[tuple[str, str]]:
     """The models a generate job loads: the target, and the draft if the method drafts with it
     ((reference, dtype) each)."""
     models = [(pair["target"], pair["dtype"])]
     # Self-SD (draft: self) drafts with the target's own weights, loaded once
-    if needs(spec, DRAFT_MODEL) and not is_self_draft(pair):
+    if method.needs(DRAFT_MODEL) and not is_self_draft(pair):
         models.append((pair["draft"], pair["dtype"]))
     return models

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 
-from mmspec.decoding import catalog
 from mmspec.decoding.component import DRAFT_MODEL, TRAINED_HEAD
 from mmspec.decoding.guidance import GuidedDecoder
 from mmspec.decoding.loops import (
@@ -26,7 +25,7 @@ from mmspec.decoding.loops import (
     probe_ar,
 )
 from mmspec.decoding.trees import drafting_temperature
-from mmspec.methods.components import AR, image_drafters
+from mmspec.methods.components import image_drafters
 from mmspec.methods.runtime import DraftCounters
 from mmspec.methods.spec import MethodSpec
 from mmspec.models.image_generation import ImageGenerator
@@ -48,7 +47,7 @@ class ImageMethodRunner(DraftCounters):
 
     def __init__(
         self,
-        spec: dict,
+        method: MethodSpec,
         target: ImageGenerator,
         draft: ImageGenerator | None,
         cfg: float,
@@ -56,47 +55,44 @@ class ImageMethodRunner(DraftCounters):
         head=None,
     ):
         """`head`: the trained head of a method that drafts with one (EAGLE's)."""
-        self.spec = spec
-        self.method = MethodSpec.parse(spec)
-        self.temperature = self.method.temperature
+        self.method = method
+        self.temperature = method.temperature
         self.generator = target
         self.target = GuidedDecoder(target.decoder(), cfg, target.code_range, top_k)
         self.drafter = None
         self.draft = draft
         # the temperature of the drafter's q: its tree's ranking, or a chain's draws
-        tree = self.method.part("tree")
+        tree = method.part("tree")
         drafting = drafting_temperature(tree.component, self.temperature) if tree else 0.0
-        if spec["drafter"] != AR:
-            drafter = catalog.get("drafter", spec["drafter"])
-            if not drafter.drafts_images:
+        if not method.is_ar:
+            if not method.part("drafter").component.drafts_images:
                 raise ValueError(
-                    f"method {spec['method']!r} drafts with {spec['drafter']!r}, which drafts "
+                    f"method {method.method!r} drafts with {method.drafter!r}, which drafts "
                     f"text only; image generation drafts with one of {image_drafters()}"
                 )
-            needs = drafter.requirements(spec)
             guided_draft = None
-            if DRAFT_MODEL in needs:
-                guided_draft = self._guided_draft(spec, target, draft, cfg, top_k)
-            if TRAINED_HEAD in needs and head is None:
-                raise ValueError(f"method {spec['method']!r} needs its trained head")
-            self.drafter = drafter.build(
-                spec, target=self.target, draft=guided_draft, head=head, temperature=drafting
+            if method.needs(DRAFT_MODEL):
+                guided_draft = self._guided_draft(method, target, draft, cfg, top_k)
+            if method.needs(TRAINED_HEAD) and head is None:
+                raise ValueError(f"method {method.method!r} needs its trained head")
+            self.drafter = method.build_drafter(
+                target=self.target, draft=guided_draft, head=head, temperature=drafting
             )
         if self.drafter is not None:
-            self.policy = self.method.part("tree").build()
-            self.rule = self.method.part("acceptance").build(codebook=target.codebook())
+            self.policy = method.part("tree").build()
+            self.rule = method.part("acceptance").build(codebook=target.codebook())
         # prompts are text: no visual tokens on either side (columns of the samples table)
         self.last_draft_visual = self.last_target_visual = 0
 
     @staticmethod
-    def _guided_draft(spec: dict, target: ImageGenerator, draft, cfg: float, top_k: int):
+    def _guided_draft(method: MethodSpec, target: ImageGenerator, draft, cfg: float, top_k: int):
         """The draft generator, guided as the target is: it must share the target's codes and
         draft from the caption alone (view M)."""
         if draft is None:
-            raise ValueError(f"method {spec['method']!r} needs a draft model")
-        if spec["views"] != "M":
+            raise ValueError(f"method {method.method!r} needs a draft model")
+        if method.views != "M":
             raise ValueError(
-                f"method {spec['method']!r} drafts from views {spec['views']!r}; an image "
+                f"method {method.method!r} drafts from views {method.views!r}; an image "
                 "generation prompt is a caption with no image to view otherwise (views M)"
             )
         if not target.shares_codes_with(draft):

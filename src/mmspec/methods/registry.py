@@ -27,6 +27,7 @@ from mmspec.methods.rows.row import DRAFTING as DRAFTING
 from mmspec.methods.rows.row import HEAD as HEAD
 from mmspec.methods.rows.row import Method
 from mmspec.methods.rows.tabed import spine_tree as spine_tree
+from mmspec.methods.spec import MethodSpec
 
 # The built-in rows (one module per paper or baseline family: `methods.rows`), in the order
 # the method catalogue lists them
@@ -89,7 +90,9 @@ def known_params() -> dict[str, object]:
     return found
 
 
-def resolve(method_name: str, hparams: dict, temperature: float = 0.0, strict: bool = True) -> dict:
+def resolve(
+    method_name: str, hparams: dict, temperature: float = 0.0, strict: bool = True
+) -> MethodSpec:
     """The spec of `method_name` with `hparams` applied (`temperature` unless they set one):
     the row's components, every hyperparameter they read (their declared defaults where
     neither sets one), and nothing else (`components.read_keys`). Raises ValueError naming the
@@ -139,7 +142,7 @@ def resolve(method_name: str, hparams: dict, temperature: float = 0.0, strict: b
             f"acceptance 'greedy' with temperature {spec['temperature']}: greedy acceptance "
             "decodes the target's argmax; to sample at temperature > 0 use acceptance 'sampling'"
         )
-    return spec
+    return MethodSpec.parse(spec)
 
 
 def _check_choices(spec: dict, row: dict, method_name: str) -> None:

@@ -6,8 +6,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from mmspec.decoding import catalog
-from mmspec.decoding.component import TARGET_ATTENTION, TRAINED_HEAD
+from mmspec.decoding.component import DRAFT_MODEL, TARGET_ATTENTION, TRAINED_HEAD
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import HeadPrompts
 from mmspec.decoding.loops import (
@@ -20,7 +19,6 @@ from mmspec.decoding.loops import (
 from mmspec.decoding.prompt import Prompt
 from mmspec.decoding.trees import drafting_temperature
 from mmspec.decoding.views import FullView, ImageInput, ViewContext
-from mmspec.methods import components
 from mmspec.methods.spec import MethodSpec
 from mmspec.models.visual import projector_of
 
@@ -65,7 +63,7 @@ class MethodRunner(DraftCounters):
 
     def __init__(
         self,
-        spec: dict,
+        method: MethodSpec,
         target_model,
         draft_model,
         tokenizer,
@@ -77,9 +75,8 @@ class MethodRunner(DraftCounters):
         """With processors, prompts follow each model family's own layout (`PromptBuilder`);
         without, image tokens of the text are expanded to the cached features (tests). `head`:
         the trained drafter head of a method whose drafter requires one."""
-        self.spec = spec
-        self.method = MethodSpec.parse(spec)
-        self.temperature = self.method.temperature
+        self.method = method
+        self.temperature = method.temperature
         self.target = Decoder(target_model)
         self.target_ctx = ViewContext(
             tokenizer,
@@ -90,36 +87,35 @@ class MethodRunner(DraftCounters):
         self.full = FullView()
         self.drafter = None
         self.score_visual = False
-        if spec["drafter"] == components.AR:
+        if method.is_ar:
             self.last_draft_visual = self.last_target_visual = 0
             return
-        drafter = catalog.get("drafter", spec["drafter"])
-        if components.needs(spec, TRAINED_HEAD) and head is None:
+        if method.needs(TRAINED_HEAD) and head is None:
             raise ValueError(
-                f"method {spec['method']!r} drafts with a trained {spec['drafter']} head, "
+                f"method {method.method!r} drafts with a trained {method.drafter} head, "
                 "and none was given"
             )
-        self.policy = self.method.part("tree").build()
-        self.drafter = drafter.build(
-            spec,
+        if method.needs(DRAFT_MODEL) and draft_model is None:
+            raise ValueError(f"method {method.method!r} needs a draft model")
+        self.policy = method.part("tree").build()
+        self.drafter = method.build_drafter(
             target=self.target,
             draft=draft_model,
             head=head,
             temperature=drafting_temperature(self.policy, self.temperature),
         )
-        self.rule = self.method.part("acceptance").build()
+        self.rule = method.part("acceptance").build()
         self.views = None  # a head reads the target's own prompt and features
         # views built from the target's prefill (S) and DREAM's visual token compression rank
         # visual tokens by the target's text-to-visual attention there
-        self.score_visual = components.needs(spec, TARGET_ATTENTION)
-        if "views" in spec:  # a draft model over views of the prompt
+        self.score_visual = method.needs(TARGET_ATTENTION)
+        if method.parts_of("view"):  # a draft model over views of the prompt
             decoder = self.drafter.decoder
-            self.views = [
-                v.component(**v.component.arguments(v.values)) for v in self.method.parts_of("view")
-            ]
-            project = projector_of(draft_model) if "P" in spec["views"] else None
+            self.views = [view.build() for view in method.parts_of("view")]
+            pooled = "P" in method.views
+            project = projector_of(draft_model) if pooled else None
             builder = _builder(draft_model, draft_processor)
-            if "P" in spec["views"] and builder is not None and not builder.family.pooled_view:
+            if pooled and builder is not None and not builder.family.pooled_view:
                 raise ValueError(
                     f"view P (2x2 pooling of one crop's patch grid before the projector) is not "
                     f"defined for {type(draft_model).__name__} (family {builder.family.name}); "

@@ -1,19 +1,22 @@
-"""A resolved method spec, parsed once into a typed object (torch-free).
+"""A resolved method spec, typed (torch-free): what `registry.resolve` returns and a cell holds.
 
 A `MethodSpec` is made of its components' own specs (`Part`: a component and the values of the
-parameters it declares and reads), so the runner builds each component from its part alone.
-Stages read its fields and write them as typed columns (`columns`), so score, aggregate and the
-report never re-parse the JSON of the hyperparameters.
+parameters it declares and reads), and each component is built from its own part alone, with
+what it takes beside its values (`Part.build`). Stages read its fields and write them as typed
+columns (`columns`), so score, aggregate and the report never re-parse the JSON of the
+hyperparameters. Its dict form (`to_dict`, `parse`) is for the edges only: a job's JSON, the
+tables' `hparams` column, a cell's slug.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from mmspec.decoding import catalog
-from mmspec.decoding.component import Component
+from mmspec.decoding.component import Component, TargetFacts
 from mmspec.methods import components
-from mmspec.methods.components import is_lossless
+from mmspec.methods.components import AR, is_lossless
 
 
 @dataclass(frozen=True)
@@ -30,8 +33,8 @@ class Part:
         return catalog.get(self.kind, self.name)
 
     def build(self, **context):
-        """The tree policy or acceptance rule of this part (`from_spec` over its own values;
-        `context`: what the component takes beside them, e.g. a rule's codebook)."""
+        """The component, built from this part's values and `context`, what it takes beside
+        them (`Component.from_spec`; by kind in docs/architecture.md)."""
         return self.component.from_spec(self.values, **context)
 
     @classmethod
@@ -42,20 +45,24 @@ class Part:
 
 @dataclass(frozen=True)
 class MethodSpec:
+    """A resolved method: its components by name, the values each of them reads (`parts`), and
+    every resolved hyperparameter (`params`, what the components' declarations read)."""
+
     method: str  # the registry method
-    drafter: str  # "none" for AR
+    drafter: str  # components.AR for autoregressive decoding
     views: str | None
     weights: str | None
     tree: str | None
     acceptance: str | None
     temperature: float
     gamma: int | None  # chain length (None for trees and AR)
-    params: dict  # every resolved hyperparameter, as `registry.resolve` returned it
+    params: dict  # every resolved hyperparameter, as `registry.resolve` resolved them
     parts: tuple[Part, ...] = ()  # drafter, views (and weights), tree, rule; none for AR
 
     @classmethod
     def parse(cls, spec: dict) -> MethodSpec:
-        drafted = spec["drafter"] != "none"
+        """The typed form of a resolved spec's dict (`to_dict`; not validated again)."""
+        drafted = spec["drafter"] != AR
         tree = spec.get("tree") if drafted else None
         return cls(
             method=spec["method"],
@@ -66,9 +73,23 @@ class MethodSpec:
             acceptance=spec.get("acceptance") if drafted else None,
             temperature=float(spec["temperature"]),
             gamma=int(spec["gamma"]) if tree == "chain" else None,
-            params=spec,
+            params=dict(spec),
             parts=tuple(Part.of(c, spec) for c in components.parts(spec)),
         )
+
+    def to_dict(self) -> dict:
+        """Every resolved hyperparameter by key (a job's JSON, the `hparams` column)."""
+        return dict(self.params)
+
+    def decoding(self) -> str:
+        """What it decodes, whichever registry method reached it: two specs with the same
+        components reading the same values give the same text."""
+        return json.dumps({k: v for k, v in self.params.items() if k != "method"}, sort_keys=True)
+
+    @property
+    def is_ar(self) -> bool:
+        """Whether it decodes autoregressively (no drafter)."""
+        return self.drafter == AR
 
     def part(self, kind: str) -> Part | None:
         """The part of `kind` (the first view of an ensemble); None where the method has none."""
@@ -76,6 +97,38 @@ class MethodSpec:
 
     def parts_of(self, kind: str) -> list[Part]:
         return [p for p in self.parts if p.kind == kind]
+
+    def build_drafter(self, **context):
+        """The drafter, built from its part and `context` (`target`, `draft`, `head`,
+        `temperature`), given the part it mixes its views with (`weights`) when it composes
+        an ensemble of views."""
+        weights = self.part("weights")
+        composed = {} if weights is None else {"weights": weights}
+        return self.part("drafter").build(**context, **composed)
+
+    @property
+    def requirements(self) -> frozenset[str]:
+        """What its components require (`decoding.component`'s requirement names)."""
+        return frozenset().union(*(p.component.requirements(self.params) for p in self.parts))
+
+    def needs(self, requirement: str) -> bool:
+        """Whether its components require `requirement` (e.g. component.DRAFT_MODEL)."""
+        return requirement in self.requirements
+
+    def head_training(self) -> dict:
+        """The values that define its drafter's trained head (its folder; none for a drafter
+        without one): the drafter's values of the keys it declares in `training`."""
+        drafter = self.part("drafter")
+        if drafter is None:
+            return {}
+        training = drafter.component.training
+        return {k: v for k, v in drafter.values.items() if k in training}
+
+    def check_target(self, target: TargetFacts) -> None:
+        """Each component's own checks of the pair's target (`Component.check_target`): a
+        ValueError where the target cannot serve the method."""
+        for part in self.parts:
+            part.component.check_target(self.params, target)
 
     @property
     def lossless(self) -> bool:

@@ -30,8 +30,9 @@ from mmspec.decoding.loops import Speculation
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.views import ImageInput
 from mmspec.methods import registry
-from mmspec.methods.components import is_lossless, needs
+from mmspec.methods.components import AR, is_lossless
 from mmspec.methods.runtime import MethodRunner, Sample
+from mmspec.methods.spec import MethodSpec
 from mmspec.models.visual import projector_of
 from mmspec.scoring.lossless import first_divergence
 
@@ -96,13 +97,15 @@ def build_models(seed: int, tokenizer):
     return models
 
 
-def build_head(spec: dict, target, seed: int):
-    """A random head of the spec's kind on the target's features (float64, like the target),
-    every part of it taking part in drafting (the kind's `random_network`)."""
+def build_head(method: MethodSpec, target, seed: int):
+    """A random head of the method's kind on the target's features (float64, like the target),
+    every part of it taking part in drafting (the kind's `random_network`, from the drafter's
+    own values)."""
     from mmspec.decoding.drafters.heads import head_kind
 
     torch.manual_seed(seed)
-    head = head_kind(spec["drafter"]).random_network(target.config, spec, "verify")
+    drafter = method.part("drafter")
+    head = head_kind(drafter.name).random_network(target.config, drafter.values, "verify")
     return head.double().eval()
 
 
@@ -116,16 +119,17 @@ def random_images(model, generator) -> list[ImageInput]:
     return [ImageInput(embeds, features, CAPTION)]
 
 
-def checked_spec(name: str, hparams: dict, temperature: float, tokens: int) -> tuple[dict, str]:
+def checked_spec(
+    name: str, hparams: dict, temperature: float, tokens: int
+) -> tuple[MethodSpec, str]:
     """The spec a method is checked with at `temperature`, and what was changed to check it."""
-    spec = dict(registry.resolve(name, {**hparams, "temperature": 0.0}))
-    notes = []
-    if temperature > 0:
-        if spec["acceptance"] == "greedy":
-            spec["acceptance"] = "sampling"
-            notes.append("sampling at T=1")
-    spec["temperature"] = temperature
-    return spec, ", ".join(notes)
+    greedy = registry.resolve(name, {**hparams, "temperature": 0.0})
+    if temperature == 0:
+        return greedy, ""
+    if greedy.acceptance == "greedy":
+        swapped = {**hparams, "acceptance": "sampling", "temperature": temperature}
+        return registry.resolve(name, swapped), "sampling at T=1"
+    return registry.resolve(name, {**hparams, "temperature": temperature}), ""
 
 
 def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdict:
@@ -142,7 +146,7 @@ def verify_method(name: str, hparams: dict, seed: int, tokens: int = 2) -> Verdi
         samples.append(Sample(text, target_images, draft_images))
     spec, note = checked_spec(name, hparams, 1.0, tokens)
     head = None
-    if needs(spec, TRAINED_HEAD):
+    if spec.needs(TRAINED_HEAD):
         head = build_head(spec, target, seed)
     fork = Forker([m for m in (target, draft, head) if m is not None])
     runner = MethodRunner(spec, target, draft, tokenizer, "<image>", head=head)
@@ -197,8 +201,7 @@ def lossless_methods() -> list[str]:
     return [
         name
         for name, method in registry.METHODS.items()
-        if method.defaults.get("drafter") != "none"
-        and is_lossless(method.defaults.get("acceptance"))
+        if method.defaults.get("drafter") != AR and is_lossless(method.defaults.get("acceptance"))
     ]
 
 

@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import ClassVar
 
-from mmspec import plugins
+from mmspec import import_closure, plugins
 
 GROUP = "mmspec.model_sources"
 BUILT_IN_MODULES = ("mmspec.models.pretrained", "mmspec.toy.model_source")
@@ -144,6 +144,12 @@ def sources() -> list[ModelSource]:
     load()
     return [source() for source in _SOURCES.values()]
 
+
+def plugin_code(refs) -> str:
+    """The code of the sources of the model references `refs` that plugins add
+    (import_closure.foreign_code): part of the fingerprint of each job loading those models,
+    so editing a source (its reader) reruns them."""
+    return import_closure.foreign_code([type(of(ref)) for ref in refs])
 
 def of(ref: str) -> ModelSource:
     """The source of a model reference."""

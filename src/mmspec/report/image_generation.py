@@ -50,20 +50,21 @@ def render(cells: pd.DataFrame, colors: dict[str, str]) -> str:
     return "\n".join(parts)
 
 
-def _relaxation(hparams: str) -> tuple[object, object]:
-    """(k, delta) of a LANTERN cell's spec; (None, None) for other rules."""
-    spec = json.loads(hparams)
-    if spec.get("acceptance") != "lantern":
+def _relaxation(acceptance: str | None, hparams: str) -> tuple[object, object]:
+    """(k, delta) of a LANTERN cell (its rule's values, from its hyperparameters' JSON);
+    (None, None) for other rules."""
+    if acceptance != "lantern":
         return None, None
-    return spec.get("lantern_k"), spec.get("lantern_delta")
+    values = json.loads(hparams)
+    return values["lantern_k"], values["lantern_delta"]
 
 
 def fid_figure(cells: pd.DataFrame, title: str, colors: dict[str, str]) -> go.Figure:
     """FID vs tau: a line per (method, k) through its deltas; other cells as single markers."""
-    cells = cells.assign(
-        _k=[_relaxation(h)[0] for h in cells["hparams"]],
-        _delta=[_relaxation(h)[1] for h in cells["hparams"]],
-    )
+    relaxations = [
+        _relaxation(a, h) for a, h in zip(cells["acceptance"], cells["hparams"], strict=True)
+    ]
+    cells = cells.assign(_k=[k for k, _ in relaxations], _delta=[d for _, d in relaxations])
     fig = go.Figure()
     ar = cells[cells["method"] == "ar"]
     curves = 0

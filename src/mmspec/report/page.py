@@ -34,6 +34,7 @@ from plotly.offline import get_plotlyjs
 
 from mmspec import cell_metrics
 from mmspec.cell_metrics import CELLS
+from mmspec.decoding import catalog
 from mmspec.report import (
     acceptance,
     block_efficiency,
@@ -77,9 +78,10 @@ METRIC_DEFINITIONS = [
     *cell_metrics.glossary(),
     (
         "views",
-        "what the drafter sees, one letter per view: M full visual tokens, T text only, C caption, "
-        "P pooled, U/S/V pruned or compressed visual tokens. Several letters: an ensemble drafter "
-        "whose per-view weights follow the <code>weights</code> policy.",
+        "what the drafter sees, one letter per view: "
+        + ", ".join(f"{name} {v.description}" for name, v in catalog.components("view").items())
+        + ". Several letters: an ensemble drafter whose per-view weights follow the "
+        "<code>weights</code> policy.",
     ),
 ]
 

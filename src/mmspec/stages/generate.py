@@ -38,7 +38,6 @@ from mmspec.decoding.drafters.heads import load_head
 from mmspec.decoding.sampler import TorchSampler, seeded
 from mmspec.decoding.timing import describe_device, pick_device, versions
 from mmspec.decoding.views import Chat, ImageInput
-from mmspec.methods.components import needs
 from mmspec.methods.image_runner import ImageMethodRunner
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import families, loading, visual
@@ -153,7 +152,7 @@ class TextWork:
         device,
         drafter=None,
     ):
-        pair, spec = job.pair, job.spec
+        pair, method = job.pair, job.spec
         with loading.about(pair.target):
             processor = loading.load_processor(pair.target)
             target_model = loading.load_model(
@@ -161,11 +160,11 @@ class TextWork:
             )
         self.tokenizer = tokenizer = loading.tokenizer_of(processor)
         draft_model = draft_processor = None
-        if needs(spec, DRAFT_MODEL) and pair.self_draft:
+        if method.needs(DRAFT_MODEL) and pair.self_draft:
             # Self-SD: the target drafts for itself (from the view the method names, e.g. S's
             # pruned visual tokens); one copy of the weights, each role its own KV cache
             draft_model, draft_processor = target_model, processor
-        elif needs(spec, DRAFT_MODEL):
+        elif method.needs(DRAFT_MODEL):
             with loading.about(pair.draft):
                 draft_model = loading.load_model(
                     pair.draft, loading.input_device(target_model), pair.dtype
@@ -175,14 +174,14 @@ class TextWork:
                 f"pair {job.pair_name}", tokenizer, loading.tokenizer_of(draft_processor)
             )
         head = None
-        if needs(spec, TRAINED_HEAD):
+        if method.needs(TRAINED_HEAD):
             if drafter is None:
                 raise ValueError(f"method {job.method!r} needs its trained head (--drafter)")
             device = loading.input_device(target_model)
-            head = load_head(drafter, pair.target, device, target_model.dtype, spec["drafter"])
+            head = load_head(drafter, pair.target, device, target_model.dtype, method.drafter)
         image_token = loading.image_token_of(processor)
         self.runner = MethodRunner(
-            spec,
+            method,
             target_model,
             draft_model,
             tokenizer,
@@ -195,7 +194,7 @@ class TextWork:
         self.dtype = target_model.dtype  # the precision AR's margins are counted in
         self.max_new = job.generation.max_new_tokens
         self.target_store = ImageStore(target_visual)
-        self.draft_store = ImageStore(draft_visual, "P" in spec.get("views", ""), captions)
+        self.draft_store = ImageStore(draft_visual, "P" in (method.views or ""), captions)
         self.processor, self.prepared = processor, prepared
         self.target_videos = reads_videos(target_model)
         self.draft_videos = draft_model is not None and reads_videos(draft_model)
@@ -246,20 +245,20 @@ class ImageWork:
     classifier-free guidance at `generation.cfg` on target and draft."""
 
     def __init__(self, job: GenerateJob, prepared, out, device, drafter=None):
-        pair, spec = job.pair, job.spec
+        pair, method = job.pair, job.spec
         with loading.about(pair.target):
             target = ImageGenerator.load(pair.target, device, pair.dtype)
         draft = head = None
-        if needs(spec, DRAFT_MODEL):
+        if method.needs(DRAFT_MODEL):
             with loading.about(pair.draft):
                 draft = ImageGenerator.load(pair.draft, device, pair.dtype)
-        if needs(spec, TRAINED_HEAD):
+        if method.needs(TRAINED_HEAD):
             if drafter is None:
                 raise ValueError(f"method {job.method!r} needs its trained head (--drafter)")
             dtype = target.model.dtype
-            head = load_head(drafter, pair.target, device, dtype, spec["drafter"])
+            head = load_head(drafter, pair.target, device, dtype, method.drafter)
         gen = job.generation
-        self.runner = ImageMethodRunner(spec, target, draft, gen.cfg, gen.top_k, head=head)
+        self.runner = ImageMethodRunner(method, target, draft, gen.cfg, gen.top_k, head=head)
         self.generator, self.out = target, out  # `out`: the table errors name
         self.stop, self.max_new = set(), self.runner.grid  # an image is a full grid of codes
         self.dtype = target.model.dtype  # the precision AR's margins are counted in
@@ -306,7 +305,7 @@ def run(
     GenerateJob, or its JSON's dict; `ar_samples`: the AR cell's samples, the greedy lossless
     check's reference (none for an AR cell, or for no check)."""
     job = GenerateJob.parse(job)
-    spec, timing = job.spec, job.timing
+    timing = job.timing
     torch.set_num_threads(timing.threads)
     device = pick_device()
     rows = read_table(prepared, PREPARED).to_pylist()
@@ -322,8 +321,8 @@ def run(
     reference = read_ar_cell(ar_samples, rows, prepared) if ar_samples else None
     own_ar = runner.drafter is None  # an AR cell: its own decode is the AR timing
     full = timing.ar_reference == "full"
-    checked = reference is not None and not own_ar and spec["temperature"] == 0
-    checked = checked and runner.method.columns()["lossless_rule"]
+    checked = reference is not None and not own_ar and job.spec.temperature == 0
+    checked = checked and job.spec.lossless
 
     def decode(sample, key: tuple, index: int):
         """The method's decode of a sample-turn and the job's AR run of it: the AR cell's is its
@@ -422,7 +421,7 @@ def _cell_columns(job: GenerateJob, runner, device, records, counters, probed) -
         "method": job.method,
         "hp": job.hp,
         "seed": job.seed,
-        "hparams": json.dumps(job.spec, sort_keys=True),
+        "hparams": json.dumps(job.spec.to_dict(), sort_keys=True),
         **runner.method.columns(),
     }
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from mmspec.methods.components import AR
+from mmspec.methods.registry import resolve
+from mmspec.methods.spec import MethodSpec
 from mmspec.stages.settings import Generation, Pair, Timing
 
 
@@ -30,7 +31,7 @@ class GenerateJob:
     method: str  # the config entry's name
     hp: str
     seed: int
-    spec: dict  # the resolved method spec (methods.registry.resolve)
+    spec: MethodSpec  # the resolved method spec (methods.registry.resolve)
     pair: Pair
     task: str  # "answer" or media.IMAGE_GENERATION
     generation: Generation
@@ -51,14 +52,15 @@ class GenerateJob:
             pair=Pair.parse(config["pairs"][cell.pair]),
             task=task,
             generation=Generation.parse(config["generation"]),
-            timing=timing.of_ar_cell() if cell.spec["drafter"] == AR else timing,
+            timing=timing.of_ar_cell() if cell.spec.is_ar else timing,
         )
 
     @classmethod
-    def target_only(cls, pair: Pair, task: str, generation: Generation, spec: dict) -> GenerateJob:
-        """A job that decodes with the pair's target alone (a drafter head's training data)."""
-        timing = Timing.parse({})
-        return cls("", "", spec["method"], "", 0, spec, pair, task, generation, timing)
+    def target_only(cls, pair: Pair, task: str, generation: Generation) -> GenerateJob:
+        """A job that decodes with the pair's target alone, greedily (AR: a drafter head's
+        training data)."""
+        spec = resolve("ar", {})
+        return cls("", "", spec.method, "", 0, spec, pair, task, generation, Timing.parse({}))
 
     @classmethod
     def parse(cls, data: dict | str | GenerateJob) -> GenerateJob:
@@ -67,13 +69,14 @@ class GenerateJob:
             return data
         data = json.loads(data) if isinstance(data, str) else data
         cell = data["cell"]
+        spec = MethodSpec.parse(cell["spec"])
         return cls(
             dataset=cell.get("dataset", ""),
             pair_name=cell.get("pair", ""),
-            method=cell.get("method", cell["spec"]["method"]),
+            method=cell.get("method", spec.method),
             hp=cell.get("hp", ""),
             seed=int(cell.get("seed", 0)),
-            spec=cell["spec"],
+            spec=spec,
             pair=Pair.parse(data["pair"]),
             task=data.get("task", "answer"),
             generation=Generation.parse(data.get("generation", {})),
@@ -82,7 +85,7 @@ class GenerateJob:
 
     def to_dict(self) -> dict:
         cell = {"dataset": self.dataset, "pair": self.pair_name, "method": self.method}
-        cell |= {"hp": self.hp, "seed": self.seed, "spec": self.spec}
+        cell |= {"hp": self.hp, "seed": self.seed, "spec": self.spec.to_dict()}
         return {
             "cell": cell,
             "pair": self.pair.to_dict(),
@@ -102,7 +105,7 @@ class TrainDrafterJob:
 
     pair: Pair
     kind: str
-    training: dict  # methods.components.head_training of a cell that drafts with the head
+    training: dict  # MethodSpec.head_training of a cell that drafts with the head
     task: str
     generation: Generation
     seed: int
@@ -111,12 +114,10 @@ class TrainDrafterJob:
     def of_cell(cls, config: dict, cell, task: str) -> TrainDrafterJob:
         """The job that trains the head of a validated config's cell (the workflow's side);
         `task`: the task of the head's training data (config.dataset_task)."""
-        from mmspec.methods.components import head_training
-
         return cls(
             pair=Pair.parse(config["pairs"][cell.pair]),
-            kind=cell.spec["drafter"],
-            training=head_training(cell.spec),
+            kind=cell.spec.drafter,
+            training=cell.spec.head_training(),
             task=task,
             generation=Generation.parse(config["generation"]),
             seed=config["toy"]["seed"],

@@ -39,8 +39,6 @@ HELP = "train a drafter head on the target's features"
 GPU = True
 WARM = True
 
-AR_SPEC = {"method": "ar", "drafter": "none", "temperature": 0.0}
-
 
 def _save(obj, path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
@@ -78,7 +76,7 @@ def collect(job: TrainDrafterJob, prepared: str, target_visual: str | None, devi
         return collect_images(job, prepared, device, stored)
 
     work = TextWork(
-        GenerateJob.target_only(job.pair, job.task, job.generation, AR_SPEC),
+        GenerateJob.target_only(job.pair, job.task, job.generation),
         prepared,
         target_visual,
         None,
@@ -112,7 +110,7 @@ def collect_images(job: TrainDrafterJob, prepared: str, device, stored=None):
     from mmspec.stages.generate import ImageWork, sample_sampler
 
     work = ImageWork(
-        GenerateJob.target_only(job.pair, job.task, job.generation, AR_SPEC),
+        GenerateJob.target_only(job.pair, job.task, job.generation),
         prepared,
         prepared,
         device,
@@ -173,9 +171,8 @@ def run(
     tmp = out_dir.with_name(out_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     head.save_pretrained(tmp)
-    write_table(
-        pa.Table.from_pylist(curve, schema=HEAD_CURVES), tmp / "curves.parquet", HEAD_CURVES
-    )
+    schema = curves_schema(curve)
+    write_table(pa.Table.from_pylist(curve, schema=schema), tmp / "curves.parquet", schema)
     record = {
         "kind": kind,
         "target": pair.target,
@@ -192,6 +189,11 @@ def run(
     partial.clear()
     return record
 
+
+def curves_schema(curve: list[dict]) -> pa.Schema:
+    """HEAD_CURVES, and a column for each held-out metric a head kind's loss adds."""
+    own = sorted({name for row in curve for name in row} - set(HEAD_CURVES.names))
+    return pa.schema([*HEAD_CURVES, *(pa.field(name, pa.float64()) for name in own)])
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

@@ -48,7 +48,7 @@ class EarlyExitDrafter(ModelDrafter):
         pass
 
     @classmethod
-    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
         stack = first_layers(target.stack, int(spec["exit_layers"]))
         decoder = Decoder(target.model, parts=(stack, target.lm_head, target.embed))
         return cls(decoder, temperature)

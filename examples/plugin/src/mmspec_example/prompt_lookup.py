@@ -47,7 +47,7 @@ class PromptLookupDrafter(Drafter):
             raise ValueError("drafter 'prompt_lookup' copies one continuation (tree: chain)")
 
     @classmethod
-    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
         return cls(int(spec["min_ngram"]), int(spec["max_ngram"]), temperature)
 
     def __init__(self, min_ngram: int, max_ngram: int, temperature: float):

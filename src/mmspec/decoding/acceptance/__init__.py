@@ -11,17 +11,3 @@ LVSpec the target's hidden states (`reads_hidden`: the drafted nodes' from the v
 forward and the visual tokens' from the prefill, passed as `hidden` and `visual`). A lossy rule
 returns a third value, the number of accepted nodes it relaxed.
 """
-
-from __future__ import annotations
-
-from mmspec.decoding import catalog
-
-
-def make_rule(spec: dict | str, codebook=None):
-    """The acceptance rule of a method spec (or a rule name), with its hyperparameters.
-
-    `codebook`: (code vectors [codes, dim], vocabulary id of code 0) of the target's VQ
-    tokenizer, for rules that relax over latent neighbours (LANTERN builds its table from it)."""
-    spec = {"acceptance": spec} if isinstance(spec, str) else spec
-    rule = catalog.get("acceptance", spec["acceptance"])
-    return rule.from_spec({**rule.defaults(), **spec}, codebook=codebook)

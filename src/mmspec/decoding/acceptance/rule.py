@@ -14,7 +14,8 @@ class Rule(AcceptanceRule):
 
     @classmethod
     def from_spec(cls, spec: dict, codebook=None) -> Rule:
-        return cls(**{p.key: spec[p.key] for p in cls.reads(spec)})
+        """`codebook`: the target's VQ codebook (read by rules that relax over it: LANTERN)."""
+        return cls(**spec)
 
     @property
     def reads_hidden(self) -> bool:

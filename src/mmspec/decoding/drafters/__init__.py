@@ -49,7 +49,7 @@ from mmspec.lazy import torch
 
 class Drafter(component.Drafter):
     """Defaults shared by every drafter; subclasses implement the four protocol methods and
-    declare themselves (`decoding.component`: name, params, requires) and `build`."""
+    declare themselves (`decoding.component`: name, params, requires) and `from_spec`."""
 
     target_layers: tuple[int, ...] = ()  # target layers (besides the last) `commit` reads
     reads_tokens: bool = False  # `start` also gets the generation's `TokenContext`
@@ -61,9 +61,12 @@ class Drafter(component.Drafter):
         self.forward_s = 0.0
 
     @classmethod
-    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
-        """The drafter of a resolved method spec: `target` the target's `Decoder`, `draft` the
-        draft model (drafters requiring one), `head` the trained head (drafters requiring one)."""
+    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+        """The drafter of its own spec (the values of the params it reads): `target` the
+        target's `Decoder`, `draft` the draft model (drafters requiring one), `head` the trained
+        head (drafters requiring one), `temperature` the drafting temperature
+        (`trees.drafting_temperature`). A drafter over views also takes `weights`, the part
+        of its ensemble's weight policy (None for one view)."""
         raise NotImplementedError
 
     def start(self, prompts, first_token: int, target, tokens=None) -> None:

@@ -25,7 +25,7 @@ from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT
 from mmspec.decoding.timing import sync
 from mmspec.decoding.views import parse_views
-from mmspec.decoding.weights import History, StaticWeights, make_policy, mix, weight_grid
+from mmspec.decoding.weights import History, StaticWeights, mix, weight_grid
 from mmspec.lazy import torch
 
 VIEWS = Param("views", str, "M", "the views it drafts from, one letter each (an ensemble: 2+)")
@@ -151,12 +151,21 @@ class ModelDrafter(DecoderDrafter):
         catalog.get("weights", spec.get("weights", "static"))
 
     @classmethod
-    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+    def from_spec(
+        cls,
+        spec: dict,
+        *,
+        target,
+        draft=None,
+        head=None,
+        temperature: float = 0.0,
+        weights=None,
+    ):
         """`draft`: the draft model, or image generation's guided draft generator (one view, M,
-        so no weight policy)."""
-        if draft is None:
-            raise ValueError(f"method {spec['method']!r} needs a draft model")
+        so no weight policy); `weights`: the part (`methods.spec.Part`) of an ensemble's weight
+        policy, which it builds for the draft's vocabulary (one view: None)."""
         if isinstance(draft, GuidedDecoder):
             return cls(draft, temperature)
         vocab = draft.get_output_embeddings().out_features
-        return cls(Decoder(draft), temperature, make_policy(spec, vocab))
+        policy = None if weights is None else weights.build(vocab_size=vocab)
+        return cls(Decoder(draft), temperature, policy)

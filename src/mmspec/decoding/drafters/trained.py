@@ -101,11 +101,6 @@ class HeadDrafter(Drafter):
         """The training hyperparameters a network's config records."""
         return {k: spec[k] for k in cls.training if k in spec}
 
-    @classmethod
-    def training_keys(cls, spec: dict) -> tuple[str, ...]:
-        """The keys of `spec` that define its trained head."""
-        return tuple(p.key for p in cls.reads(spec) if p.key in cls.training)
-
 
 def _load(path: str):
     """The object at "module:name" (a head's network or loss module, imported only when used)."""

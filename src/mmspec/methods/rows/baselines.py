@@ -5,12 +5,13 @@ SpecVLM), and a draft model growing EAGLE-2's dynamic trees."""
 from __future__ import annotations
 
 from mmspec.decoding.trees import EAGLE_TREE
+from mmspec.methods.components import AR
 from mmspec.methods.rows.row import Method, drafting
 
 AUTOREGRESSIVE = Method(
     "ar",
     "autoregressive decoding with the target alone (the baseline of every speedup)",
-    {"drafter": "none"},
+    {"drafter": AR},
     "AR",
 )
 

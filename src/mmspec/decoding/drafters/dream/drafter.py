@@ -142,9 +142,8 @@ class DreamDrafter(EagleDrafter):
         return {"cross": bool(spec.get("dream_cross", True))}
 
     @classmethod
-    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
-        vtc = spec.get("dream_vtc", cls.defaults()["dream_vtc"])
-        return cls(head, target, temperature, float(vtc))
+    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+        return cls(head, target, temperature, float(spec["dream_vtc"]))
 
     @classmethod
     def random_network(cls, target_config, spec: dict, target: str):

@@ -56,7 +56,7 @@ class EagleDrafter(HeadDrafter):
     source = "EAGLE's release, train/main.py (lr 3e-5, batch 4, noise 0.2)"
 
     @classmethod
-    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
         return cls(head, target, temperature)
 
     def __init__(self, head: EagleHead, target: Decoder | GuidedDecoder, temperature: float):

@@ -104,7 +104,7 @@ class KangarooDrafter(HeadDrafter, DecoderDrafter):
         return {"exit_layer": int(spec["kangaroo_layers"])}
 
     @classmethod
-    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
         # read on chains only (`reads`): other trees expand every level they grow, so a spec
         # without it exits never (0), not at the chain's default
         return cls(head, target, temperature, float(spec.get("kangaroo_exit", 0.0)))

@@ -132,7 +132,7 @@ class MedusaDrafter(MultiHeadDrafter):
         return {"heads": int(spec["medusa_heads"]), "sequential": cls.sequential}
 
     @classmethod
-    def build(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
         return cls(head, target, temperature)
 
     @classmethod

@@ -35,10 +35,11 @@ from pathlib import Path
 
 import torch
 
+from mmspec.decoding import catalog
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.timing import describe_device, pick_device, sync, versions
-from mmspec.decoding.views import ImageInput, ViewContext, make_view
+from mmspec.decoding.views import ImageInput, ViewContext
 from mmspec.models import loading
 from mmspec.models.visual import projector_of
 from mmspec.toy import processor as toy_processor
@@ -86,7 +87,11 @@ def view_prompts(model, tokenizer, n_visual: int) -> dict[str, torch.Tensor]:
     with torch.inference_mode():
         image = ImageInput(project(features), features, CAPTION)
     ctx = ViewContext(tokenizer, model.get_input_embeddings(), "<image>", project)
-    return {v: make_view(v).build(PROMPT, [image], ctx).embeds for v in "MTCP"}
+    views = {v: catalog.get("view", v) for v in "MTCP"}
+    return {
+        v: view.from_spec(view.defaults()).build(PROMPT, [image], ctx).embeds
+        for v, view in views.items()
+    }
 
 
 class Serial:

@@ -22,7 +22,6 @@ import argparse
 import numpy as np
 import torch
 
-from mmspec.decoding.acceptance import make_rule
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.guidance import GuidedDecoder
@@ -87,7 +86,7 @@ class Generator:
 def settings(temperature: float, ks, deltas):
     base = "greedy" if temperature == 0 else "sampling"
     yield "AR", None
-    yield "SD", make_rule(base)
+    yield "SD", resolve("sd_chain", {"acceptance": base}).part("acceptance").build()
     for k in ks:
         for delta in deltas:
             hparams = {"acceptance": "lantern", "lantern_k": k, "lantern_delta": delta}
@@ -121,7 +120,7 @@ def main() -> None:
         ar_seconds = None
         for name, rule in settings(temperature, args.k, args.delta):
             if isinstance(rule, dict):
-                rule = make_rule(resolve("sd_chain", rule), codebook=gen.codebook)
+                rule = resolve("sd_chain", rule).part("acceptance").build(codebook=gen.codebook)
             runs = [
                 gen.run(c, rule, temperature, seed=args.seed * len(captions) + i)
                 for i, c in enumerate(captions)

@@ -86,6 +86,21 @@ def test_plan_command_without_earlier_runs(tmp_path):
     n = len(mmcells.cells(mmconfig.load(TINY)))
     assert out.startswith(f"cells: {n} (0 done, {n} to run)")
     assert "no earlier run of this pair, no estimate" in out
+    # no pair has an estimate: said so, never a total of 0 device-hours
+    assert "estimated: no estimate: 1 pair to run, none with finished cells" in out
+    assert "0.00 device-hours" not in out
+
+
+def test_the_total_counts_the_pairs_with_and_without_an_estimate():
+    timed = plan.PairPlan(cells=4, sample_turns=3600, seconds_per_turn=2.0)
+    untimed = plan.PairPlan(cells=2, sample_turns=10)
+    text = plan.render({"a": timed, "b": untimed}, None)
+    assert text.splitlines()[-2].startswith(
+        "estimated: 2.00 device-hours for the 1 pair with an estimate"
+    )
+    assert text.splitlines()[-2].endswith("; 1 more without one")
+    done = plan.PairPlan(cells=2, done=2)
+    assert "estimated: nothing to run" in plan.render({"a": done}, None)
 
 
 def test_an_estimate_reads_a_bounded_number_of_earlier_cells(tiny_run, monkeypatch):

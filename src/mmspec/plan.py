@@ -143,22 +143,21 @@ def render(
     lines = [f"cells: {total} ({total - to_run} done, {to_run} to run) -> {jobs}"]
     if merged:
         lines.append(f"  {merged_line(merged)}")
-    known = 0.0
+    known, estimated, unknown = 0.0, 0, 0
     for name, p in sorted(pairs.items()):
         line = f"  pair {name}: {p.cells} cells, {p.cells - p.done} to run"
         if p.cells > p.done:
             line += "; " + _estimate(p)
             known += p.hours or 0.0
+            estimated += p.hours is not None
+            unknown += p.hours is None
         if p.reference_share is not None:
             line += (
                 f"; in its earlier method cells AR's timing (probes, or full decodes under "
                 f"ar_reference: full) took {p.reference_share:.0%} of the decoding time"
             )
         lines.append(line)
-    lines.append(
-        f"estimated: {known:.2f} device-hours for the pairs with an estimate (decoding only: "
-        "model loading and warm-up add per cell)"
-    )
+    lines.append(_total(known, estimated, unknown))
     timing = timing or {}
     if timing.get("ar_reference") == "full":
         reference = "AR's whole decode of each beside it for its speedup (ar_reference: full)"
@@ -170,6 +169,27 @@ def render(
         f"(the AR cell); a method cell decodes each once, plus {reference}"
     )
     return "\n".join(lines)
+
+
+def _total(hours: float, estimated: int, unknown: int) -> str:
+    """The plan's last line: the device-hours of the pairs with an estimate, and how many have
+    none (never a zero that reads as free)."""
+    if not estimated and not unknown:
+        return "estimated: nothing to run"
+    if not estimated:
+        return (
+            f"estimated: no estimate: {_pairs(unknown)} to run, none with finished cells under "
+            "--results to time (a short run of a few samples per pair there gives one)"
+        )
+    line = (
+        f"estimated: {hours:.2f} device-hours for the {_pairs(estimated)} with an estimate "
+        "(decoding only: model loading and warm-up add per cell)"
+    )
+    return line + (f"; {unknown} more without one" if unknown else "")
+
+
+def _pairs(n: int) -> str:
+    return f"{n} pair" if n == 1 else f"{n} pairs"
 
 
 def _estimate(p: PairPlan) -> str:

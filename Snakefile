@@ -36,5 +36,10 @@ rule all:
         "reports/index.html",
 
 
+# Before any job, once the executor is known (it is not while the Snakefile is read).
+onstart:
+    refuse_unreachable_judge(workflow.local_exec)
+
+
 onsuccess:
     print(finished("results/summary/claims.parquet", "reports/index.html"))

@@ -14,6 +14,7 @@ from mmspec.methods import components
 from mmspec.models import footprint
 from mmspec.models import source as model_source
 from mmspec.scoring import metric_catalog
+from mmspec.scoring.judge import reach as judge_reach
 from mmspec.stages import toy_model
 from mmspec.stages.claims import finished
 from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
@@ -322,3 +323,14 @@ def model_memory(w):
 
 def captioner_memory(w):
     return footprint.job_memory([(CAPTIONER["model"], CAPTIONER["dtype"])], TOY_MODELS)
+
+
+def refuse_unreachable_judge(local_exec):
+    """Judge jobs on compute nodes (a cluster executor) cannot call a judge served on this
+    machine's localhost: stop before any job, saying what to do (scoring.judge.reach).
+    """
+    judged = [name for name, entry in CONFIG["datasets"].items() if entry.get("judge")]
+    try:
+        judge_reach.check_reachable(CONFIG["judge"]["endpoint"], judged, local_exec)
+    except ValueError as error:
+        raise WorkflowError(f"invalid configuration: {error}")

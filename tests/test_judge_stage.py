@@ -176,21 +176,3 @@ def test_aggregate_counts_failures_and_takes_retention_over_both_judged(tmp_path
     assert lv["judge_retention"] == pytest.approx(6 / 7) and lv["judge_failures"] == 1
     assert lv["relaxed_share"] == pytest.approx(0.25)
     assert cells["sd"]["judge_failures"] is None and cells["sd"]["judge_retention"] is None
-
-
-def test_the_workflow_profile_bounds_the_judge_jobs_the_rule_counts():
-    """Each judge job holds one unit of the resource `judge` (workflow/rules/judge.smk), and the
-    workflow profile, which every run reads, bounds it: local runs call the endpoint with at most
-    that many jobs at once (a cluster profile sets its own)."""
-    import re
-    from pathlib import Path
-
-    import yaml
-
-    root = Path(__file__).resolve().parents[1]
-    rule = (root / "workflow" / "rules" / "judge.smk").read_text()
-    assert re.search(r"^\s+judge=1,$", rule, re.M)
-    for profile in ("profiles/default/config.yaml", "slurm/config.yaml"):
-        resources = yaml.safe_load((root / profile).read_text())["resources"]
-        bounds = [int(r.split("=")[1]) for r in resources if r.startswith("judge=")]
-        assert bounds and bounds[0] >= 1, profile

@@ -116,9 +116,13 @@ def prepare_code(w):
     return PREPARE_CODE + dataset_source.plugin_code(CONFIG["datasets"][w.dataset])
 
 
+MODEL_STAGE_CODE = {stage: fingerprint(stage) for stage in ("cache_visual", "caption")}
+
+
 def model_code(stage, refs):
-    """`stage`'s code fingerprint, with the plugin sources of the models `refs`."""
-    return fingerprint(stage) + model_source.plugin_code(refs)
+    """`stage`'s code fingerprint (read once per parse, not per job), with the plugin sources
+    of the models `refs`."""
+    return MODEL_STAGE_CODE[stage] + model_source.plugin_code(refs)
 
 
 def model_output(ref):

@@ -333,7 +333,9 @@ def refuse_unreachable_judge(local_exec):
     """Judge jobs on compute nodes (a cluster executor) cannot call a judge served on this
     machine's localhost: stop before any job, saying what to do (scoring.judge.reach).
     """
-    judged = [name for name, entry in CONFIG["datasets"].items() if entry.get("judge")]
+    judged = mmconfig.judged_datasets(CONFIG, list(CELLS.values()))
+    if not judged:
+        return
     try:
         judge_reach.check_reachable(CONFIG["judge"]["endpoint"], judged, local_exec)
     except ValueError as error:

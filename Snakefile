@@ -39,6 +39,7 @@ rule all:
 # Before any job, once the executor is known (it is not while the Snakefile is read).
 onstart:
     refuse_unreachable_judge(workflow.local_exec)
+    refuse_unfetched(workflow.local_exec)
 
 
 onsuccess:

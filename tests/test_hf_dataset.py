@@ -234,8 +234,8 @@ OFFLINE_SCRIPT = textwrap.dedent(
     print("rows", prepare_hf("toy", {**spec, "id": source}, out))
     try:
         prepare_hf("hub", {**spec, "id": "lmms-lab/llava-bench-in-the-wild"}, out + ".hub")
-    except ConnectionError as err:
-        print("hub", type(err).__name__, "|".join(getattr(err, "__notes__", [])))
+    except FileNotFoundError as err:
+        print("hub", type(err).__name__, err, "|".join(getattr(err, "__notes__", [])))
     """
 )
 
@@ -255,8 +255,9 @@ def test_offline_from_the_environment_in_a_fresh_process(tmp_path):
     result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "rows 4" in result.stdout
-    # an uncached hub id fails at once, saying that offline mode needs the local cache
-    assert "hub ConnectionError" in result.stdout and "HF_HUB_OFFLINE=1" in result.stdout
+    # an uncached hub id fails at once, saying that offline mode needs the local cache, and how
+    assert "hub FileNotFoundError hub dataset lmms-lab/llava-bench-in-the-wild" in result.stdout
+    assert "HF_HUB_OFFLINE=1" in result.stdout and "mmspec fetch CONFIG" in result.stdout
     assert read_table(out, PREPARED).num_rows == 4
 
 

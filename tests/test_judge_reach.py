@@ -4,11 +4,13 @@ to do. Locally, or with the embedded judge or a host name, nothing is refused.""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mmspec.scoring.judge.reach import check_reachable, local_only
 
@@ -71,3 +73,26 @@ def test_a_cluster_run_with_a_localhost_judge_stops_before_any_job(tmp_path):
     assert "judge.endpoint http://localhost:8000/v1 is reachable on this machine only" in output
     assert "A judge the jobs can reach" in output
     assert not (tmp_path / "results").exists()  # nothing ran
+
+
+def test_the_texts_on_the_judge_bound_name_a_profile_that_sets_it():
+    """The schema's judge description (hence the configuration reference), the judge rule's
+    header and the Slurm page say which profile bounds judge jobs; each profile named there sets
+    the `judge` resource (profiles/default, which sets none, was once named)."""
+    texts = {
+        "config/schema.yaml": yaml.safe_load((ROOT / "config/schema.yaml").read_text()),
+        "workflow/rules/judge.smk": (ROOT / "workflow/rules/judge.smk").read_text(),
+        "docs/reference/config.md": (ROOT / "docs/reference/config.md").read_text(),
+        "docs/running-at-scale.md": (ROOT / "docs/running-at-scale.md").read_text(),
+    }
+    texts["config/schema.yaml"] = texts["config/schema.yaml"]["properties"]["judge"]["description"]
+    named = 0
+    for where, text in texts.items():
+        for sentence in re.split(r"(?<=\.)\s", text):
+            if "judge" not in sentence or "bound" not in sentence and "sets" not in sentence:
+                continue
+            for profile in re.findall(r"(profiles/\w+/config\.yaml|slurm/config\.yaml)", sentence):
+                resources = yaml.safe_load((ROOT / profile).read_text()).get("resources") or []
+                assert any(str(r).startswith("judge=") for r in resources), (where, profile)
+                named += 1
+    assert named >= 3  # the schema, the rule and the reference page each name one

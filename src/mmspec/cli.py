@@ -204,14 +204,19 @@ def _cells(args: argparse.Namespace) -> None:
         print(merged_line(expansion.merged), file=sys.stderr)
 
 
+def _sweep_arguments(p: argparse.ArgumentParser) -> None:
+    """The config files of a tool that reads a sweep as `mmspec cells` does."""
+    p.add_argument("config", nargs="+", help="as for `mmspec cells`")
+    p.add_argument("--default", default="config/config.yaml", help="as for `mmspec cells`")
+
+
 def _plan_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Read a config as `mmspec cells` does and print its cells (done and to run under "
         "--results), the Slurm jobs the slurm profile packs the cells to run into, and per pair "
         "an estimate of the device hours they need from the pair's earlier cells."
     )
-    p.add_argument("config", nargs="+", help="as for `mmspec cells`")
-    p.add_argument("--default", default="config/config.yaml", help="as for `mmspec cells`")
+    _sweep_arguments(p)
     p.add_argument("--results", default="results", help="the workflow's results folder")
     p.add_argument("--profile", default="slurm/config.yaml", help="the Slurm profile")
 
@@ -225,6 +230,35 @@ def _plan(args: argparse.Namespace) -> None:
     pairs = plan.plan(cfg, args.results, expansion.cells)
     packed = plan.group_size(args.profile)
     print(plan.render(pairs, packed, expansion.merged, cfg["timing"]))
+
+
+def _fetch_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Read a config as `mmspec cells` does, list every Hugging Face Hub model and dataset its "
+        "cells read (the files the jobs read and their sizes, and what the cache already holds) "
+        "and the local paths they read, then download the hub ones into the Hugging Face cache "
+        "(HF_HOME; HF_ENDPOINT names the Hub), so that jobs on compute nodes run offline "
+        "(HF_HUB_OFFLINE=1). Exits 1 when a local path is missing."
+    )
+    _sweep_arguments(p)
+    p.add_argument("--list", action="store_true", help="list only, download nothing")
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    from mmspec import config, hub_cache, hub_needs
+
+    cfg = config.load_as_snakemake(args.config, args.default)
+    repos, local = hub_needs.needed(cfg)
+    listings = [hub_cache.listing(repo) for repo in repos]
+    print(hub_needs.render(listings, local))
+    if not args.list:
+        for found in listings:
+            if found.to_fetch or len(found.cached) < len(found.files):
+                print(f"fetching {found.repo.describe()} ...", flush=True)
+                folder = hub_cache.fetch(found)
+                print(f"  -> {folder}")
+        print(f"fetched: {len(listings)} hub repositories in {hub_cache.cache_dir()}")
+    return 1 if any(not path.exists() for path in local) else 0
 
 
 def _verify_lossless_arguments(p: argparse.ArgumentParser) -> None:
@@ -332,6 +366,12 @@ TOOLS = {
         "cells, packed Slurm jobs and device hours of a sweep, before running it",
         _plan_arguments,
         _plan,
+    ),
+    "fetch": (
+        "list the Hub models and datasets a sweep reads, with sizes, and download them into the "
+        "Hugging Face cache, for compute nodes that run offline",
+        _fetch_arguments,
+        _fetch,
     ),
     "verify-lossless": (
         "prove methods lossless on tiny random models by exact enumeration",

@@ -4,7 +4,7 @@ import shlex
 
 from mmspec import cells as mmcells
 from mmspec import config as mmconfig
-from mmspec import gpus, model_refs
+from mmspec import gpus, hub_needs, model_refs
 from mmspec.claims.claim import CLAIMS_DIR
 from mmspec.fingerprint import fingerprint
 from mmspec.data import source as dataset_source
@@ -340,3 +340,14 @@ def refuse_unreachable_judge(local_exec):
         judge_reach.check_reachable(CONFIG["judge"]["endpoint"], judged, local_exec)
     except ValueError as error:
         raise WorkflowError(f"invalid configuration: {error}")
+
+
+def refuse_unfetched(local_exec):
+    """Jobs on compute nodes (a cluster executor, unless HF_HUB_OFFLINE=0 is set) or run with
+    HF_HUB_OFFLINE=1 read hub models and datasets from the Hugging Face cache only: a cache
+    lacking any of them stops the run before any job, naming them (mmspec.hub_needs)."""
+    configs = " ".join(str(f) for f in workflow.configfiles) or "config/config.yaml"
+    try:
+        hub_needs.before_jobs(CONFIG, list(CELLS.values()), local_exec, configs)
+    except ValueError as error:
+        raise WorkflowError(error)

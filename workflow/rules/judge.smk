@@ -1,6 +1,6 @@
 # The LLM judge: one job per cell of a judged dataset (config `datasets.<name>.judge`). Each job
-# holds one unit of the resource `judge`, so `--resources judge=N` (profiles/default) bounds the
-# jobs that call the endpoint at once. The judgement cache is shared by all judge jobs and
+# holds one unit of the resource `judge`, so `--resources judge=N` bounds the jobs that call the
+# endpoint at once (slurm/config.yaml sets it; a local run is unbounded unless given). The judgement cache is shared by all judge jobs and
 # reruns, and is no job's output: a directory where each job adds a shard of its own (written
 # to a temp name, then renamed: no lock, safe on NFS and Lustre), so a rerun calls the judge only
 # for answers not yet judged. A single-file cache.parquet of earlier versions is read beside it.

@@ -60,10 +60,12 @@ from typing import Any
 import pyarrow as pa
 from tqdm import tqdm
 
+from mmspec import hub_cache
 from mmspec.data import media
 from mmspec.data.hf_spec import check_spec
 from mmspec.data.media import to_png
 from mmspec.data.video import video_frames
+from mmspec.models.pretrained import is_local
 from mmspec.tables import PREPARED, write_table
 
 PROGRESS_MIN_ROWS = 300  # show a progress bar when converting more rows than this
@@ -114,12 +116,15 @@ def load_split(spec: dict):
         dataset = datasets.load_from_disk(str(path))
         return _pick_split(spec, dataset) if _saved_dataset_dict(path) else dataset
     try:
-        return datasets.load_dataset(spec["id"], spec["config"], split=spec["split"])
+        source = spec["id"]
+        if not is_local(source):  # a hub id: its needed files, fetched or downloaded now
+            source = hub_cache.dataset_folder(spec["id"], spec["config"])
+        return datasets.load_dataset(source, spec["config"], split=spec["split"])
     except Exception as err:
         err.add_note(
             f"mmspec: while loading hf dataset {spec['id']!r} (config "
             f"{spec['config']!r}, split {spec['split']!r}); with HF_HUB_OFFLINE=1 a hub "
-            "dataset must already be in the local Hugging Face cache"
+            "dataset must already be in the local Hugging Face cache (`mmspec fetch CONFIG`)"
         )
         raise
 

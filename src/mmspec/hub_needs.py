@@ -1,0 +1,164 @@
+"""What a sweep reads from the Hugging Face Hub (fetched by `mmspec fetch`, `hub_cache`) and
+from local paths: the models its cells load (targets, drafts, the captioner, FID's and CLIP's
+networks), the datasets they read or train heads on, and their video folders. Toy models are the
+workflow's own and are neither.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from mmspec import cells as mmcells
+from mmspec import hub_cache
+from mmspec.config import dataset_task
+from mmspec.data.media import IMAGE_GENERATION
+from mmspec.decoding.component import CAPTIONS
+from mmspec.hub_cache import DATASET, MODEL, HubRepo
+from mmspec.methods import components
+from mmspec.models import source as model_source
+from mmspec.models.pretrained import is_local
+
+
+@dataclass(frozen=True)
+class LocalPath:
+    """A local folder a sweep reads (a model folder, a dataset folder, a video folder)."""
+
+    path: str
+    uses: tuple[str, ...]
+
+    def exists(self) -> bool:
+        return Path(os.path.expanduser(self.path)).exists()
+
+
+def _is_hub_model(ref: str) -> bool:
+    return model_source.of(ref).name == "hub"
+
+
+def _is_hub_dataset(entry: dict) -> bool:
+    return entry.get("source") == "hf" and not is_local(entry["id"])
+
+
+def _model_uses(config: dict, swept: list) -> dict[str, list[str]]:
+    """model reference -> the config keys of the models the swept cells load."""
+    uses: dict[str, list[str]] = {}
+
+    def use(ref: str, key: str) -> None:
+        keys = uses.setdefault(ref, [])
+        if key not in keys:
+            keys.append(key)
+
+    for cell in swept:
+        pair = config["pairs"][cell.pair]
+        for ref, _ in components.loaded_models(pair, cell.spec):
+            use(ref, f"pairs.{cell.pair}.{'target' if ref == pair['target'] else 'draft'}")
+    captioner = config.get("captioner")
+    if captioner and any(c.spec.needs(CAPTIONS) for c in swept):
+        use(captioner["model"], "captioner.model")
+    if any(dataset_task(config, c.dataset) == IMAGE_GENERATION for c in swept):
+        for key in ("fid_features", "clip"):
+            use(config["image_metrics"][key], f"image_metrics.{key}")
+    return uses
+
+
+def _dataset_names(swept: list) -> list[str]:
+    """The datasets the swept cells read: their own, and those their heads train on."""
+    names = []
+    for cell in swept:
+        for name in (cell.dataset, cell.spec.head_training().get("head_data")):
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+def needed(config: dict, swept: list | None = None) -> tuple[list[HubRepo], list[LocalPath]]:
+    """The hub repositories a validated config's cells (`swept`, else all its cells) read,
+    and the local paths they read."""
+    swept = mmcells.cells(config) if swept is None else swept
+    repos: list[HubRepo] = []
+    local: list[LocalPath] = []
+    for ref, keys in _model_uses(config, swept).items():
+        if _is_hub_model(ref):
+            repos.append(HubRepo(MODEL, ref, uses=tuple(keys)))
+        elif model_source.of(ref).name == "local":
+            local.append(LocalPath(ref, tuple(keys)))
+    for name in _dataset_names(swept):
+        entry = config["datasets"][name]
+        key = f"datasets.{name}"
+        if entry.get("source") != "hf":
+            continue
+        if _is_hub_dataset(entry):
+            found = HubRepo(DATASET, entry["id"], entry.get("config"))
+            same = [r for r in repos if r == found]
+            if same:  # two entries of one repository and config: one download
+                repos[repos.index(same[0])] = HubRepo(
+                    DATASET, found.repo_id, found.config, (*same[0].uses, f"{key}.id")
+                )
+            else:
+                repos.append(HubRepo(DATASET, found.repo_id, found.config, (f"{key}.id",)))
+        else:
+            local.append(LocalPath(entry["id"], (f"{key}.id",)))
+        video_dir = (entry.get("video") or {}).get("dir")
+        if video_dir:
+            local.append(LocalPath(video_dir, (f"{key}.video.dir",)))
+    return repos, local
+
+
+def jobs_offline(local_execution: bool, environ=os.environ) -> bool:
+    """Whether the jobs read hub repositories from the cache only: as HF_HUB_OFFLINE says when
+    set; else under a cluster executor (compute nodes often cannot reach the Hub)."""
+    value = environ.get("HF_HUB_OFFLINE")
+    if value is None:
+        return not local_execution
+    return value.strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def before_jobs(config: dict, swept: list, local_execution: bool, configs: str) -> None:
+    """At the start of a run: when its jobs read the cache only (`jobs_offline`), set
+    HF_HUB_OFFLINE=1 for them (a cluster executor hands this environment to each job) and
+    check that the cache holds every hub repository they read (`check_fetched`)."""
+    if not jobs_offline(local_execution):
+        return
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    check_fetched(config, swept, configs)
+
+
+def check_fetched(config: dict, swept: list | None = None, configs: str = "CONFIG") -> None:
+    """ValueError naming every hub repository the cells read that the cache lacks (or holds in
+    part), and the command that fetches them (`configs`: how the run named its config files)."""
+    repos, _ = needed(config, swept)
+    problems = hub_cache.missing(repos)
+    if not problems:
+        return
+    lines = [f"  {repo.describe()} ({', '.join(repo.uses)}): {why}" for repo, why in problems]
+    raise ValueError(
+        f"the jobs read hub models and datasets from the Hugging Face cache only "
+        f"(HF_HUB_OFFLINE), and {len(problems)} of them are not all there:\n"
+        + "\n".join(lines)
+        + f"\nFetch them on this host first (HF_HOME shared with the nodes): mmspec fetch {configs}"
+    )
+
+
+def render(listings: list, local: list[LocalPath]) -> str:
+    """The fetch listing: each hub repository (files, bytes, what is cached, the config keys
+    naming it) and each local path (whether it exists)."""
+    total = sum(found.size for found in listings)
+    to_fetch = sum(found.to_fetch for found in listings)
+    size = hub_cache.size_text
+    lines = [
+        f"hub repositories: {len(listings)}, {size(total)} ({size(to_fetch)} not yet in "
+        f"{hub_cache.cache_dir()})"
+    ]
+    for found in listings:
+        state = "cached" if not found.to_fetch else f"{size(found.to_fetch)} to fetch"
+        lines.append(
+            f"  {found.repo.describe()}: {len(found.files)} files, {size(found.size)}, {state}"
+            f"  [{', '.join(found.repo.uses)}]"
+        )
+    if local:
+        lines.append(f"local paths: {len(local)} (not the Hub's; fetch does not copy them)")
+        for path in local:
+            state = "present" if path.exists() else "MISSING"
+            lines.append(f"  {path.path}: {state}  [{', '.join(path.uses)}]")
+    return "\n".join(lines)

@@ -38,6 +38,7 @@ rule all:
 
 # Before any job, once the executor is known (it is not while the Snakefile is read).
 onstart:
+    gpus.unshare_for_cluster(workflow.local_exec)
     refuse_unreachable_judge(workflow.local_exec)
     refuse_unfetched(workflow.local_exec)
 

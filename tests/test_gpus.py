@@ -81,6 +81,17 @@ def test_a_job_outside_a_gpu_sharing_workflow_takes_nothing(monkeypatch):
     assert gpus.hold("score") is None  # a CPU stage
 
 
+def test_a_cluster_run_hands_its_jobs_no_local_gpu_ids(monkeypatch, capsys):
+    """At parse time every run looks local; at its start a cluster run drops the ids, which
+    sbatch would otherwise export to its jobs."""
+    monkeypatch.setenv(gpus.SHARED, "0,1")
+    gpus.unshare_for_cluster(local_execution=True)
+    assert os.environ[gpus.SHARED] == "0,1"
+    gpus.unshare_for_cluster(local_execution=False)
+    assert gpus.SHARED not in os.environ
+    assert "the scheduler assigns GPUs" in capsys.readouterr().err
+
+
 def _intervals(workdir: Path) -> list[tuple[str, datetime, datetime, str]]:
     """(GPU, held from, released at, log) of every GPU job that ran in `workdir`."""
     found = []

@@ -89,6 +89,15 @@ def share_local(workflow) -> list[str]:
     return ids
 
 
+def unshare_for_cluster(local_execution: bool) -> None:
+    """At the run's start, once the executor is known (at parse time Snakemake reports every
+    run as local): under a cluster executor, drop the ids `share_local` handed to the jobs, as
+    sbatch exports this environment to them, and a job would then lock this host's GPU ids on
+    its node instead of the GPU Slurm gave it."""
+    if not local_execution and os.environ.pop(SHARED, None) is not None:
+        print("mmspec: cluster executor: the scheduler assigns GPUs, not mmspec", file=sys.stderr)
+
+
 def _lock_folder() -> Path:
     """`<tmp>/mmspec-gpus-<uid>`, this user's own (else NotPrivate: the job fails, as nothing
     else keeps two jobs off one GPU). Not $XDG_RUNTIME_DIR, where workers live: every job of

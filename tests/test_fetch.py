@@ -184,3 +184,9 @@ def test_jobs_run_offline_on_a_cluster_unless_told_otherwise():
     assert not jobs_offline(local_execution=True, environ={})
     assert not jobs_offline(local_execution=False, environ={"HF_HUB_OFFLINE": "0"})
     assert jobs_offline(local_execution=True, environ={"HF_HUB_OFFLINE": "1"})
+
+
+def test_fetch_says_so_when_this_host_is_offline(tmp_path):
+    listed = _fetch(tmp_path, _env(tmp_path / "hf", HF_HUB_OFFLINE="1"), "--list")
+    assert listed.returncode != 0
+    assert "HF_HUB_OFFLINE is set in this environment" in listed.stderr

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import yaml
 
 from mmspec import cells as mmcells
 from mmspec import config as mmconfig
-from mmspec import plan
+from mmspec import plan, stage_costs
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"
@@ -35,13 +36,13 @@ def test_plan_counts_done_cells_and_estimates_from_earlier_ones(tiny_run):
     results = tiny_run / "results"
     cfg = mmconfig.load(TINY)
     cells = mmcells.cells(cfg)
-    done = plan.plan(cfg, results)
+    done = plan.plan(cfg, results).pairs
     assert sum(p.cells for p in done.values()) == len(cells)
     assert all(p.done == p.cells for p in done.values())
 
     # a second seed: every cell again, timed like the first seed's cells
     more = plan.plan(mmconfig.merge(cfg, {"seeds": [0, 1]}), results)
-    toy = more["toy"]
+    toy = more.pairs["toy"]
     assert (toy.cells, toy.done) == (2 * len(cells), len(cells))
     files = list(results.glob("generate/dataset=*/pair=toy/*/*/*/samples.parquet"))
     tables = [pq.read_table(f).to_pandas() for f in files]
@@ -94,13 +95,16 @@ def test_plan_command_without_earlier_runs(tmp_path):
 def test_the_total_counts_the_pairs_with_and_without_an_estimate():
     timed = plan.PairPlan(cells=4, sample_turns=3600, seconds_per_turn=2.0)
     untimed = plan.PairPlan(cells=2, sample_turns=10)
-    text = plan.render({"a": timed, "b": untimed}, None)
-    assert text.splitlines()[-2].startswith(
-        "estimated: 2.00 device-hours for the 1 pair with an estimate"
-    )
-    assert text.splitlines()[-2].endswith("; 1 more without one")
+    text = plan.render(_plan({"a": timed, "b": untimed}), None)
+    total = next(line for line in text.splitlines() if line.startswith("estimated: "))
+    assert total.startswith("estimated: 2.00 device-hours for the 1 pair with an estimate")
+    assert total.endswith("; 1 more without one")
     done = plan.PairPlan(cells=2, done=2)
-    assert "estimated: nothing to run" in plan.render({"a": done}, None)
+    assert "estimated: nothing to run" in plan.render(_plan({"a": done}), None)
+
+
+def _plan(pairs: dict) -> plan.Plan:
+    return plan.Plan(pairs, {}, Path("results"))
 
 
 def test_an_estimate_reads_a_bounded_number_of_earlier_cells(tiny_run, monkeypatch):
@@ -109,7 +113,7 @@ def test_an_estimate_reads_a_bounded_number_of_earlier_cells(tiny_run, monkeypat
     results = tiny_run / "results"
     files = sorted(results.glob("generate/dataset=*/pair=toy/*/*/*/samples.parquet"))
     assert len(files) > 2
-    toy = plan.plan(mmconfig.load(TINY), results)["toy"]
+    toy = plan.plan(mmconfig.load(TINY), results).pairs["toy"]
     read = files[:: math.ceil(len(files) / 2)]
     tables = [pq.read_table(f).to_pandas() for f in read]
     seconds = sum(_seconds(t) for t in tables)
@@ -140,3 +144,86 @@ def test_the_slurm_profile_packs_method_cells_and_runs_each_ar_cell_alone(tmp_pa
     assert (
         "-> 9 Slurm jobs: 4 AR cells on their own, the method cells in jobs of up to 8" in planned
     )
+
+
+def _walls(results: Path, stage: str) -> float:
+    """The wall seconds of a stage's finished jobs, as their benchmark files record them."""
+    return sum(
+        float(line.split("\t")[0])
+        for tsv in (results / "benchmarks" / stage).rglob("*.tsv")
+        for line in tsv.read_text().splitlines()[1:]
+    )
+
+
+def _bytes(results: Path, pattern: str) -> int:
+    return sum(p.stat().st_size for p in results.glob(pattern) if p.is_file())
+
+
+def test_per_stage_costs_from_an_earlier_run(tiny_run, tmp_path):
+    """Planned from its own finished run, the same sweep costs what its jobs took: the
+    benchmarks' wall seconds of its device stages and the bytes of its outputs. With twice the
+    samples, generate's decoding doubles and its loading and warm-up stay once per job."""
+    pilot = tiny_run / "results"
+    cfg = mmconfig.load(TINY)
+    same = plan.plan(cfg, tmp_path / "results", pilot=pilot)
+    n = len(mmcells.cells(cfg))
+    generate, visual = same.stages["generate"], same.stages["cache_visual"]
+    assert generate.jobs == generate.estimated == n
+    assert math.isclose(generate.seconds, _walls(pilot, "generate"), rel_tol=1e-9)
+    assert visual.jobs == visual.estimated > 0
+    assert math.isclose(visual.seconds, _walls(pilot, "cache_visual"), rel_tol=1e-9)
+    assert math.isclose(generate.bytes, _bytes(pilot, "generate/**/samples.parquet"))
+    assert math.isclose(same.stages["prepare"].bytes, _bytes(pilot, "prepared/*.parquet"))
+    assert same.stages["caption"].jobs == len(list(pilot.glob("captions/*/*.parquet"))) > 0
+
+    doubled = mmconfig.merge(cfg, {"datasets": {"toy_caption": {"samples": 6}}})
+    twice = plan.plan(doubled, tmp_path / "results", pilot=pilot).stages["generate"]
+    timed = sum(plan._timed(p)[0] for p in pilot.glob("generate/**/samples.parquet"))
+    outside = _walls(pilot, "generate") - timed
+    assert 0 < outside and math.isclose(twice.seconds, outside + 2 * timed, rel_tol=1e-6)
+
+    text = plan.render(same, 8)
+    assert (
+        f"per stage, the jobs to run (device-hours and disk from the earlier jobs in {pilot})"
+        in text
+    )
+    time = stage_costs.device_time(generate.seconds)
+    assert f"  generate: {n} jobs, {time}, disk about" in text
+    assert "  cache_visual: " in text and "at most" in text  # loading counted in each row
+    finished = plan.render(plan.plan(cfg, pilot), 8)
+    assert "  generate: nothing to run" in finished and "  all stages: nothing to run" in finished
+
+
+def test_a_pilot_caps_each_dataset_and_its_run_feeds_plan(tiny_run, tmp_path):
+    """`mmspec pilot` writes the partial config capping every dataset the cells read; `mmspec
+    plan --pilot` estimates the full sweep from a pilot's results folder."""
+    out = subprocess.run(
+        ["mmspec", "pilot", str(TINY), "--samples", "2"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    ).stdout
+    assert out.startswith("# A pilot of ") and "mmspec plan" in out
+    override = yaml.safe_load(out)
+    assert override == {"datasets": {"toy_caption": {"samples": 2}}}
+    capped = mmconfig.merge(mmconfig.load(TINY), override)
+    assert capped["datasets"]["toy_caption"]["samples"] == 2
+    planned = subprocess.run(
+        [
+            "mmspec",
+            "plan",
+            str(TINY),
+            "--results",
+            str(tmp_path),
+            "--pilot",
+            str(tiny_run / "results"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    ).stdout
+    assert "no earlier run of this pair" not in planned
+    assert f"the earlier jobs in {tiny_run / 'results'}" in planned
+    assert re.search(r"  generate: \d+ jobs, \d+\.\d\d device-hours \(.* min\), disk", planned)

@@ -131,13 +131,14 @@ def test_a_dataset_source_of_a_test_is_validated_planned_prepared_and_read(count
     assert entry["metric"] == "exact_match"  # its schema's default
     assert mmconfig.dataset_task(config, "count") == ANSWER
     assert not has_second_turns("count", entry)
-    pairs = plan.plan(config, tmp_path / "results")
+    pairs = plan.plan(config, tmp_path / "results").pairs
     assert pairs["toy"].sample_turns == 3 * pairs["toy"].cells  # known before preparing
     out = tmp_path / "results" / "prepared" / "count.parquet"
     assert prepare.run("count", mmconfig.prepare_entry(entry), str(out), 0) == 3
     rows = read_table(str(out), PREPARED).to_pylist()
     assert [r["reference"] for r in rows] == ["1", "2", "3"]
-    assert plan.plan(config, tmp_path / "results")["toy"].sample_turns == 3 * pairs["toy"].cells
+    prepared = plan.plan(config, tmp_path / "results").pairs
+    assert prepared["toy"].sample_turns == 3 * pairs["toy"].cells
 
 
 def test_a_dataset_source_of_a_test_checks_its_entries(counting):

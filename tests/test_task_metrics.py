@@ -179,3 +179,12 @@ def test_a_broken_plugin_is_named(monkeypatch):
     message = str(info.value)
     assert "metric plugin 'mine'" in message and "no_such_package.metrics:Mine" in message
     assert "mmspec.metrics" in message and "ModuleNotFoundError" in message
+
+
+def test_an_emptied_catalog_finds_every_built_in_again(monkeypatch):
+    """Built-ins register on their module's first import, once per process: a catalog emptied
+    after that (a test's) must still find them all on its next load, in any test order."""
+    everything = set(metric_catalog.metrics())
+    monkeypatch.setattr(metric_catalog, "_loaded", False)
+    monkeypatch.setattr(metric_catalog, "_METRICS", {})
+    assert set(metric_catalog.metrics()) == everything

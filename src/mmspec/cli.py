@@ -218,6 +218,11 @@ def _plan_arguments(p: argparse.ArgumentParser) -> None:
     )
     _sweep_arguments(p)
     p.add_argument("--results", default="results", help="the workflow's results folder")
+    p.add_argument(
+        "--pilot",
+        help="estimate from the finished jobs of this results folder (a pilot run's, "
+        "`mmspec pilot`) instead of --results",
+    )
     p.add_argument("--profile", default="slurm/config.yaml", help="the Slurm profile")
 
 
@@ -227,9 +232,36 @@ def _plan(args: argparse.Namespace) -> None:
 
     cfg = config.load_as_snakemake(args.config, args.default)
     expansion = expand(cfg)
-    pairs = plan.plan(cfg, args.results, expansion.cells)
+    planned = plan.plan(cfg, args.results, expansion.cells, args.pilot)
     packed = plan.group_size(args.profile)
-    print(plan.render(pairs, packed, expansion.merged, cfg["timing"]))
+    print(plan.render(planned, packed, expansion.merged, cfg["timing"]))
+
+
+def _pilot_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Read a config as `mmspec cells` does and print a partial config that caps each dataset "
+        "its cells read at --samples samples (its source's size key: an HF dataset's `limit`, "
+        "a toy dataset's `samples`). Run the sweep with it in a folder of its own, then give "
+        "that folder's results to `mmspec plan --pilot` for the full sweep's device-hours and "
+        "disk (docs/running-at-scale.md, 'Planning a run')."
+    )
+    _sweep_arguments(p)
+    p.add_argument("--samples", type=int, default=4, help="samples per dataset (default 4)")
+
+
+def _pilot(args: argparse.Namespace) -> None:
+    from mmspec import config, plan
+
+    if args.samples < 1:
+        raise ValueError("--samples must be >= 1")
+    cfg = config.load_as_snakemake(args.config, args.default)
+    override, whole = plan.pilot_override(cfg, args.samples)
+    for name in whole:
+        print(
+            f"mmspec pilot: dataset {name}: its source declares no size key, it runs whole",
+            file=sys.stderr,
+        )
+    print(plan.pilot_text(override, args.config, args.samples), end="")
 
 
 def _fetch_arguments(p: argparse.ArgumentParser) -> None:
@@ -249,6 +281,11 @@ def _fetch(args: argparse.Namespace) -> int:
 
     cfg = config.load_as_snakemake(args.config, args.default)
     repos, local = hub_needs.needed(cfg)
+    if repos and hub_needs.jobs_offline(local_execution=True):
+        raise ValueError(
+            f"{len(repos)} hub repositories to list, and HF_HUB_OFFLINE is set in this "
+            "environment: run `HF_HUB_OFFLINE=0 mmspec fetch ...` on a host that reaches the Hub"
+        )
     listings = [hub_cache.listing(repo) for repo in repos]
     print(hub_needs.render(listings, local))
     if not args.list:
@@ -372,6 +409,12 @@ TOOLS = {
         "Hugging Face cache, for compute nodes that run offline",
         _fetch_arguments,
         _fetch,
+    ),
+    "pilot": (
+        "a partial config capping a sweep's datasets at a few samples: a pilot run whose "
+        "finished jobs give `mmspec plan --pilot` its estimates",
+        _pilot_arguments,
+        _pilot,
     ),
     "verify-lossless": (
         "prove methods lossless on tiny random models by exact enumeration",

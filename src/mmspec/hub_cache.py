@@ -283,7 +283,7 @@ def cache_dir() -> str:
     return constants.HF_HUB_CACHE
 
 
-def size_text(size: int) -> str:
+def size_text(size: float) -> str:
     """Bytes as a short human text (1000-based, as the Hub shows sizes)."""
     for unit in ("B", "kB", "MB", "GB", "TB"):
         if size < 1000 or unit == "TB":

@@ -10,11 +10,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mmspec import cell_inputs, hub_cache
 from mmspec import cells as mmcells
-from mmspec import hub_cache
-from mmspec.config import dataset_task
-from mmspec.data.media import IMAGE_GENERATION
-from mmspec.decoding.component import CAPTIONS
 from mmspec.hub_cache import DATASET, MODEL, HubRepo
 from mmspec.methods import components
 from mmspec.models import source as model_source
@@ -54,22 +51,12 @@ def _model_uses(config: dict, swept: list) -> dict[str, list[str]]:
         for ref, _ in components.loaded_models(pair, cell.spec):
             use(ref, f"pairs.{cell.pair}.{'target' if ref == pair['target'] else 'draft'}")
     captioner = config.get("captioner")
-    if captioner and any(c.spec.needs(CAPTIONS) for c in swept):
+    if captioner and any(cell_inputs.needs_captions(config, c) for c in swept):
         use(captioner["model"], "captioner.model")
-    if any(dataset_task(config, c.dataset) == IMAGE_GENERATION for c in swept):
+    if any(cell_inputs.makes_images(config, c.dataset) for c in swept):
         for key in ("fid_features", "clip"):
             use(config["image_metrics"][key], f"image_metrics.{key}")
     return uses
-
-
-def _dataset_names(swept: list) -> list[str]:
-    """The datasets the swept cells read: their own, and those their heads train on."""
-    names = []
-    for cell in swept:
-        for name in (cell.dataset, cell.spec.head_training().get("head_data")):
-            if name and name not in names:
-                names.append(name)
-    return names
 
 
 def needed(config: dict, swept: list | None = None) -> tuple[list[HubRepo], list[LocalPath]]:
@@ -83,7 +70,7 @@ def needed(config: dict, swept: list | None = None) -> tuple[list[HubRepo], list
             repos.append(HubRepo(MODEL, ref, uses=tuple(keys)))
         elif model_source.of(ref).name == "local":
             local.append(LocalPath(ref, tuple(keys)))
-    for name in _dataset_names(swept):
+    for name in cell_inputs.datasets_read(swept):
         entry = config["datasets"][name]
         key = f"datasets.{name}"
         if entry.get("source") != "hf":

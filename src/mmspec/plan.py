@@ -21,8 +21,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
+from mmspec import cell_inputs, stage_costs
 from mmspec.cells import cells as sweep_cells
 from mmspec.data import source as dataset_source
+from mmspec.hub_cache import size_text
 
 PROFILE = "slurm/config.yaml"
 GROUP = "cells"  # the generate jobs' group in the slurm profile
@@ -63,15 +65,42 @@ def group_size(profile: str | Path = PROFILE) -> int | None:
     return None
 
 
-def _sample_turns(cfg: dict, dataset: str, results: Path) -> int | None:
+def _sample_turns(cfg: dict, dataset: str, results: Path, pilot: Path | None) -> int | None:
     """Sample-turns a cell of `dataset` decodes: the prepared table's rows when it exists, else
     what its source knows before preparing (a toy dataset's rows as prepare would write them),
-    else unknown (an HF dataset not prepared yet)."""
+    else, from a pilot's prepared table of it, its turns per sample times the samples its entry
+    asks for (its source's `size_key`, e.g. an HF dataset's `limit`: at most that many), else
+    unknown (an HF dataset not prepared yet)."""
     prepared = results / "prepared" / f"{dataset}.parquet"
     if prepared.is_file():
         return pq.read_metadata(prepared).num_rows
     spec = cfg["datasets"][dataset]
-    return dataset_source.of(spec).sample_turns(dataset, spec, cfg)
+    source = dataset_source.of(spec)
+    known = source.sample_turns(dataset, spec, cfg)
+    if known is not None or pilot is None:
+        return known
+    piloted = pilot / "prepared" / f"{dataset}.parquet"
+    wanted = spec.get(source.size_key) if source.size_key else None
+    if not piloted.is_file() or not wanted:
+        return None
+    turns = pq.read_table(piloted, columns=["turn"]).column("turn").to_pylist()
+    samples = sum(1 for t in turns if t == 0)
+    return round(len(turns) / samples * wanted) if samples else None
+
+
+def _timed(path: Path) -> tuple[float, int, set[str], float, bool]:
+    """(seconds its own timings account for, sample-turns, devices, seconds of its AR timing,
+    whether it is an AR cell) of a finished cell's samples table."""
+    present = set(pq.read_schema(path).names)
+    timed = [c for c in TIMED if c in present]
+    table = pq.read_table(path, columns=[*timed, "device", "registry_method"])
+    own_ar = table.column("registry_method")[0].as_py() == "ar" if table.num_rows else False
+    if own_ar:  # an AR cell's AR timing is its own decode, already counted
+        timed = [c for c in timed if c not in REFERENCE]
+    spent = {c: sum(x for x in table.column(c).to_pylist() if x) for c in timed}
+    devices = {d for d in table.column("device").to_pylist() if d}
+    reference = sum(spent.get(c, 0.0) for c in REFERENCE)
+    return sum(spent.values()), table.num_rows, devices, reference, own_ar
 
 
 def _earlier(results: Path, pair: str) -> tuple[float | None, int, set[str], float | None]:
@@ -82,54 +111,67 @@ def _earlier(results: Path, pair: str) -> tuple[float | None, int, set[str], flo
     reference = method_seconds = 0.0
     finished = sorted(results.glob(f"generate/dataset=*/pair={pair}/*/*/*/samples.parquet"))
     for path in finished[:: max(1, math.ceil(len(finished) / EARLIER_CELLS))]:
-        present = set(pq.read_schema(path).names)
-        timed = [c for c in TIMED if c in present]
-        table = pq.read_table(path, columns=[*timed, "device", "registry_method"])
-        own_ar = table.column("registry_method")[0].as_py() == "ar" if table.num_rows else False
-        if own_ar:  # an AR cell's AR timing is its own decode, already counted
-            timed = [c for c in timed if c not in REFERENCE]
-        spent = {c: sum(x for x in table.column(c).to_pylist() if x) for c in timed}
-        total = sum(spent.values())
+        total, rows, used, ar_timing, own_ar = _timed(path)
         seconds += total
-        turns += table.num_rows
+        turns += rows
         cells += 1
-        devices.update(d for d in table.column("device").to_pylist() if d)
+        devices.update(used)
         if not own_ar:
-            reference += sum(spent.get(c, 0.0) for c in REFERENCE)
+            reference += ar_timing
             method_seconds += total
     share = reference / method_seconds if method_seconds else None
     return (seconds / turns if turns else None), cells, devices, share
 
 
-def plan(cfg: dict, results: str | Path = "results", cells=None) -> dict[str, PairPlan]:
+@dataclass
+class Plan:
+    """What `mmspec plan` prints: per pair its cells and their decoding time, per stage its
+    jobs and their device time and disk (`stage_costs`)."""
+
+    pairs: dict[str, PairPlan]
+    stages: dict[str, stage_costs.StageCost]
+    source: Path  # the results folder the estimates come from
+
+
+def plan(
+    cfg: dict, results: str | Path = "results", cells=None, pilot: str | Path | None = None
+) -> Plan:
     """Per pair, the cells of `cfg` (or the given `cells` of it), those already done, and the
-    time of the rest."""
+    time of the rest; per stage, the jobs to run and their cost. Estimates come from the
+    finished jobs under `results`, or under `pilot` (a pilot run's results folder) when given."""
     results = Path(results)
-    pairs: dict[str, PairPlan] = {}
+    source = Path(pilot) if pilot is not None else results
+    cells = sweep_cells(cfg) if cells is None else cells
     sizes: dict[str, int | None] = {}
-    for cell in sweep_cells(cfg) if cells is None else cells:
+
+    def rows_of(dataset: str) -> int | None:
+        if dataset not in sizes:
+            sizes[dataset] = _sample_turns(cfg, dataset, results, source)
+        return sizes[dataset]
+
+    pairs: dict[str, PairPlan] = {}
+    for cell in cells:
         entry = pairs.setdefault(cell.pair, PairPlan())
         entry.cells += 1
         if (results / "generate" / cell.path / "samples.parquet").is_file():
             entry.done += 1
             continue
         entry.ar_to_run += cell.spec.method == "ar"
-        if cell.dataset not in sizes:
-            sizes[cell.dataset] = _sample_turns(cfg, cell.dataset, results)
-        size = sizes[cell.dataset]
+        size = rows_of(cell.dataset)
         known = size is not None and entry.sample_turns is not None
         entry.sample_turns = entry.sample_turns + size if known else None
     for name, entry in pairs.items():
-        earlier = _earlier(results, name)
+        earlier = _earlier(source, name)
         entry.seconds_per_turn, entry.earlier_cells, entry.devices, entry.reference_share = earlier
-    return pairs
+    jobs = stage_costs.jobs_to_run(cfg, cells, results, rows_of)
+    measured = stage_costs.earlier(source, lambda path: _timed(path)[0])
+    return Plan(pairs, stage_costs.cost(jobs, measured), source)
 
 
-def render(
-    pairs: dict[str, PairPlan], packed: int | None, merged: int = 0, timing: dict | None = None
-) -> str:
+def render(planned: Plan, packed: int | None, merged: int = 0, timing: dict | None = None) -> str:
     """The plan as the lines `mmspec plan` prints (`merged`: grid points that decode what another
     point's cell decodes, run once; `timing`: the config's, for the cost model)."""
+    pairs = planned.pairs
     total = sum(p.cells for p in pairs.values())
     to_run = sum(p.cells - p.done for p in pairs.values())
     if packed:
@@ -168,6 +210,7 @@ def render(
         "cost model: AR decodes each sample-turn once per dataset, pair, seed and temperature "
         f"(the AR cell); a method cell decodes each once, plus {reference}"
     )
+    lines.extend(stage_costs.render(planned.stages, str(planned.source), size_text))
     return "\n".join(lines)
 
 
@@ -202,6 +245,33 @@ def _estimate(p: PairPlan) -> str:
         f"about {p.hours:.2f} device-hours on {device} ({p.seconds_per_turn:.3f} s per "
         f"sample-turn over {p.earlier_cells} earlier cells)"
     )
+
+
+def pilot_override(cfg: dict, samples: int) -> tuple[dict, list[str]]:
+    """The partial config capping each dataset the cells read (their own, and those their heads
+    learn from) at `samples` samples through its source's `size_key`; and the datasets whose
+    source declares none (they run whole)."""
+    datasets, whole = {}, []
+    for name in cell_inputs.datasets_read(sweep_cells(cfg)):
+        entry = cfg["datasets"][name]
+        key = dataset_source.of(entry).size_key
+        if key is None:
+            whole.append(name)
+            continue
+        current = entry.get(key)
+        datasets[name] = {key: samples if current is None else min(current, samples)}
+    return {"datasets": datasets}, whole
+
+
+def pilot_text(override: dict, configs: list[str], samples: int) -> str:
+    """The pilot's partial config as a YAML file, saying how it is used."""
+    files = " ".join(configs)
+    header = (
+        f"# A pilot of {files}: at most {samples} samples per dataset (mmspec pilot).\n"
+        f"#   snakemake --directory pilot --configfile {files} pilot.yaml\n"
+        f"#   mmspec plan {files} --pilot pilot/results\n"
+    )
+    return header + yaml.safe_dump(override, sort_keys=False)
 
 
 def merged_line(merged: int) -> str:

@@ -6,6 +6,9 @@ rule cache_visual:
         "results/visual/{model}/{dataset}.parquet",
     log:
         "logs/cache_visual/{model}/{dataset}.log",
+    # its wall time and memory, read by `mmspec plan` (device-hours per stage)
+    benchmark:
+        "results/benchmarks/cache_visual/{model}/{dataset}.tsv"
     # before cells: a few seconds, and every cell of its dataset waits on it
     priority: 50
     conda:

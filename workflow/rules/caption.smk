@@ -6,6 +6,9 @@ rule caption:
         "results/captions/{model}/{dataset}.parquet",
     log:
         "logs/caption/{model}/{dataset}.log",
+    # its wall time and memory, read by `mmspec plan` (device-hours per stage)
+    benchmark:
+        "results/benchmarks/caption/{model}/{dataset}.tsv"
     conda:
         "../../envs/mmspec.yaml"
     threads: 1

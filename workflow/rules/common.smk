@@ -4,12 +4,10 @@ import shlex
 
 from mmspec import cells as mmcells
 from mmspec import config as mmconfig
-from mmspec import gpus, hub_needs, model_refs
+from mmspec import cell_inputs, gpus, hub_needs, model_refs
 from mmspec.claims.claim import CLAIMS_DIR
 from mmspec.fingerprint import fingerprint
 from mmspec.data import source as dataset_source
-from mmspec.data.media import IMAGE_GENERATION
-from mmspec.decoding.component import CAPTIONS, DRAFT_MODEL, DRAFT_VISUAL
 from mmspec.methods import components
 from mmspec.models import footprint
 from mmspec.models import source as model_source
@@ -126,52 +124,20 @@ def model_code(stage, refs):
 
 
 def model_output(ref):
-    """The rule output a model reference needs (a toy model's training), or nothing for
-    hub and local models (the model source says: mmspec.models.source)."""
-    folder = model_refs.workflow_output(ref)
-    return [folder] if folder else []
+    return cell_inputs.model_output(ref)
 
 
 def visual_path(ref, dataset):
-    return f"results/visual/{mmcells.model_slug(ref)}/{dataset}.parquet"
+    return cell_inputs.visual_path(ref, dataset)
 
 
 def makes_images(dataset):
-    return mmconfig.dataset_task(CONFIG, dataset) == IMAGE_GENERATION
-
-
-def needs_draft_visual(cell):
-    """A draft model's views over visual tokens read its own visual cache."""
-    return cell.spec.needs(DRAFT_VISUAL) and not makes_images(cell.dataset)
-
-
-def needs_captions(cell):
-    return cell.spec.needs(CAPTIONS) and not makes_images(cell.dataset)
-
-
-def captions_path(dataset):
-    return (
-        f"results/captions/{mmcells.model_slug(CAPTIONER['model'])}/{dataset}.parquet"
-    )
+    return cell_inputs.makes_images(CONFIG, dataset)
 
 
 def generate_inputs(w):
     cell = cell_of(w)
-    pair = CONFIG["pairs"][cell.pair]
-    inputs = {
-        "prepared": f"results/prepared/{cell.dataset}.parquet",
-        "models": model_output(pair["target"]),
-    }
-    if not makes_images(cell.dataset):  # image generation's prompts are captions
-        inputs["target_visual"] = visual_path(pair["target"], cell.dataset)
-    if cell.spec.needs(DRAFT_MODEL):
-        inputs["models"] = inputs["models"] + model_output(pair["draft"])
-    if mmcells.drafter_dir(cell):
-        inputs["drafter"] = mmcells.drafter_dir(cell)
-    if needs_draft_visual(cell):
-        inputs["draft_visual"] = visual_path(pair["draft"], cell.dataset)
-    if needs_captions(cell):
-        inputs["captions"] = captions_path(cell.dataset)
+    inputs = cell_inputs.generate_inputs(CONFIG, cell)
     if cell.spec.method != "ar":  # the AR cell's tokens and timings: the reference
         inputs["ar_samples"] = ar_samples(w)
     return inputs
@@ -215,16 +181,7 @@ def head_cell(w):
 
 def train_drafter_inputs(w):
     """A head trains on its `head_data` dataset, answered by the pair's target."""
-    cell = head_cell(w)
-    target = CONFIG["pairs"][cell.pair]["target"]
-    data = cell.spec.head_training()["head_data"]
-    inputs = {
-        "prepared": f"results/prepared/{data}.parquet",
-        "models": model_output(target),
-    }
-    if not makes_images(data):  # image generation's prompts are captions
-        inputs["target_visual"] = visual_path(target, data)
-    return inputs
+    return cell_inputs.head_inputs(CONFIG, head_cell(w))
 
 
 def train_drafter_params(w):

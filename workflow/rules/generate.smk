@@ -5,6 +5,9 @@ rule generate:
         "results/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}/samples.parquet",
     log:
         "logs/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.log",
+    # its wall time and memory, read by `mmspec plan` (device-hours per stage)
+    benchmark:
+        "results/benchmarks/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.tsv"
     group:
         generate_group
     conda:

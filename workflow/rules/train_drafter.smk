@@ -5,6 +5,9 @@ rule train_drafter:
         directory("results/drafters/{pair}/{kind}/{hp}"),
     log:
         "logs/train_drafter/{pair}/{kind}/{hp}.log",
+    # its wall time and memory, read by `mmspec plan` (device-hours per stage)
+    benchmark:
+        "results/benchmarks/train_drafter/{pair}/{kind}/{hp}.tsv"
     # before cells: its head's cells wait on it, and it is among the longest jobs
     priority: 50
     conda:

@@ -12,6 +12,7 @@ from mmspec.data.source import DatasetSource, register
 class HuggingFaceDatasets(DatasetSource):
     kind = "hf"
     description = "a Hugging Face dataset, by hub id or local folder"
+    size_key = "limit"
 
     def check(self, name: str, entry: dict) -> None:
         hf_spec.check_spec(entry)

@@ -42,6 +42,9 @@ class DatasetSource:
     # the module of its exact rubric, if it has one: `grade(answer, reference)` in [0, 1] and
     # `answer(caption, question)`, a question answered from a caption alone (VDC's first stage)
     rubric: ClassVar[str | None] = None
+    # the entry key capping how many samples it holds (`mmspec pilot` lowers it for a pilot
+    # run, `mmspec plan` scales a pilot's turns per sample by it); None: it cannot be capped
+    size_key: ClassVar[str | None] = None
 
     def entry_schema(self) -> dict:
         """The JSON schema of an entry (its `source` a `const` of `kind`)."""

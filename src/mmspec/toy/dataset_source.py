@@ -42,6 +42,7 @@ class ToyDatasets(DatasetSource):
     kind = KIND
     description = "a toy-world scenario, generated with its exact answers"
     rubric = "mmspec.toy.judge_rubric"
+    size_key = "samples"
 
     def check(self, name: str, entry: dict) -> None:
         if scenario(name, entry) not in scenarios():

@@ -14,7 +14,8 @@ included. A job to run is costed from the earlier jobs of its stage that used th
   (a pilot's: less), so a lower bound.
 
 Disk: the bytes per row (per job for a trained head) of the earlier jobs' outputs, prepared
-tables included, times the rows to come. A job whose stage has no earlier job of its model or
+tables included, times the rows to come: an upper bound from a pilot's small files, whose fixed
+overhead each row's share carries. A job whose stage has no earlier job of its model or
 pair has no estimate, and the plan says how many.
 """
 
@@ -249,7 +250,10 @@ def render(costs: dict[str, StageCost], source: str, size_text) -> list[str]:
             else:
                 parts.append("no estimate")
         if stage.sized:
-            parts.append(f"disk about {size_text(stage.bytes)}")
+            # a small file's fixed overhead (Parquet footer, schema) counted in each row's share:
+            # row-scaled disk from a pilot's few rows is an upper bound
+            bound = "about" if name == "train_drafter" else "at most"
+            parts.append(f"disk {bound} {size_text(stage.bytes)}")
             disk += stage.bytes
         line = f"  {name}: " + ", ".join(parts)
         if stage.reasons:

@@ -153,7 +153,7 @@ def test_an_unfetched_cache_stops_the_run_before_any_job(repos, tmp_path):
     assert f"model {TARGET} (pairs.{PAIR}.target): not in the Hugging Face cache" in output
     assert f"model {DRAFT} (pairs.{PAIR}.draft): The cached snapshot" in output
     assert "1 file(s) are missing (tokenizer.json)" in output
-    assert TEXTVQA not in output.split("are not all there")[1]
+    assert TEXTVQA not in output.split("missing or incomplete:")[1]
     assert "mmspec fetch" in output
     assert not (tmp_path / "run" / "results").exists()  # no job ran
 
@@ -186,7 +186,44 @@ def test_jobs_run_offline_on_a_cluster_unless_told_otherwise():
     assert jobs_offline(local_execution=True, environ={"HF_HUB_OFFLINE": "1"})
 
 
-def test_fetch_says_so_when_this_host_is_offline(tmp_path):
-    listed = _fetch(tmp_path, _env(tmp_path / "hf", HF_HUB_OFFLINE="1"), "--list")
+def test_fetch_on_an_offline_host_lists_what_the_cache_holds_and_fetches_nothing(tmp_path):
+    offline = _env(tmp_path / "hf", HF_HUB_OFFLINE="1")
+    listed = _fetch(tmp_path, offline, "--list")
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert "hub repositories: 3 (HF_HUB_OFFLINE is set" in listed.stdout
+    for name in (TARGET, DRAFT, TEXTVQA):
+        assert f"{name}: not in the Hugging Face cache" in listed.stdout
+    fetched = _fetch(tmp_path, offline)
+    assert fetched.returncode != 0
+    assert "HF_HUB_OFFLINE=0 mmspec fetch" in fetched.stderr
+
+
+def test_an_unreachable_hub_is_named_with_the_repository(tmp_path):
+    unreachable = _env(tmp_path / "hf", HF_ENDPOINT="http://127.0.0.1:9")  # discard port
+    listed = _fetch(tmp_path, unreachable, "--list")
     assert listed.returncode != 0
-    assert "HF_HUB_OFFLINE is set in this environment" in listed.stderr
+    assert "could not list it at http://127.0.0.1:9" in listed.stderr
+    assert f"model {TARGET} (pairs.{PAIR}.target)" in listed.stderr
+
+
+def test_a_dataset_folder_spelt_as_a_path_must_exist_before_any_job(tmp_path):
+    """As a local model folder must: `./data/signs` missing stops validation, naming it."""
+    sweep = {
+        "datasets": {
+            "signs": {
+                "source": "hf",
+                "id": "./data/signs",
+                "split": "train",
+                "columns": {"question": "q", "answer": "a"},
+                "metric": "exact_match",
+            }
+        },
+        "sweep_extra": {
+            "signs": {"datasets": ["signs"], "pairs": ["toy_vdraft"], "methods": ["ar"]}
+        },
+    }
+    config = tmp_path / "signs.yaml"
+    config.write_text(yaml.safe_dump(sweep))
+    out = subprocess.run(["mmspec", "cells", str(config)], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode != 0
+    assert "datasets.signs: local dataset folder './data/signs' does not exist" in out.stderr

@@ -223,7 +223,11 @@ def _plan_arguments(p: argparse.ArgumentParser) -> None:
         help="estimate from the finished jobs of this results folder (a pilot run's, "
         "`mmspec pilot`) instead of --results",
     )
-    p.add_argument("--profile", default="slurm/config.yaml", help="the Slurm profile")
+    p.add_argument(
+        "--profile",
+        default="slurm/config.yaml",
+        help="the Slurm profile: its folder or its config.yaml (default slurm/config.yaml)",
+    )
 
 
 def _plan(args: argparse.Namespace) -> None:
@@ -232,9 +236,10 @@ def _plan(args: argparse.Namespace) -> None:
 
     cfg = config.load_as_snakemake(args.config, args.default)
     expansion = expand(cfg)
+    profile = plan.profile_file(args.profile)
     planned = plan.plan(cfg, args.results, expansion.cells, args.pilot)
-    packed = plan.group_size(args.profile)
-    print(plan.render(planned, packed, expansion.merged, cfg["timing"]))
+    packed = plan.group_size(profile)
+    print(plan.render(planned, packed, expansion.merged, cfg["timing"], profile))
 
 
 def _pilot_arguments(p: argparse.ArgumentParser) -> None:
@@ -281,21 +286,30 @@ def _fetch(args: argparse.Namespace) -> int:
 
     cfg = config.load_as_snakemake(args.config, args.default)
     repos, local = hub_needs.needed(cfg)
-    if repos and hub_needs.jobs_offline(local_execution=True):
-        raise ValueError(
-            f"{len(repos)} hub repositories to list, and HF_HUB_OFFLINE is set in this "
-            "environment: run `HF_HUB_OFFLINE=0 mmspec fetch ...` on a host that reaches the Hub"
+    if hub_needs.jobs_offline(local_execution=True):
+        print(hub_needs.render_offline(repos, local))
+        if repos and not args.list:
+            raise ValueError(
+                "HF_HUB_OFFLINE is set in this environment, so the listing above is the cache's "
+                "alone: fetch on a host that reaches the Hub, with `HF_HUB_OFFLINE=0 mmspec "
+                "fetch ...`"
+            )
+    else:
+        listings = [hub_cache.listing(repo) for repo in repos]
+        print(hub_needs.render(listings, local))
+        if not args.list:
+            for found in listings:
+                if found.to_fetch or len(found.cached) < len(found.files):
+                    print(f"fetching {found.repo.describe()} ...", flush=True)
+                    print(f"  -> {hub_cache.fetch(found)}")
+            print(f"fetched: {len(listings)} hub repositories in {hub_cache.cache_dir()}")
+    missing = [path.path for path in local if not path.exists()]
+    if missing:
+        print(
+            f"{len(missing)} local path(s) the sweep reads are missing: {', '.join(missing)} "
+            "(copy them there; exit 1)"
         )
-    listings = [hub_cache.listing(repo) for repo in repos]
-    print(hub_needs.render(listings, local))
-    if not args.list:
-        for found in listings:
-            if found.to_fetch or len(found.cached) < len(found.files):
-                print(f"fetching {found.repo.describe()} ...", flush=True)
-                folder = hub_cache.fetch(found)
-                print(f"  -> {folder}")
-        print(f"fetched: {len(listings)} hub repositories in {hub_cache.cache_dir()}")
-    return 1 if any(not path.exists() for path in local) else 0
+    return 1 if missing else 0
 
 
 def _verify_lossless_arguments(p: argparse.ArgumentParser) -> None:

@@ -169,12 +169,20 @@ def listing(repo: HubRepo) -> Listing:
     from huggingface_hub.utils import filter_repo_objects
 
     api = HfApi()
-    sha = api.repo_info(repo.repo_id, repo_type=repo.kind).sha
-    tree = {
-        f.path: f.size
-        for f in api.list_repo_tree(repo.repo_id, recursive=True, revision=sha, repo_type=repo.kind)
-        if isinstance(f, RepoFile)
-    }
+    try:
+        sha = api.repo_info(repo.repo_id, repo_type=repo.kind).sha
+        tree = {
+            f.path: f.size
+            for f in api.list_repo_tree(
+                repo.repo_id, recursive=True, revision=sha, repo_type=repo.kind
+            )
+            if isinstance(f, RepoFile)
+        }
+    except Exception as error:  # noqa: BLE001 (network, auth, not found: all named the same way)
+        raise ValueError(
+            f"{repo.describe()} ({', '.join(repo.uses) or 'the sweep'}): could not list it at "
+            f"{api.endpoint}: {type(error).__name__}: {error}"
+        ) from error
     allow, ignore = None, None
     if repo.kind == MODEL:
         ignore = model_ignored(list(tree))

@@ -121,9 +121,10 @@ def check_fetched(config: dict, swept: list | None = None, configs: str = "CONFI
     lines = [f"  {repo.describe()} ({', '.join(repo.uses)}): {why}" for repo, why in problems]
     raise ValueError(
         f"the jobs read hub models and datasets from the Hugging Face cache only "
-        f"(HF_HUB_OFFLINE), and {len(problems)} of them are not all there:\n"
+        f"(HF_HUB_OFFLINE), where {len(problems)} of them are missing or incomplete:\n"
         + "\n".join(lines)
-        + f"\nFetch them on this host first (HF_HOME shared with the nodes): mmspec fetch {configs}"
+        + "\nFetch them first, on a host that reaches the Hub, into the HF_HOME the nodes "
+        f"share: HF_HUB_OFFLINE=0 mmspec fetch {configs}"
     )
 
 
@@ -143,9 +144,30 @@ def render(listings: list, local: list[LocalPath]) -> str:
             f"  {found.repo.describe()}: {len(found.files)} files, {size(found.size)}, {state}"
             f"  [{', '.join(found.repo.uses)}]"
         )
-    if local:
-        lines.append(f"local paths: {len(local)} (not the Hub's; fetch does not copy them)")
-        for path in local:
-            state = "present" if path.exists() else "MISSING"
-            lines.append(f"  {path.path}: {state}  [{', '.join(path.uses)}]")
+    lines.extend(_local_lines(local))
     return "\n".join(lines)
+
+
+def render_offline(repos: list[HubRepo], local: list[LocalPath]) -> str:
+    """What `mmspec fetch` can say without the Hub: each repository and what the cache holds
+    of it (sizes need the Hub), and each local path."""
+    problems = dict(hub_cache.missing(repos))
+    lines = [
+        f"hub repositories: {len(repos)} (HF_HUB_OFFLINE is set: what {hub_cache.cache_dir()} "
+        "holds of them; their sizes need the Hub)"
+    ]
+    for repo in repos:
+        state = problems.get(repo, "cached")
+        lines.append(f"  {repo.describe()}: {state}  [{', '.join(repo.uses)}]")
+    lines.extend(_local_lines(local))
+    return "\n".join(lines)
+
+
+def _local_lines(local: list[LocalPath]) -> list[str]:
+    if not local:
+        return []
+    lines = [f"local paths: {len(local)} (not the Hub's; fetch does not copy them)"]
+    for path in local:
+        state = "present" if path.exists() else "MISSING"
+        lines.append(f"  {path.path}: {state}  [{', '.join(path.uses)}]")
+    return lines

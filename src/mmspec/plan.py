@@ -52,8 +52,23 @@ class PairPlan:
         return self.seconds_per_turn * self.sample_turns / 3600
 
 
+def profile_file(profile: str | Path = PROFILE) -> Path:
+    """A Slurm profile's config file: the file, or `config.yaml` in a profile folder (as
+    `snakemake --profile` takes it); ValueError naming what is not there."""
+    path = Path(profile)
+    if path.is_dir():
+        path = path / "config.yaml"
+    if not path.is_file():
+        raise ValueError(
+            f"--profile {profile}: no Slurm profile there (a profile folder holding config.yaml, "
+            "or the file itself, e.g. slurm/config.yaml of the repository)"
+        )
+    return path
+
+
 def group_size(profile: str | Path = PROFILE) -> int | None:
-    """The slurm profile's `group-components` of the generate jobs' group (None: not packed)."""
+    """The slurm profile's `group-components` of the generate jobs' group (None: not packed, or
+    no such file)."""
     path = Path(profile)
     if not path.is_file():
         return None
@@ -168,7 +183,13 @@ def plan(
     return Plan(pairs, stage_costs.cost(jobs, measured), source)
 
 
-def render(planned: Plan, packed: int | None, merged: int = 0, timing: dict | None = None) -> str:
+def render(
+    planned: Plan,
+    packed: int | None,
+    merged: int = 0,
+    timing: dict | None = None,
+    profile: str | Path = PROFILE,
+) -> str:
     """The plan as the lines `mmspec plan` prints (`merged`: grid points that decode what another
     point's cell decodes, run once; `timing`: the config's, for the cost model)."""
     pairs = planned.pairs
@@ -178,10 +199,10 @@ def render(planned: Plan, packed: int | None, merged: int = 0, timing: dict | No
         ar = sum(p.ar_to_run for p in pairs.values())
         jobs = (
             f"{math.ceil((to_run - ar) / packed) + ar} Slurm jobs: {ar} AR cells on their own, "
-            f"the method cells in jobs of up to {packed} ({PROFILE})"
+            f"the method cells in jobs of up to {packed} ({profile})"
         )
     else:
-        jobs = f"{to_run} Slurm jobs (no `{GROUP}` group in {PROFILE})"
+        jobs = f"{to_run} Slurm jobs (no `{GROUP}` group in {profile})"
     lines = [f"cells: {total} ({total - to_run} done, {to_run} to run) -> {jobs}"]
     if merged:
         lines.append(f"  {merged_line(merged)}")
@@ -195,8 +216,9 @@ def render(planned: Plan, packed: int | None, merged: int = 0, timing: dict | No
             unknown += p.hours is None
         if p.reference_share is not None:
             line += (
-                f"; in its earlier method cells AR's timing (probes, or full decodes under "
-                f"ar_reference: full) took {p.reference_share:.0%} of the decoding time"
+                f"; {p.reference_share:.0%} of its earlier method cells' decoding time was "
+                "the AR timing their speedups compare with (AR probes; full AR decodes under "
+                "ar_reference: full)"
             )
         lines.append(line)
     lines.append(_total(known, estimated, unknown))
@@ -225,7 +247,8 @@ def _total(hours: float, estimated: int, unknown: int) -> str:
             "--results to time (a short run of a few samples per pair there gives one)"
         )
     line = (
-        f"estimated: {hours:.2f} device-hours for the {_pairs(estimated)} with an estimate "
+        f"estimated: {stage_costs.device_time(hours * 3600)} for the {_pairs(estimated)} "
+        "with an estimate "
         "(decoding only: model loading and warm-up add per cell)"
     )
     return line + (f"; {unknown} more without one" if unknown else "")
@@ -242,7 +265,8 @@ def _estimate(p: PairPlan) -> str:
         return "a dataset's size is unknown until it is prepared, no estimate"
     device = ", ".join(sorted(p.devices)) or "unknown device"
     return (
-        f"about {p.hours:.2f} device-hours on {device} ({p.seconds_per_turn:.3f} s per "
+        f"about {stage_costs.device_time(p.hours * 3600)} on {device} "
+        f"({p.seconds_per_turn:.3f} s per "
         f"sample-turn over {p.earlier_cells} earlier cells)"
     )
 
@@ -268,7 +292,7 @@ def pilot_text(override: dict, configs: list[str], samples: int) -> str:
     files = " ".join(configs)
     header = (
         f"# A pilot of {files}: at most {samples} samples per dataset (mmspec pilot).\n"
-        f"#   snakemake --directory pilot --configfile {files} pilot.yaml\n"
+        f"#   snakemake --cores all --directory pilot --configfile {files} pilot.yaml\n"
         f"#   mmspec plan {files} --pilot pilot/results\n"
     )
     return header + yaml.safe_dump(override, sort_keys=False)

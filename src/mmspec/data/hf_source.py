@@ -4,8 +4,12 @@ images). `data.hf_spec` checks an entry, `data.hf` prepares it."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from mmspec.data import hf_spec
 from mmspec.data.source import DatasetSource, register
+from mmspec.models.pretrained import LOCAL_PREFIXES
 
 
 @register
@@ -16,6 +20,14 @@ class HuggingFaceDatasets(DatasetSource):
 
     def check(self, name: str, entry: dict) -> None:
         hf_spec.check_spec(entry)
+        source = entry.get("id")
+        # a path spelt as one must be here before any job (as a local model folder must)
+        if isinstance(source, str) and source.startswith(LOCAL_PREFIXES):
+            if not Path(os.path.expanduser(source)).exists():
+                raise ValueError(
+                    f"local dataset folder {source!r} does not exist (relative to "
+                    f"{os.getcwd()})"
+                )
 
     def has_second_turns(self, name: str, entry: dict) -> bool:
         return "conversation" in entry

@@ -141,7 +141,9 @@ def test_misspelled_key_fails_before_any_job(tmp_path):
 def test_a_failing_jobs_cause_is_on_the_console(tmp_path):
     """The workflow profile shows a failed job's log, so its one-line error reaches the user
     without opening logs/."""
-    missing = tmp_path / "no_such_dataset"
+    # a folder that exists (validation checks that) and holds no data file: its prepare job fails
+    missing = tmp_path / "empty_dataset"
+    missing.mkdir()
     config = write_config(
         tmp_path / "c.yaml",
         lambda c: c.update(
@@ -158,6 +160,6 @@ def test_a_failing_jobs_cause_is_on_the_console(tmp_path):
     out = snakemake(tmp_path / "w", config, "--until", "prepare")
     assert out.returncode != 0
     assert (
-        f"mmspec prepare: error: Couldn't find any data file at {missing}"
+        f"mmspec prepare: error: The directory at {missing} doesn't contain any data files"
         in out.stdout + out.stderr
     )

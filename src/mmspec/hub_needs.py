@@ -29,14 +29,6 @@ class LocalPath:
         return Path(os.path.expanduser(self.path)).exists()
 
 
-def _is_hub_model(ref: str) -> bool:
-    return model_source.of(ref).name == "hub"
-
-
-def _is_hub_dataset(entry: dict) -> bool:
-    return entry.get("source") == "hf" and not is_local(entry["id"])
-
-
 def _model_uses(config: dict, swept: list) -> dict[str, list[str]]:
     """model reference -> the config keys of the models the swept cells load."""
     uses: dict[str, list[str]] = {}
@@ -63,32 +55,28 @@ def needed(config: dict, swept: list | None = None) -> tuple[list[HubRepo], list
     """The hub repositories a validated config's cells (`swept`, else all its cells) read,
     and the local paths they read."""
     swept = mmcells.cells(config) if swept is None else swept
-    repos: list[HubRepo] = []
+    uses: dict[HubRepo, list[str]] = {}  # a repository (and dataset config) -> its config keys
     local: list[LocalPath] = []
     for ref, keys in _model_uses(config, swept).items():
-        if _is_hub_model(ref):
-            repos.append(HubRepo(MODEL, ref, uses=tuple(keys)))
-        elif model_source.of(ref).name == "local":
+        source = model_source.of(ref).name
+        if source == "hub":
+            uses[HubRepo(MODEL, ref)] = keys
+        elif source == "local":
             local.append(LocalPath(ref, tuple(keys)))
     for name in cell_inputs.datasets_read(swept):
         entry = config["datasets"][name]
         key = f"datasets.{name}"
         if entry.get("source") != "hf":
             continue
-        if _is_hub_dataset(entry):
-            found = HubRepo(DATASET, entry["id"], entry.get("config"))
-            same = [r for r in repos if r == found]
-            if same:  # two entries of one repository and config: one download
-                repos[repos.index(same[0])] = HubRepo(
-                    DATASET, found.repo_id, found.config, (*same[0].uses, f"{key}.id")
-                )
-            else:
-                repos.append(HubRepo(DATASET, found.repo_id, found.config, (f"{key}.id",)))
-        else:
+        if is_local(entry["id"]):
             local.append(LocalPath(entry["id"], (f"{key}.id",)))
+        else:  # two entries of one repository and config: one download
+            repo = HubRepo(DATASET, entry["id"], entry.get("config"))
+            uses.setdefault(repo, []).append(f"{key}.id")
         video_dir = (entry.get("video") or {}).get("dir")
         if video_dir:
             local.append(LocalPath(video_dir, (f"{key}.video.dir",)))
+    repos = [HubRepo(r.kind, r.repo_id, r.config, tuple(keys)) for r, keys in uses.items()]
     return repos, local
 
 

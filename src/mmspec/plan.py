@@ -24,7 +24,6 @@ import yaml
 from mmspec import cell_inputs, stage_costs
 from mmspec.cells import cells as sweep_cells
 from mmspec.data import source as dataset_source
-from mmspec.hub_cache import size_text
 
 PROFILE = "slurm/config.yaml"
 GROUP = "cells"  # the generate jobs' group in the slurm profile
@@ -232,7 +231,7 @@ def render(
         "cost model: AR decodes each sample-turn once per dataset, pair, seed and temperature "
         f"(the AR cell); a method cell decodes each once, plus {reference}"
     )
-    lines.extend(stage_costs.render(planned.stages, str(planned.source), size_text))
+    lines.extend(stage_costs.render(planned.stages, str(planned.source)))
     return "\n".join(lines)
 
 

@@ -22,6 +22,7 @@ pair has no estimate, and the plan says how many.
 from __future__ import annotations
 
 import csv
+import functools
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from mmspec import cell_inputs
+from mmspec.hub_cache import size_text
 
 DEVICE_STAGES = ("cache_visual", "caption", "train_drafter", "generate")
 STAGES = ("prepare", *DEVICE_STAGES)
@@ -140,6 +142,9 @@ def earlier(folder: Path, timed_of) -> dict[tuple[str, str], Earlier]:
     """(stage, key) -> the jobs of the run whose results folder is `folder`;
     `timed_of(samples_path)`: the seconds a generate cell's own timings account for."""
     found: dict[tuple[str, str], Earlier] = defaultdict(Earlier)
+    prepared_rows = functools.cache(
+        lambda dataset: _rows(folder / "prepared" / f"{dataset}.parquet")
+    )
     bench = folder / BENCHMARKS
     for tsv in sorted(bench.glob("*/**/*.tsv")):
         parts = tsv.relative_to(bench).with_suffix("").parts
@@ -151,7 +156,7 @@ def earlier(folder: Path, timed_of) -> dict[tuple[str, str], Earlier]:
         elif stage in ("cache_visual", "caption") and len(parts) == 3:
             output = folder / ("visual" if stage == "cache_visual" else "captions")
             output = output / parts[1] / f"{parts[2]}.parquet"
-            key, rows = parts[1], _rows(folder / "prepared" / f"{parts[2]}.parquet")
+            key, rows = parts[1], prepared_rows(parts[2])
         elif stage == "train_drafter" and len(parts) == 4:
             output, key, rows = folder / "drafters" / Path(*parts[1:]), parts[1], None
         else:
@@ -228,7 +233,7 @@ def device_time(seconds: float) -> str:
     return hours if seconds >= 3600 else f"{hours} ({seconds / 60:.1f} min)"
 
 
-def render(costs: dict[str, StageCost], source: str, size_text) -> list[str]:
+def render(costs: dict[str, StageCost], source: str) -> list[str]:
     """The plan's per-stage lines (`source`: the results folder the estimates come from)."""
     lines = [
         f"per stage, the jobs to run (device-hours and disk from the earlier jobs in {source}):"

@@ -26,7 +26,6 @@ from mmspec.scoring.judge import (
     BadReply,
     EmbeddedJudge,
     JudgeCache,
-    JudgeCacheError,
     JudgeClient,
     JudgeEndpoint,
     JudgeItem,
@@ -38,7 +37,6 @@ from mmspec.scoring.judge import (
     parse_score,
     templates,
 )
-from mmspec.scoring.judge import cache as cache_module
 from mmspec.scoring.judge.server import MODEL
 from mmspec.toy.judge_rubric import answer as toy_answer
 from mmspec.toy.judge_rubric import grade as toy_grade
@@ -370,32 +368,6 @@ def test_concurrent_puts_keep_every_row(tmp_path):
     rows = cache_rows(JudgeCache(path))
     assert len(rows) == len({r["key"] for r in rows}) == writers * puts * per_put
     assert not [p for p in path.iterdir() if p.name.endswith(".tmp")]
-
-
-@pytest.mark.parametrize("read_with", ["pyarrow", "duckdb"])
-@pytest.mark.parametrize("where", ["shard", "earlier single file"])
-def test_corrupt_cache_is_an_error_naming_it_and_is_left_alone(
-    tmp_path, monkeypatch, where, read_with
-):
-    duckdb_from = 1 if read_with == "duckdb" else 10**9
-    monkeypatch.setattr(cache_module, "DUCKDB_FROM_SHARDS", duckdb_from)
-    cache = JudgeCache(tmp_path / "judge")
-    cache.put([{"key": "k", "judge_model": "m", "template": "vdd", "score": 1.0}])
-    path = Path(cache.directory, "bad.parquet") if where == "shard" else Path(cache.legacy_path)
-    path.write_bytes(b"this is not parquet")
-    with pytest.raises(JudgeCacheError, match=re.escape(str(path)) + ".*move it out"):
-        cache.get(["k"])
-    # a put reads nothing, so it still adds its shard (and leaves the bad file alone)
-    assert cache.put([{"key": "j", "judge_model": "m", "template": "vdd", "score": 2.0}])
-    with EmbeddedJudge() as judge:
-        with pytest.raises(JudgeCacheError, match=re.escape(str(path))):
-            judge_items([vdd(REFERENCE)], JudgeClient(endpoint(judge)), cache)
-        assert judge.requests == 0
-    with pytest.raises(JudgeCacheError, match=re.escape(str(path))):
-        compact(cache.directory)  # nor merged around it
-    assert path.read_bytes() == b"this is not parquet"
-    path.unlink()  # what the error says to do: the rest of the cache is served again
-    assert cache.get(["k", "j"]) == {"k": (1.0, None), "j": (2.0, None)}
 
 
 # ---------------------------------------------------------------------------------------------

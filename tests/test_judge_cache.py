@@ -1,14 +1,16 @@
 """The judgement cache under real concurrency: separate processes (as judge jobs on a cluster
 are) write 10^5 judgements into one cache directory while another reads and another compacts;
-a killed writer's temp file, the order of successes and failures, reruns, the earlier single-file
-cache. No test here times anything."""
+a killed writer's temp file, a damaged shard, the order of successes and failures, reruns, the
+earlier single-file cache. No test here times anything."""
 
 from __future__ import annotations
 
+import errno
 import io
 import multiprocessing
 import os
 import random
+import re
 import signal
 import time
 from pathlib import Path
@@ -21,6 +23,7 @@ from mmspec.scoring import judge as judge_package
 from mmspec.scoring.judge import (
     EmbeddedJudge,
     JudgeCache,
+    JudgeCacheError,
     JudgeClient,
     JudgeEndpoint,
     JudgeItem,
@@ -321,3 +324,73 @@ def test_the_compact_command_merges_every_shard_into_one(tmp_path, capsys):
     cache = JudgeCache(directory)
     assert len(cache.shards()) == 1
     assert cache.get(["k0", "k1", "k2"]) == {f"k{k}": (float(k), None) for k in range(3)}
+
+
+def _tear(path: Path) -> bytes:
+    """Cut the file at `path` to half its size, as a disk that lost its end would; the bytes."""
+    torn = path.read_bytes()[: path.stat().st_size // 2]
+    path.write_bytes(torn)
+    return torn
+
+
+@pytest.mark.parametrize("where", ["shard", "earlier single file"])
+def test_a_damaged_cache_file_is_named_set_aside_and_its_answers_judged_again(
+    tmp_path, read_path, capsys, where
+):
+    cache = JudgeCache(tmp_path / "judge")
+    answers = ["the red circle moves .", "nothing moves ."]
+    with EmbeddedJudge() as judge:
+        client = JudgeClient(JudgeEndpoint(judge.base_url, "toy-judge", backoff_s=0.01))
+        first = judge_items([vdd(answers[0])], client, JudgeCache(cache.directory))
+        # a second job's shard, left whole
+        judge_items([vdd(answers[1])], client, JudgeCache(cache.directory))
+        damaged = Path(cache.shards()[0])
+        if where == "earlier single file":
+            damaged = damaged.rename(cache.legacy_path)
+        torn = _tear(damaged)
+        calls = judge.requests
+        again = judge_items([vdd(a) for a in answers], client, cache)
+        assert judge.requests == calls + 1  # only the damaged file's answer
+        assert not again[0].cached and again[0].score == first[0].score
+        assert again[1].cached
+    err = capsys.readouterr().err
+    assert f"judgement cache file {damaged} is damaged or not a judgement cache (" in err
+    assert "the answers it held are judged again" in err
+    aside = Path(f"{damaged}.damaged")
+    assert f"set aside as {aside}" in err
+    assert aside.read_bytes() == torn and not damaged.exists()  # kept, never read again
+    assert str(aside) not in cache.shards()
+    assert cache.get(cache_key("toy-judge", vdd(a)) for a in answers).keys() == {
+        cache_key("toy-judge", vdd(a)) for a in answers
+    }
+    assert compact(cache.directory).rows_kept == 2 and aside.exists()
+
+
+def test_a_damaged_shard_is_left_out_of_a_compaction(tmp_path, capsys):
+    directory = tmp_path / "cache"
+    for k in range(3):
+        JudgeCache(directory).put([row(f"k{k}", float(k))])
+    damaged = Path(JudgeCache(directory).shards()[1])
+    damaged.write_text("not parquet")
+    done = compact(directory)
+    assert (done.merged_files, done.rows_kept) == (2, 2)
+    assert f"judgement cache file {damaged} is damaged" in capsys.readouterr().err
+    assert JudgeCache(directory).get(["k0", "k1", "k2"]) == {"k0": (0.0, None), "k2": (2.0, None)}
+    assert Path(f"{damaged}.damaged").read_text() == "not parquet"
+
+
+def test_a_file_system_error_is_an_error_and_sets_nothing_aside(tmp_path, monkeypatch):
+    """An I/O error says nothing about the shard (it may be whole): the lookup stops, naming it.
+    (A disk's I/O error cannot be made for real here: pyarrow's is raised in its place.)"""
+    cache = JudgeCache(tmp_path / "cache")
+    shard = cache.put([row("k", 1.0)])
+
+    def failing_disk(path, *args, **kwargs):
+        raise OSError(errno.EIO, f"[Errno 5] Failed reading {path}. Detail: Input/output error")
+
+    monkeypatch.setattr(cache_module.pq, "ParquetFile", failing_disk)
+    with pytest.raises(JudgeCacheError, match=re.escape(shard) + " cannot be read .*Errno 5"):
+        cache.get(["k"])
+    monkeypatch.undo()
+    assert os.listdir(cache.directory) == [os.path.basename(shard)]
+    assert cache.get(["k"]) == {"k": (1.0, None)}

@@ -1,13 +1,16 @@
 """A generate job checkpoints finished samples in chunks: killed (SIGKILL, mid-job) and rerun,
-it resumes after its last chunk and writes the table an uninterrupted run writes."""
+it resumes after its last chunk and writes the table an uninterrupted run writes. A damaged chunk
+(torn by a crash, garbled) costs its own samples and those after it, never the job."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +19,7 @@ import pytest
 import yaml
 from workflow_cli import snakemake_cmd
 
+from mmspec.compare import first_difference
 from mmspec.methods.runtime import MethodRunner
 from mmspec.stages import generate
 
@@ -66,65 +70,174 @@ def cell_inputs(tiny_cell):
     return root, params
 
 
+def _inputs(root) -> list[str]:
+    """prepared, target visual cache, draft visual cache: the positional inputs of a job."""
+    return [str(root / name) for name in ("prepared.parquet", "target.parquet", "draft.parquet")]
+
+
 def _run(root, params, out, chunk=2):
-    generate.run(
-        params,
-        str(root / "prepared.parquet"),
-        str(root / "target.parquet"),
-        str(root / "draft.parquet"),
-        str(out),
-        chunk=chunk,
-    )
+    generate.run(params, *_inputs(root), str(out), chunk=chunk)
 
 
-def test_an_interrupted_job_resumes_after_its_last_chunk(
-    cell_inputs, tmp_path, monkeypatch, capsys
-):
+@pytest.fixture(scope="module")
+def whole(cell_inputs, tmp_path_factory):
+    """The samples table of the cell decoded in one uninterrupted run."""
     root, params = cell_inputs
-    _run(root, params, tmp_path / "whole.parquet")
-    assert not (tmp_path / "whole.parquet.partial").exists()  # removed once written
+    out = tmp_path_factory.mktemp("whole") / "whole.parquet"
+    _run(root, params, out)
+    assert not out.with_name("whole.parquet.partial").exists()  # removed once written
+    return out
 
+
+def _interrupt(root, params, out, monkeypatch, at_decode: int) -> None:
+    """Run the job until the method's decode number `at_decode` (from 1) raises, as a
+    preemption would stop it there."""
     decode, calls = MethodRunner.decode, []
 
     def failing(self, *args, **kwargs):
         calls.append(1)
-        if len(calls) == 6:  # in the third chunk of two samples
+        if len(calls) == at_decode:
             raise RuntimeError("preempted")
         return decode(self, *args, **kwargs)
 
     monkeypatch.setattr(MethodRunner, "decode", failing)
     with pytest.raises(RuntimeError, match="preempted"):
-        _run(root, params, tmp_path / "cut.parquet")
-    chunks = sorted(p.name for p in (tmp_path / "cut.parquet.partial").iterdir())
-    assert chunks == ["chunk-0000000.json", "chunk-0000002.json"]
-    assert not (tmp_path / "cut.parquet").exists()
+        _run(root, params, out)
+    monkeypatch.setattr(MethodRunner, "decode", decode)
 
-    calls.clear()
+
+def _count_decodes(monkeypatch) -> list:
+    """A list that grows by one for each sample the method decodes from now on."""
+    decode, calls = MethodRunner.decode, []
     monkeypatch.setattr(
         MethodRunner, "decode", lambda self, *a, **k: (calls.append(1), decode(self, *a, **k))[1]
     )
+    return calls
+
+
+def _chunks(out: Path) -> list[str]:
+    return sorted(p.name for p in out.with_name(out.name + ".partial").glob("chunk-*.json"))
+
+
+def test_an_interrupted_job_resumes_after_its_last_chunk(
+    cell_inputs, whole, tmp_path, monkeypatch, capsys
+):
+    root, params = cell_inputs
+    cut = tmp_path / "cut.parquet"
+    _interrupt(root, params, cut, monkeypatch, at_decode=6)  # in the third chunk of two samples
+    assert _chunks(cut) == ["chunk-0000000-0000002.json", "chunk-0000002-0000004.json"]
+    assert not cut.exists()
+
+    calls = _count_decodes(monkeypatch)
     capsys.readouterr()
-    _run(root, params, tmp_path / "cut.parquet")
+    _run(root, params, cut)
     assert len(calls) == 3  # only samples 4, 5 and 6 were decoded again
     assert "resuming after 4 finished samples" in capsys.readouterr().err
-    assert _deterministic(tmp_path / "cut.parquet") == _deterministic(tmp_path / "whole.parquet")
-    assert not (tmp_path / "cut.parquet.partial").exists()
+    assert _deterministic(cut) == _deterministic(whole)
+    assert not cut.with_name("cut.parquet.partial").exists()
+
+
+# the job of a killed process: three chunks of two samples written, it waits in the seventh
+# sample's decode until it is killed
+KILLED_JOB = """
+import json, sys, time
+from mmspec.methods.runtime import MethodRunner
+from mmspec.stages import generate
+
+decode, calls = MethodRunner.decode, []
+
+def decode_then_wait(self, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == 7:
+        time.sleep(3600)
+    return decode(self, *args, **kwargs)
+
+MethodRunner.decode = decode_then_wait
+generate.run(json.loads(sys.argv[1]), *sys.argv[2:6], chunk=2)
+"""
+
+
+def test_a_chunk_torn_by_a_crash_costs_only_its_own_samples(
+    cell_inputs, whole, tmp_path, monkeypatch, capsys
+):
+    """The job is killed (SIGKILL) after three chunks and its last chunk cut to 100 bytes, as a
+    crash before the disk had it would leave it: the rerun names the chunk, decodes its two
+    samples again and writes the tokens of an uninterrupted run."""
+    root, params = cell_inputs
+    cut = tmp_path / "cut.parquet"
+    last = cut.with_name("cut.parquet.partial") / "chunk-0000004-0000006.json"
+    job = subprocess.Popen(
+        [sys.executable, "-c", KILLED_JOB, json.dumps(params), *_inputs(root), str(cut)],
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 300
+    while not last.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job.poll() is None, "the job ended before its third chunk"
+    os.kill(job.pid, signal.SIGKILL)
+    job.wait()
+    assert len(_chunks(cut)) == 3 and not cut.exists()
+    last.write_bytes(last.read_bytes()[:100])
+
+    calls = _count_decodes(monkeypatch)
+    capsys.readouterr()
+    _run(root, params, cut)
+    err = capsys.readouterr().err
+    assert len(calls) == 3  # samples 4 and 5 (the torn chunk's) and 6
+    assert f"{last}: unreadable (JSONDecodeError" in err
+    assert "dropped with the 2 samples it held (from sample 4); they are decoded again" in err
+    assert "resuming after 4 finished samples (2 chunks)" in err
+    assert first_difference(cut, whole) is None  # what mmspec compare-outputs compares
+    assert _deterministic(cut) == _deterministic(whole)
+    assert not cut.with_name("cut.parquet.partial").exists()
+
+
+def _garble(path: Path) -> str:
+    data = path.read_bytes()
+    path.write_bytes(data[:50] + b"\x00\xff garbled \xff" + data[70:])
+    return "unreadable ("
+
+
+def _without_records(path: Path) -> str:
+    chunk = json.loads(path.read_text())
+    del chunk["records"]
+    path.write_text(json.dumps(chunk))
+    return "not a whole chunk (no records)"
+
+
+def _one_record_short(path: Path) -> str:
+    chunk = json.loads(path.read_text())
+    chunk["records"].pop()
+    path.write_text(json.dumps(chunk))
+    return "it holds 1 records, its name says 2"
+
+
+@pytest.mark.parametrize("damage", [_garble, _without_records, _one_record_short])
+def test_a_damaged_middle_chunk_is_dropped_with_the_chunks_after_it(
+    cell_inputs, whole, tmp_path, monkeypatch, capsys, damage
+):
+    root, params = cell_inputs
+    cut = tmp_path / "cut.parquet"
+    _interrupt(root, params, cut, monkeypatch, at_decode=7)
+    assert len(_chunks(cut)) == 3
+    middle = cut.with_name("cut.parquet.partial") / "chunk-0000002-0000004.json"
+    what = damage(middle)
+
+    calls = _count_decodes(monkeypatch)
+    capsys.readouterr()
+    _run(root, params, cut)
+    err = capsys.readouterr().err
+    assert len(calls) == 5  # only the first chunk's samples were kept
+    assert f"{middle}: {what}" in err
+    assert "dropped with the 2 samples it held (from sample 2), and the chunk after it" in err
+    assert "the job resumes at sample 2" in err
+    assert first_difference(cut, whole) is None
+    assert _deterministic(cut) == _deterministic(whole)
 
 
 def test_chunks_of_another_job_are_not_reused(cell_inputs, tmp_path, monkeypatch, capsys):
     root, params = cell_inputs
-    decode, calls = MethodRunner.decode, []
-
-    def failing(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise RuntimeError("preempted")
-        return decode(self, *args, **kwargs)
-
-    monkeypatch.setattr(MethodRunner, "decode", failing)
-    with pytest.raises(RuntimeError):
-        _run(root, params, tmp_path / "out.parquet")
-    monkeypatch.setattr(MethodRunner, "decode", decode)
+    _interrupt(root, params, tmp_path / "out.parquet", monkeypatch, at_decode=3)
     changed = {**params, "generation": {"max_new_tokens": 6, "temperature": 0.0}}
     _run(root, changed, tmp_path / "out.parquet")
     assert "belongs to another run of this job" in capsys.readouterr().err
@@ -163,7 +276,7 @@ def test_sigkill_mid_generate_then_rerun_gives_the_uninterrupted_results(tmp_pat
     generate_dir = killed / "results" / "generate"
     while time.time() < deadline and run.poll() is None:
         # its first chunk of 2 done, 38 samples to go: time to kill it before it finishes
-        if list(generate_dir.rglob("chunk-0000000.json")):
+        if list(generate_dir.rglob("chunk-0000000-*.json")):
             break
         time.sleep(0.05)
     assert run.poll() is None, "the run ended before a generate job had checkpointed"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from mmspec import durable
 
 # results/prepared/<dataset>.parquet: one row per sample and turn.
 # `messages` is the conversation up to and including this turn's user message, as JSON in the
@@ -315,17 +316,16 @@ HEAD_CURVES = pa.schema(
 
 
 def write_table(table: pa.Table, path: str | Path, schema: pa.Schema) -> None:
-    """Write `table` as Parquet atomically, after checking it against `schema`."""
+    """Write `table` as Parquet, durably and atomically (`mmspec.durable`), after checking it
+    against `schema`."""
     path = Path(path)
     present = set(table.column_names)  # (column_names builds a new list on each access)
     missing = [name for name in schema.names if name not in present]
     if missing:
         raise ValueError(f"{path}: table lacks columns {missing} required by its contract")
     table = table.select(schema.names).cast(schema)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with durable.atomic_file(path) as sink:
+        pq.write_table(table, sink)
 
 
 class CorruptTableError(ValueError):

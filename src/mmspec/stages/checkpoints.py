@@ -1,20 +1,26 @@
 """Chunk checkpoints of a long stage job: a killed or preempted job resumes from its last chunk.
 
-Finished samples are written in chunks beside the job's output (`<output>.partial/`), each an
-atomically written JSON file of the chunk's records and counters. A chunk belongs to one job:
-its key hashes the job's parameters and input files, so a changed job never resumes from another
-job's chunks (they are discarded). JSON keeps Python floats exactly, so the final table is the
-same whether or not the job was interrupted. The folder is removed once the output is written.
+Finished samples are written in chunks beside the job's output (`<output>.partial/`), each a
+JSON file of the chunk's records and counters, written durably (`mmspec.durable`: a crash leaves
+a chunk whole or absent) and named by the samples it holds, `chunk-<first>-<end>.json`. A chunk
+belongs to one job: its key hashes the job's parameters and input files, so a changed job never
+resumes from another job's chunks (they are discarded). A damaged chunk (a disk that lost data,
+a file cut short by a copy) is named on stderr and dropped with the chunks after it (the records
+are indexed by position, so the chunks kept stay contiguous); its samples are decoded again. JSON
+keeps Python floats exactly, so the final table is the same whether or not the job was
+interrupted. The folder is removed once the output is written.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
+import re
 import shutil
 import sys
 from pathlib import Path
+
+from mmspec import durable
 
 
 def job_key(params: dict, *inputs: str | None) -> str:
@@ -29,6 +35,15 @@ def job_key(params: dict, *inputs: str | None) -> str:
     return digest.hexdigest()
 
 
+# chunk-<first>-<end>.json holds samples [first, end); earlier versions wrote chunk-<first>.json
+CHUNK_NAME = re.compile(r"chunk-(\d+)(?:-(\d+))?\.json")
+CHUNK_FIELDS = ("key", "first", "records", "counters")
+
+
+class DamagedChunk(ValueError):
+    """A chunk file that cannot be read as a chunk: what is wrong with it."""
+
+
 class Checkpoints:
     """The chunks of one job's output `out`."""
 
@@ -37,38 +52,93 @@ class Checkpoints:
         self.folder = out.with_name(out.name + ".partial")
         self.key = key
 
+    def _chunks(self) -> list[tuple[int, int | None, Path]]:
+        """(first, end or None, path) of the chunk files, by first sample."""
+        found = []
+        for path in self.folder.glob("chunk-*.json") if self.folder.exists() else ():
+            name = CHUNK_NAME.fullmatch(path.name)
+            if name:
+                end = int(name[2]) if name[2] else None
+                found.append((int(name[1]), end, path))
+        return sorted(found)
+
     def load(self) -> tuple[list[dict], list[dict]]:
-        """(records, per-chunk counters) of the finished chunks, in order; chunks of another
-        job are discarded (with a message), and so is everything after a gap."""
-        chunks = sorted(self.folder.glob("chunk-*.json")) if self.folder.exists() else []
+        """(records, per-chunk counters) of the finished chunks, in order. Chunks of another
+        job are discarded (with a message); a damaged chunk, or one after a gap, is dropped
+        with every chunk after it (named on stderr), and the job resumes before it."""
+        chunks = self._chunks()
         records, counters = [], []
-        for path in chunks:
-            chunk = json.loads(path.read_text())
-            if chunk.get("key") != self.key or chunk.get("first") != len(records):
+        for index, (first, end, path) in enumerate(chunks):
+            try:
+                chunk = _read_chunk(path, first, end)
+            except DamagedChunk as damage:
+                self._drop(chunks[index:], len(records), str(damage))
+                break
+            if chunk["key"] != self.key:
                 print(
                     f"{self.folder}: {path.name} belongs to another run of this job; starting over",
                     file=sys.stderr,
                 )
                 self.clear()
                 return [], []
+            if first != len(records):
+                missing = f"samples {len(records)} to {first - 1} are in no chunk"
+                self._drop(chunks[index:], len(records), missing)
+                break
             records += chunk["records"]
             counters.append(chunk["counters"])
         if records:
             print(
                 f"{self.folder}: resuming after {len(records)} finished samples "
-                f"({len(chunks)} chunks)",
+                f"({len(counters)} chunks)",
                 file=sys.stderr,
             )
         return records, counters
 
+    def _drop(self, chunks: list[tuple[int, int | None, Path]], kept: int, why: str) -> None:
+        """Remove `chunks` (the first is the bad one) and say which samples are decoded again."""
+        first, end, path = chunks[0]
+        held = f"the {end - first} samples it held" if end is not None else "the samples it held"
+        later = {1: "", 2: ", and the chunk after it"}.get(
+            len(chunks), f", and the {len(chunks) - 1} chunks after it"
+        )
+        print(
+            f"{path}: {why}; dropped with {held} (from sample {first}){later}; they are decoded "
+            f"again (the job resumes at sample {kept})",
+            file=sys.stderr,
+        )
+        for _, _, stale in chunks:
+            stale.unlink(missing_ok=True)
+
     def save(self, first: int, records: list[dict], counters: dict) -> None:
-        """Write one chunk (the samples from index `first`) atomically."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / f"chunk-{first:07d}.json"
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        """Write one chunk (the samples from index `first`), durably and atomically."""
+        path = self.folder / f"chunk-{first:07d}-{first + len(records):07d}.json"
         chunk = {"key": self.key, "first": first, "records": records, "counters": counters}
-        tmp.write_text(json.dumps(chunk))
-        os.replace(tmp, path)
+        durable.write_text(path, json.dumps(chunk))
 
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _read_chunk(path: Path, first: int, end: int | None) -> dict:
+    """The chunk in `path`, named for samples [first, end); DamagedChunk saying what is wrong
+    (only its own key is not checked here: another job's chunk is whole, and discarded)."""
+    try:
+        chunk = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DamagedChunk(f"unreadable ({type(err).__name__}: {err})") from None
+    if not isinstance(chunk, dict):
+        raise DamagedChunk(f"not a chunk (a JSON {type(chunk).__name__}, not an object)")
+    missing = [name for name in CHUNK_FIELDS if name not in chunk]
+    if missing:
+        raise DamagedChunk(f"not a whole chunk (no {', '.join(missing)})")
+    records = chunk["records"]
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise DamagedChunk("its records are not a list of objects")
+    if not isinstance(chunk["counters"], dict):
+        raise DamagedChunk("its counters are not an object")
+    if chunk["first"] != first:
+        raise DamagedChunk(f"it says it starts at sample {chunk['first']!r}, its name {first}")
+    if end is not None and len(records) != end - first:
+        raise DamagedChunk(f"it holds {len(records)} records, its name says {end - first}")
+    return chunk

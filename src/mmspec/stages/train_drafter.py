@@ -6,14 +6,15 @@ answers every prompt of the training dataset (greedy AR, as in a generate job: s
 same visual cache; an image generator draws each caption's image, `collect_images`), then
 `training.heads` fits the head. A killed job resumes: the collected
 sequences and the training state are kept in `<out>.partial/` (the state every tenth of the
-steps), under a key of the job's parameters and inputs, so a changed job starts afresh.
+steps), under a key of the job's parameters and inputs, so a changed job starts afresh. They are
+written durably (`mmspec.durable`); a damaged one is named on stderr and dropped: damaged
+sequences are collected again (and training restarts), a damaged state restarts training.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -23,6 +24,7 @@ import pyarrow as pa
 import torch
 from tqdm import tqdm
 
+from mmspec import durable
 from mmspec.data import media
 from mmspec.decoding.drafters.heads import build_head, head_kind
 from mmspec.decoding.loops import decode_ar
@@ -33,17 +35,20 @@ from mmspec.stages.arguments import json_object
 from mmspec.stages.checkpoints import job_key
 from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
 from mmspec.tables import HEAD_CURVES, PREPARED, read_table, write_table
-from mmspec.training.heads import collect_sequence, train_head
+from mmspec.training.heads import Sequence, collect_sequence, train_head
 
 HELP = "train a drafter head on the target's features"
 GPU = True
 WARM = True
 
 
+# what `train_head` saves and reads back to resume (training.heads)
+STATE_PARTS = ("head", "optimiser", "picker", "generator", "curve", "step")
+
+
 def _save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    with durable.atomic_file(path) as sink:
+        torch.save(obj, sink)
 
 
 class Partial:
@@ -51,20 +56,64 @@ class Partial:
 
     def __init__(self, out: Path, key: str):
         self.folder = out.with_name(out.name + ".partial")
-        if (self.folder / "key").exists() and (self.folder / "key").read_text() != key:
+        key_file = self.folder / "key"
+        if key_file.exists() and key_file.read_bytes() != key.encode():
             shutil.rmtree(self.folder)  # another job's: its parameters or inputs changed
-        self.folder.mkdir(parents=True, exist_ok=True)
-        (self.folder / "key").write_text(key)
+        if not key_file.exists():
+            durable.write_text(key_file, key)
 
-    def load(self, name: str):
+    def load(self, name: str, instead: str, problem=lambda obj: None):
+        """What was saved as `name`, or None: nothing saved, or a damaged file (named on stderr
+        with `instead`, what the job does without it, and removed). `problem(obj)`: what is
+        wrong with a file torch reads, or None."""
         path = self.folder / f"{name}.pt"
-        return torch.load(path, weights_only=False) if path.exists() else None
+        if not path.exists():
+            return None
+        try:
+            obj = torch.load(path, weights_only=False)
+            wrong = problem(obj)
+        except Exception as err:  # a torn or garbled file fails in any of pickle's ways
+            wrong = f"unreadable ({type(err).__name__}: {' '.join(str(err).split())})"
+        if wrong is None:
+            return obj
+        print(f"{path}: {wrong}; dropped: {instead}", file=sys.stderr)
+        path.unlink(missing_ok=True)
+        return None
 
     def save(self, name: str, obj) -> None:
         _save(obj, self.folder / f"{name}.pt")
 
+    def drop(self, name: str) -> None:
+        (self.folder / f"{name}.pt").unlink(missing_ok=True)
+
     def clear(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def sequences_problem(sequences) -> str | None:
+    """What makes a loaded `sequences.pt` unusable, or None."""
+    if not isinstance(sequences, list) or not sequences:
+        return f"not a list of training sequences (a {type(sequences).__name__})"
+    if not all(isinstance(s, Sequence) for s in sequences):
+        return "not a list of training sequences"
+    return None
+
+
+def state_problem(state, head) -> str | None:
+    """What makes a loaded `state.pt` unusable for `head`, or None."""
+    if not isinstance(state, dict):
+        return f"not a training state (a {type(state).__name__})"
+    missing = [part for part in STATE_PARTS if part not in state]
+    if missing:
+        return f"not a whole training state (no {', '.join(missing)})"
+    own = head.state_dict()
+    saved = state["head"]
+    if not isinstance(saved, dict) or saved.keys() != own.keys():
+        return "its head's weights are not this head's"
+    for name, tensor in own.items():
+        if not isinstance(saved[name], torch.Tensor) or saved[name].shape != tensor.shape:
+            return f"its head's weight {name} has another shape than this head's"
+    return None
 
 
 def collect(job: TrainDrafterJob, prepared: str, target_visual: str | None, device, stored=None):
@@ -152,19 +201,25 @@ def run(
     hp, kind, pair = job.training, job.kind, job.pair
     out_dir = Path(out)
     partial = Partial(out_dir, job_key(job.to_dict(), prepared, target_visual))
-    stored = partial.load("sequences")
+    stored = partial.load(
+        "sequences", "the target's answers are collected again", sequences_problem
+    )
     target, sequences = collect(job, prepared, target_visual, device, stored)
     if stored is None:
+        partial.drop("state")  # trained on sequences that are gone: training starts over
         partial.save("sequences", sequences)
     torch.manual_seed(job.seed)
     head = build_head(kind, target.model.config, hp, pair.target).float()
+    state = partial.load(
+        "state", "training starts again from step 0", lambda s: state_problem(s, head)
+    )
     curve = train_head(
         head,
         target.lm_head.float(),
         sequences,
         hp,
         job.seed,
-        state=partial.load("state"),
+        state=state,
         save=lambda state: partial.save("state", state),
         kind=kind,
     )
@@ -184,8 +239,7 @@ def run(
         **head_kind(kind).loss(hp).summary(sequences),
     }
     (tmp / "training.json").write_text(json.dumps(record, indent=1))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.replace(tmp, out_dir)
+    durable.replace_folder(tmp, out_dir)  # its files on disk before it takes the name
     partial.clear()
     return record
 
@@ -194,6 +248,7 @@ def curves_schema(curve: list[dict]) -> pa.Schema:
     """HEAD_CURVES, and a column for each held-out metric a head kind's loss adds."""
     own = sorted({name for row in curve for name in row} - set(HEAD_CURVES.names))
     return pa.schema([*HEAD_CURVES, *(pa.field(name, pa.float64()) for name in own)])
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

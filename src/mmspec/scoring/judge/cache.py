@@ -3,14 +3,18 @@
 A judgement's key is the sha256 of what decides it: judge model, template and its version,
 question, reference, answer and the VDC questions. The cache is a directory
 (results/judge/cache/) whose files are never rewritten: each put writes the rows it adds as a
-new shard under a name no other writer can pick (time, host, pid, random token), first to a
-hidden temp name in the same directory, fsynced, then renamed. A rename within one directory is
-atomic on local disks, NFS and Lustre, so a reader sees a shard whole or not at all, and judge
-jobs on any node need no lock (flock is unreliable on those file systems). A write costs what it
-adds; a lookup reads the key column of every shard (pyarrow file by file for a few shards,
-DuckDB for many: it reads ten thousand small files in about a second). A killed writer's temp
-file is never read. An NFS client may list a shard written on another node only once its
-attribute cache expires (seconds): meanwhile an answer may be judged twice, never lost.
+new shard under a name no other writer can pick (time, host, pid, random token), durably
+(`mmspec.durable`: a hidden temp name in the same directory, fsynced, then renamed). A rename
+within one directory is atomic on local disks, NFS and Lustre, so a reader sees a shard whole or
+not at all, and judge jobs on any node need no lock (flock is unreliable on those file systems).
+A write costs what it adds; a lookup reads the key column of every shard (pyarrow file by file
+for a few shards, DuckDB for many: it reads ten thousand small files in about a second). A
+killed writer's temp file is never read. A damaged shard (a disk that lost data, a file cut
+short by a copy, a file that is not a judgement cache) is named on stderr and set aside as
+`<shard>.damaged`, kept but never read again; the answers it held are judged again. A read that
+fails for the file system's sake (an I/O error, a permission) is an error instead: the shard may
+be whole. An NFS client may list a shard written on another node only once its attribute cache
+expires (seconds): meanwhile an answer may be judged twice, never lost.
 
 Failures are stored too (score NULL, with the error) but are not served: the next run retries
 them. Of one key's rows a success wins over any failure, so a later failure never hides it, and
@@ -25,12 +29,14 @@ one more shard until `compact` moves its rows into the directory.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
 import re
 import secrets
 import socket
+import sys
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mmspec import durable
 from mmspec.scoring.judge.templates import TEMPLATE_VERSION
 from mmspec.tables import JUDGE_CACHE as SCHEMA
 
@@ -50,7 +57,8 @@ if TYPE_CHECKING:
     from mmspec.scoring.judge.client import JudgeItem
 
 SHARD_SUFFIX = ".parquet"
-TEMP_SUFFIX = ".tmp"
+TEMP_SUFFIX = durable.TEMP_SUFFIX
+DAMAGED_SUFFIX = ".damaged"  # a damaged shard, set aside: never listed, never removed
 LEGACY_SUFFIX = ".parquet"  # <cache>.parquet: the single-file cache of earlier versions
 READ_THREADS = 8  # shards read at once: a lookup over many small shards waits on file opens
 # measured: below this many shards pyarrow file by file beats DuckDB's fixed cost, above it
@@ -67,6 +75,10 @@ class JudgeCacheError(RuntimeError):
 
 class _ShardVanished(Exception):
     """A listed shard was removed (by a compaction, after merging it) before it was read."""
+
+
+class _ShardDamaged(Exception):
+    """A listed shard could not be read as judgements; it has been set aside."""
 
 
 def cache_key(judge_model: str, item: JudgeItem) -> str:
@@ -96,38 +108,11 @@ def _write_parquet(table: pa.Table, sink) -> None:
     pq.write_table(table, sink)
 
 
-def _sync_directory(directory: str) -> None:
-    """Make a rename in `directory` durable where the file system supports it."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # NFS clients cannot sync a directory; the server commits the rename itself
-    finally:
-        os.close(fd)
-
-
 def write_shard(directory: str | os.PathLike, table: pa.Table) -> str:
     """Write `table` as a new shard of the cache at `directory`, atomically; returns its path."""
-    directory = os.fspath(directory)
-    os.makedirs(directory, exist_ok=True)
-    name = _shard_name()
-    final = os.path.join(directory, name)
-    temp = os.path.join(directory, f".{name}{TEMP_SUFFIX}")  # hidden: readers never list it
-    try:
-        with open(temp, "xb") as sink:
-            _write_parquet(table.select(SCHEMA.names).cast(SCHEMA), sink)
-            sink.flush()
-            os.fsync(sink.fileno())  # on disk before the name says the shard is whole
-        os.replace(temp, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    _sync_directory(directory)
+    final = os.path.join(os.fspath(directory), _shard_name())
+    with durable.atomic_file(final) as sink:  # its temp name is hidden: readers never list it
+        _write_parquet(table.select(SCHEMA.names).cast(SCHEMA), sink)
     return final
 
 
@@ -145,8 +130,8 @@ def _identity(path: str) -> tuple[int, int, int] | None:
 
 
 def _read_shard(path: str, columns: list[str], keys: pa.Array | None) -> pa.Table:
-    """The shard's `columns`, only the rows of `keys` if given; raises _ShardVanished or a
-    JudgeCacheError naming the file."""
+    """The shard's `columns`, only the rows of `keys` if given; raises _ShardVanished,
+    _ShardDamaged (having set the file aside) or a JudgeCacheError naming the file."""
     try:
         with pq.ParquetFile(path) as shard:
             missing = [name for name in SCHEMA.names if name not in shard.schema_arrow.names]
@@ -159,15 +144,47 @@ def _read_shard(path: str, columns: list[str], keys: pa.Array | None) -> pa.Tabl
     except (pa.ArrowException, OSError, KeyError, ValueError) as err:
         if not os.path.exists(path):  # removed while open (NFS: a stale file handle)
             raise _ShardVanished(path) from None
-        # never skipped silently: it may hold many paid judge calls
-        raise JudgeCacheError(
-            f"judgement cache file {path} is unreadable or not a judgement cache "
-            f"({type(err).__name__}: {err}); move it out of the cache to go on without it "
-            "(its answers are then judged again) or restore it from a copy"
-        ) from err
+        if isinstance(err, OSError) and err.errno is not None:
+            # the file system failed, not the file: it may be whole and hold many paid calls
+            raise JudgeCacheError(
+                f"judgement cache file {path} cannot be read ({type(err).__name__}: {err}); "
+                "fix what stops reading it, or move it out of the cache to go on without it "
+                "(its answers are then judged again)"
+            ) from err
+        _set_aside(path, f"{type(err).__name__}: {' '.join(str(err).split())}")
+        raise _ShardDamaged(path) from None
     if keys is not None:
         table = table.filter(pc.is_in(table["key"], value_set=keys))
     return table
+
+
+def _read_whole_shard(path: str, columns: list[str], keys: pa.Array | None) -> pa.Table | None:
+    """_read_shard, or None for a damaged shard (set aside: its answers are judged again)."""
+    try:
+        return _read_shard(path, columns, keys)
+    except _ShardDamaged:
+        return None
+
+
+def _set_aside(path: str, why: str) -> None:
+    """Rename the damaged shard `path` out of the cache, saying so; _ShardVanished if another
+    reader set it aside first."""
+    aside = path + DAMAGED_SUFFIX
+    if os.path.exists(aside):  # an earlier damaged file of the same name (the single file)
+        aside = f"{path}.{secrets.token_hex(4)}{DAMAGED_SUFFIX}"
+    try:
+        os.replace(path, aside)
+        kept = f"set aside as {aside} (never read again; restore it from a copy if one is whole)"
+    except FileNotFoundError:
+        raise _ShardVanished(path) from None
+    except OSError as err:
+        kept = f"skipped (it cannot be set aside: {err})"
+    # never silent: it may have held many paid judge calls
+    print(
+        f"judgement cache file {path} is damaged or not a judgement cache ({why}); {kept}; "
+        "the answers it held are judged again",
+        file=sys.stderr,
+    )
 
 
 def _query_shards(paths: list[str], columns: list[str], keys: list[str]) -> pa.Table | None:
@@ -245,10 +262,12 @@ class JudgeCache:
             # file by file: slower, but it names a bad file, or sees that one vanished
             try:
                 if len(paths) < 2:
-                    parts = [_read_shard(path, columns, value_set) for path in paths]
+                    parts = [_read_whole_shard(path, columns, value_set) for path in paths]
                 else:
                     with ThreadPoolExecutor(min(READ_THREADS, len(paths))) as pool:
-                        parts = list(pool.map(lambda p: _read_shard(p, columns, value_set), paths))
+                        read = functools.partial(_read_whole_shard, columns=columns, keys=value_set)
+                        parts = list(pool.map(read, paths))
+                parts = [part for part in parts if part is not None]
             except _ShardVanished:
                 continue  # merged into a newer shard by a compaction: that one is listed now
             if not parts:
@@ -343,7 +362,7 @@ def compact(path: str | os.PathLike, stale_temp_s: float = STALE_TEMP_S) -> Comp
         identity = _identity(shard)
         try:
             read.append((shard, identity, _read_shard(shard, SCHEMA.names, None)))
-        except _ShardVanished:
+        except (_ShardVanished, _ShardDamaged):
             continue
     temp_files_removed = _remove_stale_temp_files(cache.directory, stale_temp_s)
     if len(read) < 2 and cache.legacy_path not in (shard for shard, _, _ in read):

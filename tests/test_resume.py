@@ -294,3 +294,26 @@ def test_sigkill_mid_generate_then_rerun_gives_the_uninterrupted_results(tmp_pat
         assert _deterministic(twin) == _deterministic(path), path
     logs = "".join(p.read_text() for p in (killed / "logs" / "generate").rglob("*.log"))
     assert "resuming after" in logs
+
+
+def test_chunks_named_as_earlier_versions_named_them_are_resumed(tmp_path, capsys):
+    from mmspec.stages.checkpoints import Checkpoints
+
+    checkpoints = Checkpoints(tmp_path / "out.parquet", "k")
+    checkpoints.folder.mkdir()
+    for first in (0, 2):  # chunk-<first>.json, without the end
+        records = [{"i": first}, {"i": first + 1}]
+        chunk = {"key": "k", "first": first, "records": records, "counters": {"n": first}}
+        (checkpoints.folder / f"chunk-{first:07d}.json").write_text(json.dumps(chunk))
+    checkpoints.save(4, [{"i": 4}], {"n": 4})
+    records, counters = checkpoints.load()
+    assert [r["i"] for r in records] == [0, 1, 2, 3, 4]
+    assert counters == [{"n": n} for n in (0, 2, 4)]
+    (checkpoints.folder / "chunk-0000002.json").write_text("{")
+    capsys.readouterr()
+    records, _ = checkpoints.load()
+    assert [r["i"] for r in records] == [0, 1]
+    err = capsys.readouterr().err
+    assert "chunk-0000002.json: unreadable (JSONDecodeError" in err
+    assert "dropped with the samples it held (from sample 2), and the chunk after it" in err
+    assert [p.name for p in checkpoints.folder.iterdir()] == ["chunk-0000000.json"]

@@ -60,7 +60,7 @@ class Checkpoints:
             if name:
                 end = int(name[2]) if name[2] else None
                 found.append((int(name[1]), end, path))
-        return sorted(found)
+        return sorted(found, key=lambda chunk: (chunk[0], chunk[2].name))
 
     def load(self) -> tuple[list[dict], list[dict]]:
         """(records, per-chunk counters) of the finished chunks, in order. Chunks of another
@@ -90,7 +90,7 @@ class Checkpoints:
         if records:
             print(
                 f"{self.folder}: resuming after {len(records)} finished samples "
-                f"({len(counters)} chunks)",
+                f"({len(counters)} chunk{'s' if len(counters) > 1 else ''})",
                 file=sys.stderr,
             )
         return records, counters

@@ -7,7 +7,6 @@ exactly at two seeds, and broken copies of the engine's handling of short propos
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -18,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
+from plugin_site import run as _run
 from workflow_cli import ROOT, job_counts, snakemake_cmd
 
 PLUGIN = ROOT / "examples" / "plugin"
@@ -75,17 +75,6 @@ def site(tmp_path_factory) -> Path:
         check=True,
     )  # fmt: skip
     return target
-
-
-def _env(site: Path | None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    if site is not None:
-        env["PYTHONPATH"] = str(site)
-    return env
-
-
-def _run(cmd: list[str], site: Path | None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=_env(site))
 
 
 def test_the_plugins_components_join_the_catalog_and_its_methods_the_registry(site):

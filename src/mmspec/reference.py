@@ -1,7 +1,8 @@
 """The docs' reference pages, generated from the declarations they describe, so they cannot drift
 from the code: the configuration (config/schema.yaml), the metrics (cell_metrics and the report's
-definitions), the method catalogue (the registry's rows and the catalog's components) and the
-command line (`mmspec`'s parser). `mmspec reference` writes them under docs/reference/, and each
+definitions), the method catalogue (the registry's rows and the catalog's components), the
+command line (`mmspec`'s parser) and the plugin API (`mmspec.api`, by `api_reference`).
+`mmspec reference` writes them under docs/reference/, and each
 paper page's claim table (between two markers, from config/claims/); `--check` lists the stale
 ones (tests/test_docs.py runs it)."""
 
@@ -420,12 +421,19 @@ def _anchor(term: str) -> str:
     return re.sub(r"[^a-z0-9_ -]", "", term.lower()).strip().replace(" ", "-")
 
 
+def api_page() -> str:
+    from mmspec import api_reference
+
+    return api_reference.page()
+
+
 PAGES = {
     "config.md": config_page,
     "metrics.md": metrics_page,
     "methods.md": methods_page,
     "cli.md": cli_page,
     "claims.md": claims_page,
+    "api.md": api_page,
 }
 
 

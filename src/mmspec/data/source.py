@@ -38,7 +38,7 @@ class DatasetSource:
     config, `entry` its validated entry (defaults filled in)."""
 
     kind: ClassVar[str] = ""  # the entries' `source`
-    description: ClassVar[str] = ""
+    description: ClassVar[str] = ""  # a phrase for the docs and errors
     # the module of its exact rubric, if it has one: `grade(answer, reference)` in [0, 1] and
     # `answer(caption, question)`, a question answered from a caption alone (VDC's first stage)
     rubric: ClassVar[str | None] = None

@@ -13,7 +13,9 @@ entry point names a Component subclass, e.g. in its pyproject.toml
 
 Their names then work in configs, `mmspec cells`, validation, fingerprints (a change to their
 code or to any module it imports reruns their cells: `import_closure`), the report and
-`mmspec verify-lossless`.
+`mmspec verify-lossless`. A plugin is held to the plugin API's version as it loads (`plugins`):
+one written for another version, or a class still defining a hook an earlier version read, is
+refused before any job, naming what replaced it.
 """
 
 from __future__ import annotations
@@ -74,9 +76,20 @@ def load() -> None:
     for module in built_in_modules():
         importlib.import_module(module)
     for entry, loaded in plugins.load_group(GROUP, "component", CatalogError):
-        if inspect.isclass(loaded) and issubclass(loaded, Component):
+        where = f"the component plugin {entry.name!r} ({entry.value}, entry point group {GROUP})"
+        if not (inspect.isclass(loaded) and issubclass(loaded, Component)):
+            raise CatalogError(f"{where} names no component class (a subclass of mmspec.api's)")
+        # a hook an earlier plugin API read would be ignored: refused, naming its replacement
+        leftovers = plugins.leftovers(loaded)
+        if leftovers:
+            raise CatalogError(
+                f"{where} was written for an earlier plugin API: {'; '.join(leftovers)}"
+            )
+        try:
             register(loaded)
-            _PLUGINS[f"{loaded.kind}:{loaded.name}"] = entry.value
+        except CatalogError as error:
+            raise CatalogError(f"{where}: {error}") from None
+        _PLUGINS[f"{loaded.kind}:{loaded.name}"] = entry.value
 
 
 def built_in_modules() -> list[str]:

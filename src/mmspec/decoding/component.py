@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-NUMBER = (int, float)
+NUMBER = (int, float)  # a `Param`'s type for a number, an int or a float
 
 # What a component may require (`Component.requires`):
 DRAFT_MODEL = "draft_model"  # a draft model in the pair (its own weights and tokenizer)
@@ -41,7 +41,7 @@ class TargetFacts:
     """What is known of a pair's target before any job (None: unknown until its files are at
     hand, e.g. a hub model not downloaded yet); `Component.check_target` reads it."""
 
-    ref: str
+    ref: str  # its model reference, as the config spells it
     layers: int | None = None  # decoder layers of its language model
     codes: int | None = None  # image codes of its VQ codebook (an image generator)
 
@@ -51,15 +51,15 @@ class Param:
     """One hyperparameter a component reads: its key in a method spec, its type, default and
     allowed values. `meaning` (a phrase: "is a probability") words the range error."""
 
-    key: str
-    type: type | tuple[type, ...]
-    default: Any
-    doc: str = ""
-    choices: tuple | None = None
-    low: float | None = None
-    high: float | None = None
+    key: str  # its key in a method spec (and in a sweep's `methods:` entry)
+    type: type | tuple[type, ...]  # the type a value must have (`NUMBER`: int or float)
+    default: Any  # the value where neither the method row nor the config sets one
+    doc: str = ""  # what it is, a phrase (the method catalogue's "meaning")
+    choices: tuple | None = None  # the values allowed, when they are few
+    low: float | None = None  # the least value allowed (None: unbounded)
+    high: float | None = None  # the greatest value allowed (None: unbounded)
     low_open: bool = False  # the bound itself is not allowed
-    high_open: bool = False
+    high_open: bool = False  # the bound itself is not allowed
     meaning: str = ""
     hint: str = ""  # after the range in the error: "0 = greedy"
     optional: bool = False  # None is a value (unset)
@@ -67,6 +67,7 @@ class Param:
 
     @property
     def argument(self) -> str:
+        """The keyword the component's constructor takes it as (`arg`, else the key)."""
         return self.arg or self.key
 
     def problem(self, value) -> str | None:
@@ -115,34 +116,44 @@ class Component:
 
     kind: ClassVar[str] = ""  # "view", "weights", "tree", "acceptance" or "drafter"
     name: ClassVar[str] = ""  # its name in a method spec
-    params: ClassVar[tuple[Param, ...]] = ()
+    params: ClassVar[tuple[Param, ...]] = ()  # the hyperparameters it reads (`Param`s)
+    # what it needs of the pair and the data (`DRAFT_MODEL`, `TRAINED_HEAD`, ...)
     requires: ClassVar[frozenset[str]] = frozenset()
-    description: ClassVar[str] = ""
+    description: ClassVar[str] = ""  # a phrase for the method catalogue and the report
     source: ClassVar[str] = ""  # the paper section or release file its defaults come from
 
     @classmethod
     def defaults(cls) -> dict:
+        """key -> default of each of its params."""
         return {p.key: p.default for p in cls.params}
 
     @classmethod
     def reads(cls, spec: dict) -> tuple[Param, ...]:
-        """The parameters this component reads in `spec` (some read more in some settings)."""
+        """The parameters this component reads in `spec` (some read more in some settings).
+        `spec` is the method's spec as resolution holds it so far, so a key may be missing
+        yet: read it with `spec.get(key, default)`."""
         return cls.params
 
     @classmethod
     def requirements(cls, spec: dict) -> frozenset[str]:
-        """What it requires in `spec`'s setting (some require more in some settings)."""
+        """What it requires in `spec`'s setting (some require more in some settings); `spec`
+        as `check` gets it."""
         return cls.requires
 
     @classmethod
     def check(cls, spec: dict) -> None:
-        """Raise ValueError on a combination of values that cannot run (each value is already
-        checked against its `Param`)."""
+        """Raise ValueError (one line, naming the keys) on a combination of values that cannot
+        run, before any job. `spec` is the method's whole resolved spec, a plain dict, not this
+        component's own values: every hyperparameter the method's components read (defaults
+        filled in, each value already checked against its `Param`) and the choices `method`,
+        `drafter` and `temperature`, plus `tree` and `acceptance` when it drafts (`views` and
+        `weights` where its drafter reads them). A rule that verifies chains only reads
+        `spec["tree"]`."""
 
     @classmethod
     def check_target(cls, spec: dict, target: TargetFacts) -> None:
-        """Raise ValueError when the pair's target cannot serve `spec` (config validation,
-        before any job: what `target` knows of it)."""
+        """Raise ValueError when the pair's target cannot serve `spec` (the whole spec, as
+        `check` gets it; config validation, before any job: what `target` knows of it)."""
 
     @classmethod
     def code_modules(cls) -> tuple[str, ...]:
@@ -152,11 +163,13 @@ class Component:
 
     @classmethod
     def from_spec(cls, spec: dict) -> Component:
-        """The component built from its own spec: the values of the params it reads in its
-        method (a `methods.spec.Part`'s). Some kinds take more beside them: a weight policy
-        the draft's `vocab_size`, a rule the target's `codebook`, a drafter its models, its
-        drafting temperature and, over an ensemble of views, their weight policy's part. By
-        default: the constructor with the declared params."""
+        """The component built from its own spec, a dict of the values of the params it reads
+        in its method (those `reads` names, by key; a `methods.spec.Part`'s), nothing else.
+        Some kinds take more beside them, as keywords: a weight policy the draft's
+        `vocab_size`, a rule the target's `codebook`, a drafter its models (`target`, `draft`,
+        `head`), its drafting `temperature` and, over two or more views, their weight
+        policy's part (`weights`). By default: the constructor with the declared params (by
+        `Param.argument`)."""
         return cls(**cls.arguments(spec))
 
     @classmethod
@@ -169,6 +182,13 @@ class View(Component):
     """What a drafter sees of the prompt (decoding.views); named by one letter."""
 
     kind = "view"
+
+    def build(self, text: str, images: list, ctx) -> object:
+        """The drafter's prompt in this view, a `Prompt`: `text` the sample's prompt text (each
+        image an image token), `images` its `ImageInput`s (the draft model's visual cache, a
+        caption), `ctx` the draft's `ViewContext` (tokenizer, input embedding, projector, the
+        family's prompt builder)."""
+        raise NotImplementedError
 
 
 class WeightPolicy(Component):

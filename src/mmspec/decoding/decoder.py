@@ -26,11 +26,14 @@ if TYPE_CHECKING:
 class Forward:
     """What one forward returns, per row: logits (prefill: the last position's [B, V]; extend:
     [B, n, V]), the last layer's hidden states of every position [B, n, H], and those of the
-    layers asked for (`layers`: index into the model's hidden_states -> [B, n, H])."""
+    layers asked for (`layers`: index into the model's hidden_states -> [B, n, H]). A drafter's
+    `start` and `commit` get one row of it (`row`, `select`): no batch dimension."""
 
-    logits: torch.Tensor
-    hidden: torch.Tensor
-    layers: dict[int, torch.Tensor] = field(default_factory=dict)
+    logits: (
+        torch.Tensor
+    )  # next-token logits: a prefill's last position [B, V], an extend's [B, n, V]
+    hidden: torch.Tensor  # the last layer's hidden states (after the final norm), [B, n, H]
+    layers: dict[int, torch.Tensor] = field(default_factory=dict)  # hidden_states[i], [B, n, H]
     # prefill with `score_visual`: the attention each visual position receives, [n_visual]
     visual_attention: torch.Tensor | None = None
     # guided decoding (`GuidedDecoder`): the unconditional row's last-layer states, shaped as
@@ -138,14 +141,17 @@ class Decoder:
         """`parts`: (stack, output head, token embedding) in place of `language_parts(model)`,
         for a model that decodes another vocabulary through heads of its own (Janus's image
         codes); the embedding must have a `weight` (where inputs go)."""
-        self.model = model
-        self.stack, self.lm_head, self.embed = parts or language_parts(model)
+        self.model = model  # the transformers model it decodes with
+        stack, lm_head, embed = parts or language_parts(model)
+        self.stack = stack  # the language model's decoder layers and final norm
+        self.lm_head = lm_head  # the output head: hidden states [..., H] -> logits [..., V]
+        self.embed = embed  # the token embedding (an nn.Embedding's interface: `weight`)
         # transformers' forward for what the lean one does not cover (or `lean=False`)
         self.lean = LeanStack(self.stack) if lean and supports(model, self.stack) else None
         self.window = sliding_window(self.stack.config)  # (window, every layer slides)
         # inputs start at the embeddings; a model split by a device_map (accelerate hooks move
         # each layer's inputs) returns its logits here too, next to the draft's
-        self.device = self.embed.weight.device
+        self.device = self.embed.weight.device  # where its inputs go
         self.cache: DynamicCache | None = None
         self.length = 0  # cached positions per row, padding included
         self.pad = torch.zeros(1, dtype=torch.long)  # left padding of each row
@@ -161,6 +167,7 @@ class Decoder:
 
     @property
     def rows(self) -> int:
+        """The rows it decodes (its prompts at prefill: a drafter's views)."""
         return len(self.pad)
 
     @inference_mode

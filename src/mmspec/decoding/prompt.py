@@ -30,6 +30,7 @@ class Prompt:
 
     @property
     def n_visual(self) -> int:
+        """How many visual positions it holds."""
         return int(self.visual.sum())
 
     def __len__(self) -> int:

@@ -23,13 +23,14 @@ class Proposal:
     EAGLE-2); None when the proposal is that tree itself.
     """
 
-    tokens: list[int] = field(default_factory=list)
-    parents: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)  # node i's token
+    parents: list[int] = field(default_factory=list)  # node i's parent's index (ROOT: depth 1)
     q: torch.Tensor | None = None  # [n, V]
     drafted_as: list[int] | None = None
 
     @classmethod
     def chain(cls, tokens: list[int], q: torch.Tensor | None = None) -> Proposal:
+        """The chain of `tokens` (node i the parent of node i + 1), drawn from `q` if given."""
         return cls(list(tokens), list(range(ROOT, len(tokens) - 1)), q)
 
     def add(self, token: int, parent: int) -> int:
@@ -47,10 +48,12 @@ class Proposal:
         return Proposal([self.tokens[n] for n in order], parents, None, order)
 
     def drafted_index(self, node: int) -> int:
+        """Node `node`'s index in the tree the drafter grew (itself unless a subset)."""
         return node if self.drafted_as is None else self.drafted_as[node]
 
     @property
     def is_chain(self) -> bool:
+        """Whether each node is the only child of the one before (an empty proposal is one)."""
         return self.parents == list(range(ROOT, len(self.tokens) - 1))
 
     def children(self) -> dict[int, list[int]]:
@@ -83,6 +86,7 @@ class Proposal:
         return max(depths), max(depths.count(d) for d in set(depths))
 
     def tokens_tensor(self, device) -> torch.Tensor:
+        """The nodes' tokens as a long tensor [n] on `device`."""
         return torch.tensor(self.tokens, dtype=torch.long, device=device)
 
     def attention(self) -> torch.Tensor | None:

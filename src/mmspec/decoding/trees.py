@@ -51,7 +51,12 @@ class TreePolicy(component.TreePolicy):
         """The last proposal's accepted path length."""
 
     def propose(self, drafter, sampler, room: int) -> Proposal:
-        raise NotImplementedError
+        """The step's `Proposal`, grown by calling the drafter's `root` and `expand`, no deeper
+        than `room` (the tokens the generation may still emit): an empty one where `root`
+        returns None, what it grew so far where `expand` does. A policy that draws its nodes
+        from q (`draws`) sets the proposal's `q`, one row per node; one that picks them
+        leaves it None (point masses)."""
+        raise NotImplementedError(f"tree policy {self.name!r} defines no propose")
 
 
 def drafting_temperature(policy, temperature: float) -> float:

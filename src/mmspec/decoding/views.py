@@ -77,11 +77,11 @@ class ViewContext:
     synthetic features) each image token of the text is expanded to its features' length.
     """
 
-    tokenizer: object
+    tokenizer: object  # the reading model's tokenizer
     embed: torch.nn.Module  # the model's input embedding
-    image_token: str
+    image_token: str  # the text's image placeholder ("<image>")
     project: object = None  # features [N, D] -> embeds [N, H] (the model's projector)
-    builder: object = None
+    builder: object = None  # the family's prompt builder, or None
     # a model with no builder (a text-only draft): the target's chat renderer, for prompts
     # whose video placeholders are not image tokens
     render: object = None

@@ -36,12 +36,15 @@ def weight_grid(m: int, steps: int = 10) -> torch.Tensor:
 
 
 class History:
-    """Per-position scores of each view (and grid candidate) against the target."""
+    """Per-position scores of each view (and grid candidate) against the target: for each
+    verified position, `kl` and `tv` (the target's distribution from each view's, [m]), `err`
+    (1 where a view's argmax is not the target's, [m]), and with a grid `grid_match` and
+    `grid_kl` (per candidate mixture)."""
 
     def __init__(self, window: int, grid: torch.Tensor | None = None):
-        self.window = window
-        self.grid = grid
-        self.rows: list[dict[str, torch.Tensor]] = []
+        self.window = window  # positions `sum` and `count` read (0: all of them)
+        self.grid = grid  # candidate mixture weights [c, m] scored too, or None
+        self.rows: list[dict[str, torch.Tensor]] = []  # one dict of scores per position
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -64,10 +67,12 @@ class History:
             self.rows.append({key: value[i].cpu() for key, value in stats.items()})
 
     def sum(self, key: str) -> torch.Tensor:
+        """The score `key` summed over the window's positions ([m], or [c] for a grid's)."""
         rows = self.rows[-self.window :] if self.window else self.rows
         return torch.stack([row[key] for row in rows]).sum(0)
 
     def count(self) -> int:
+        """The positions the window holds."""
         return min(len(self.rows), self.window) if self.window else len(self.rows)
 
 
@@ -92,13 +97,16 @@ class Policy(WeightPolicy):
 
     needs_history = False  # whether it reads the history (else the drafter skips keeping it)
     uses_grid = False  # whether the history must score the 0.1-grid candidate mixtures
-    window = 0
+    window = 0  # verified positions of the history it reads (0: all of them)
 
     def choose(self, history: History, m: int, sampler) -> torch.Tensor:
-        raise NotImplementedError
+        """The weights [m] of the m views for the next drafting block, from the verified
+        `history` (empty at a generation's start); `sampler` for a random policy's draws."""
+        raise NotImplementedError(f"weight policy {self.name!r} defines no choose")
 
     @classmethod
     def from_spec(cls, spec: dict, vocab_size: int) -> Policy:
+        """The policy of its own values; `vocab_size`: the draft's vocabulary."""
         return cls(**cls.arguments(spec))
 
 

@@ -45,7 +45,7 @@ _loaded = False
 class ModelSource:
     """A kind of model reference. `config` is the validated sweep."""
 
-    name: ClassVar[str] = ""
+    name: ClassVar[str] = ""  # its name (two sources may not share one)
     scheme: ClassVar[str | None] = None  # references "<scheme>:<rest>"; None: claimed by form
     # purpose -> the readers of this source's folder formats, each "module:function" (imported
     # only by the code that loads a model for that purpose), tried before transformers' own

@@ -27,8 +27,8 @@ SHAPES = {TEXT: "one reference text", ANSWERS: "a list of answers"}
 class Sample:
     """The sample-turn an output answers (what a metric may read besides the references)."""
 
-    sample_id: str
-    turn: int
+    sample_id: str  # the prepared table's `sample_id`
+    turn: int  # the turn of a multi-turn sample (0: the first)
     scenario: str  # the dataset's name, or a toy scenario
 
 
@@ -47,11 +47,11 @@ def describe(reference: str | list[str]) -> str:
 class TaskMetric:
     """A task metric. Subclasses set the class attributes and implement `score`."""
 
-    name: ClassVar[str] = ""
-    description: ClassVar[str] = ""
+    name: ClassVar[str] = ""  # what a dataset's `metric:` names
+    description: ClassVar[str] = ""  # a phrase for the metrics reference
     source: ClassVar[str] = ""  # where its definition comes from
-    higher_is_better: ClassVar[bool] = True
-    takes: ClassVar[frozenset[str]] = frozenset({TEXT})
+    higher_is_better: ClassVar[bool] = True  # its direction (retention needs True)
+    takes: ClassVar[frozenset[str]] = frozenset({TEXT})  # the reference shapes it scores
 
     @classmethod
     def problem(cls, reference: str | list[str]) -> str | None:

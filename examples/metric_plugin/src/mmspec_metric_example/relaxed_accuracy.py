@@ -6,7 +6,7 @@ any other answer is right when it equals the reference, case and surrounding spa
 
 from __future__ import annotations
 
-from mmspec.scoring.task_metric import TEXT, Sample, TaskMetric
+from mmspec.api import TEXT, Sample, TaskMetric
 
 TOLERANCE = 0.05
 

@@ -11,9 +11,7 @@ import copy
 
 from torch import nn
 
-from mmspec.decoding.component import Param
-from mmspec.decoding.decoder import Decoder
-from mmspec.decoding.drafters.model import ModelDrafter
+from mmspec.api import Decoder, DecoderDrafter, Param
 
 
 def first_layers(stack: nn.Module, n: int) -> nn.Module:
@@ -30,8 +28,9 @@ def first_layers(stack: nn.Module, n: int) -> nn.Module:
     return cut
 
 
-class EarlyExitDrafter(ModelDrafter):
-    """The target's first `exit_layers` layers as its draft model."""
+class EarlyExitDrafter(DecoderDrafter):
+    """The target's first `exit_layers` layers as its draft model (drafting as mmspec's draft
+    models do, over the one prompt it is given: the target's own)."""
 
     name = "early_exit"
     params = (Param("exit_layers", int, 1, "target layers the draft runs", low=1),)
@@ -40,15 +39,8 @@ class EarlyExitDrafter(ModelDrafter):
     source = "LayerSkip (Elhoushi et al. 2024), without its training"
 
     @classmethod
-    def reads(cls, spec: dict) -> tuple[Param, ...]:
-        return cls.params
-
-    @classmethod
-    def check(cls, spec: dict) -> None:
-        pass
-
-    @classmethod
     def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+        """`spec`: its own values ({"exit_layers": n}); `target`: the target's `Decoder`."""
         stack = first_layers(target.stack, int(spec["exit_layers"]))
         decoder = Decoder(target.model, parts=(stack, target.lm_head, target.embed))
         return cls(decoder, temperature)

@@ -9,8 +9,7 @@ target's distribution exactly (`mmspec verify-lossless` enumerates it). Chains o
 
 from __future__ import annotations
 
-from mmspec.decoding.acceptance.rule import Rule
-from mmspec.decoding.probability import distribution
+from mmspec.api import AcceptanceRule, distribution
 
 
 def accept_leviathan(proposal, logits, temperature, sampler):
@@ -33,7 +32,7 @@ def accept_leviathan(proposal, logits, temperature, sampler):
     return list(range(n)), sampler.categorical(p[n])
 
 
-class Leviathan(Rule):
+class Leviathan(AcceptanceRule):
     name = "leviathan"
     lossless = True
     description = "speculative sampling of a drawn chain (Leviathan et al. 2023)"

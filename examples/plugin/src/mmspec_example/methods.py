@@ -1,6 +1,6 @@
 """Method rows of the example's components, composed with mmspec's chain (registry presets)."""
 
-from mmspec.methods.registry import Method
+from mmspec.api import Method
 
 METHODS = [
     Method(

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from mmspec.decoding.component import Param
-from mmspec.decoding.drafters import Drafter
+from mmspec.api import Drafter, Param
 from mmspec_example.ngram import NgramIndex
 
 BARRIER = -1  # a visual position in the n-gram index

@@ -28,7 +28,9 @@ Proposing nothing. A `root` of None makes every tree policy return an empty prop
 verifies the last token alone and the rule emits the target's own next token (greedy: its
 argmax; sampling: a draw from p), one autoregressive step (`Step.drafted` 0), and `commit` gets
 an empty tree and path. An `expand` of None is the one way to stop early, in every policy
-(Kangaroo's early exit is its `expand` returning None below its threshold).
+(Kangaroo's early exit is its `expand` returning None below its threshold); it stops the whole
+proposal, and a node of a tree level without a continuation gets a row of zeros instead
+(`Drafter.expand`).
 
 Distributions are at the drafting temperature (`trees.drafting_temperature`: the sampling
 temperature for a chain drawn from q; 1 for trees and when greedy); a drafter that chooses its
@@ -48,39 +50,79 @@ from mmspec.lazy import torch
 
 
 class Drafter(component.Drafter):
-    """Defaults shared by every drafter; subclasses implement the four protocol methods and
-    declare themselves (`decoding.component`: name, params, requires) and `from_spec`."""
+    """The drafter protocol: what tree policies and the loop call. Subclasses implement
+    `from_spec`, `start`, `root`, `expand` and `commit`, and declare themselves
+    (`decoding.component`: name, params, requires)."""
 
     target_layers: tuple[int, ...] = ()  # target layers (besides the last) `commit` reads
     reads_tokens: bool = False  # `start` also gets the generation's `TokenContext`
 
     def __init__(self, temperature: float):
-        self.temperature = temperature
-        self.weights = torch.ones(1)
-        self.forwards = 0
-        self.forward_s = 0.0
+        self.temperature = temperature  # the drafting temperature its distributions are at
+        self.weights = torch.ones(1)  # the block's ensemble weights [m] (recorded per step)
+        self.forwards = 0  # draft forwards so far (T_q's count)
+        self.forward_s = 0.0  # their time in seconds (T_q)
 
     @classmethod
     def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
-        """The drafter of its own spec (the values of the params it reads): `target` the
-        target's `Decoder`, `draft` the draft model (drafters requiring one), `head` the trained
-        head (drafters requiring one), `temperature` the drafting temperature
-        (`trees.drafting_temperature`). A drafter over views also takes `weights`, the part
-        of its ensemble's weight policy (None for one view)."""
-        raise NotImplementedError
+        """The drafter, built once per job (before any generation) from its own spec, the
+        values of the params it reads (nothing else), and: `target` the target's `Decoder`
+        (model, `stack`, `lm_head`, `embed`, `head_logits`; image generation: a
+        `GuidedDecoder` of the same interface, for a drafter declaring `drafts_images`), not
+        a `Forward`; `draft` the draft model (a transformers model; None unless it requires
+        `draft_model`); `head` the trained head (None unless it requires `trained_head`);
+        `temperature` the drafting temperature (`trees.drafting_temperature`: the sampling
+        temperature for a chain, 1 for trees, 0 when greedy). A drafter reading `views` also
+        takes `weights`, the part of its ensemble's weight policy (None for one view)."""
+        raise NotImplementedError(
+            f"{cls.__qualname__} defines no from_spec(spec, *, target, draft, head, "
+            "temperature): a drafter builds itself there (mmspec.api.Drafter)"
+        )
 
     def start(self, prompts, first_token: int, target, tokens=None) -> None:
-        """`tokens`: the generation's `TokenContext`, passed only when `reads_tokens`."""
-        raise NotImplementedError
+        """A new generation (a sample-turn), after the target's prefill. `prompts`: the
+        drafter's prompt in each of its views (`Prompt`s, one cache row each), or `HeadPrompts`
+        (the target's own prompt) for a drafter without views; `first_token`: the token the
+        prefill emitted, which no cache holds yet; `target`: that prefill's `Forward` for the
+        one row, not a `Decoder`: `logits` [V] (the last position's), `hidden` [L, H] (the last
+        layer at every prompt position), `layers` {i: [L, H]} for `target_layers`;
+        `tokens`: the generation's `TokenContext`, passed only when `reads_tokens`, whose
+        `output` is `[first_token]` here."""
+        raise NotImplementedError(f"{type(self).__qualname__} defines no start")
 
     def root(self, sampler) -> torch.Tensor | None:
-        raise NotImplementedError
+        """Begin a proposal: q [V], the draft distribution of the first position after the
+        last emitted token, or None to propose nothing this step (one autoregressive step).
+        Every q a drafter returns is probabilities (non-negative, each row summing to one) at
+        its drafting temperature (at 1 when that is 0), over the target's vocabulary (the last
+        dimension of its logits), floating point of at least float32 (the engine's
+        `distribution` keeps float64 logits float64, as `mmspec verify-lossless` needs), on
+        the target's device (that of `target.logits` at `start`), every row of a proposal in
+        one dtype and device. A token chosen deterministically is a one-hot q. `sampler`: the
+        engine's `Sampler`, for a drafter's own random choices."""
+        raise NotImplementedError(f"{type(self).__qualname__} defines no root")
 
     def expand(self, tree, nodes: list[int]) -> torch.Tensor | None:
-        raise NotImplementedError
+        """q [len(nodes), V]: the draft distribution after each of `nodes` (nodes of `tree`, a
+        `Proposal`, whose parents were expanded before), row j for `nodes[j]`, each node
+        seeing its own ancestors only; or None, which stops the whole proposal there: the
+        policy keeps the nodes grown so far (a chain ends, a static or SAGE tree stops at this
+        level, a dynamic tree reranks what it grew). There is no None for one node: a node
+        without a continuation gets a row of zeros, under which no tree policy takes a
+        likely child (SAGE none, EAGLE-2's dynamic tree ranks its children last, a static
+        tree still adds its ranked nodes, which the target verifies like any other: a wasted
+        node, never a wrong token). A chain asks for one node at a time, so it stops with
+        None; it draws from the row at temperature > 0, so never give it zeros."""
+        raise NotImplementedError(f"{type(self).__qualname__} defines no expand")
 
     def commit(self, tree, path: list[int], next_token: int, target) -> None:
-        raise NotImplementedError
+        """The target accepted `path` (node indices of `tree`, root to leaf; [] when none, or
+        nothing was proposed) and emits `next_token` (its correction or bonus token). `target`
+        is the verification's `Forward` at the root and at each accepted node: `logits`
+        [1 + len(path), V], `hidden` [1 + len(path), H], `layers` likewise; row 0 is the
+        position of the last token emitted before this step. With `reads_tokens`, the
+        context's `output` already ends with the accepted tokens and `next_token`."""
+        raise NotImplementedError(f"{type(self).__qualname__} defines no commit")
 
 
 class HeadPrompts(list):

@@ -39,7 +39,7 @@ class DecoderDrafter(Drafter):
 
     def __init__(self, decoder: Decoder, temperature: float, policy=None):
         super().__init__(temperature)
-        self.decoder = decoder
+        self.decoder = decoder  # what it drafts with: one cache row per view
         # Views' distributions are mixed as probabilities: at the sampling temperature, or at 1
         # for greedy drafting (argmax of the mixture, as in TABED's released code).
         self.mix_temperature = temperature if temperature > 0 else 1.0
@@ -55,6 +55,7 @@ class DecoderDrafter(Drafter):
 
     @property
     def views(self) -> int:
+        """How many views it drafts from (its decoder's rows)."""
         return self.decoder.rows
 
     def start(self, prompts, first_token: int, target) -> None:

@@ -21,6 +21,7 @@ HEAD_TRAINING = (
     Param("head_lr", NUMBER, 3e-5, "learning rate", low=0, low_open=True),
     Param("head_batch_size", int, 4, "sequences per step", low=1),
 )
+# How much noise a head's input features get in training (EAGLE's release: uniform, width 0.2)
 HEAD_NOISE = Param(
     "head_noise",
     NUMBER,
@@ -41,11 +42,10 @@ class HeadDrafter(Drafter):
 
     requires = frozenset({TRAINED_HEAD})
 
-    # "module:Class" of its network (a transformers PreTrainedModel) and the network's config
-    # class (EAGLE's by default), and the decoder blocks of its stack (None: `head_layers`)
-    network_class: ClassVar[str] = ""
+    network_class: ClassVar[str] = ""  # "module:Class" of its network (a PreTrainedModel)
+    # "module:Class" of its network's config (EAGLE's by default)
     config_class: ClassVar[str] = "mmspec.decoding.drafters.eagle.net:EagleHeadConfig"
-    blocks: ClassVar[int | None] = None
+    blocks: ClassVar[int | None] = None  # decoder blocks of its stack (None: `head_layers`)
     loss_class: ClassVar[str] = ""  # "module:Class" of its `HeadLoss`
 
     @classmethod

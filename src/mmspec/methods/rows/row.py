@@ -14,10 +14,11 @@ HEAD = {"acceptance": "greedy"}  # a head drafter names its drafter and tree
 class Method:
     """A registry entry: its components, the default of every hyperparameter, a display label."""
 
-    name: str
-    description: str
+    name: str  # what a sweep's `methods:` entry names (`method:`)
+    description: str  # what it runs, a phrase for the method catalogue
+    # its components (`drafter`, `views`, `tree`, `acceptance`) and any values it sets
     defaults: dict = field(default_factory=dict)
-    label: str = ""
+    label: str = ""  # its name in the report and the paper pages
 
 
 def drafting(name: str, label: str, description: str, **overrides) -> Method:

@@ -154,6 +154,19 @@ def test_a_workstation_runs_one_gpu_job_per_gpu_and_every_gpu_works(tmp_path):
     assert len(jobs) == 6 and {j[0] for j in jobs} == {"0"} and not _overlapping(jobs)
 
 
+def _gpu_job(tmpdir: Path) -> subprocess.CompletedProcess:
+    """A GPU job from the command line, in a workflow sharing GPU 0, with TMPDIR=`tmpdir`."""
+    env = {**os.environ, gpus.SHARED: "0", "TMPDIR": str(tmpdir), "MMSPEC_WORKER": "0"}
+    env.pop("MMSPEC_TRACEBACK", None)
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "mmspec"), "generate", "--out", "x"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+
 @pytest.mark.parametrize("mode", [0o777, 0o750], ids=oct)
 def test_a_gpu_job_fails_on_a_lock_folder_others_can_write_to(tmp_path, mode):
     """Another user who made the lock folder first could hold every GPU's lock, or free one
@@ -161,14 +174,7 @@ def test_a_gpu_job_fails_on_a_lock_folder_others_can_write_to(tmp_path, mode):
     folder = tmp_path / f"mmspec-gpus-{os.getuid()}"
     folder.mkdir()
     folder.chmod(mode)
-    env = {**os.environ, gpus.SHARED: "0", "TMPDIR": str(tmp_path), "MMSPEC_WORKER": "0"}
-    env.pop("MMSPEC_TRACEBACK", None)
-    job = subprocess.run(
-        [str(Path(sys.executable).parent / "mmspec"), "generate", "--out", "x"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
+    job = _gpu_job(tmp_path)
     assert job.returncode == 1
     (line,) = job.stderr.splitlines()  # the job's one-line error, before any GPU is held
     assert line.startswith(
@@ -179,6 +185,50 @@ def test_a_gpu_job_fails_on_a_lock_folder_others_can_write_to(tmp_path, mode):
         "TMPDIR set to one folder of your own"
     ), line
     assert not list(folder.iterdir())
+
+
+@pytest.mark.parametrize("kind", ["symlink", "folder", "fifo"])
+def test_a_gpu_job_fails_on_a_lock_that_is_not_a_file_of_its_own(tmp_path, kind):
+    """Something else in a GPU lock's place (put there by this user's hand, or by root): one
+    line naming it and the fix, not a traceback, and nothing made where a link points."""
+    folder = tmp_path / f"mmspec-gpus-{os.getuid()}"
+    folder.mkdir(mode=0o700)
+    lock = folder / "gpu-0.lock"
+    said = {"symlink": f"a symbolic link (to {tmp_path / 'elsewhere'})", "folder": "a folder"}
+    if kind == "symlink":
+        lock.symlink_to(tmp_path / "elsewhere")
+    elif kind == "folder":
+        lock.mkdir()
+    else:
+        os.mkfifo(lock)  # (an open that waited for a reader would hang the job)
+    job = _gpu_job(tmp_path)
+    assert job.returncode == 1
+    assert job.stderr.splitlines() == [
+        f"mmspec generate: error: {lock} is {said.get(kind, 'a FIFO')}: only a regular file of "
+        "this user's is used as a lock; remove it (mmspec makes it again, mode 0600)"
+    ]
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_gpu_job_fails_under_a_temp_dir_every_user_can_write_to(tmp_path):
+    """Without the sticky bit (that /tmp has), another user could swap the lock folder between
+    two jobs, which would then hold the same GPU's locks in two folders."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    job = _gpu_job(shared)
+    assert job.returncode == 1
+    assert job.stderr.splitlines() == [
+        f"mmspec generate: error: {shared} has mode 0777: every user can write to it, and it has "
+        f"no sticky bit: another user could rename {shared / f'mmspec-gpus-{os.getuid()}'} and "
+        "put a folder of theirs in its place; mmspec keeps its sockets and locks only under "
+        "folders that no other user can rename entries in; run every sweep of this machine "
+        "with TMPDIR set to one folder of your own"
+    ]
+    assert not list(shared.iterdir())
+    shared.chmod(0o1777)  # as /tmp: the job takes its GPU (and fails on its arguments)
+    job = _gpu_job(shared)
+    assert job.returncode == 2 and "mmspec: GPU 0 of 0 held from" in job.stderr, job.stderr
 
 
 def test_a_gpu_lock_is_made_0600_in_a_folder_made_0700(tmp_path, monkeypatch):

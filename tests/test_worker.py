@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from folder_swaps import ATTACKER, GROUP, Attack, folders, not_owned_by
 from test_resume import _deterministic
 
 from mmspec import worker
 from mmspec.methods.registry import resolve
 from mmspec.models import loading
+from mmspec.private_folder import PrivateFolder, private_folder
 from mmspec.toy import tiny
 
 
@@ -259,9 +261,9 @@ def test_a_worker_that_closes_without_reading_falls_back_to_this_process(tmp_pat
     """A job that takes the slot of a worker still exiting (its last client was killed) and
     connects before the socket goes: the worker closes without reading the request, and the
     job runs in its own process instead of failing on the reset."""
-    stem = tmp_path / "key-0"
+    folder = private_folder(tmp_path, "w", "")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(stem) + ".sock")
+    server.bind(str(tmp_path / "w" / "key-0.sock"))
     server.listen(1)
 
     def exiting_worker():
@@ -271,9 +273,10 @@ def test_a_worker_that_closes_without_reading_falls_back_to_this_process(tmp_pat
 
     thread = threading.Thread(target=exiting_worker)
     thread.start()
-    assert worker._run_in(stem, ["--version"]) is None
+    assert worker._run_in(folder, "key-0", ["--version"]) is None
     thread.join()
     server.close()
+    folder.close()
     assert "the warm worker died during the job; running it in this process" in (
         capsys.readouterr().err
     )
@@ -402,12 +405,17 @@ def test_workers_live_in_the_runtime_dir_when_it_is_the_users_own(short_tmp, mon
     run.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
     name = f"mmspec-workers-{os.getuid()}"
-    assert worker._folder() == run / name
+
+    def found() -> Path:
+        with worker._folder() as folder:
+            return folder.path
+
+    assert found() == run / name
     run.chmod(0o755)  # not a runtime dir of this user's alone: the temp dir instead
-    assert worker._folder() == short_tmp / "tmp" / name
+    assert found() == short_tmp / "tmp" / name
     run.chmod(0o700)
     monkeypatch.setenv("MMSPEC_WORKER_DIR", str(short_tmp / "tmp"))  # the setting comes first
-    assert worker._folder() == short_tmp / "tmp" / name
+    assert found() == short_tmp / "tmp" / name
 
 
 def test_the_peer_uid_is_compared_with_this_users():
@@ -451,20 +459,23 @@ def test_slot_locks_are_0600_and_a_worker_of_ones_own_is_used(short_tmp, monkeyp
     assert stat.S_IMODE(os.stat(f"{stem}.lock").st_mode) == 0o600
 
 
-def _start_worker(folder: Path) -> tuple[subprocess.Popen, Path]:
-    stem = folder / "w"
-    started = worker._spawn(f"{stem}.sock", f"{stem}.lock")
+def _start_worker(base: Path) -> tuple[subprocess.Popen, PrivateFolder, Path]:
+    """A worker of slot "w" in the worker folder under `base`: the process, the opened folder
+    (its client's) and the slot's stem."""
+    folder = private_folder(base, "workers", "")
+    stem = base / "workers" / "w"
+    started = worker._spawn(folder, "w")
     deadline = time.monotonic() + 120
     while not Path(f"{stem}.sock").exists() and time.monotonic() < deadline:
         assert started.poll() is None, "the worker exited"
         time.sleep(0.05)
-    return started, stem
+    return started, folder, stem
 
 
 def test_a_workers_socket_is_0600(tmp_path):
     old = os.umask(0)
     try:
-        started, stem = _start_worker(tmp_path)
+        started, folder, stem = _start_worker(tmp_path)
     finally:
         os.umask(old)
     try:
@@ -472,6 +483,7 @@ def test_a_workers_socket_is_0600(tmp_path):
     finally:
         started.kill()
         started.wait()
+        folder.close()
 
 
 STRANGE_CLIENT = """
@@ -496,9 +508,10 @@ print(repr(reply))
 def test_a_worker_closes_another_users_connection_unread(short_tmp, capfd):
     """A client of another uid that got past the folder and the socket's mode (here: both opened
     up by root after the worker started) gets nothing run and nothing back."""
-    started, stem = _start_worker(short_tmp)  # (tmp_path's parents: the user's alone)
+    started, folder, stem = _start_worker(short_tmp)  # (tmp_path's parents: the user's alone)
     try:
         short_tmp.chmod(0o755)
+        stem.parent.chmod(0o755)
         os.chmod(f"{stem}.sock", 0o666)
         stranger = subprocess.run(
             [sys.executable, "-c", STRANGE_CLIENT, f"{stem}.sock", str(STRANGER)],
@@ -509,11 +522,12 @@ def test_a_worker_closes_another_users_connection_unread(short_tmp, capfd):
         assert stranger.returncode == 0, stranger.stderr
         assert stranger.stdout.strip() == "b''"  # unread: no job ran, no exit code came back
         assert started.poll() is None
-        assert worker._run_in(stem, ["generate", "--out", "x"]) == 2  # its user's job runs
+        assert worker._run_in(folder, "w", ["generate", "--out", "x"]) == 2  # its user's job
         assert "required" in capfd.readouterr().err
     finally:
         started.kill()
         started.wait()
+        folder.close()
 
 
 STRANGE_WORKER = """
@@ -559,3 +573,47 @@ def test_a_job_sends_nothing_to_a_worker_socket_of_another_user(short_tmp, monke
         f"mmspec: {address} is served by uid {STRANGER}, not by this user (uid 0); running in "
         "this process" in capsys.readouterr().err
     )
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="another uid's process needs root (CI runs as root)")
+def test_real_jobs_and_workers_use_nothing_another_user_swaps_in(tiny_cell, tmp_path):
+    """End to end: generate jobs from the command line, and the worker they start, while a
+    process of another uid swaps the worker folder and the folder holding it (writable by a
+    group they share) for links to a folder of its own, listening there under the workers'
+    socket names (tests/folder_swaps.py; tests/test_folder_swaps.py does it hundreds of times).
+    Each job runs to its end, in this user's worker or in its own process with one line saying
+    why; nothing connects to the attacker or is made in its folder."""
+    with folders("group-writable") as (base, evil):
+        env = _env(base, MMSPEC_WORKER_IDLE="600")
+        key = _console_key(env, tmp_path)
+        workers = base / f"mmspec-workers-{os.getuid()}"
+        attack = Attack(
+            ATTACKER,
+            GROUP,
+            evil,
+            [f"{key}-{slot}.sock" for slot in range(4)],
+            [(workers, base / "swap-workers"), (base, base.parent / "swap-base")],
+            pause=0.03,  # (most jobs start between swaps, and the warm ones are quick)
+        )
+        warm, jobs = 0, 0
+        try:
+            while jobs < 3 or not warm:
+                assert jobs < 10, "no job ran in a warm worker"
+                out = tmp_path / f"{jobs}.parquet"
+                job = _mmspec(_argv(tiny_cell, "ar", out), env, tmp_path)
+                jobs += 1
+                assert job.returncode == 0 and out.exists(), job.stderr[-2000:]
+                assert "Traceback" not in job.stderr
+                said = [x for x in job.stderr.splitlines() if x.startswith("mmspec: ")]
+                if "kept from an earlier job" in job.stderr:
+                    warm += 1
+                else:
+                    (line,) = said
+                    assert line.startswith("mmspec: no warm worker, running in this process: ")
+        finally:
+            counts = attack.stop()
+            for pid in _workers_of(base):
+                os.kill(pid, signal.SIGTERM)
+        assert min(counts["swaps"]) > 0
+        assert counts["connections"] == 0
+        assert not_owned_by(evil, ATTACKER) == []

@@ -11,7 +11,14 @@ share the locks, so their jobs never double up on a GPU either. With no GPU noth
 Slurm, Slurm assigns each job its GPU and nothing here runs.
 
 The lock folder must be this user's own (`mmspec.private_folder`): one that another user made
-first (all of its locks theirs to hold) fails the job with an error saying what to do.
+first (all of its locks theirs to hold) fails the job with an error saying what to do, and so
+does a lock file that is not a regular file of this user's (a link, a folder), naming it. So
+does a temp dir that another user could rename entries in (not /tmp, which has the sticky bit,
+but a `TMPDIR` that every user can write to, or that is inside another user's folder): they could
+then swap the lock folder, and two jobs would find two sets of locks. Then set `TMPDIR`, for every
+sweep of this machine, to one folder of your own. The folder is opened and checked once, and
+the locks are made and opened through that descriptor, so a swap after the check changes
+nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 
 from mmspec import stages
-from mmspec.private_folder import lock_file, private_folder
+from mmspec.private_folder import PrivateFolder, private_folder
 
 # The GPUs a run's jobs share ("0,1,2"), set by the workflow for its jobs.
 SHARED = "MMSPEC_LOCAL_GPUS"
@@ -98,9 +105,9 @@ def unshare_for_cluster(local_execution: bool) -> None:
         print("mmspec: cluster executor: the scheduler assigns GPUs, not mmspec", file=sys.stderr)
 
 
-def _lock_folder() -> Path:
-    """`<tmp>/mmspec-gpus-<uid>`, this user's own (else NotPrivate: the job fails, as nothing
-    else keeps two jobs off one GPU). Not $XDG_RUNTIME_DIR, where workers live: every job of
+def _lock_folder() -> PrivateFolder:
+    """`<tmp>/mmspec-gpus-<uid>`, opened, this user's own (else NotPrivate: the job fails, as
+    nothing else keeps two jobs off one GPU). Not $XDG_RUNTIME_DIR, where workers live: every job of
     every sweep must find the same locks, and that variable is set in some sessions and not in
     others (cron, su), and its folder goes at the user's last logout, with a sweep still running."""
     return private_folder(
@@ -114,7 +121,6 @@ def hold(stage: str) -> str | None:
     """In a GPU job of a workflow that shares local GPUs: take a free GPU (waiting while every
     one is held), point CUDA_VISIBLE_DEVICES at it for the rest of the job, and say so on stderr
     (the job's log); its id. None (nothing done) for other jobs."""
-    global _held
     shared = os.environ.get(SHARED)
     if not shared or _held is not None:
         return None
@@ -122,11 +128,17 @@ def hold(stage: str) -> str | None:
     if declared is None or not declared.gpu:
         return None
     ids = _ids(shared, SHARED)
-    folder = _lock_folder()
+    with _lock_folder() as folder:
+        return _take(folder, ids, shared)
+
+
+def _take(folder: PrivateFolder, ids: list[str], shared: str) -> str:
+    """The first free GPU of `ids`, its lock in `folder` held (`_held`) until release or exit."""
+    global _held
     waited = False
     while True:
         for gpu in ids:
-            lock = lock_file(folder / f"gpu-{gpu}.lock")  # held until exit
+            lock = folder.lock_file(f"gpu-{gpu}.lock")  # held until exit; NotPrivate if not a lock
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

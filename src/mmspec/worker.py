@@ -16,10 +16,21 @@ cancelled job never keeps writing. `MMSPEC_WORKER=0` runs every job in its own p
 Within a packed Slurm job (slurm/config.yaml: a group of generate cells on one GPU) the group's
 cells run one after another on one slot, so the models shared by its cells load once.
 
-A job's request carries its environment (API keys, HF_TOKEN), so workers live only in a folder
-of this user's own (`mmspec.private_folder`; a job whose folder is not runs in its own process,
-with a line on stderr saying why), their sockets are 0600, and each side checks the other's uid
-on every connection before it sends or reads a byte.
+Workers live only in a folder of this user's own (`mmspec.private_folder`; a job whose folder is
+not, or whose slot lock is not a lock file of this user's, runs in its own process, with a line on
+stderr saying why). The client opens and checks the folder once and reaches its locks and sockets
+only through that descriptor; the worker it spawns inherits the descriptor, checks it again, and
+binds its socket (0600 from the start) through it. Each side checks the other's uid on every
+connection (SO_PEERCRED, recorded by the kernel at connect and at listen) before it sends or reads
+a byte.
+
+A job's request carries its whole environment (API keys, HF_TOKEN included), and it goes only to
+a process of this uid. That reveals nothing: any process of this uid can already read the job's
+environment (`/proc/<pid>/environ`, readable by the same uid), its files and the shell profile
+the keys come from. What could not run under this uid never gets a byte: the address resolves
+through the checked folder, and the peer's uid is checked on the connected socket. Sending only
+what a job needs is not possible: a plugin may read any variable, and a warm job must see exactly
+what a fresh process would.
 """
 
 from __future__ import annotations
@@ -35,10 +46,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from mmspec import import_closure
-from mmspec.private_folder import lock_file, private_folder, runtime_dir
+from mmspec.private_folder import NotPrivate, PrivateFolder, adopt, private_folder, runtime_dir
 
 IDLE_S = 30.0  # a worker's life without a job (MMSPEC_WORKER_IDLE overrides)
 START_S = 300.0  # the longest a client waits for a new worker to listen (imports)
@@ -53,41 +65,52 @@ _HEADER = struct.Struct("!Q")
 
 
 def enabled() -> bool:
-    """Warm workers are on, and this platform can tell whose a connection is (SO_PEERCRED:
-    Linux); where it cannot (macOS), every job runs in its own process."""
-    return os.environ.get("MMSPEC_WORKER", "1") != "0" and hasattr(socket, "SO_PEERCRED")
+    """Warm workers are on, and this platform can tell whose a connection is (SO_PEERCRED) and
+    reach a socket through an open folder (/proc/self/fd): Linux; elsewhere (macOS) every job
+    runs in its own process."""
+    return (
+        os.environ.get("MMSPEC_WORKER", "1") != "0"
+        and hasattr(socket, "SO_PEERCRED")
+        and os.path.isdir("/proc/self/fd")
+    )
 
 
 def delegate(argv: list[str]) -> int | None:
     """Run `mmspec <argv>` in a warm worker; its exit code, or None to run it in this process
     (no slot free, or a worker could not start or died: a line on stderr says which)."""
+    key = _key()
     try:
         folder = _folder()
     except OSError as error:  # a worker only saves time: the job runs, and says why not there
-        print(f"mmspec: no warm worker, running in this process: {error}", file=sys.stderr)
-        return None
-    key = _key()
-    for slot in range(SLOTS):
-        lock = lock_file(folder / f"{key}-{slot}.lock")  # held across the job
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.close()
-            continue
-        try:
-            return _run_in(folder / f"{key}-{slot}", argv)
-        finally:
-            lock.close()  # releases the slot
+        return _in_this_process(error)
+    with folder:
+        for slot in range(SLOTS):
+            try:
+                lock = folder.lock_file(f"{key}-{slot}.lock")  # held across the job
+            except NotPrivate as error:
+                return _in_this_process(error)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                lock.close()
+                continue
+            try:
+                return _run_in(folder, f"{key}-{slot}", argv)
+            finally:
+                lock.close()  # releases the slot
     return None
 
 
-def _folder() -> Path:
-    """The folder of this user's workers: under MMSPEC_WORKER_DIR, else the runtime directory
-    ($XDG_RUNTIME_DIR), else the temp dir; NotPrivate when it is not this user's own."""
+def _in_this_process(error: OSError) -> None:
+    print(f"mmspec: no warm worker, running in this process: {error}", file=sys.stderr)
+
+
+def _folder() -> PrivateFolder:
+    """The folder of this user's workers, opened: under MMSPEC_WORKER_DIR, else the runtime
+    directory ($XDG_RUNTIME_DIR), else the temp dir; NotPrivate when it is not this user's own.
+    (Its path may be of any length: sockets are reached through the descriptor.)"""
     name = f"mmspec-workers-{os.getuid()}"
     base = Path(os.environ.get("MMSPEC_WORKER_DIR") or runtime_dir() or tempfile.gettempdir())
-    if len(str(base / name)) > 80:  # a Unix socket's path has at most 107 bytes
-        base = Path("/tmp")
     return private_folder(base, name, "set MMSPEC_WORKER_DIR to a folder of your own")
 
 
@@ -128,26 +151,32 @@ def _installed() -> list[str]:
     return sorted(found)
 
 
-def _run_in(stem: Path, argv: list[str]) -> int | None:
-    address = str(stem) + ".sock"
-    conn = _connect(address)
-    if conn is None:
-        worker = _spawn(address, str(stem) + ".lock")
-        deadline = time.monotonic() + START_S
-        while conn is None and worker.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-            conn = _connect(address)
+def _run_in(folder: PrivateFolder, stem: str, argv: list[str]) -> int | None:
+    address = folder.address(f"{stem}.sock")
+    try:
+        conn = _connect(address)
         if conn is None:
-            worker.kill()
-            print("mmspec: the warm worker did not start; running in this process", file=sys.stderr)
-            return None
+            worker = _spawn(folder, stem)
+            deadline = time.monotonic() + START_S
+            while conn is None and worker.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+                conn = _connect(address)
+            if conn is None:
+                worker.kill()
+                print("mmspec: the warm worker did not start; running in this process",
+                      file=sys.stderr)  # fmt: skip
+                return None
+    except OSError as error:  # something not a worker's socket in its place (ELOOP, EACCES)
+        print(f"mmspec: no warm worker at {folder.path / stem}.sock ({error.strerror}); "
+              "running in this process", file=sys.stderr)  # fmt: skip
+        return None
     reply = b""
     with conn:
-        # the request carries this job's environment: never to another user's socket
+        # the request carries this job's environment: only to a process of this user's
         if (uid := _stranger(conn)) is not None:
             print(
-                f"mmspec: {address} is served by uid {uid}, not by this user (uid {os.getuid()});"
-                " running in this process",
+                f"mmspec: {folder.path / stem}.sock is served by uid {uid}, not by this user "
+                f"(uid {os.getuid()}); running in this process",
                 file=sys.stderr,
             )
             return None
@@ -186,30 +215,37 @@ def _connect(address: str) -> socket.socket | None:
         return None
 
 
-def _spawn(address: str, lock: str) -> subprocess.Popen:
-    """A worker in its own session (Snakemake does not wait for it), with no inherited pipes."""
+def _spawn(folder: PrivateFolder, stem: str) -> subprocess.Popen:
+    """A worker in its own session (Snakemake does not wait for it), with no inherited pipes,
+    given the opened folder at the same descriptor (its path follows, for `ps` only)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "mmspec.worker", address, lock],
+        [sys.executable, "-m", "mmspec.worker", str(folder.fd), stem, str(folder.path)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        pass_fds=[folder.fd],
     )
 
 
-def serve(address: str, lock: str) -> None:
-    """The worker: import what jobs need, then run one job per connection until idle."""
+def serve(folder: PrivateFolder, stem: str) -> None:
+    """The worker of the slot `stem` (its socket `<stem>.sock`, its lock `<stem>.lock` in
+    `folder`): import what jobs need, then run one job per connection until idle."""
     from mmspec import cli
     from mmspec.models import loading
     from mmspec.stages import generate  # noqa: F401 (the imports a job would pay for)
 
     idle = float(os.environ.get("MMSPEC_WORKER_IDLE", IDLE_S))
-    Path(address).unlink(missing_ok=True)  # a dead worker's socket
+    name = f"{stem}.sock"
+    folder.unlink(name)  # a dead worker's socket
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(address)
-    # the folder (0700) keeps other users out; the socket's own mode is a second guard, set
-    # before anyone can connect (connecting needs listen)
-    os.chmod(address, 0o600)
+    # the folder (0700) keeps other users out; the socket's own mode is a second guard, 0600
+    # from its creation (no thread runs yet to be affected by the umask)
+    umask = os.umask(0o177)
+    try:
+        server.bind(folder.address(name))
+    finally:
+        os.umask(umask)
     server.listen(1)
     server.settimeout(idle)
     jobs, stage = 0, None
@@ -218,8 +254,8 @@ def serve(address: str, lock: str) -> None:
         try:
             conn, _ = server.accept()
         except TimeoutError:
-            if _no_client(lock):  # no job holds or waits on this slot: leave
-                Path(address).unlink(missing_ok=True)
+            if _no_client(folder, f"{stem}.lock"):  # no job holds or waits on this slot: leave
+                folder.unlink(name)
                 return
             continue
         if _stranger(conn) is not None:  # another user's: not a byte of it is read
@@ -232,14 +268,18 @@ def serve(address: str, lock: str) -> None:
                 loading.release_all()
                 stage = request["argv"][0]
             jobs += 1
-            rc = _serve_one(conn, request, fds, cli, loading, jobs, address)
+            rc = _serve_one(conn, request, fds, cli, loading, jobs, lambda: folder.unlink(name))
             conn.sendall(json.dumps({"rc": rc}).encode())
             conn.shutdown(socket.SHUT_RDWR)  # the end of the reply, and wakes the watcher
         loading.release_unused()
 
 
-def _no_client(lock: str) -> bool:
-    with lock_file(Path(lock)) as f:
+def _no_client(folder: PrivateFolder, lock: str) -> bool:
+    try:
+        held = folder.lock_file(lock)
+    except NotPrivate:  # not a lock of this user's any more: no client can take the slot
+        return True
+    with held as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -258,11 +298,17 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
 
 
 def _serve_one(
-    conn: socket.socket, request: dict, fds: list[int], cli, loading, job: int, address: str
+    conn: socket.socket,
+    request: dict,
+    fds: list[int],
+    cli,
+    loading,
+    job: int,
+    unlink: Callable[[], None],
 ) -> int:
     """Run one job with the client's stdio, environment and directory, then restore ours."""
     done = threading.Event()
-    watcher = threading.Thread(target=_exit_with_client, args=(conn, done, address), daemon=True)
+    watcher = threading.Thread(target=_exit_with_client, args=(conn, done, unlink), daemon=True)
     watcher.start()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -303,7 +349,9 @@ def _serve_one(
         os.environ.update(env)
 
 
-def _exit_with_client(conn: socket.socket, done: threading.Event, address: str) -> None:
+def _exit_with_client(
+    conn: socket.socket, done: threading.Event, unlink: Callable[[], None]
+) -> None:
     """A client sends nothing after its request: end of stream before the job is done means it
     died (killed with its job), and the job it asked for must not go on writing."""
     try:
@@ -311,11 +359,12 @@ def _exit_with_client(conn: socket.socket, done: threading.Event, address: str) 
             # The socket's name goes first, so the next client starts a new worker instead of
             # connecting to this one as it exits (seen: the next job's connection accepted by
             # nobody, its reply empty, about one run in five of test_worker's kill test).
-            Path(address).unlink(missing_ok=True)
+            unlink()
             os._exit(1)
     except OSError:
         return  # closed: the job finished and its reply went out
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2])
+    # the client's descriptor, checked again: this process trusts no folder it has not checked
+    serve(adopt(int(sys.argv[1]), Path(sys.argv[3])), sys.argv[2])

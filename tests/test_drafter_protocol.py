@@ -16,8 +16,9 @@ from component_parts import part
 from PIL import Image
 
 from mmspec.decoding import catalog
-from mmspec.decoding.decoder import Decoder
-from mmspec.decoding.drafters import Drafter
+from mmspec.decoding.component import Param
+from mmspec.decoding.decoder import Decoder, Forward
+from mmspec.decoding.drafters import Drafter, HeadPrompts
 from mmspec.decoding.enumeration import outcomes
 from mmspec.decoding.loops import decode_ar, decode_speculative
 from mmspec.decoding.probability import distribution
@@ -361,3 +362,160 @@ def test_an_early_stop_keeps_a_sampled_chain_and_its_draft_distributions_aligned
     chain = ChainPolicy(5).propose(drafter, seeded(0), room=10)
     assert chain.tokens == [5, 6] and chain.parents == [ROOT, 0]
     assert chain.q.shape == (2, 8) and chain.q.argmax(-1).tolist() == [5, 6]
+
+
+# --- what a drafter is handed where (the plugin API reference's answers) -------------------------
+
+
+class Probe(Drafter):
+    """Reads tokens; records what `check`, `from_spec`, `start` and `commit` are handed, and
+    drafts uniform distributions built as the API asks (on the target's device, float32)."""
+
+    name = "probe_of_tests"
+    params = (Param("probe_value", int, 7, "a value of its own", low=0),)
+    reads_tokens = True
+    checked: dict = {}
+
+    @classmethod
+    def check(cls, spec):
+        cls.checked = dict(spec)
+
+    @classmethod
+    def from_spec(cls, spec, *, target, draft=None, head=None, temperature=0.0):
+        drafter = cls(temperature)
+        drafter.built = (dict(spec), target, draft, head)
+        return drafter
+
+    def start(self, prompts, first_token, target, tokens):
+        self.started = (prompts, first_token, target, list(tokens.output))
+        self.vocab, self.device = target.logits.shape[-1], target.logits.device
+        self.commits = []
+
+    def root(self, sampler):
+        return torch.full((self.vocab,), 1.0 / self.vocab, device=self.device)
+
+    def expand(self, tree, nodes):
+        return torch.full((len(nodes), self.vocab), 1.0 / self.vocab, device=self.device)
+
+    def commit(self, tree, path, next_token, target):
+        self.commits.append((len(tree.tokens), list(path), target))
+
+
+def test_a_drafter_gets_a_decoder_at_from_spec_and_forwards_at_start_and_commit(
+    monkeypatch, processor, target_model
+):
+    """`check` gets the method's whole resolved spec, `from_spec` its own values and the
+    target's Decoder; `start` the prefill's Forward for the one row (logits [V], hidden
+    [L, H]) with the committed tokens holding the first token; `commit` the verification's
+    Forward at the root and each accepted node."""
+    catalog.load()
+    monkeypatch.setitem(catalog._COMPONENTS["drafter"], Probe.name, Probe)
+    spec = registry.resolve("sd_chain", {"drafter": Probe.name, "gamma": 3, "probe_value": 2})
+    assert Probe.checked == {
+        "method": "sd_chain",
+        "drafter": Probe.name,
+        "temperature": 0.0,
+        "tree": "chain",
+        "acceptance": "greedy",
+        "gamma": 3,
+        "probe_value": 2,
+    }
+    tokenizer = processor.tokenizer
+    runner = MethodRunner(spec, target_model, None, tokenizer, "<image>")
+    sample = Sample("<bos> user : describe the image . assistant : a red", [], [])
+    ar = runner.decode_ar(sample, MAX_NEW, set(), None)
+    sd = runner.decode(sample, MAX_NEW, set(), seeded(0))
+    assert sd.tokens == ar.tokens
+    drafter = runner.drafter
+    values, target, draft, head = drafter.built
+    assert values == {"probe_value": 2} and (draft, head) == (None, None)
+    assert isinstance(target, Decoder) and target is runner.target
+    assert target.lm_head is target_model.lm_head and callable(target.head_logits)
+    prompts, first, forward, output = drafter.started
+    prompt = sample.target
+    assert isinstance(forward, Forward) and not isinstance(forward, Decoder)
+    vocab, hidden = target_model.config.text_config.vocab_size, forward.hidden.shape[-1]
+    assert forward.logits.shape == (vocab,) and forward.hidden.shape == (len(prompt), hidden)
+    assert first == sd.tokens[0] and output == [first]  # the committed tokens, at start
+    assert isinstance(prompts, HeadPrompts) and prompts[0] is prompt
+    assert len(drafter.commits) == len(sd.steps)
+    for (nodes, path, verified), step in zip(drafter.commits, sd.steps, strict=True):
+        assert isinstance(verified, Forward) and nodes == step.drafted
+        assert verified.logits.shape == (1 + len(path), vocab)
+        assert verified.hidden.shape == (1 + len(path), hidden)
+
+
+class ZeroOffPath(ShallowOracle):
+    """Half its mass on the AR output's next token, a quarter on each of two others; after a
+    node off the AR output, a row of zeros (no continuation). Records the zeroed nodes and each
+    step's proposal."""
+
+    def __init__(self, answer: list[int], vocab: int):
+        super().__init__(answer, vocab, stop=10**6)
+        self.proposals = []
+
+    def _after(self, tokens: list[int]) -> torch.Tensor:
+        at = self.done + len(tokens)
+        q = torch.zeros(self.vocab)
+        if at < len(self.answer) and tokens == self.answer[self.done : at]:
+            token = self.answer[at]
+            q[token] = 0.5
+            q[(token + 1) % self.vocab] = q[(token + 2) % self.vocab] = 0.25
+        return q
+
+    def root(self, sampler):
+        self.zeroed, self.grown = set(), None
+        return super().root(sampler)
+
+    def expand(self, tree, nodes):
+        self.grown = tree  # what the policy grows (a dynamic tree proposes a subset of it)
+        q = super().expand(tree, nodes)
+        self.zeroed |= {n for n, row in zip(nodes, q, strict=True) if not row.any()}
+        return q
+
+    def commit(self, tree, path, next_token, target):
+        self.proposals.append((tree, self.grown or tree, set(self.zeroed)))
+        super().commit(tree, path, next_token, target)
+
+
+def _under_zeroed(tree, zeroed: set[int]) -> set[int]:
+    """The nodes of a grown tree whose parent's continuation was a row of zeros."""
+    return {n for n, parent in enumerate(tree.parents) if parent in zeroed}
+
+
+def test_a_row_of_zeros_is_a_node_without_a_continuation(processor, target_model):
+    """Every policy keeps greedy decoding exact; SAGE (after its first step, EAGLE's static
+    tree) takes no child of a zeroed node, EAGLE-2's dynamic tree keeps one only once every
+    other candidate is kept, and a static tree still adds its ranked nodes (the target verifies
+    them: wasted, never wrong)."""
+    prompt = _visual_prompt(processor, target_model)
+    vocab = target_model.get_output_embeddings().out_features
+    ar = decode_ar(Decoder(target_model), prompt, MAX_NEW, set(), 0.0, None)
+    under, outranked = {}, []
+    for name, policy in _policies().items():
+        drafter = ZeroOffPath(ar.tokens, vocab)
+        sd = decode_speculative(
+            Decoder(target_model),
+            prompt,
+            drafter,
+            [],
+            policy,
+            part("acceptance", "greedy").build(),
+            MAX_NEW,
+            set(),
+            0.0,
+            seeded(0),
+        )
+        assert sd.tokens == ar.tokens, name
+        first = 1 if name == "sage" else 0
+        assert name == "chain" or any(z for *_, z in drafter.proposals[first:]), name
+        under[name] = 0
+        for tree, grown, zeroed in drafter.proposals[first:]:
+            kept = {tree.drafted_index(i) for i in range(len(tree.tokens))}
+            below = _under_zeroed(grown, zeroed)
+            under[name] += len(kept & below)
+            others = set(range(len(grown.tokens))) - below
+            if kept & below and not others <= kept:  # one kept before another candidate
+                outranked.append(name)
+    assert under["sage"] == under["chain"] == 0 and outranked == []
+    assert under["static"] > 0

@@ -138,3 +138,28 @@ def test_cli_rejects_unknown_methods():
         ["mmspec", "verify-lossless", "--method", "nope"], capture_output=True, text=True
     )
     assert out.returncode == 1 and "unknown method 'nope'" in out.stderr
+
+
+def test_a_rule_lossy_by_declaration_is_marked_lossy_not_failed():
+    """random_relax at rho 0.5 leaves the target's distribution, as it declares: the line says
+    LOSSY and why, and the run still passes; at rho 0 it is the lossless rule, checked as one."""
+    lines = []
+    assert verify.run(0, ["random_relax"], {}, 1, echo=lines.append)
+    name, tvd, greedy, *rest = lines[-1].split()
+    assert name == "random_relax" and float(tvd) > 1e-3 and "FAIL" not in rest
+    assert "LOSSY lossy by declaration (acceptance 'random_relax' with relax_rho=0.5)" in lines[-1]
+    assert "a distance from the target is expected" in lines[-1]
+    lines.clear()
+    assert verify.run(0, ["random_relax"], {"relax_rho": 0}, 1, echo=lines.append)
+    name, tvd, greedy, *rest = lines[-1].split()
+    assert float(tvd) <= verify.TOLERANCE and greedy == "==AR" and rest[-1] == "ok", lines[-1]
+
+
+def test_a_lossless_failure_beside_a_lossy_method_still_fails_the_run(monkeypatch):
+    """LOSSY lines never change the exit status; a method declared lossless that is not exact
+    does."""
+    monkeypatch.setattr("mmspec.decoding.acceptance.sampling._residual", lambda p, q: p / p.sum())
+    lines = []
+    assert not verify.run(1, ["random_relax", "sd"], {}, 1, echo=lines.append)
+    assert lines[-2].split()[0] == "random_relax" and " LOSSY " in lines[-2]
+    assert lines[-1].split()[0] == "sd" and " FAIL " in lines[-1] + " "

@@ -141,8 +141,8 @@ def _members(cls: type, classes: set) -> dict[str, tuple[str, str]]:
     for klass in cls.__mro__:
         if klass is object or (klass is not cls and klass in classes):
             break
-        if not klass.__module__.startswith("mmspec."):
-            continue
+        if klass is not cls and not klass.__module__.startswith("mmspec."):
+            continue  # a base of another package's (`list`): not the API's to document
         for attr, shown, doc in _attributes(klass):
             if attr not in attributes and attr not in methods:
                 attributes[attr] = (shown, doc or _inherited(cls, klass, attr))

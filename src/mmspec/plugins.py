@@ -41,10 +41,11 @@ class Removed:
     replacement: str  # what to use or do instead
     version: int  # the API that removed it
 
-    def advice(self, name: str) -> str:
+    def advice(self, name: str, see: bool = True) -> str:
+        where = f" (see {migration(self.version)})" if see else ""
         return (
-            f"`{name}` ({self.what}) is gone since plugin API {self.version}: "
-            f"{self.replacement} (see {migration(self.version)})"
+            f"`{name}` ({self.what}), gone since plugin API {self.version}: "
+            f"{self.replacement}{where}"
         )
 
 
@@ -117,16 +118,21 @@ REMOVED_HOOKS = {
 }
 
 
-def leftovers(component: type) -> list[str]:
-    """What a plugin's class still defines of the hooks earlier APIs read (`REMOVED_HOOKS`),
-    each as advice naming its replacement; [] when nothing. A hook counts where any class of
+def leftovers(component: type) -> str | None:
+    """What a plugin's class still defines of the hooks earlier APIs read (`REMOVED_HOOKS`), in
+    words naming each one's replacement; None when nothing. A hook counts where any class of
     its hierarchy defines it, or where a plugin's class (not mmspec's) assigns it to an object
     (`self.exit_below = ...` in its code)."""
-    found = []
-    for name, hook in REMOVED_HOOKS.items():
-        if _defines(component, name, hook.classmethod_only):
-            found.append(f"{component.__qualname__}: {hook.advice(name)}")
-    return found
+    found = [
+        (name, hook)
+        for name, hook in REMOVED_HOOKS.items()
+        if _defines(component, name, hook.classmethod_only)
+    ]
+    if not found:
+        return None
+    advice = "; ".join(hook.advice(name, see=False) for name, hook in found)
+    since = max(hook.version for _, hook in found)
+    return f"{component.__qualname__} still defines {advice} (see {migration(since)})"
 
 
 def _defines(component: type, name: str, classmethod_only: bool) -> bool:

@@ -82,9 +82,7 @@ def load() -> None:
         # a hook an earlier plugin API read would be ignored: refused, naming its replacement
         leftovers = plugins.leftovers(loaded)
         if leftovers:
-            raise CatalogError(
-                f"{where} was written for an earlier plugin API: {'; '.join(leftovers)}"
-            )
+            raise CatalogError(f"{where} was written for an earlier plugin API: {leftovers}")
         try:
             register(loaded)
         except CatalogError as error:

@@ -109,10 +109,11 @@ class Drafter(component.Drafter):
         policy keeps the nodes grown so far (a chain ends, a static or SAGE tree stops at this
         level, a dynamic tree reranks what it grew). There is no None for one node: a node
         without a continuation gets a row of zeros, under which no tree policy takes a
-        likely child (SAGE none, EAGLE-2's dynamic tree ranks its children last, a static
-        tree still adds its ranked nodes, which the target verifies like any other: a wasted
-        node, never a wrong token). A chain asks for one node at a time, so it stops with
-        None; it draws from the row at temperature > 0, so never give it zeros."""
+        likely child: SAGE takes none (after its first step, EAGLE's static tree), EAGLE-2's
+        dynamic tree ranks them last (kept only once every other candidate is), a static tree
+        still adds its ranked nodes, which the target verifies like any other (a wasted node,
+        never a wrong token). A chain asks for one node at a time, so it stops with None; it
+        draws from the row at temperature > 0, so never give it zeros."""
         raise NotImplementedError(f"{type(self).__qualname__} defines no expand")
 
     def commit(self, tree, path: list[int], next_token: int, target) -> None:

@@ -329,6 +329,14 @@ def test_every_rule_judges_an_empty_proposal_as_the_target(rule):
     assert max(abs(got.get(t, 0.0) - p[t]) for t in range(vocab)) < 1e-12
 
 
+def _greedy(target_model, prompt, drafter, policy):
+    """A greedy speculative generation of `prompt` with `drafter` and `policy`."""
+    rule = part("acceptance", "greedy").build()
+    return decode_speculative(
+        Decoder(target_model), prompt, drafter, [], policy, rule, MAX_NEW, set(), 0.0, seeded(0)
+    )
+
+
 def test_every_policy_stops_where_expand_returns_none(processor, target_model):
     """An `expand` of None ends the proposal at every policy: no node below depth 2 (chain 5,
     EAGLE's tree and SAGE's reach 5, the dynamic tree 5), and greedy still equals AR."""
@@ -337,18 +345,7 @@ def test_every_policy_stops_where_expand_returns_none(processor, target_model):
     ar = decode_ar(Decoder(target_model), prompt, MAX_NEW, set(), 0.0, None)
     for name, policy in _policies().items():
         drafter = ShallowOracle(ar.tokens, vocab, stop=2)
-        sd = decode_speculative(
-            Decoder(target_model),
-            prompt,
-            drafter,
-            [],
-            policy,
-            part("acceptance", "greedy").build(),
-            MAX_NEW,
-            set(),
-            0.0,
-            seeded(0),
-        )
+        sd = _greedy(target_model, prompt, drafter, policy)
         assert sd.tokens == ar.tokens, name
         assert max(s.depth for s in sd.steps) == 2, name
         assert all(s.accepted == 2 for s in sd.steps[:-1]), name  # the oracle is right
@@ -494,18 +491,7 @@ def test_a_row_of_zeros_is_a_node_without_a_continuation(processor, target_model
     under, outranked = {}, []
     for name, policy in _policies().items():
         drafter = ZeroOffPath(ar.tokens, vocab)
-        sd = decode_speculative(
-            Decoder(target_model),
-            prompt,
-            drafter,
-            [],
-            policy,
-            part("acceptance", "greedy").build(),
-            MAX_NEW,
-            set(),
-            0.0,
-            seeded(0),
-        )
+        sd = _greedy(target_model, prompt, drafter, policy)
         assert sd.tokens == ar.tokens, name
         first = 1 if name == "sage" else 0
         assert name == "chain" or any(z for *_, z in drafter.proposals[first:]), name

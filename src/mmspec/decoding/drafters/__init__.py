@@ -95,11 +95,14 @@ class Drafter(component.Drafter):
         last emitted token, or None to propose nothing this step (one autoregressive step).
         Every q a drafter returns is probabilities (non-negative, each row summing to one) at
         its drafting temperature (at 1 when that is 0), over the target's vocabulary (the last
-        dimension of its logits), floating point of at least float32 (the engine's
-        `distribution` keeps float64 logits float64, as `mmspec verify-lossless` needs), on
-        the target's device (that of `target.logits` at `start`), every row of a proposal in
-        one dtype and device. A token chosen deterministically is a one-hot q. `sampler`: the
-        engine's `Sampler`, for a drafter's own random choices."""
+        dimension of its logits), floating point of at least float32 (rejection sampling
+        divides by q(x) as given, and a bfloat16 row sums to one only roughly; the engine's
+        `distribution` gives float32, and keeps float64 logits float64, as `mmspec
+        verify-lossless` needs), on the target's device (that of `target.logits` at `start`:
+        a sampled chain's q is indexed beside the target's probabilities), every row of a
+        proposal in one dtype and device (a chain stacks them). A token chosen
+        deterministically is a one-hot q. `sampler`: the engine's `Sampler`, for a drafter's
+        own random choices."""
         raise NotImplementedError(f"{type(self).__qualname__} defines no root")
 
     def expand(self, tree, nodes: list[int]) -> torch.Tensor | None:

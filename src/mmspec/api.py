@@ -59,6 +59,7 @@ from mmspec.decoding.views import (
 from mmspec.decoding.weights import History
 from mmspec.decoding.weights import Policy as WeightPolicy
 from mmspec.methods.rows.row import Method
+from mmspec.methods.spec import Part
 from mmspec.models.source import FID_FEATURES, IMAGE_GENERATOR, ModelSource
 from mmspec.plugins import API_VERSION
 from mmspec.schema import ConfigError
@@ -84,6 +85,7 @@ __all__ = [
     # Drafters
     "Drafter",
     "DecoderDrafter",
+    "Part",
     "HeadPrompts",
     "tree_feed",
     # What the engine hands a drafter

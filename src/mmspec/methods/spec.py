@@ -25,11 +25,12 @@ class Part:
     in the method's setting (`Component.reads`)."""
 
     kind: str  # "drafter", "view", "weights", "tree" or "acceptance"
-    name: str
-    values: dict
+    name: str  # the component's name in the catalog
+    values: dict  # the values of the params it reads, by key
 
     @property
     def component(self) -> type[Component]:
+        """The component class it names (from the catalog)."""
         return catalog.get(self.kind, self.name)
 
     def build(self, **context):
@@ -39,6 +40,7 @@ class Part:
 
     @classmethod
     def of(cls, component: type[Component], spec: dict) -> Part:
+        """The part of `component` in a resolved spec (the values it reads there)."""
         values = {p.key: spec[p.key] for p in component.reads(spec) if p.key in spec}
         return cls(component.kind, component.name, values)
 

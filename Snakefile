@@ -28,12 +28,12 @@ include: "workflow/rules/claims.smk"
 include: "workflow/rules/report.smk"
 
 
+# Every output of the sweep, upstream files included: a missing or damaged one is rebuilt by
+# the same command line (common.smk).
 rule all:
     default_target: True
     input:
-        "results/summary/cells.parquet",
-        "results/summary/claims.parquet",
-        "reports/index.html",
+        SWEEP_OUTPUTS,
 
 
 # Before any job, once the executor is known (it is not while the Snakefile is read).

@@ -239,7 +239,7 @@ def test_a_yaml_file_that_is_no_mapping_is_named(tmp_path):
 
 
 @pytest.mark.parametrize("keep", [0, 7, 0.5])
-def test_corrupt_parquet_names_the_file_and_how_to_rebuild_it(tmp_path, keep):
+def test_corrupt_parquet_names_the_file_and_is_set_aside_for_its_rebuild(tmp_path, keep):
     import pyarrow as pa
 
     from mmspec import tables
@@ -252,8 +252,41 @@ def test_corrupt_parquet_names_the_file_and_how_to_rebuild_it(tmp_path, keep):
     with pytest.raises(tables.CorruptTableError) as error:
         tables.read_table(path, tables.PREPARED)
     message = str(error.value)
-    assert "\n" not in message and "corrupt or truncated Parquet" in message
-    assert f"rm '{path}' then the same snakemake command" in message
+    assert "\n" not in message and f"{path}: corrupt or truncated Parquet" in message
+    assert "moved aside to toy caption.parquet.damaged: rerun the same snakemake" in message
+    # missing now, the workflow rebuilds it (every output is a target); its bytes are kept
+    assert not path.exists()
+    kept = int(len(data) * keep) if isinstance(keep, float) else keep
+    assert path.with_name("toy caption.parquet.damaged").read_bytes() == data[:kept]
+
+
+def test_bytes_changed_inside_a_table_fail_its_page_checksum(tmp_path):
+    """A bit flipped in a data page can decode to other values without an error; the pages'
+    checksums (written by every stage) make the reader refuse it instead."""
+    import pyarrow.parquet as pq
+
+    from mmspec import tables
+    from mmspec.stages import prepare
+
+    path = tmp_path / "prepared.parquet"
+    prepare.run("toy_caption", {"source": "toy", "samples": 3}, str(path), 0)
+    whole = pq.read_table(path)
+    data = path.read_bytes()
+    footer = int.from_bytes(data[-8:-4], "little")  # the schema and statistics: not in pages
+    caught = 0
+    for at in range(4, len(data) - 8 - footer, 37):
+        flipped = bytearray(data)
+        flipped[at] ^= 0x01
+        path.write_bytes(flipped)
+        try:
+            silent = not pq.read_table(path).equals(whole)  # no checksums read: other values
+        except OSError:
+            continue  # the file's structure broke: any reader fails
+        if silent:
+            with pytest.raises(tables.CorruptTableError):
+                tables.read_table(path, tables.PREPARED)
+            caught += 1
+    assert caught > 0
 
 
 def test_corrupt_parquet_is_one_line_from_a_stage(tmp_path):
@@ -280,7 +313,7 @@ def test_corrupt_parquet_is_one_line_from_a_stage(tmp_path):
     assert out.stderr.strip().splitlines() == [
         line for line in out.stderr.strip().splitlines() if line.startswith("mmspec score: error:")
     ]
-    assert f"rm {bad} then the same snakemake command line" in out.stderr
+    assert "moved aside to x.parquet.damaged: rerun the same snakemake command line" in out.stderr
 
 
 def test_an_error_raised_outside_mmspec_keeps_its_type_and_place(tmp_path):

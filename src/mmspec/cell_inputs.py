@@ -1,6 +1,6 @@
-"""The files a cell's generate job and a trained head's job read, by path: one place for the
-workflow's rules (workflow/rules/common.smk) and for `mmspec plan`, which counts the jobs of
-each stage a sweep still has to run from the same paths."""
+"""The files a cell's generate job and a trained head's job read, and those a sweep's jobs
+write, by path: one place for the workflow's rules (workflow/rules/common.smk) and for `mmspec
+plan`, which counts the jobs of each stage a sweep still has to run from the same paths."""
 
 from __future__ import annotations
 
@@ -21,6 +21,27 @@ def visual_path(ref: str, dataset: str) -> str:
 
 def captions_path(config: dict, dataset: str) -> str:
     return f"results/captions/{mmcells.model_slug(config['captioner']['model'])}/{dataset}.parquet"
+
+
+def samples_path(cell) -> str:
+    return f"results/generate/{cell.path}/samples.parquet"
+
+
+def judgements_path(cell) -> str:
+    return f"results/judge/{cell.path}/judgements.parquet"
+
+
+def scores_path(cell) -> str:
+    return f"results/score/{cell.path}/scores.parquet"
+
+
+# what the aggregate, claims and report jobs write
+SUMMARY_OUTPUTS = (
+    "results/summary/cells.parquet",
+    "results/summary/blocks.parquet",
+    "results/summary/claims.parquet",
+    "reports/index.html",
+)
 
 
 def model_output(ref: str) -> list[str]:
@@ -84,3 +105,39 @@ def head_inputs(config: dict, cell) -> dict:
     if not makes_images(config, data):  # image generation's prompts are captions
         inputs["target_visual"] = visual_path(target, data)
     return inputs
+
+
+def judged(config: dict, dataset: str) -> bool:
+    return bool(config["datasets"][dataset].get("judge"))
+
+
+def score_models(config: dict, dataset: str) -> list[str]:
+    """The rule outputs an image generation cell's scoring reads (the metric networks)."""
+    if not makes_images(config, dataset):
+        return []
+    return [d for ref in config["image_metrics"].values() for d in model_output(ref)]
+
+
+def sweep_outputs(config: dict, cells) -> list[str]:
+    """Every file and folder the jobs of a sweep of `cells` write, each once, upstream first
+    (models, prepared datasets, visual caches and captions, heads, then each cell's samples,
+    judgements and scores, then the summary and report): the workflow's targets, so that a
+    missing one is rebuilt, and what it checks for damage before a run (`mmspec.integrity`)."""
+    upstream: dict[str, None] = {}
+    own: dict[str, None] = {}
+    captioner = config.get("captioner") or {}
+    for cell in cells:
+        inputs = generate_inputs(config, cell)
+        if "drafter" in inputs:
+            for paths in head_inputs(config, cell).values():
+                upstream.update(dict.fromkeys(paths if isinstance(paths, list) else [paths]))
+        if "captions" in inputs:
+            upstream.update(dict.fromkeys(model_output(captioner["model"])))
+        for paths in inputs.values():
+            upstream.update(dict.fromkeys(paths if isinstance(paths, list) else [paths]))
+        upstream.update(dict.fromkeys(score_models(config, cell.dataset)))
+        own[samples_path(cell)] = None
+        if judged(config, cell.dataset):
+            own[judgements_path(cell)] = None
+        own[scores_path(cell)] = None
+    return [*upstream, *own, *SUMMARY_OUTPUTS]

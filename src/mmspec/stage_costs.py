@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from mmspec import cell_inputs
+from mmspec import cell_inputs, integrity
 from mmspec.hub_cache import size_text
 
 DEVICE_STAGES = ("cache_visual", "caption", "train_drafter", "generate")
@@ -101,12 +101,12 @@ def jobs_to_run(cfg: dict, cells, results: Path, rows_of) -> list[Job]:
 
     def add(stage: str, output: str, rows: int | None, key: str | None = None) -> None:
         relative = _under_results(output)
-        if relative not in jobs and not (results / relative).exists():
+        if relative not in jobs and not _whole(results / relative):
             jobs[relative] = Job(stage, key or _key(stage, output), relative, rows)
 
     for cell in cells:
-        output = f"results/generate/{cell.path}/samples.parquet"
-        if (results / _under_results(output)).exists():
+        output = cell_inputs.samples_path(cell)
+        if _whole(results / _under_results(output)):
             continue
         add("generate", output, rows_of(cell.dataset), key=cell.pair)
         for name, path in cell_inputs.generate_inputs(cfg, cell).items():
@@ -120,6 +120,11 @@ def jobs_to_run(cfg: dict, cells, results: Path, rows_of) -> list[Job]:
             elif stage is not None:
                 add(stage, path, rows_of(cell.dataset))
     return list(jobs.values())
+
+
+def _whole(output: Path) -> bool:
+    """The output is there and not damaged (the workflow rebuilds a damaged one)."""
+    return output.exists() and integrity.problem(output) is None
 
 
 def _wall_seconds(tsv: Path) -> float:

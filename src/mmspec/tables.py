@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mmspec import durable
+from mmspec import durable, integrity
 
 # results/prepared/<dataset>.parquet: one row per sample and turn.
 # `messages` is the conversation up to and including this turn's user message, as JSON in the
@@ -325,7 +324,8 @@ def write_table(table: pa.Table, path: str | Path, schema: pa.Schema) -> None:
         raise ValueError(f"{path}: table lacks columns {missing} required by its contract")
     table = table.select(schema.names).cast(schema)
     with durable.atomic_file(path) as sink:
-        pq.write_table(table, sink)
+        # page checksums: bytes changed in the middle of the file fail the reader
+        pq.write_table(table, sink, write_page_checksum=True)
 
 
 class CorruptTableError(ValueError):
@@ -338,14 +338,18 @@ def read_table(path: str | Path, schema: pa.Schema) -> pa.Table:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file (has the stage that writes it run?)")
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as e:
-        # A truncated or corrupt output (a full disk, a copy cut short): Snakemake sees the file
-        # and would plan nothing for it, so say how to make it rebuild the file.
+        if getattr(e, "errno", None) is not None:
+            raise  # the disk's or the network's trouble (EIO, ESTALE): the file may be whole
+        # A truncated or corrupt output (a copy cut short, a disk's fault): out of the way, it
+        # is missing, and the workflow rebuilds it (every output is a target) with what
+        # depends on it.
         cause = " ".join(str(e).split())
+        aside = integrity.set_aside(path)
         raise CorruptTableError(
-            f"{path}: corrupt or truncated Parquet file ({cause}); delete it and rerun: "
-            f"rm {shlex.quote(str(path))} then the same snakemake command line"
+            f"{path}: corrupt or truncated Parquet file ({cause}); moved aside to {aside.name}: "
+            "rerun the same snakemake command line, which rebuilds it and what depends on it"
         ) from None
     present = set(table.column_names)  # (column_names builds a new list on each access)
     missing = [name for name in schema.names if name not in present]

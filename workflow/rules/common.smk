@@ -4,7 +4,7 @@ import shlex
 
 from mmspec import cells as mmcells
 from mmspec import config as mmconfig
-from mmspec import cell_inputs, gpus, hub_needs, model_refs
+from mmspec import cell_inputs, gpus, hub_needs, integrity, model_refs
 from mmspec.claims.claim import CLAIMS_DIR
 from mmspec.fingerprint import fingerprint
 from mmspec.data import source as dataset_source
@@ -56,6 +56,15 @@ AR_CELLS = {
     for c in CELLS.values()
     if c.spec.method == "ar"
 }
+# Every output of the sweep is a target of the run: Snakemake rebuilds a missing file only for
+# a target or for a job that must run, so a cell's samples deleted under an up-to-date summary
+# would otherwise stay missing while the report counted the cell.
+SWEEP_OUTPUTS = cell_inputs.sweep_outputs(CONFIG, CELLS.values())
+# A damaged output is set aside before the DAG is planned, and so rebuilt like a missing one
+# (with what depends on it); jobs on cluster nodes read the Snakefile too, and leave this to the
+# run that plans them.
+if workflow.is_main_process:
+    integrity.set_aside_damaged(SWEEP_OUTPUTS)
 
 
 wildcard_constraints:
@@ -204,7 +213,7 @@ def ar_cell_of(w):
 
 
 def ar_samples(w):
-    return f"results/generate/{ar_cell_of(w).path}/samples.parquet"
+    return cell_inputs.samples_path(ar_cell_of(w))
 
 
 def prepare_spec(w):
@@ -234,9 +243,7 @@ def score_code(w):
 
 def score_models(w):
     """Image generation is scored with the metric networks."""
-    if not makes_images(w.dataset):
-        return []
-    return [d for ref in CONFIG["image_metrics"].values() for d in model_output(ref)]
+    return cell_inputs.score_models(CONFIG, w.dataset)
 
 
 def score_options(w):
@@ -246,17 +253,13 @@ def score_options(w):
     return f"--image-models {shlex.quote(models)}"
 
 
-def judged(dataset):
-    return bool(CONFIG["datasets"][dataset].get("judge"))
-
-
 def judge_inputs(w):
     """A judged dataset's score reads the judgements of the cell and of its AR cell."""
-    if not judged(w.dataset):
+    if not cell_inputs.judged(CONFIG, w.dataset):
         return {}
     return {
-        "judgements": f"results/judge/{cell_of(w).path}/judgements.parquet",
-        "ar_judgements": f"results/judge/{ar_cell_of(w).path}/judgements.parquet",
+        "judgements": cell_inputs.judgements_path(cell_of(w)),
+        "ar_judgements": cell_inputs.judgements_path(ar_cell_of(w)),
     }
 
 
@@ -267,7 +270,7 @@ def judge_options(w, input):
 
 
 def score_files():
-    return [f"results/score/{c.path}/scores.parquet" for c in CELLS.values()]
+    return [cell_inputs.scores_path(c) for c in CELLS.values()]
 
 
 # Memory requests (resources mem_mb, gpu_mem_mb) from the sizes of the models a job loads; a

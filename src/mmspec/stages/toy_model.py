@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import shutil
 import sys
+from pathlib import Path
 
+from mmspec import durable, integrity
 from mmspec.stages.arguments import json_object
 
 HELP = "train one toy-world model"
@@ -38,7 +42,17 @@ def run(name: str, spec: dict, out_dir: str, seed: int, threads: int) -> dict:
         raise ValueError(f"toy.models.{name}: unknown kind {kind!r}; known: {sorted(TRAINERS)}")
     module, function = TRAINERS[kind]
     train = getattr(importlib.import_module(f"mmspec.toy.{module}"), function)
-    return train(spec, out_dir, seed=seed, threads=threads)
+    # trained into a hidden folder beside it (under its own name: the progress bar's label), then
+    # renamed into place whole, with its manifest (integrity)
+    out = Path(out_dir)
+    staging = out.parent / f".{out.name}.{os.getpid()}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    work = staging / out.name
+    log = train(spec, work, seed=seed, threads=threads)
+    integrity.write_manifest(work)
+    durable.replace_folder(work, out)
+    shutil.rmtree(staging)
+    return log
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

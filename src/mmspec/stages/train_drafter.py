@@ -24,7 +24,7 @@ import pyarrow as pa
 import torch
 from tqdm import tqdm
 
-from mmspec import durable
+from mmspec import durable, integrity
 from mmspec.data import media
 from mmspec.decoding.drafters.heads import build_head, head_kind
 from mmspec.decoding.loops import decode_ar
@@ -239,6 +239,7 @@ def run(
         **head_kind(kind).loss(hp).summary(sequences),
     }
     (tmp / "training.json").write_text(json.dumps(record, indent=1))
+    integrity.write_manifest(tmp)
     durable.replace_folder(tmp, out_dir)  # its files on disk before it takes the name
     partial.clear()
     return record

@@ -202,6 +202,9 @@ def test_workers_are_keyed_by_the_settings_a_fresh_process_reads(monkeypatch, tm
     assert worker._key() != key
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert worker._key() == key
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")  # other kernels, other rounding
+    assert worker._key() != key
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
     monkeypatch.chdir(tmp_path.parent)
     assert worker._key() != key
 

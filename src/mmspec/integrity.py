@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import struct
 import sys
 from collections.abc import Iterable
@@ -35,7 +36,7 @@ MANIFEST = ".mmspec-files.json"  # a folder output's files and sizes, written la
 DAMAGED_SUFFIX = ".damaged"
 
 
-def parquet_problem(path: Path, size: int) -> str | None:
+def parquet_problem(path: str | os.PathLike, size: int) -> str | None:
     """What makes `path` (of `size` bytes) not a whole Parquet file; None when it looks whole."""
     if size < 12:  # magic, footer length, magic
         return f"truncated to {size} bytes (a Parquet file has at least 12)"
@@ -53,7 +54,7 @@ def parquet_problem(path: Path, size: int) -> str | None:
     return None
 
 
-def html_problem(path: Path, size: int) -> str | None:
+def html_problem(path: str | os.PathLike, size: int) -> str | None:
     with open(path, "rb") as f:
         f.seek(max(0, size - 64))
         tail = f.read()
@@ -83,17 +84,17 @@ def folder_problem(folder: Path) -> str | None:
 def problem(path: str | os.PathLike) -> str | None:
     """What is wrong with the output `path`, or None when it is missing or looks whole (a
     missing one is the workflow's to rebuild as any other missing target)."""
-    path = Path(path)
     try:
         info = os.stat(path)
     except FileNotFoundError:
         return None
-    if path.is_dir():
-        return folder_problem(path)
-    if path.suffix == ".parquet":
-        return parquet_problem(path, info.st_size)
-    if path.suffix == ".html":
-        return html_problem(path, info.st_size)
+    if stat.S_ISDIR(info.st_mode):
+        return folder_problem(Path(path))
+    name = os.fspath(path)
+    if name.endswith(".parquet"):
+        return parquet_problem(name, info.st_size)
+    if name.endswith(".html"):
+        return html_problem(name, info.st_size)
     return None
 
 

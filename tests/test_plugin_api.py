@@ -115,7 +115,7 @@ def _swap(source: str, old: str, new: str) -> str:
 LEFTOVERS = {
     "build": (
         _swap(PORTED_DRAFTER, "def from_spec(", "def build("),
-        ["`build`", "from_spec(values, **context)"],
+        ["`build`", "from_spec(spec, **context)"],
     ),
     "exit_below": (
         _swap(PORTED_DRAFTER, "self.confidence = confidence", "self.exit_below = confidence"),
@@ -238,6 +238,66 @@ def test_the_ported_plugin_joins_the_catalog_and_stops_where_it_is_unsure(
         assert sd.tokens == ar.tokens
         depths[confidence] = {step.depth for step in sd.steps[:-1]}  # the last may be cut
     assert depths == {0.0: {3}, 1.0: {1}}
+
+
+def test_a_plugin_declaring_no_version_loads_with_a_line_saying_so(
+    tmp_path, monkeypatch, fresh_catalog, capsys
+):
+    monkeypatch.setattr(plugins, "_UNDECLARED_NAMED", set())
+    site = _plugin(tmp_path, "undeclared", PORTED_DRAFTER)
+    _load(site, monkeypatch)
+    assert catalog.get("drafter", "confident_draft").__module__ == "undeclared.drafter"
+    err = capsys.readouterr().err
+    assert "'confident_draft' (undeclared.drafter:ConfidentDraft" in err
+    assert "declares no mmspec_api: loaded as plugin API 2" in err and MIGRATION in err
+
+
+# A drafter over the draft model's views with a parameter of its own, as ModelDrafter's
+# documentation says to write one: its params beside ModelDrafter's, built through its
+# `from_spec`; it drafts a chain no deeper than `depth`.
+VIEWS_DRAFTER = """
+    from mmspec.api import ModelDrafter, Param
+
+
+    class ShallowDraft(ModelDrafter):
+        name = "shallow_draft"
+        params = (*ModelDrafter.params, Param("depth", int, 2, "most tokens drafted", low=1))
+
+        @classmethod
+        def from_spec(cls, spec, **context):
+            drafter = super().from_spec(spec, **context)
+            drafter.depth = spec["depth"]
+            return drafter
+
+        def expand(self, tree, nodes):
+            return None if tree.depths()[nodes[0]] >= self.depth else super().expand(tree, nodes)
+"""
+
+
+def test_a_model_drafter_of_ones_own_reads_its_parameter_beside_the_views(
+    tmp_path, monkeypatch, fresh_catalog
+):
+    """(A subclass's own parameter was refused, in words that named it the reader.)"""
+    site = install(
+        tmp_path,
+        "shallow",
+        {"shallow/__init__.py": "mmspec_api = 2\n", "shallow/drafter.py": VIEWS_DRAFTER},
+        {"mmspec.components": {"shallow_draft": "shallow.drafter:ShallowDraft"}},
+    )
+    _load(site, monkeypatch)
+    tokenizer = verify.build_tokenizer()
+    target, draft = verify.build_models(0, tokenizer)
+    generator = torch.Generator().manual_seed(0)
+    images = verify.random_images(target, generator), verify.random_images(draft, generator)
+    sample = Sample(verify.PROMPTS[0], *images)
+    for views in ("M", "T", "MT"):
+        values = {"drafter": "shallow_draft", "views": views, "depth": 2, "gamma": 5}
+        spec = registry.resolve("sd_chain", values)
+        assert spec.params["depth"] == 2 and spec.params["views"] == views
+        runner = MethodRunner(spec, target, draft, tokenizer, "<image>")
+        sd = runner.decode(sample, 16, set(), seeded(0))
+        assert sd.tokens == runner.decode_ar(sample, 16, set(), seeded(0)).tokens
+        assert {step.depth for step in sd.steps[:-1]} == {2}
 
 
 def test_an_api_1_plugin_stops_mmspec_cells_before_any_job(tmp_path):

@@ -41,7 +41,7 @@ from mmspec.decoding.component import (
 from mmspec.decoding.decoder import Decoder, Forward
 from mmspec.decoding.drafters import Drafter, HeadPrompts, tree_feed
 from mmspec.decoding.drafters.head_loss import HeadLoss
-from mmspec.decoding.drafters.model import DecoderDrafter
+from mmspec.decoding.drafters.model import DecoderDrafter, ModelDrafter
 from mmspec.decoding.drafters.trained import HEAD_NOISE, HEAD_TRAINING, HeadDrafter
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.prompt import Prompt
@@ -85,6 +85,7 @@ __all__ = [
     # Drafters
     "Drafter",
     "DecoderDrafter",
+    "ModelDrafter",
     "Part",
     "HeadPrompts",
     "tree_feed",
@@ -141,6 +142,7 @@ __all__ = [
 # engine's own and may change within a version. A class not named here: every public member.
 SURFACE = {
     "Decoder": (
+        "__init__",
         "model",
         "stack",
         "lm_head",
@@ -155,5 +157,6 @@ SURFACE = {
         "keep",
         "truncate",
     ),
-    "DecoderDrafter": ("decoder", "views", "start", "root", "expand", "commit"),
+    "DecoderDrafter": ("__init__", "decoder", "views", "start", "root", "expand", "commit"),
+    "ModelDrafter": ("reads", "from_spec"),
 }

@@ -113,6 +113,8 @@ def _class(name: str, cls: type, classes: set, surface, missing: list[str]) -> l
     if not cls.__doc__:
         missing.append(name)
     members = _members(cls, classes)
+    if surface is None or "__init__" not in surface:
+        members.pop("__init__", None)
     if surface is not None:
         unknown = [m for m in surface if m not in members]
         if unknown:
@@ -147,7 +149,8 @@ def _members(cls: type, classes: set) -> dict[str, tuple[str, str]]:
             if attr not in attributes and attr not in methods:
                 attributes[attr] = (shown, doc or _inherited(cls, klass, attr))
         for attr, held in klass.__dict__.items():
-            public = not attr.startswith("_") or attr == "__call__"  # a loss is called
+            # a loss is called; a constructor is shown where SURFACE names it
+            public = not attr.startswith("_") or attr in ("__call__", "__init__")
             if not public or attr in attributes or attr in methods:
                 continue
             function = _function_of(held)

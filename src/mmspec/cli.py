@@ -327,7 +327,11 @@ def _verify_lossless_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--method", action="append", help="a registry method (repeatable)")
     p.add_argument(
-        "--spec", type=json_object, default={}, help="hyperparameters for the methods (JSON)"
+        "--spec",
+        type=json_object,
+        default={},
+        help="values for the methods (JSON), as a sweep's method entry holds them: "
+        "hyperparameters, or a component swapped in by its key (drafter, tree, acceptance, views)",
     )
     p.add_argument(
         "--tokens", type=int, default=2, help="tokens after the prefill's first (default 2)"

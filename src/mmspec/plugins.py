@@ -3,10 +3,11 @@ rows, task metrics, dataset and model sources), loaded and held to the plugin AP
 
 The plugin API (what `mmspec.api` exports, and the hooks a plugin's classes implement) has a
 version of its own, `API_VERSION`, an integer raised whenever a plugin written for the previous
-one would need a change. A plugin may declare the version it was written for, `mmspec_api = 2`:
+one would need a change. A plugin declares the version it was written for, `mmspec_api = 2`:
 a class attribute of what its entry point names, or a module attribute of that module or of a
 package above it. One declaring another version is refused when it loads, before any job,
-naming the version and CHANGELOG.md's migration section. What an earlier version had and a
+naming the version and CHANGELOG.md's migration section; one declaring none is loaded as this
+API's, with a line on stderr saying so. What an earlier version had and a
 later one removed is named with its replacement too, whatever the plugin declares: a module or
 function it imports (`MOVED_MODULES`, `REMOVED_NAMES`), a hook or attribute a component class
 still defines (`REMOVED_HOOKS`, checked by the component catalog). A plugin that fails to import
@@ -97,7 +98,7 @@ class RemovedHook(Removed):
 REMOVED_HOOKS = {
     "build": RemovedHook(
         "a component's `build(cls, spec, *, ...)` classmethod, given the method's whole spec",
-        "define the classmethod `from_spec(values, **context)`: `values` holds only the "
+        "define the classmethod `from_spec(spec, **context)`: `spec` holds only the "
         "values of the params the component reads; a drafter's context is `target` (the "
         "target's Decoder), `draft`, `head`, `temperature`, and `weights` over two or more "
         "views",
@@ -208,6 +209,23 @@ def _import_advice(cause: BaseException) -> str:
     return ""
 
 
+_UNDECLARED_NAMED: set[str] = set()  # plugins already told that they declare no version
+
+
+def note_undeclared(where: str) -> None:
+    """One line on stderr, once per plugin and process, for a plugin declaring no API version:
+    it is loaded as this API's, which one written for an earlier API may not be."""
+    if where in _UNDECLARED_NAMED:
+        return
+    _UNDECLARED_NAMED.add(where)
+    print(
+        f"mmspec: {where} declares no {ATTRIBUTE}: loaded as plugin API {API_VERSION}; declare "
+        f"{ATTRIBUTE} = {API_VERSION} in its package once it is written for it (one written for "
+        f"an earlier API: {migration(API_VERSION)})",
+        file=sys.stderr,
+    )
+
+
 def load_group(group: str, noun: str, error: type[Exception]) -> list[tuple[EntryPoint, object]]:
     """(entry point, the object it names) of every installed entry point of `group`; `noun`
     names the plugins in the `error` raised for one that fails to load ("component") or was
@@ -221,9 +239,12 @@ def load_group(group: str, noun: str, error: type[Exception]) -> list[tuple[Entr
             raise error(
                 f"{where} failed to load: {type(cause).__name__}: {cause}{_import_advice(cause)}"
             ) from cause
-        problem = api_problem(declared_api(entry, loaded))
+        declared = declared_api(entry, loaded)
+        problem = api_problem(declared)
         if problem is not None:
             raise error(f"{where} {problem}")
+        if declared is None:
+            note_undeclared(where)
         found.append((entry, loaded))
     return found
 

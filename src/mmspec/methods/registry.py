@@ -173,6 +173,15 @@ def _check_choices(spec: dict, row: dict, method_name: str) -> None:
 
 def unread_key_error(key: str, method_name: str, spec: dict) -> str:
     """Why `key` is refused on a method whose components do not read it."""
+    for kind in CHOOSERS.values():
+        part = catalog.get(kind, spec[kind]) if spec.get(kind) in catalog.components(kind) else None
+        if part is not None and key in (p.key for p in part.params):
+            # composed, and declaring it, yet not reading it here: its own `reads` leaves it out
+            return (
+                f"{key} is declared by {kind} {part.name!r}, which method {method_name!r} "
+                f"composes, but its reads(spec) does not return it here, so no cell would hold "
+                f"it; a component reads what its `reads` returns (by default its `params`)"
+            )
     return (
         f"{key} is read only by {readers(key)}, and method {method_name!r} here "
         f"{composition(spec)}{_swap_hint(key)}"

@@ -38,6 +38,10 @@ class DecoderDrafter(Drafter):
     declares no component: a drafter class over it does (`ModelDrafter`, Kangaroo's)."""
 
     def __init__(self, decoder: Decoder, temperature: float, policy=None):
+        """`decoder`: what it drafts with, one cache row per view (`Decoder(model)` over a draft
+        model); `temperature`: the drafting temperature `from_spec` is given; `policy`: the
+        weight policy of two or more views (`weights.build(vocab_size=...)`; None: static
+        weights, all a single view needs)."""
         super().__init__(temperature)
         self.decoder = decoder  # what it drafts with: one cache row per view
         # Views' distributions are mixed as probabilities: at the sampling temperature, or at 1
@@ -126,7 +130,17 @@ class DecoderDrafter(Drafter):
 
 @catalog.register
 class ModelDrafter(DecoderDrafter):
-    """The component `model`: a draft model over m views, as a `DecoderDrafter` drafts."""
+    """The component `model`: a draft model over m views, as a `DecoderDrafter` drafts.
+
+    A drafter of your own that drafts with the draft model from the views (`views: M`, `T`, an
+    ensemble `MT` with its weight policy) subclasses it: its views, their prompts and the
+    weight policy come with it. Declare your own parameters beside its own, `params =
+    (*ModelDrafter.params, Param("confidence", float, 0.5, "..."))` (`reads` returns them with
+    the views'), and build in `from_spec` by calling this one and setting what is yours:
+    `drafter = super().from_spec(spec, **context); drafter.confidence = spec["confidence"]`.
+    It requires `DRAFT_MODEL`; a view's own requirements (view M's `DRAFT_VISUAL`, the draft's
+    visual cache) come with the views chosen. A drafter with no views (over a model of its own,
+    or the target's layers) subclasses `DecoderDrafter` instead and gets the target's prompt."""
 
     name = "model"
     params = (VIEWS, WEIGHTS)
@@ -136,9 +150,11 @@ class ModelDrafter(DecoderDrafter):
 
     @classmethod
     def reads(cls, spec: dict) -> tuple[Param, ...]:
-        """Its views, each view's parameters, and for an ensemble its weight policy's."""
+        """Its views, each view's parameters, and for an ensemble its weight policy's; a
+        subclass's own parameters too."""
         letters = parse_views(spec.get("views", VIEWS.default))
-        read = [VIEWS, *(p for v in letters for p in catalog.get("view", v).params)]
+        own = [p for p in cls.params if p not in (VIEWS, WEIGHTS)]
+        read = [*own, VIEWS, *(p for v in letters for p in catalog.get("view", v).params)]
         if len(letters) > 1:
             read += [WEIGHTS, *catalog.get("weights", spec.get("weights", "static")).params]
         return tuple(dict.fromkeys(read))

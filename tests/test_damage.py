@@ -213,3 +213,56 @@ def test_a_table_damaged_inside_fails_its_reader_and_is_rebuilt_on_the_rerun(run
     again = snakemake(run, config)
     assert again.returncode == 0, again.stderr[-3000:]
     assert plan(run, config)[0] == {}
+
+
+def _model_folder(tmp_path: Path, manifest: bool = True) -> Path:
+    """A tiny model's folder as a stage writes it (with its manifest), or as a copy without."""
+    from mmspec import integrity
+    from mmspec.toy import tiny
+
+    folder = tiny.save("llava", tmp_path / "model", hidden=16, layers=1, seed=0)
+    if manifest:
+        integrity.write_manifest(folder)
+    return Path(folder)
+
+
+def _flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(data)
+
+
+def test_weights_changed_in_place_fail_the_job_loading_them_and_are_set_aside(tmp_path):
+    """Bytes changed inside a model's weights keep its size, so no check before a run sees
+    them; the job loading it checks its manifest's checksums, refuses it and sets it aside."""
+    from mmspec import integrity
+    from mmspec.models import loading
+
+    folder = _model_folder(tmp_path)
+    assert loading.resolve_ref(str(folder)) == str(folder)  # whole: loads as it is
+    weights = folder / "model.safetensors"
+    _flip(weights, weights.stat().st_size // 2)
+    assert integrity.problem(folder) is None  # same sizes: the cheap check passes
+    with pytest.raises(integrity.DamagedOutput) as refused:
+        loading.resolve_ref(str(folder))
+    message = str(refused.value)
+    assert "holds model.safetensors, whose bytes are not those its stage wrote" in message
+    assert "moved aside to model.damaged: rerun the same snakemake command line" in message
+    assert not folder.exists() and (tmp_path / "model.damaged/model.safetensors").exists()
+    # a second damage keeps the first one's bytes
+    folder = _model_folder(tmp_path)
+    _flip(folder / "model.safetensors", 100)
+    with pytest.raises(integrity.DamagedOutput, match="moved aside to model.damaged-2"):
+        loading.resolve_ref(str(folder))
+
+
+def test_a_folder_without_its_manifest_is_checked_by_its_files(tmp_path):
+    """A copy that left the manifest behind: its weights and tables must still be whole."""
+    from mmspec import integrity
+
+    folder = _model_folder(tmp_path, manifest=False)
+    assert integrity.problem(folder) is None
+    truncate(folder / "model.safetensors", keep=0.7)
+    assert "holds model.safetensors, truncated or damaged" in integrity.problem(folder)
+    (folder / "model.safetensors").write_bytes(b"\x08" + bytes(7) + b"not json")
+    assert "its header is not a safetensors header" in integrity.problem(folder)

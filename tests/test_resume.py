@@ -22,6 +22,7 @@ from workflow_cli import snakemake_cmd
 from mmspec.compare import first_difference
 from mmspec.methods.runtime import MethodRunner
 from mmspec.stages import generate
+from mmspec.stages.checkpoints import OutputBusy
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"
@@ -143,6 +144,7 @@ KILLED_JOB = """
 import json, sys, time
 from mmspec.methods.runtime import MethodRunner
 from mmspec.stages import generate
+from mmspec.stages.checkpoints import OutputBusy
 
 decode, calls = MethodRunner.decode, []
 
@@ -212,7 +214,16 @@ def _one_record_short(path: Path) -> str:
     return "it holds 1 records, its name says 2"
 
 
-@pytest.mark.parametrize("damage", [_garble, _without_records, _one_record_short])
+def _a_token_changed(path: Path) -> str:
+    """Still whole JSON of two records: one output token is another (a flipped digit)."""
+    chunk = json.loads(path.read_text())
+    tokens = chunk["records"][0]["output_ids"]
+    tokens[0] += 1
+    path.write_text(json.dumps(chunk))
+    return "its records or counters do not match its checksum"
+
+
+@pytest.mark.parametrize("damage", [_garble, _without_records, _one_record_short, _a_token_changed])
 def test_a_damaged_middle_chunk_is_dropped_with_the_chunks_after_it(
     cell_inputs, whole, tmp_path, monkeypatch, capsys, damage
 ):
@@ -317,3 +328,35 @@ def test_chunks_named_as_earlier_versions_named_them_are_resumed(tmp_path, capsy
     assert "chunk-0000002.json: unreadable (JSONDecodeError" in err
     assert "dropped with the samples it held (from sample 2), and the chunk after it" in err
     assert [p.name for p in checkpoints.folder.iterdir()] == ["chunk-0000000.json"]
+
+
+def test_a_second_process_on_the_same_cell_stops_naming_the_first(cell_inputs, tmp_path):
+    """A job a killed Snakemake left running, and the rerun's job for the same cell: the rerun
+    stops at once (its error names the first), and the first one's work is untouched."""
+    root, params = cell_inputs
+    out = tmp_path / "cell.parquet"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from mmspec.stages.checkpoints import one_writer\n"
+            f"with one_writer({str(out)!r}):\n"
+            "    print('writing', flush=True)\n"
+            "    time.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "writing"
+        with pytest.raises(OutputBusy) as busy:
+            _run(root, params, out)
+        assert f"{out}: process {holder.pid} on " in str(busy.value)
+        assert "stop that process, or let it finish, then rerun" in str(busy.value)
+        assert not out.exists() and not out.with_name("cell.parquet.partial").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    _run(root, params, out)  # the lock went with its process
+    assert out.exists()

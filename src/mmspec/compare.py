@@ -11,7 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+
+from mmspec import integrity
 
 COMPARED = ("output_ids", "step_drafted", "step_accepted")
 KEY = ("sample_id", "turn")
@@ -37,7 +40,17 @@ def _cells(results: Path) -> dict[str, Path]:
 
 
 def _rows(path: Path) -> dict[tuple, dict]:
-    table = pq.read_table(path, columns=[*KEY, *COMPARED])
+    try:
+        table = pq.read_table(path, columns=[*KEY, *COMPARED], page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as error:
+        if getattr(error, "errno", None) is not None:
+            raise
+        # set aside as every reader of a stage's output does, so that the sweep's line rebuilds it
+        aside = integrity.set_aside(path)
+        raise ValueError(
+            f"{path}: corrupt or truncated Parquet file ({' '.join(str(error).split())}); moved "
+            f"aside to {aside.name}: the snakemake line of its sweep rebuilds it"
+        ) from None
     return {tuple(r[k] for k in KEY): r for r in table.to_pylist()}
 
 

@@ -13,16 +13,18 @@ The checks are cheap, a few bytes read per file, as they run on every run over e
   cut short, empty, or not Parquet at all, fails);
 - an HTML report ends with its closing tag;
 - a folder output (a model, a trained head) holds every file of its manifest
-  (`write_manifest`, the stage's last write) at its size.
-Damage a cheap check cannot see (bytes changed in the middle of a file) fails the reader
-(`tables.read_table`), which sets the file aside in the same way.
+  (`write_manifest`, the stage's last write) at its size; one without a manifest (copied
+  without it, or made by an earlier version) has whole safetensors and Parquet files.
+Damage a cheap check cannot see (bytes changed in the middle of a file) fails the reader: a
+table's page checksums (`tables.read_table`), a folder's checksums in its manifest when a job
+loads it (`verify_folder`); either sets it aside in the same way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import shutil
 import stat
 import struct
 import sys
@@ -32,7 +34,7 @@ from pathlib import Path
 from mmspec import durable
 
 PARQUET_MAGIC = b"PAR1"
-MANIFEST = ".mmspec-files.json"  # a folder output's files and sizes, written last
+MANIFEST = "mmspec-files.json"  # a folder output's files, sizes and checksums, written last
 DAMAGED_SUFFIX = ".damaged"
 
 
@@ -62,22 +64,63 @@ def html_problem(path: str | os.PathLike, size: int) -> str | None:
 
 
 def folder_problem(folder: Path) -> str | None:
-    """A file of the folder's manifest missing or of another size; None when all are there (or
-    the folder has no manifest: made by a version before manifests, taken as whole)."""
-    manifest = folder / MANIFEST
+    """A file of the folder's manifest missing or of another size (without a manifest: a
+    safetensors or Parquet file that is not whole); None when all look whole."""
     try:
-        listed = json.loads(manifest.read_text())["files"]
+        listed = _manifest(folder)
     except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        return _files_problem(folder)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         return f"its manifest {MANIFEST} is unreadable ({error})"
-    for name, size in listed.items():
+    for name, (size, _) in listed.items():
         try:
             found = os.stat(folder / name).st_size
         except FileNotFoundError:
             return f"lacks {name}"
         if found != size:
             return f"holds {name} of {found} bytes, not the {size} its stage wrote"
+    return None
+
+
+def _manifest(folder: Path) -> dict[str, tuple[int, str]]:
+    """name -> (size, sha256) of the files the folder's manifest lists."""
+    files = json.loads((folder / MANIFEST).read_text())["files"]
+    return {name: (entry["size"], entry["sha256"]) for name, entry in files.items()}
+
+
+def _files_problem(folder: Path) -> str | None:
+    for path in sorted(folder.iterdir()):
+        if path.suffix == ".safetensors":
+            found = safetensors_problem(path, path.stat().st_size)
+        elif path.suffix == ".parquet":
+            found = parquet_problem(path, path.stat().st_size)
+        else:
+            continue
+        if found is not None:
+            return f"holds {path.name}, {found}"
+    return None
+
+
+def safetensors_problem(path: str | os.PathLike, size: int) -> str | None:
+    """What makes a safetensors file not whole: its header (a length, then JSON naming each
+    tensor's byte range) must fit the file, and the file end where its last tensor does."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"truncated to {size} bytes"
+        (length,) = struct.unpack("<Q", head)
+        if length > size - 8:
+            return f"truncated or damaged (its header claims {length} bytes of a {size}-byte file)"
+        try:
+            header = json.loads(f.read(length))
+            end = max(
+                (t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"),
+                default=0,
+            )
+        except (ValueError, KeyError, TypeError, IndexError):
+            return "damaged (its header is not a safetensors header)"
+    if 8 + length + end != size:
+        return f"truncated or damaged ({size} bytes, its header says {8 + length + end})"
     return None
 
 
@@ -99,13 +142,15 @@ def problem(path: str | os.PathLike) -> str | None:
 
 
 def set_aside(path: str | os.PathLike) -> Path:
-    """Move `path` to `<path>.damaged` (replacing an earlier one): out of the way of its
-    rebuild, its bytes kept for a look."""
+    """Move `path` to `<path>.damaged` (`.damaged-2`, ... when that is taken): out of the way
+    of its rebuild, its bytes kept for a look."""
     path = Path(path)
     aside = path.with_name(path.name + DAMAGED_SUFFIX)
-    if aside.is_dir() and not aside.is_symlink():
-        shutil.rmtree(aside)
-    os.replace(path, aside)
+    n = 1
+    while os.path.lexists(aside):
+        n += 1
+        aside = path.with_name(f"{path.name}{DAMAGED_SUFFIX}-{n}")
+    os.rename(path, aside)
     return aside
 
 
@@ -123,19 +168,62 @@ def set_aside_damaged(paths: Iterable[str]) -> list[str]:
             continue
         aside = set_aside(path)
         lines.append(
-            f"mmspec: {path}: {found}; moved aside to {aside.name}: this run rebuilds it, "
-            "and the results that depend on it"
+            f"mmspec: {path}: {found}; moved aside to {aside.name}: the run rebuilds it, and the "
+            "results that depend on it (a dry run lists those jobs)"
         )
         print(lines[-1], file=sys.stderr)
     return lines
 
 
 def write_manifest(folder: str | os.PathLike) -> None:
-    """Record the files of a finished folder output and their sizes (the stage's last write)."""
+    """Record the files of a finished folder output, their sizes and checksums (the stage's
+    last write)."""
     folder = Path(folder)
     files = {
-        p.relative_to(folder).as_posix(): p.stat().st_size
+        p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": _sha256(p)}
         for p in sorted(folder.rglob("*"))
         if p.is_file() and p.name != MANIFEST
     }
     durable.write_text(folder / MANIFEST, json.dumps({"files": files}, indent=1))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class DamagedOutput(ValueError):
+    """A stage's output found damaged as a job read it; it was set aside to be rebuilt."""
+
+
+_verified: dict[str, list] = {}  # folder -> the stamp (names, sizes, times) it was verified at
+
+
+def verify_folder(folder: str | os.PathLike) -> None:
+    """Check a folder output a job is about to load against the checksums of its manifest
+    (bytes changed in place keep its size); DamagedOutput, after setting it aside, when a file
+    differs. A folder with no manifest (not a stage's output: a model of the user's own) is
+    not checked. Verified once per process while its files' sizes and times stay the same."""
+    folder = Path(folder)
+    if not (folder / MANIFEST).is_file():
+        return
+    stamp = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir())
+    key = str(folder.resolve())
+    if _verified.get(key) == stamp:
+        return
+    problem = folder_problem(folder)
+    if problem is None:
+        for name, (_, sha256) in _manifest(folder).items():
+            if _sha256(folder / name) != sha256:
+                problem = f"holds {name}, whose bytes are not those its stage wrote"
+                break
+    if problem is not None:
+        aside = set_aside(folder)
+        raise DamagedOutput(
+            f"{folder}: {problem}; moved aside to {aside.name}: rerun the same snakemake command "
+            "line, which rebuilds it and what depends on it"
+        )
+    _verified[key] = stamp

@@ -8,12 +8,14 @@ same `from_pretrained` call; only the reference-to-path step differs, by the ref
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
+from mmspec import integrity
 from mmspec.models import source as model_source
 
 # A warm worker's (mmspec.worker) loaded models and processors: key -> (files' stamp, object).
@@ -90,8 +92,12 @@ def _kept_or_load(kind: str, path: str, args: tuple, load):
 
 
 def resolve_ref(ref: str) -> str:
-    """The `from_pretrained` argument for a model reference."""
-    return model_source.of(ref).location(ref)
+    """The `from_pretrained` argument for a model reference; a model the workflow trained is
+    checked against its manifest's checksums first (`integrity.verify_folder`)."""
+    location = model_source.of(ref).location(ref)
+    if os.path.isdir(location):
+        integrity.verify_folder(location)
+    return location
 
 
 def load_model(

@@ -4,20 +4,27 @@ Finished samples are written in chunks beside the job's output (`<output>.partia
 JSON file of the chunk's records and counters, written durably (`mmspec.durable`: a crash leaves
 a chunk whole or absent) and named by the samples it holds, `chunk-<first>-<end>.json`. A chunk
 belongs to one job: its key hashes the job's parameters and input files, so a changed job never
-resumes from another job's chunks (they are discarded). A damaged chunk (a disk that lost data,
-a file cut short by a copy) is named on stderr and dropped with the chunks after it (the records
-are indexed by position, so the chunks kept stay contiguous); its samples are decoded again. JSON
-keeps Python floats exactly, so the final table is the same whether or not the job was
-interrupted. The folder is removed once the output is written.
+resumes from another job's chunks (they are discarded). Each carries a checksum of its records
+and counters, so a chunk whose bytes changed and still parse (a digit flipped) is told from a
+whole one. A damaged chunk (a disk that lost data, a file cut short by a copy) is named on
+stderr and dropped with the chunks after it (the records are indexed by position, so the chunks
+kept stay contiguous); its samples are decoded again. JSON keeps Python floats exactly, so the
+final table is the same whether or not the job was interrupted. The folder is removed once the
+output is written.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
+import os
 import re
 import shutil
+import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from mmspec import durable
@@ -33,6 +40,35 @@ def job_key(params: dict, *inputs: str | None) -> str:
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+class OutputBusy(ValueError):
+    """Another process is writing the same output."""
+
+
+@contextlib.contextmanager
+def one_writer(out: str | Path) -> Iterator[None]:
+    """Hold `out`'s writer lock (`.<name>.writer` beside it) while a job writes it and its
+    checkpoints. A job a killed Snakemake left running keeps writing; the rerun's job for the
+    same output then stops at once, naming it, rather than both writing the same files (and
+    timing each other's decodes)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_name(f".{out.name}.writer"), "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise OutputBusy(
+                f"{out}: {holder} is writing it (a job left running by a Snakemake that was "
+                "killed?); stop that process, or let it finish, then rerun the same command line"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"process {os.getpid()} on {socket.gethostname()}")
+        lock.flush()
+        yield  # released as the file closes (or the process ends)
 
 
 # chunk-<first>-<end>.json holds samples [first, end); earlier versions wrote chunk-<first>.json
@@ -114,6 +150,7 @@ class Checkpoints:
         """Write one chunk (the samples from index `first`), durably and atomically."""
         path = self.folder / f"chunk-{first:07d}-{first + len(records):07d}.json"
         chunk = {"key": self.key, "first": first, "records": records, "counters": counters}
+        chunk["digest"] = _digest(records, counters)
         durable.write_text(path, json.dumps(chunk))
 
     def clear(self) -> None:
@@ -141,4 +178,12 @@ def _read_chunk(path: Path, first: int, end: int | None) -> dict:
         raise DamagedChunk(f"it says it starts at sample {chunk['first']!r}, its name {first}")
     if end is not None and len(records) != end - first:
         raise DamagedChunk(f"it holds {len(records)} records, its name says {end - first}")
+    # (chunks of earlier versions carry no checksum)
+    if "digest" in chunk and chunk["digest"] != _digest(records, chunk["counters"]):
+        raise DamagedChunk("its records or counters do not match its checksum")
     return chunk
+
+
+def _digest(records: list[dict], counters: dict) -> str:
+    """A checksum of a chunk's content (JSON keeps it exactly, so it reads back the same)."""
+    return hashlib.sha256(json.dumps([records, counters], sort_keys=True).encode()).hexdigest()

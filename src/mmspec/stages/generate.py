@@ -32,6 +32,7 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
+from mmspec import integrity
 from mmspec.data import media
 from mmspec.decoding.component import DRAFT_MODEL, TRAINED_HEAD
 from mmspec.decoding.drafters.heads import load_head
@@ -44,7 +45,7 @@ from mmspec.models import families, loading, visual
 from mmspec.models.image_generation import ImageGenerator
 from mmspec.scoring.lossless import margin_ulps, tie_ulps
 from mmspec.stages.arguments import json_object
-from mmspec.stages.checkpoints import Checkpoints, job_key
+from mmspec.stages.checkpoints import Checkpoints, job_key, one_writer
 from mmspec.stages.jobs import GenerateJob
 from mmspec.tables import CAPTIONS, PREPARED, SAMPLES, VISUAL, read_table, write_table
 
@@ -178,6 +179,7 @@ class TextWork:
             if drafter is None:
                 raise ValueError(f"method {job.method!r} needs its trained head (--drafter)")
             device = loading.input_device(target_model)
+            integrity.verify_folder(drafter)
             head = load_head(drafter, pair.target, device, target_model.dtype, method.drafter)
         image_token = loading.image_token_of(processor)
         self.runner = MethodRunner(
@@ -256,6 +258,7 @@ class ImageWork:
             if drafter is None:
                 raise ValueError(f"method {job.method!r} needs its trained head (--drafter)")
             dtype = target.model.dtype
+            integrity.verify_folder(drafter)
             head = load_head(drafter, pair.target, device, dtype, method.drafter)
         gen = job.generation
         self.runner = ImageMethodRunner(method, target, draft, gen.cfg, gen.top_k, head=head)
@@ -303,7 +306,17 @@ def run(
     """Decode every sample-turn of one cell into `out`; finished samples are checkpointed every
     `chunk` samples, and a rerun of the same job resumes after the last checkpoint. `job`: the
     GenerateJob, or its JSON's dict; `ar_samples`: the AR cell's samples, the greedy lossless
-    check's reference (none for an AR cell, or for no check)."""
+    check's reference (none for an AR cell, or for no check). One process writes a cell at a
+    time (`checkpoints.one_writer`)."""
+    with one_writer(out):
+        _decode_cell(
+            job, prepared, target_visual, draft_visual, out, captions, chunk, drafter, ar_samples
+        )
+
+
+def _decode_cell(
+    job, prepared, target_visual, draft_visual, out, captions, chunk, drafter, ar_samples
+) -> None:
     job = GenerateJob.parse(job)
     timing = job.timing
     torch.set_num_threads(timing.threads)

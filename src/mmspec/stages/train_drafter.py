@@ -32,7 +32,7 @@ from mmspec.decoding.prompt import as_prompt
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.timing import pick_device
 from mmspec.stages.arguments import json_object
-from mmspec.stages.checkpoints import job_key
+from mmspec.stages.checkpoints import job_key, one_writer
 from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
 from mmspec.tables import HEAD_CURVES, PREPARED, read_table, write_table
 from mmspec.training.heads import Sequence, collect_sequence, train_head
@@ -193,7 +193,12 @@ def run(
     threads: int = 1,
 ) -> dict:
     """Train the head `job` names (pair, kind, training, generation, seed) into `out`; `job`: the
-    TrainDrafterJob, or its JSON's dict."""
+    TrainDrafterJob, or its JSON's dict. One process trains a head at a time (`one_writer`)."""
+    with one_writer(out):
+        return _train(job, prepared, target_visual, out, threads)
+
+
+def _train(job, prepared: str, target_visual: str | None, out: str, threads: int) -> dict:
     job = TrainDrafterJob.parse(job)
     started = time.perf_counter()
     torch.set_num_threads(threads)

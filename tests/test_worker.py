@@ -202,9 +202,15 @@ def test_workers_are_keyed_by_the_settings_a_fresh_process_reads(monkeypatch, tm
     assert worker._key() != key
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert worker._key() == key
-    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")  # other kernels, other rounding
+    kernels = os.environ.get("ATEN_CPU_CAPABILITY")  # set where a run emulates another CPU
+    other = "default" if kernels == "avx2" else "avx2"
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", other)  # other kernels, other rounding
     assert worker._key() != key
-    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    if kernels is None:
+        monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    else:
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", kernels)
+    assert worker._key() == key
     monkeypatch.chdir(tmp_path.parent)
     assert worker._key() != key
 

@@ -46,29 +46,61 @@ class OutputBusy(ValueError):
     """Another process is writing the same output."""
 
 
+WRITER = ".writer"  # the writer lock, in the output's partial folder
+
+
+def partial_folder(out: str | Path) -> Path:
+    """`<out>.partial/`: a job's partial work on `out` (checkpoints, its writer lock)."""
+    out = Path(out)
+    return out.with_name(out.name + ".partial")
+
+
 @contextlib.contextmanager
 def one_writer(out: str | Path) -> Iterator[None]:
-    """Hold `out`'s writer lock (`.<name>.writer` beside it) while a job writes it and its
+    """Hold `out`'s writer lock (`<out>.partial/.writer`) while a job writes it and its
     checkpoints. A job a killed Snakemake left running keeps writing; the rerun's job for the
     same output then stops at once, naming it, rather than both writing the same files (and
-    timing each other's decodes)."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.with_name(f".{out.name}.writer"), "a+") as lock:
+    timing each other's decodes). The job removes the folder, lock included, once its output is
+    written; a process that opened the lock before that locks a removed file, sees so, and takes
+    the lock again."""
+    folder = partial_folder(out)
+    while True:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = open(folder / WRITER, "a+")  # noqa: SIM115 (held across the job)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             lock.seek(0)
             holder = lock.read().strip() or "another process"
+            lock.close()
             raise OutputBusy(
                 f"{out}: {holder} is writing it (a job left running by a Snakemake that was "
                 "killed?); stop that process, or let it finish, then rerun the same command line"
             ) from None
+        try:
+            current = os.stat(folder / WRITER).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(lock.fileno()).st_ino:
+            break
+        lock.close()  # locked a lock file its job had removed as it finished: take the new one
+    with lock:
         lock.seek(0)
         lock.truncate()
         lock.write(f"process {os.getpid()} on {socket.gethostname()}")
         lock.flush()
         yield  # released as the file closes (or the process ends)
+
+
+def clear_partial(folder: Path) -> None:
+    """Remove a job's partial work from `folder`, but its writer lock (held by the job)."""
+    for path in folder.iterdir() if folder.is_dir() else ():
+        if path.name == WRITER:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 # chunk-<first>-<end>.json holds samples [first, end); earlier versions wrote chunk-<first>.json
@@ -84,8 +116,7 @@ class Checkpoints:
     """The chunks of one job's output `out`."""
 
     def __init__(self, out: str | Path, key: str):
-        out = Path(out)
-        self.folder = out.with_name(out.name + ".partial")
+        self.folder = partial_folder(out)
         self.key = key
 
     def _chunks(self) -> list[tuple[int, int | None, Path]]:
@@ -115,7 +146,7 @@ class Checkpoints:
                     f"{self.folder}: {path.name} belongs to another run of this job; starting over",
                     file=sys.stderr,
                 )
-                self.clear()
+                clear_partial(self.folder)
                 return [], []
             if first != len(records):
                 missing = f"samples {len(records)} to {first - 1} are in no chunk"
@@ -154,6 +185,7 @@ class Checkpoints:
         durable.write_text(path, json.dumps(chunk))
 
     def clear(self) -> None:
+        """Remove the folder once the output is written (its writer lock too)."""
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

@@ -32,7 +32,7 @@ from mmspec.decoding.prompt import as_prompt
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.timing import pick_device
 from mmspec.stages.arguments import json_object
-from mmspec.stages.checkpoints import job_key, one_writer
+from mmspec.stages.checkpoints import clear_partial, job_key, one_writer, partial_folder
 from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
 from mmspec.tables import HEAD_CURVES, PREPARED, read_table, write_table
 from mmspec.training.heads import Sequence, collect_sequence, train_head
@@ -55,10 +55,10 @@ class Partial:
     """`<out>.partial/`: the sequences and the last training state of one job (its key)."""
 
     def __init__(self, out: Path, key: str):
-        self.folder = out.with_name(out.name + ".partial")
+        self.folder = partial_folder(out)
         key_file = self.folder / "key"
         if key_file.exists() and key_file.read_bytes() != key.encode():
-            shutil.rmtree(self.folder)  # another job's: its parameters or inputs changed
+            clear_partial(self.folder)  # another job's: its parameters or inputs changed
         if not key_file.exists():
             durable.write_text(key_file, key)
 

@@ -9,6 +9,7 @@ lossless, equals AR's), so pooling over seeds and the Pareto front have somethin
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -17,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
+from mmspec import batches
 from mmspec import cells as mmcells
 from mmspec import config as mmconfig
 from mmspec.tables import SCORES, write_table
@@ -115,12 +117,25 @@ def cell_rows(cell: mmcells.Cell) -> list[dict]:
 
 
 def write_scores(workdir: Path, config: dict) -> list[mmcells.Cell]:
-    """results/score/<cell>/scores.parquet under `workdir` for every cell of `config`."""
-    cells = mmcells.cells(mmconfig.validate(config))
+    """results/score/<cell>/scores.parquet under `workdir` for every cell of `config`, and the
+    records of the score jobs (mmspec.batches) that would have written them, which the
+    aggregate job reads."""
+    validated = mmconfig.validate(config)
+    cells = mmcells.cells(validated)
     # two processes, a half of the cells each: the 10 000 files take about 16 s in one
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
         list(pool.map(_write_scores, [(workdir, cells[0::2]), (workdir, cells[1::2])]))
+    for batch in batches.of_sweep(validated, cells)["score"].values():
+        record = workdir / batch.record
+        record.parent.mkdir(parents=True, exist_ok=True)
+        outputs = {job.out: list(_stamp(workdir / job.out)) for job in batch.jobs}
+        record.write_text(json.dumps({"outputs": outputs}))
     return cells
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    info = path.stat()
+    return info.st_size, info.st_mtime_ns
 
 
 def _write_scores(job: tuple[Path, list[mmcells.Cell]]) -> None:

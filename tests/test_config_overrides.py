@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_cli import snakemake_cmd
+from workflow_cli import cell_job_counts, planned_cells, snakemake_cmd
+from workflow_cli import job_counts as batch_job_counts
 
 from mmspec import cells as mmcells
 from mmspec import config as mmconfig
@@ -27,16 +28,16 @@ def dry_run(workdir: Path, configfile: Path, *overrides: str) -> subprocess.Comp
     return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
 
 
-def job_counts(out: subprocess.CompletedProcess) -> dict[str, int]:
+def job_counts(out: subprocess.CompletedProcess, workdir: Path, config) -> dict[str, int]:
+    """Rule -> jobs of a dry run in `workdir` of `config`, the per-cell stages counted in cells."""
     assert out.returncode == 0, out.stderr[-3000:]
-    table = (out.stdout + out.stderr).split("Job stats:")[1]
-    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+    return cell_job_counts(out.stdout + out.stderr, workdir, config)
 
 
-def generate_params(out: subprocess.CompletedProcess) -> list[dict]:
-    """The --params JSON of every planned generate job."""
-    text = out.stdout + out.stderr
-    return [json.loads(m[1]) for m in re.finditer(r"mmspec generate --params '([^']*)'", text)]
+def generate_params(out: subprocess.CompletedProcess, workdir: Path, config) -> list[dict]:
+    """The --params JSON of every cell a dry run in `workdir` of `config` plans to decode."""
+    jobs = planned_cells(out.stdout + out.stderr, workdir, config).get("generate", [])
+    return [json.loads(job.argv[job.argv.index("--params") + 1]) for job in jobs]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,7 +222,6 @@ def test_config_overrides_with_nested_numbers_plan_their_cells(tmp_path):
         "timing={threads: 2}",
         "methods={sd: {gamma: [3, 5]}, mine: {method: sd, views: U, keep: 0.5}}",
     )
-    jobs = job_counts(out)
     # the same overrides typed, merged into the config file as Snakemake merges mappings
     expected = yaml.safe_load(TINY.read_text())
     expected["generation"]["max_new_tokens"] = 16
@@ -229,10 +229,12 @@ def test_config_overrides_with_nested_numbers_plan_their_cells(tmp_path):
     expected["timing"]["threads"] = 2
     expected["methods"]["sd"]["gamma"] = [3, 5]
     expected["methods"]["mine"] = {"method": "sd", "views": "U", "keep": 0.5}
-    cells = mmcells.cells(mmconfig.validate(expected))
+    expected = mmconfig.validate(expected)
+    cells = mmcells.cells(expected)
+    jobs = job_counts(out, tmp_path, expected)
     # per seed: ar, sd (M, T) x gamma (3, 5), tabed_mtcp, sage, lvspec, mine
     assert jobs["generate"] == jobs["score"] == jobs["judge"] == len(cells) == 18
-    params = generate_params(out)
+    params = generate_params(out, tmp_path, expected)
     assert len(params) == len(cells)
     assert {p["generation"]["max_new_tokens"] for p in params} == {16}
     assert {p["timing"]["threads"] for p in params} == {2}
@@ -281,7 +283,7 @@ def test_a_file_adds_a_row_to_the_default_sweep_without_copying_it(tmp_path):
 
     # Snakemake merges the file the same way: the tour's jobs and the one cell more
     out = dry_run(tmp_path / "run", addition)
-    assert job_counts(out)["generate"] == len(tour) + 1
+    assert job_counts(out, tmp_path / "run", [addition])["generate"] == len(tour) + 1
     assert "method=sd_chain3" in out.stdout + out.stderr
 
 
@@ -368,7 +370,8 @@ def test_a_dot_slash_model_path_plans_exactly_as_the_plain_path(tmp_path):
     for target in ("./models/tgt", "models/tgt", "models/tgt/"):
         _pair_config(tmp_path / "c.yaml", target)
         out = dry_run(tmp_path, tmp_path / "c.yaml")
-        jobs = job_counts(out)
+        assert out.returncode == 0, out.stderr[-3000:]
+        jobs = batch_job_counts(out.stdout + out.stderr)  # the cell's batch: one job per stage
         commands = re.findall(r"mmspec \w+ .*$", out.stdout + out.stderr, re.M)
         plans[target] = (jobs, sorted(commands))
     assert plans["./models/tgt"] == plans["models/tgt"] == plans["models/tgt/"]

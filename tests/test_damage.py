@@ -9,6 +9,7 @@ runs; it must plan that output's job and everything downstream of it, and nothin
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from workflow_cli import job_counts, snakemake_cmd
+from workflow_cli import cell_job_counts, job_counts, snakemake_cmd
 
 from mmspec import compare
 
@@ -44,7 +45,7 @@ def plan(workdir: Path, config: Path) -> tuple[dict[str, int], str]:
     out = snakemake(workdir, config, "--dry-run")
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout + out.stderr
-    return ({} if "Nothing to be done" in text else job_counts(text)), text
+    return ({} if "Nothing to be done" in text else cell_job_counts(text, workdir, config)), text
 
 
 @pytest.fixture(scope="module")
@@ -118,13 +119,21 @@ def test_damaged_and_missing_cell_files_are_rebuilt_by_the_same_command(finished
     # the two cells' samples (and their judgements, scores), the third cell's judgements (and
     # its scores), the fourth's scores; the summary, claims and report once
     assert jobs == {"generate": 2, "judge": 3, "score": 4, **SUMMARY}
-    for damaged in (SD_T + "/samples.parquet", LVSPEC + "/judgements.parquet"):
-        assert f"{damaged}: " in text and "moved aside to" in text
-    assert "truncated to 0 bytes" in text and "(no closing </html>)" in text
-    assert (results / "generate" / SD_T / "samples.parquet.damaged").exists()
+    # a cell's output is checked against its batch's record: that batch runs again
+    # (a line per batch, naming its first such output: sd's views M and T share one)
+    for damaged, found in (
+        (SD_M + "/samples.parquet", "missing"),
+        (LVSPEC + "/judgements.parquet", "changed since its job wrote it"),
+        (SAGE + "/scores.parquet", "changed since its job wrote it"),
+    ):
+        assert f"{damaged}: {found}" in text
+    assert "its generate job runs again, for the cells not up to date (1 more output" in text
+    assert "(no closing </html>)" in text and "cells.parquet: truncated or damaged" in text
 
     out = snakemake(run, config)
     assert out.returncode == 0, out.stderr[-3000:]
+    # the batch job set the damaged samples aside, kept for a look, and decoded the cell again
+    assert (results / "generate" / SD_T / "samples.parquet.damaged").exists()
     assert plan(run, config)[0] == {}
     # the same tokens and the same summary as before the damage, recomputed
     same = compare.compare(finished / "results", results)
@@ -184,12 +193,16 @@ def test_a_damaged_visual_cache_is_rebuilt_and_the_report_recomputed(finished, r
     """The ordinary command after an upstream file is cut short: that cache, then every cell
     reading it, decodes again to the same tokens, and the summary is recomputed from them."""
     truncate(run / "results/visual/toy-target/toy_caption.parquet")
+    samples = sorted((run / "results/generate").rglob("samples.parquet"))
+    before = {p: p.stat().st_mtime_ns for p in samples}
     out = snakemake(run, config)
     assert out.returncode == 0, out.stderr[-3000:]
     log = out.stdout + out.stderr
     assert "visual/toy-target/toy_caption.parquet: truncated or damaged" in log
     counts = job_counts(log)
-    assert counts["cache_visual"] == 1 and counts["generate"] == 7 and counts["aggregate"] == 1
+    assert counts["cache_visual"] == 1 and counts["aggregate"] == 1
+    decoded = [p for p in samples if p.stat().st_mtime_ns != before[p]]
+    assert len(decoded) == 7  # every cell of the dataset, each decoded again
     same = compare.compare(finished / "results", run / "results")
     assert same.identical and len(same.same) == 7
     assert untimed_cells(run) == untimed_cells(finished)
@@ -203,7 +216,9 @@ def test_a_table_damaged_inside_fails_its_reader_and_is_rebuilt_on_the_rerun(run
     footer = int.from_bytes(data[-8:-4], "little")
     for at in range(4, len(data) - 8 - footer, 7):
         data[at] ^= 0x01
+    written = samples.stat()
     samples.write_bytes(data)
+    os.utime(samples, ns=(written.st_atime_ns, written.st_mtime_ns))  # rot: size, time kept
     (run / "results/score" / SD_M / "scores.parquet").unlink()  # its reader must run
     first = snakemake(run, config)
     assert first.returncode != 0

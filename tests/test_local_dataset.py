@@ -16,7 +16,7 @@ import PIL.Image
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from workflow_cli import ROOT, job_counts, snakemake_cmd
+from workflow_cli import ROOT, cell_job_counts, snakemake_cmd
 
 from mmspec.toy import world as toyworld
 
@@ -81,7 +81,9 @@ def test_a_jsonl_dataset_is_prepared_decoded_and_scored_by_its_metric(tmp_path, 
     # another metric rescores the decoded answers: nothing is prepared or decoded again
     plan = _run(workdir, _sweep(folder, "vqa_accuracy"), "--dry-run")
     assert plan.returncode == 0, plan.stderr[-3000:]
-    jobs = job_counts(plan.stdout + plan.stderr)
+    jobs = cell_job_counts(
+        plan.stdout + plan.stderr, workdir, workdir.parent / f"{workdir.name}.yaml"
+    )
     assert jobs.get("score") == 2 and not {"prepare", "generate", "cache_visual"} & set(jobs)
 
     # Now of each row's ten humans, 4, 3 and 1 give the target's own answer (in spellings that

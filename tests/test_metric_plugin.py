@@ -118,7 +118,9 @@ def test_without_the_package_the_config_fails_before_any_job(site, charts, tmp_p
     _, sweep = charts
     plan = _run(snakemake_cmd(tmp_path / "run", sweep, "--dry-run", "-p"), site)
     assert plan.returncode == 0, plan.stderr[-3000:]
-    assert "--metric relaxed_accuracy" in plan.stdout + plan.stderr
+    commands = _run([*MMSPEC, "cells", str(sweep), "--commands", "score"], site)
+    assert commands.returncode == 0, commands.stderr[-3000:]
+    assert "--metric relaxed_accuracy" in commands.stdout
     missing = _run(snakemake_cmd(tmp_path / "run", sweep, "--dry-run"), None)
     assert missing.returncode != 0
     said = missing.stdout + missing.stderr
@@ -139,4 +141,4 @@ def test_editing_the_plugins_metric_rescores_the_dataset_and_nothing_else(site, 
     source.write_text(source.read_text() + "\n# edited\n")
     plan = _run([*cmd, "--dry-run"], site)
     assert plan.returncode == 0, plan.stderr
-    assert job_counts(plan.stdout + plan.stderr) == {"score": 1}
+    assert job_counts(plan.stdout + plan.stderr) == {"score": 1}  # the dataset's one batch

@@ -58,12 +58,15 @@ def test_plan_counts_done_cells_and_estimates_from_earlier_ones(tiny_run):
     text = plan.render(more, 8, timing=cfg["timing"])
     first = f"cells: {2 * len(cells)} ({len(cells)} done, {len(cells)} to run)"
     assert text.startswith(first)
-    ar = sum(c.spec.method == "ar" for c in cells)  # each AR cell a job of its own
-    jobs = math.ceil((len(cells) - ar) / 8) + ar
+    # a generate job per dataset, pair, method and seed (up to batch_cells cells); each AR
+    # one a Slurm job of its own, the others packed 8 to one
+    groups = {(c.dataset, c.pair, c.method) for c in cells}
+    ar = sum(c.spec.method == "ar" for c in cells)
+    slurm = math.ceil((len(groups) - ar) / 8) + ar
     assert (
-        f"-> {jobs} Slurm jobs: {ar} AR cells on their own, the method cells in jobs of up to 8"
-        in text
-    )
+        f"-> {len(groups)} generate jobs of up to 16 cells each (batch_cells) -> {slurm} Slurm "
+        f"jobs: {ar} of AR cells on their own, the method cells' packed 8 to a Slurm job"
+    ) in text
     assert re.search(r"about \d+\.\d\d device-hours \(\d+\.\d min\) on cpu", text)
 
     # the cost model, with the share of the method cells' time their AR probes took
@@ -122,9 +125,10 @@ def test_an_estimate_reads_a_bounded_number_of_earlier_cells(tiny_run, monkeypat
 
 
 def test_the_slurm_profile_packs_method_cells_and_runs_each_ar_cell_alone(tmp_path):
-    """Every method cell reads its AR cell's samples; were the AR cells in the group too, a
-    group would take in every cell of their dataset, pair and seed (the tour: one job of all 37).
-    The tour's 4 AR cells run alone, its 33 method cells in jobs of up to 8, as plan says."""
+    """Every method cell reads its AR cell's samples; were the AR cells' generate jobs in the
+    group too, a group would take in every job of their dataset, pair and seed (the tour: one
+    Slurm job of all). The tour's 4 AR jobs run alone, its 32 methods' jobs 8 to a Slurm job, as
+    plan says."""
     from workflow_cli import snakemake_cmd
 
     cmd = snakemake_cmd(tmp_path, ROOT / "config" / "config.yaml", "--profile", "slurm", "-n")
@@ -133,17 +137,19 @@ def test_the_slurm_profile_packs_method_cells_and_runs_each_ar_cell_alone(tmp_pa
     text = out.stdout + out.stderr
     # each group job's listing runs to the next timestamped line
     groups = re.findall(r"Group job cells \(jobs in lexicogr. order\):(.*?)(?=\n\[|\Z)", text, re.S)
-    sizes = [len(re.findall(r"output: results/generate/\S+/samples.parquet", g)) for g in groups]
+    sizes = [len(re.findall(r"output: results/batches/generate/\S+/done.json", g)) for g in groups]
     cells = mmcells.cells(mmconfig.load(ROOT / "config" / "config.yaml"))
     ar = sum(c.spec.method == "ar" for c in cells)
     assert (ar, len(cells)) == (4, 37)
-    assert sorted(sizes, reverse=True) == [8, 8, 8, 8, 1]  # the 33 method cells
+    # a generate job per dataset, pair, method and seed: lantern_tree's two deltas share one
+    assert sorted(sizes, reverse=True) == [8, 8, 8, 8]  # the 32 methods' jobs
     alone = re.findall(r"^rule generate:\n(?:\s+.*\n)*?\s+output: (\S+)", text, re.M)
     assert len(alone) == ar and all("/method=ar/" in path for path in alone)
     planned = plan.render(plan.plan(mmconfig.load(ROOT / "config" / "config.yaml"), tmp_path), 8)
     assert (
-        "-> 9 Slurm jobs: 4 AR cells on their own, the method cells in jobs of up to 8" in planned
-    )
+        "-> 36 generate jobs of up to 16 cells each (batch_cells) -> 8 Slurm jobs: 4 of AR cells "
+        "on their own, the method cells' packed 8 to a Slurm job"
+    ) in planned
 
 
 def _walls(results: Path, stage: str) -> float:

@@ -289,7 +289,7 @@ def test_a_sweep_runs_the_plugin_and_reruns_its_cells_when_its_code_changes(site
     rule.write_text(source + "\n# edited\n")
     plan = _run([*cmd, "--dry-run"], site)
     assert plan.returncode == 0, plan.stderr
-    assert job_counts(plan.stdout + plan.stderr).get("generate") == 1
+    assert job_counts(plan.stdout + plan.stderr).get("generate") == 1  # its cell's batch
     rule.write_text(source)
 
     # so does editing a helper module a drafter imports (the n-gram search), for its cells

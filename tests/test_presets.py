@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from workflow_cli import job_counts, snakemake_cmd
+from workflow_cli import cell_job_counts, snakemake_cmd
 
 from mmspec import cells as mmcells
 from mmspec import config as mmconfig
@@ -105,7 +105,7 @@ def _dry_run_jobs(preset, tmp_path):
     cmd = snakemake_cmd(tmp_path, preset, "--dry-run", cores=4)
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    return job_counts(out.stdout + out.stderr)
+    return cell_job_counts(out.stdout + out.stderr, tmp_path, preset)
 
 
 def _visual_caches(cfg, cells):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from workflow_cli import job_counts, snakemake_cmd
+from workflow_cli import cell_job_counts, snakemake_cmd
 
 from mmspec import cells as mmcells
 from mmspec import config as mmconfig
@@ -67,7 +67,7 @@ def test_every_preset_resolves_on_stand_ins(preset, stand_ins, tmp_path):
     root, models = stand_ins
     out = _snakemake(tmp_path, preset, _overrides(preset, root, models), "--dry-run")
     assert out.returncode == 0, out.stderr[-3000:]
-    jobs = job_counts(out.stdout + out.stderr)
+    jobs = cell_job_counts(out.stdout + out.stderr, tmp_path, PRESETS / f"{preset}.yaml")
     cells = mmcells.cells(mmconfig.load(PRESETS / f"{preset}.yaml"))
     assert jobs["generate"] == len(cells)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from workflow_cli import job_counts, snakemake_cmd
+from workflow_cli import cell_job_counts, snakemake_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"
@@ -21,13 +21,14 @@ def snakemake(workdir: Path, config: Path, *args: str) -> subprocess.CompletedPr
 
 
 def planned_jobs(workdir: Path, config: Path) -> dict[str, int]:
-    """Rule -> job count of a dry run (empty when there is nothing to do)."""
+    """Rule -> job count of a dry run, the per-cell stages counted in cells (empty when there
+    is nothing to do)."""
     out = snakemake(workdir, config, "--dry-run")
     assert out.returncode == 0, out.stderr
     text = out.stdout + out.stderr
     if "Nothing to be done" in text:
         return {}
-    return job_counts(text)
+    return cell_job_counts(text, workdir, config)
 
 
 def write_config(path: Path, change) -> Path:

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
-from workflow_cli import job_counts, snakemake_cmd
+from workflow_cli import cell_job_counts, snakemake_cmd
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADS = ROOT / "tests" / "configs" / "tiny_heads.yaml"
@@ -68,7 +68,7 @@ def test_changing_one_training_setting_retrains_only_that_head(run_dir, tmp_path
     config.write_text(yaml.safe_dump(cfg))
     out = snakemake(run_dir, config, "--dry-run")
     assert out.returncode == 0, out.stderr
-    plan = job_counts(out.stdout + out.stderr)
+    plan = cell_job_counts(out.stdout + out.stderr, run_dir, config)
     # the changed head, its one cell, and the summary (the report reads the heads' curves)
     assert plan == {
         "train_drafter": 1,

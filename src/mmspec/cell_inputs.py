@@ -118,15 +118,19 @@ def score_models(config: dict, dataset: str) -> list[str]:
     return [d for ref in config["image_metrics"].values() for d in model_output(ref)]
 
 
-def sweep_outputs(config: dict, cells) -> list[str]:
-    """Every file and folder the jobs of a sweep of `cells` write, each once, upstream first
-    (models, prepared datasets, visual caches and captions, heads, then each cell's samples,
-    judgements and scores, then the summary and report): the workflow's targets, so that a
-    missing one is rebuilt, and what it checks for damage before a run (`mmspec.integrity`)."""
+def upstream_outputs(config: dict, cells) -> list[str]:
+    """Every file and folder the jobs before the cells' write for a sweep of `cells`, each once
+    (models, prepared datasets, visual caches and captions, heads), then the summary and report:
+    with the cells' batches (`mmspec.batches`), the workflow's targets, so that a missing one
+    is rebuilt, and what it checks for damage before a run (`mmspec.integrity`)."""
     upstream: dict[str, None] = {}
-    own: dict[str, None] = {}
     captioner = config.get("captioner") or {}
+    done: set[tuple] = set()
     for cell in cells:
+        shared = (cell.dataset, cell.pair, cell.method, cell.hp)  # the seeds read the same
+        if shared in done:
+            continue
+        done.add(shared)
         inputs = generate_inputs(config, cell)
         if "drafter" in inputs:
             for paths in head_inputs(config, cell).values():
@@ -136,8 +140,4 @@ def sweep_outputs(config: dict, cells) -> list[str]:
         for paths in inputs.values():
             upstream.update(dict.fromkeys(paths if isinstance(paths, list) else [paths]))
         upstream.update(dict.fromkeys(score_models(config, cell.dataset)))
-        own[samples_path(cell)] = None
-        if judged(config, cell.dataset):
-            own[judgements_path(cell)] = None
-        own[scores_path(cell)] = None
-    return [*upstream, *own, *SUMMARY_OUTPUTS]
+    return [*upstream, *SUMMARY_OUTPUTS]

@@ -188,15 +188,27 @@ def _cells_arguments(p: argparse.ArgumentParser) -> None:
         default="config/config.yaml",
         help="the sweep a file that is not a whole sweep overrides (default: config/config.yaml)",
     )
+    p.add_argument(
+        "--commands",
+        choices=["generate", "judge", "score"],
+        help="print each cell's command of this stage instead of its path (what its batch job "
+        "runs for it: mmspec.batches)",
+    )
 
 
 def _cells(args: argparse.Namespace) -> None:
-    from mmspec import config
+    from mmspec import batches, config
     from mmspec.cells import expand
     from mmspec.plan import merged_line
 
-    expansion = expand(config.load_as_snakemake(args.config, args.default))
-    for cell in expansion.cells:
+    cfg = config.load_as_snakemake(args.config, args.default)
+    expansion = expand(cfg)
+    if args.commands:
+        planned = batches.of_sweep(cfg, expansion.cells)[args.commands]
+        for batch in planned.values():
+            for job in batch.jobs:
+                print(batches.command_line(job))
+    for cell in expansion.cells if not args.commands else ():
         print(cell.path)
     sys.stdout.flush()  # the paths before the count, where both streams share a terminal
     print(f"{len(expansion.cells)} cells from {expansion.grid_points} grid points", file=sys.stderr)

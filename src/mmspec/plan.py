@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-from mmspec import cell_inputs, stage_costs
+from mmspec import batches, cell_inputs, stage_costs
 from mmspec.cells import cells as sweep_cells
 from mmspec.data import source as dataset_source
 
@@ -145,6 +145,9 @@ class Plan:
     pairs: dict[str, PairPlan]
     stages: dict[str, stage_costs.StageCost]
     source: Path  # the results folder the estimates come from
+    ar_batches: int = 0  # generate jobs to run (mmspec.batches) of AR cells
+    method_batches: int = 0  # and of method cells
+    batch_cells: int = 1
 
 
 def plan(
@@ -163,13 +166,21 @@ def plan(
             sizes[dataset] = _sample_turns(cfg, dataset, results, source)
         return sizes[dataset]
 
+    cells = list(cells)
+    generate = batches.of_sweep(cfg, cells)["generate"]
+    job_of = {job.cell: job for b in generate.values() for job in b.jobs}
+    batch_of = {job.cell: b for b in generate.values() for job in b.jobs}
     pairs: dict[str, PairPlan] = {}
+    to_run = []
+    batches_to_run: dict[str, bool] = {}  # batch id -> of an AR cell
     for cell in cells:
         entry = pairs.setdefault(cell.pair, PairPlan())
         entry.cells += 1
-        if (results / "generate" / cell.path / "samples.parquet").is_file():
+        if batches.is_done(job_of[cell.path], results):
             entry.done += 1
             continue
+        to_run.append(cell)
+        batches_to_run[batch_of[cell.path].id] = cell.spec.method == "ar"
         entry.ar_to_run += cell.spec.method == "ar"
         size = rows_of(cell.dataset)
         known = size is not None and entry.sample_turns is not None
@@ -177,9 +188,17 @@ def plan(
     for name, entry in pairs.items():
         earlier = _earlier(source, name)
         entry.seconds_per_turn, entry.earlier_cells, entry.devices, entry.reference_share = earlier
-    jobs = stage_costs.jobs_to_run(cfg, cells, results, rows_of)
+    jobs = stage_costs.jobs_to_run(cfg, to_run, results, rows_of)
     measured = stage_costs.earlier(source, lambda path: _timed(path)[0])
-    return Plan(pairs, stage_costs.cost(jobs, measured), source)
+    ar_batches = sum(batches_to_run.values())
+    return Plan(
+        pairs,
+        stage_costs.cost(jobs, measured),
+        source,
+        ar_batches,
+        len(batches_to_run) - ar_batches,
+        cfg["batch_cells"],
+    )
 
 
 def render(
@@ -194,14 +213,15 @@ def render(
     pairs = planned.pairs
     total = sum(p.cells for p in pairs.values())
     to_run = sum(p.cells - p.done for p in pairs.values())
+    ar, method = planned.ar_batches, planned.method_batches
+    batched = f"{ar + method} generate jobs of up to {planned.batch_cells} cells each (batch_cells)"
     if packed:
-        ar = sum(p.ar_to_run for p in pairs.values())
         jobs = (
-            f"{math.ceil((to_run - ar) / packed) + ar} Slurm jobs: {ar} AR cells on their own, "
-            f"the method cells in jobs of up to {packed} ({profile})"
+            f"{batched} -> {math.ceil(method / packed) + ar} Slurm jobs: {ar} of AR cells on "
+            f"their own, the method cells' packed {packed} to a Slurm job ({profile})"
         )
     else:
-        jobs = f"{to_run} Slurm jobs (no `{GROUP}` group in {profile})"
+        jobs = f"{batched}, each a Slurm job (no `{GROUP}` group in {profile})"
     lines = [f"cells: {total} ({total - to_run} done, {to_run} to run) -> {jobs}"]
     if merged:
         lines.append(f"  {merged_line(merged)}")

@@ -95,8 +95,9 @@ def _key(stage: str, output: str) -> str:
 
 
 def jobs_to_run(cfg: dict, cells, results: Path, rows_of) -> list[Job]:
-    """The jobs of every stage that the cells to run (those without samples under `results`)
-    need and whose outputs are missing; `rows_of(dataset)`: its sample-turns, or None."""
+    """The jobs of every stage that the cells to run (`cells`: those not up to date under
+    `results`, mmspec.batches) need and whose outputs are missing; `rows_of(dataset)`: its
+    sample-turns, or None."""
     jobs: dict[str, Job] = {}
 
     def add(stage: str, output: str, rows: int | None, key: str | None = None) -> None:
@@ -106,9 +107,8 @@ def jobs_to_run(cfg: dict, cells, results: Path, rows_of) -> list[Job]:
 
     for cell in cells:
         output = cell_inputs.samples_path(cell)
-        if _whole(results / _under_results(output)):
-            continue
-        add("generate", output, rows_of(cell.dataset), key=cell.pair)
+        relative = _under_results(output)
+        jobs[relative] = Job("generate", cell.pair, relative, rows_of(cell.dataset))
         for name, path in cell_inputs.generate_inputs(cfg, cell).items():
             stage = INPUT_STAGE.get(name)
             if stage == "train_drafter":  # the head, and what it learns from

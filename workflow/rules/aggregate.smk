@@ -1,12 +1,12 @@
-# The cells' score files are inputs (the DAG waits for each and reruns on changes), but the
-# command names none of them: Linux refuses a command argument over 128 KiB, which a list of a
-# few thousand paths exceeds. `mmspec aggregate --sweep` derives exactly the sweep's score files
+# The score batches' records are inputs (the DAG waits for each and reruns on changes), but the
+# command names no file: Linux refuses a command argument over 128 KiB, which a list of a few
+# thousand paths exceeds. `mmspec aggregate --sweep` derives exactly the sweep's score files
 # from the validated config, a few KB whatever the cell count.
 
 
 rule aggregate:
     input:
-        score_files(),
+        batches.records(BATCHES, ["score"]),
     output:
         cells=report(
             "results/summary/cells.parquet",

@@ -1,26 +1,23 @@
+# Cells are decoded in batches (mmspec.batches): one job per batch of up to `batch_cells` cells of
+# one dataset, pair, method and seed; each cell is rerun by its own key, and logs to
+# logs/generate/<cell>.log as `mmspec generate` would.
 rule generate:
     input:
-        unpack(generate_inputs),
+        batch_inputs("generate"),
     output:
-        "results/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}/samples.parquet",
+        "results/batches/generate/{batch}/done.json",
     log:
-        "logs/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.log",
-    # its wall time and memory, read by `mmspec plan` (device-hours per stage)
-    benchmark:
-        "results/benchmarks/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.tsv"
+        "logs/batches/generate/{batch}.log",
     group:
-        generate_group
+        batch_group
     conda:
         "../../envs/mmspec.yaml"
     threads: CONFIG["timing"]["threads"]
     resources:
         gpu=GPU_JOB,
-        mem_mb=lambda w: generate_memory(w).host_mb,
-        gpu_mem_mb=lambda w: generate_memory(w).gpu_mb,
+        mem_mb=batch_host_mb("generate"),
+        gpu_mem_mb=batch_gpu_mb("generate"),
     params:
-        cell=generate_params,
-        optional=optional_inputs,
-        code=generate_code,
+        spec=batch_spec("generate"),
     shell:
-        "mmspec generate --params {params.cell:q} --prepared {input.prepared}"
-        " {params.optional} --out {output} 2> {log}"
+        "mmspec batch --spec {params.spec} --out {output} 2> {log}"

@@ -1,23 +1,15 @@
+# Scored in batches, as cells are decoded (generate.smk).
 rule score:
     input:
-        unpack(judge_inputs),
-        samples="results/generate/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}/samples.parquet",
-        ar_samples=ar_samples,
-        prepared="results/prepared/{dataset}.parquet",
-        models=score_models,
+        batch_inputs("score"),
     output:
-        "results/score/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}/scores.parquet",
+        "results/batches/score/{batch}/done.json",
     log:
-        "logs/score/dataset={dataset}/pair={pair}/method={method}/hp={hp}/seed={seed}.log",
+        "logs/batches/score/{batch}.log",
     conda:
         "../../envs/mmspec.yaml"
     threads: 1
     params:
-        metric=dataset_metric,
-        images=score_options,
-        judged=judge_options,
-        code=score_code,
+        spec=batch_spec("score"),
     shell:
-        "mmspec score --samples {input.samples} --ar-samples {input.ar_samples}"
-        " --prepared {input.prepared} --metric {params.metric} {params.images}"
-        " {params.judged} --out {output} 2> {log}"
+        "mmspec batch --spec {params.spec} --out {output} 2> {log}"

@@ -39,15 +39,16 @@ def build_parser(filled: Iterable[str] | None = None) -> argparse.ArgumentParser
     return parser
 
 
-def main(argv: list[str] | None = None, warm: bool | None = None) -> int:
-    """`mmspec <argv>` (the command line when None). `warm`: hand a generate job to a warm
-    worker (`mmspec.worker`); by default only from the command line, not from Python. A GPU job
-    started from the command line by a workflow that shares a workstation's GPUs first takes
+def main(argv: list[str] | None = None, warm: bool | None = None, as_command: bool = False) -> int:
+    """`mmspec <argv>` (the command line when None; `as_command`: `argv` run as that command
+    line would be, as a batch job runs each of its cells). `warm`: hand a generate job to a
+    warm worker (`mmspec.worker`); by default only from the command line, not from Python. A GPU
+    job started from the command line by a workflow that shares a workstation's GPUs first takes
     one of them (`mmspec.gpus`)."""
     from mmspec import gpus
     from mmspec.private_folder import NotPrivate
 
-    from_command_line = argv is None
+    from_command_line = argv is None or as_command
     argv = sys.argv[1:] if argv is None else argv
     if from_command_line and argv:
         try:

@@ -35,6 +35,7 @@ what a fresh process would.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -46,7 +47,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mmspec import import_closure
@@ -119,26 +120,39 @@ def _folder() -> PrivateFolder:
 
 def _key() -> str:
     """Workers are per working directory, Python, code and keyed environment: a worker never
-    runs a job with other code or settings than a fresh process would. The code is mmspec's
-    files, the installed plugins (their entry points, versions, and the source of every module
-    their modules import: `import_closure`) and the installed distributions (a pip install or
-    upgrade), so a job whose code changed since a worker started gets a fresh worker."""
+    runs a job with other code or settings than a fresh process would."""
+    parts = [os.getcwd(), _fixed_code or _code(), [os.environ.get(k) for k in KEYED_ENV]]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
+def _code() -> list:
+    """The code a job runs: mmspec's files, the installed plugins (their entry points,
+    versions, and the source of every module their modules import: `import_closure`) and the
+    installed distributions (a pip install or upgrade), so a job whose code changed since a
+    worker started gets a fresh worker."""
     package = Path(__file__).parent
     stamp = sorted((str(p), p.stat().st_mtime_ns) for p in package.rglob("*.py"))
     # every module of the plugins' packages, and what they import: a superset of what a job
     # can run (a module a plugin imports by name included)
     modules = import_closure.plugin_modules() + import_closure.plugin_package_modules()
     plugins = import_closure.closure(modules)
-    parts = [
-        os.getcwd(),
-        sys.executable,
-        stamp,
-        import_closure.plugin_stamp(),
-        plugins.digest(),
-        _installed(),
-        [os.environ.get(k) for k in KEYED_ENV],
-    ]
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+    return [sys.executable, stamp, import_closure.plugin_stamp(), plugins.digest(), _installed()]
+
+
+_fixed_code: list | None = None
+
+
+@contextlib.contextmanager
+def code_read_once() -> Iterator[None]:
+    """Within it, the code part of a worker's key is read once, not per job (a quarter of a
+    second: every installed distribution's metadata): a batch job's cells run the code found
+    when it started, as one process running them all would."""
+    global _fixed_code
+    _fixed_code = _code()
+    try:
+        yield
+    finally:
+        _fixed_code = None
 
 
 def _installed() -> list[str]:

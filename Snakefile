@@ -39,10 +39,10 @@ rule all:
 # Before any job, once the executor is known (it is not while the Snakefile is read); a dry run
 # runs none of this.
 onstart:
-    batches.write_specs(BATCHES)
     gpus.unshare_for_cluster(workflow.local_exec)
     refuse_unreachable_judge(workflow.local_exec)
     refuse_unfetched(workflow.local_exec)
+    batches.write_specs(BATCHES)
 
 
 onsuccess:

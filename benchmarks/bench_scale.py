@@ -6,8 +6,7 @@ to reach a size) and times, in a copy of a finished tour's folder (`--tour`, so 
 exist as they do for a user extending a finished sweep):
 
 - `mmspec cells` (validation and expansion),
-- `snakemake -n` (a dry run, every job printed), the first (which writes the batches' specs)
-  and a second one,
+- `snakemake -n` (a dry run, every job printed; it writes nothing), twice,
 - `mmspec plan` (cells done and to run, jobs, device hours),
 
 and, with `--finish N`, runs an N-cell sweep of tiny cells (1 sample of 4 tokens each; datasets
@@ -103,7 +102,7 @@ def plan_cost(tour: Path, scratch: Path, cells: int) -> None:
     n = PER_SEED * len(sweep(cells)["seeds"])
     seconds, _ = timed(mmspec("cells", str(config)), folder)
     print(f"{n:>7} cells: mmspec cells {seconds:6.1f} s ({seconds / n * 1000:.2f} s per 1 000)")
-    for attempt in ("first", "second"):
+    for attempt in ("first", "again"):
         seconds, text = timed(snakemake(folder, config, "-n"), folder)
         print(
             f"{n:>7} cells: snakemake -n ({attempt}) {seconds:6.1f} s, {jobs_of(text)} jobs "

@@ -167,7 +167,11 @@ def _planned(config: dict, workdir: Path, *args: str) -> dict[str, list[tuple[di
 
     def fields(block: str, key: str) -> dict:
         found = re.search(rf"^\s+{key}: (.*)$", block, re.M)
-        return dict(item.split("=", 1) for item in found[1].split(", ")) if found else {}
+        values = dict(item.split("=", 1) for item in found[1].split(", ")) if found else {}
+        # a batch of cells (mmspec.batches): dataset=<d>/pair=<p>/method=<m>/seed=<s>/part-<k>
+        batch = values.get("batch", "")
+        values |= dict(part.split("=", 1) for part in batch.split("/") if "=" in part)
+        return values
 
     planned: dict[str, list[tuple[dict, dict]]] = {}
     # a dry run lists grouped jobs (the method cells' generate) indented under their group

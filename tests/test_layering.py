@@ -18,13 +18,17 @@ import mmspec
 
 PACKAGE = Path(mmspec.__file__).resolve().parent
 
-# the command line, and what runs it (warm workers, the GPU check, benchmarks) or documents it
-COMMANDS = ("cli", "worker", "reference", "gpu_check", "bench")
+# the command line, and what runs it (`python -m mmspec`, warm workers, a batch of cells' jobs,
+# the GPU check, benchmarks) or documents it
+COMMANDS = ("cli", "__main__", "worker", "stages.batch", "reference", "gpu_check", "bench")
 # each top layer: its modules or packages, and the only ones that may import them
 TOP_LAYERS = {
     "the command line": (COMMANDS, COMMANDS),
-    # also declared to the workflow's helpers (code fingerprints, GPU slots)
-    "the workflow's stages": (("stages",), (*COMMANDS, "stages", "fingerprint", "gpus")),
+    # also declared to the workflow's helpers (code fingerprints, GPU slots, the cells' jobs)
+    "the workflow's stages": (
+        ("stages",),
+        (*COMMANDS, "stages", "fingerprint", "gpus", "batches"),
+    ),
     "the toy world": (("toy",), (*COMMANDS, "toy")),
 }
 # the decoding engine, and the only modules it imports
@@ -137,12 +141,12 @@ def test_a_package_that_breaks_the_layers_fails_the_check(tmp_path):
             "report.py": "from pkg import cli\n",
         },
     )
-    commands = "cli, worker, reference, gpu_check, bench"
+    commands = "cli, __main__, worker, stages.batch, reference, gpu_check, bench"
     assert violations(root) == [
         f"pkg.data.stand_in -> pkg.toy.world: only {commands}, toy import the toy world",
         "pkg.decoding.trees -> pkg.methods.runner: the engine imports only decoding, lazy, "
         "plugins, data.media",
-        f"pkg.methods.verify -> pkg.stages.prepare: only {commands}, stages, fingerprint, gpus "
-        "import the workflow's stages",
+        f"pkg.methods.verify -> pkg.stages.prepare: only {commands}, stages, fingerprint, gpus, "
+        "batches import the workflow's stages",
         f"pkg.report -> pkg.cli: only {commands} import the command line",
     ]

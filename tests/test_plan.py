@@ -194,7 +194,7 @@ def test_per_stage_costs_from_an_earlier_run(tiny_run, tmp_path):
         in text
     )
     time = stage_costs.device_time(generate.seconds)
-    assert f"  generate: {n} jobs, {time}, disk at most" in text
+    assert f"  generate: {n} cells, {time}, disk at most" in text
     assert "  cache_visual: " in text and "at most" in text  # loading counted in each row
     finished = plan.render(plan.plan(cfg, pilot), 8)
     assert "  generate: nothing to run" in finished and "  all stages: nothing to run" in finished
@@ -232,7 +232,7 @@ def test_a_pilot_caps_each_dataset_and_its_run_feeds_plan(tiny_run, tmp_path):
     ).stdout
     assert "no earlier run of this pair" not in planned
     assert f"the earlier jobs in {tiny_run / 'results'}" in planned
-    line = r"  generate: \d+ jobs, \d+\.\d\d device-hours \(.* min\), disk at most"
+    line = r"  generate: \d+ cells, \d+\.\d\d device-hours \(.* min\), disk at most"
     assert re.search(line, planned)
 
 

@@ -198,7 +198,8 @@ def test_workflow_through_slurm(slurm_run):
     # another on one GPU
     cluster_rules = set(re.findall(r"^\s*rule (\w+):$", output, flags=re.M))  # (in groups too)
     n_submitted = len(re.findall(r"has been submitted with SLURM jobid", output))
-    n_cells = int(re.search(r"^generate\s+(\d+)", output, flags=re.M).group(1))
+    # generate jobs are batches of cells (one per dataset, pair, method and seed here)
+    n_batches = int(re.search(r"^generate\s+(\d+)", output, flags=re.M).group(1))
     jobs = _sacct_jobs(run_id, env)
     # the plugin sets --comment rule_<rule or group> or rule_<rule>_wildcards_<values>
     job_rule = {j["jobid"]: re.sub(r"^rule_|_wildcards_.*$", "", j["comment"]) for j in jobs}
@@ -209,12 +210,13 @@ def test_workflow_through_slurm(slurm_run):
     assert set(job_rule.values()) == submitted_as, (
         f"rules of the sacct jobs {sorted(job_rule.values())} != {sorted(submitted_as)}\n{diag}"
     )
-    n_ar = sum(c.spec.method == "ar" for c in mmcells.cells(mmconfig.load(TINY)))
+    cells = mmcells.cells(mmconfig.load(TINY))
+    n_ar = sum(c.spec.method == "ar" for c in cells)
     assert len([j for j in jobs if job_rule[j["jobid"]] == "generate"]) == n_ar, diag
     groups = [j for j in jobs if job_rule[j["jobid"]] == "cells_generate"]
-    n_method = n_cells - n_ar
+    n_method = n_batches - n_ar
     assert 1 < n_method and len(groups) == -(-n_method // 8), f"{n_method} in {groups}\n{diag}"
-    # in series: a group asks for its cells' runtimes summed (60 minutes each in the profile)
+    # in series: a group asks for its batches' runtimes summed (60 minutes each in the profile)
     assert sum(int(j["timelimit"]) for j in groups) == 60 * n_method, f"{groups}\n{diag}"
     # a group's cells ran on one warm worker, which loaded their shared models once
     logs = list((workdir / "logs" / "generate").rglob("*.log"))
@@ -225,9 +227,10 @@ def test_workflow_through_slurm(slurm_run):
     assert all(worker_lines.values()), f"a generate job did not run on a warm worker\n{diag}"
     # the method cells of a group, one worker each (an AR cell's job has its own, or hands it on)
     method = [m[1] for p, m in worker_lines.items() if "method=ar" not in p.as_posix()]
-    per_worker = sorted(collections.Counter(method).values())
-    sizes = sorted(min(8, n_method - 8 * i) for i in range(len(groups)))
-    assert len(method) == n_method and per_worker == sizes, f"{worker_lines}\n{diag}"
+    per_worker = collections.Counter(method).values()
+    method_cells = len(cells) - n_ar
+    assert len(method) == method_cells == sum(per_worker), f"{worker_lines}\n{diag}"
+    assert len(per_worker) == len(groups), f"{worker_lines}\n{diag}"
     assert len(jobs) == n_submitted, f"{len(jobs)} jobs in sacct, {n_submitted} submitted\n{diag}"
     bad = [j for j in jobs if j["state"] != "COMPLETED"]
     assert not bad, f"jobs not COMPLETED: {bad}\n{diag}"

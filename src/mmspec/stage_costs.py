@@ -250,7 +250,9 @@ def render(costs: dict[str, StageCost], source: str) -> list[str]:
         if not stage.jobs:
             lines.append(f"  {name}: nothing to run")
             continue
-        parts = [f"{stage.jobs} job" + ("s" if stage.jobs != 1 else "")]
+        # generate's are cells (its jobs run them in batches: the plan's first line)
+        unit = "cell" if name == "generate" else "job"
+        parts = [f"{stage.jobs} {unit}" + ("s" if stage.jobs != 1 else "")]
         if name in DEVICE_STAGES:
             if stage.estimated:
                 parts.append(f"{BOUND.get(name, '')}{device_time(stage.seconds)}")

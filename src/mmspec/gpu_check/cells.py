@@ -32,18 +32,18 @@ def cell_rows(out: Path, sweep: dict, status: int, log: str, expect_cuda: bool) 
 
     cells = sweep_cells.cells(sweep)
     jobs = failed_jobs(log)
-    failed = {c.path for c in cells if any(f"/{c.path}/" in o for j in jobs for o in j.outputs)}
+    failed = {c.path for c in cells if _failed(out, c, jobs)}
     results = cells_table(out, [c for c in cells if c.path not in failed], status)
     keys = [(c.dataset, c.pair, c.method) for c in cells]
     repeated = {k for k in keys if keys.count(k) > 1}
     rows, claimed = [], set()
     for cell in cells:
         row = Row(cell_name(cell, repeated))
-        mine = [j for j in jobs if any(f"/{cell.path}/" in o for o in j.outputs)]
-        claimed.update(id(j) for j in mine)
+        mine = _failed(out, cell, jobs)
+        claimed.update(id(j) for j in jobs if _holds(j, cell))
         done = results.get((cell.dataset, cell.pair, cell.method, cell.hp, cell.seed))
         if mine:
-            row.status, row.why = f"FAILED {mine[0].rule}", job_error(out, mine[0])
+            row.status, row.why = f"FAILED {mine[0].rule}", job_error(out, mine[0], cell)
         elif done is None:
             row.status = "NOT RUN"
             row.why = "a job it needs failed (below)" if status else "missing from the summary"
@@ -65,8 +65,34 @@ def cell_rows(out: Path, sweep: dict, status: int, log: str, expect_cuda: bool) 
     return rows
 
 
-def job_error(out: Path, job: FailedJob) -> str:
-    """Where a failed job's log is, and its last line (a stage's one-line error)."""
+def _holds(job: FailedJob, cell) -> bool:
+    """The failed job is the cell's own, or the batch of cells it is one of (mmspec.batches)."""
+    batch = f"/dataset={cell.dataset}/pair={cell.pair}/method={cell.method}/seed={cell.seed}/"
+    return any(f"/{cell.path}/" in o or ("/batches/" in o and batch in o) for o in job.outputs)
+
+
+def _failed(out: Path, cell, jobs: list[FailedJob]) -> list[FailedJob]:
+    """The failed jobs of `cell`: of a failed batch, the cells whose output it did not write."""
+    outputs = {
+        "generate": f"generate/{cell.path}/samples.parquet",
+        "judge": f"judge/{cell.path}/judgements.parquet",
+        "score": f"score/{cell.path}/scores.parquet",
+    }
+    return [
+        j
+        for j in jobs
+        if _holds(j, cell)
+        and not (j.rule in outputs and (out / "results" / outputs[j.rule]).exists())
+    ]
+
+
+def job_error(out: Path, job: FailedJob, cell=None) -> str:
+    """Where a failed job's log is, and its last line (a stage's one-line error): the cell's
+    own log where the job was a batch of cells."""
+    own = out / "logs" / job.rule / f"{cell.path}.log" if cell is not None else None
+    if own is not None and own.exists():
+        last = tail(own.read_text(errors="replace"), 1)
+        return f"{last} (log: {own})" if last else f"see {own}"
     if not job.log:
         return f"see {out / 'gpu_check' / 'workflow.log'}"
     log = out / job.log

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mmspec import batches
+from mmspec import batches, cell_keys
 from mmspec import cells as mmcells
 from mmspec import config as mmconfig
 from mmspec.stages.jobs import GenerateJob
@@ -79,7 +79,7 @@ def test_batches_hold_one_dataset_pair_method_and_seed_in_grid_order():
 def _batch(tmp_path: Path, names: list[str], samples: int = 2) -> tuple[Path, list]:
     """A batch of cheap real cells: `mmspec prepare` of toy datasets."""
     jobs = [
-        batches.CellJob(
+        cell_keys.CellJob(
             cell=name,
             argv=(
                 "prepare",
@@ -182,7 +182,7 @@ def test_a_record_whose_outputs_changed_is_removed_so_its_batch_reruns(tmp_path,
         Path(job.out).parent.mkdir(parents=True, exist_ok=True)
         Path(job.out).write_bytes(b"PAR1 then footer PAR1")
     Path(first.record).parent.mkdir(parents=True, exist_ok=True)
-    batches.write_record(first.record, first.jobs)
+    cell_keys.write_record(first.record, first.jobs)
     assert batches.stale_records(planned) == []
     assert Path(first.record).exists()
     os.utime(first.jobs[0].out, ns=(1, 1))  # the same bytes, another time: replaced
@@ -192,7 +192,7 @@ def test_a_record_whose_outputs_changed_is_removed_so_its_batch_reruns(tmp_path,
         "job runs again, for the cells not up to date"
     ]
     assert not Path(first.record).exists()
-    batches.write_record(first.record, first.jobs)
+    cell_keys.write_record(first.record, first.jobs)
     Path(first.jobs[0].out).unlink()
     assert "missing" in batches.stale_records(planned)[0]
 

@@ -46,13 +46,13 @@ def _config(config) -> dict:
 
 
 def planned_cells(output: str, workdir: Path, config) -> dict[str, list]:
-    """Stage -> the cells' jobs (mmspec.batches.CellJob) a dry run's batches will run: the cells
+    """Stage -> the cells' jobs (mmspec.cell_keys.CellJob) a dry run's batches will run: the cells
     of each planned batch whose output is not up to date, or that read an output a planned job
     makes first (the batch runs after it). The cell-level view of a dry run, whose jobs are
     batches of cells; `config`: the sweep's validated config, or its config files. Where the dry
     run printed its commands (`-p`), each planned batch's spec (named by the hash of its cells'
     jobs) must be the one `config` makes: the run planned exactly these jobs."""
-    from mmspec import batches
+    from mmspec import batches, cell_keys
     from mmspec import cells as mmcells
 
     config = _config(config)
@@ -69,7 +69,7 @@ def planned_cells(output: str, workdir: Path, config) -> dict[str, list]:
             assert not printed or batch.spec_path in printed, f"{batch.id}: other jobs planned"
             for job in batch.jobs:
                 rebuilt = any(path in outputs for path in job.inputs)
-                if rebuilt or not batches.is_done(job, workdir / "results"):
+                if rebuilt or not cell_keys.is_done(job, workdir / "results"):
                     found.setdefault(stage, []).append(job)
                     outputs.add(job.out)
     return found

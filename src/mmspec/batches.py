@@ -7,7 +7,7 @@ cell and stage made a 100 000-cell sweep cost minutes before its first job (docs
 job per stage runs them one after another (`mmspec batch`), each cell exactly as its own
 `mmspec <stage>` command line would, its log and benchmark files where they always were.
 
-Each cell keeps Snakemake's rerun rules on its own. A cell's key file
+Each cell keeps Snakemake's rerun rules on its own (`mmspec.cell_keys`). A cell's key file
 (`results/keys/<stage>/<cell>.json`) holds a hash of what decided it, as Snakemake's rerun
 triggers see it: the job's arguments, its code fingerprint (plugins included) and its input
 files (path, size and modification time), bound to the output's own size and modification
@@ -29,13 +29,13 @@ import functools
 import hashlib
 import json
 import os
-import shlex
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mmspec import cell_inputs, durable, integrity
+from mmspec import cell_inputs, durable
 from mmspec import cells as mmcells
+from mmspec.cell_keys import CellJob, size_and_time
 from mmspec.config import dataset_task
 from mmspec.data import source as dataset_source
 from mmspec.fingerprint import fingerprint
@@ -47,28 +47,9 @@ from mmspec.scoring import metric_catalog
 STAGES = ("generate", "judge", "score")
 FOLDER = "results/batches"
 RECORD = "done.json"
-KEYS = "results/keys"
 JUDGE_CACHE_DIR = "results/judge/cache"
 # Batch ids are folders: dataset=<d>/pair=<p>/method=<m>/seed=<s>/part-<k>
 ID_PATTERN = r"dataset=[^/]+/pair=[^/]+/method=[^/]+/seed=\d+/part-\d+"
-
-
-@dataclass(frozen=True)
-class CellJob:
-    """One cell's job of a stage: `mmspec <stage> <argv>`, writing `out` (stderr to `log`)."""
-
-    cell: str  # the cell's path (dataset=.../seed=<s>)
-    argv: tuple[str, ...]
-    out: str
-    log: str
-    benchmark: str | None
-    inputs: tuple[str, ...]  # the files and folders it reads: part of its key
-    code: str  # the code fingerprint of what it runs, plugins included
-
-    def static_key(self) -> str:
-        """A hash of the job but its inputs' states (the run adds them: `key`)."""
-        text = json.dumps([self.argv, self.inputs, self.code], separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass
@@ -338,10 +319,6 @@ def write_specs(batches: dict[str, dict[str, Batch]]) -> int:
     return written
 
 
-def _stamp(info: os.stat_result) -> list[int]:
-    return [info.st_size, info.st_mtime_ns]
-
-
 def stale_records(batches: dict[str, dict[str, Batch]]) -> list[str]:
     """Remove each batch record one of whose outputs is gone or has changed since the batch
     wrote it (deleted, cut, replaced), so the run reruns the batch (which reruns that cell
@@ -360,7 +337,7 @@ def stale_records(batches: dict[str, dict[str, Batch]]) -> list[str]:
             found = [] if outputs is not None else [f"{b.record}: unreadable"]
             for out, stamp in (outputs or {}).items():
                 try:
-                    now = _stamp(os.stat(out))
+                    now = size_and_time(os.stat(out))
                 except FileNotFoundError:
                     found.append(f"{out}: missing")
                     continue
@@ -374,86 +351,6 @@ def stale_records(batches: dict[str, dict[str, Batch]]) -> list[str]:
                     f"date{more if len(found) > 1 else ''}"
                 )
     return lines
-
-
-# --- a cell's key, checked and written by the batch job -------------------------------------
-
-
-def at(path: str, results: str | Path = "results") -> Path:
-    """A workflow path ("results/...") under the results folder `results`."""
-    head, _, rest = path.partition("/")
-    return Path(results) / rest if head == "results" and rest else Path(path)
-
-
-def _input_stamp(path: Path) -> list[int]:
-    """A file's size and time; a folder output's manifest's (it is written last)."""
-    info = os.stat(path)
-    if os.path.isdir(path):
-        manifest = path / integrity.MANIFEST
-        info = os.stat(manifest) if manifest.exists() else info
-    return _stamp(info)
-
-
-def key(job: CellJob, results: str | Path = "results") -> str:
-    """What decides the cell's output now: its job, code and its inputs' states
-    (FileNotFoundError for a missing input)."""
-    stamps = [_input_stamp(at(p, results)) for p in job.inputs]
-    text = json.dumps([job.static_key(), stamps], separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def key_path(job: CellJob, results: str | Path = "results") -> Path:
-    """Where the cell's key is kept: `results/keys/<stage>/<cell>.json`, a tree of its own (as
-    logs and benchmarks are), so that a cell's folder holds its output alone."""
-    return at(f"{KEYS}/{job.argv[0]}/{job.cell}.json", results)
-
-
-def up_to_date(job: CellJob, now: str, results: str | Path = "results") -> bool:
-    """The cell's output is there, whole, and was written for the key `now`."""
-    out = at(job.out, results)
-    try:
-        recorded = json.loads(key_path(job, results).read_text())
-        info = os.stat(out)
-    except (FileNotFoundError, ValueError):
-        return False
-    if recorded.get("key") != now or recorded.get("output") != _stamp(info):
-        return False
-    return integrity.problem(out) is None
-
-
-def is_done(job: CellJob, results: str | Path = "results") -> bool:
-    """The cell's output is up to date with its job, code and inputs as they are now."""
-    try:
-        return up_to_date(job, key(job, results), results)
-    except FileNotFoundError:  # an input to be made first
-        return False
-
-
-def write_key(job: CellJob, now: str) -> None:
-    """Record that the output now at `job.out` was written for key `now`."""
-    stamp = _stamp(os.stat(job.out))
-    path = key_path(job)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    durable.write_text(path, json.dumps({"key": now, "output": stamp}))
-
-
-def write_record(batch_record: str, jobs: list[CellJob]) -> None:
-    outputs = {job.out: _stamp(os.stat(job.out)) for job in jobs}
-    durable.write_text(batch_record, json.dumps({"outputs": outputs}, indent=0))
-
-
-def load_spec(path: str) -> tuple[str, list[CellJob]]:
-    data = json.loads(Path(path).read_text())
-    jobs = [
-        CellJob(**{**j, "argv": tuple(j["argv"]), "inputs": tuple(j["inputs"])})
-        for j in data["cells"]
-    ]
-    return data["stage"], jobs
-
-
-def command_line(job: CellJob) -> str:
-    """The job as the command a user would type (the batch's log names it)."""
-    return "mmspec " + " ".join(shlex.quote(a) for a in job.argv) + f" 2> {job.log}"
 
 
 def ar_finder(config: dict, cells):

@@ -198,7 +198,7 @@ def _cells_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cells(args: argparse.Namespace) -> None:
-    from mmspec import batches, config
+    from mmspec import batches, cell_keys, config
     from mmspec.cells import expand
     from mmspec.plan import merged_line
 
@@ -208,7 +208,7 @@ def _cells(args: argparse.Namespace) -> None:
         planned = batches.of_sweep(cfg, expansion.cells)[args.commands]
         for batch in planned.values():
             for job in batch.jobs:
-                print(batches.command_line(job))
+                print(cell_keys.command_line(job))
     for cell in expansion.cells if not args.commands else ():
         print(cell.path)
     sys.stdout.flush()  # the paths before the count, where both streams share a terminal

@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-from mmspec import batches, cell_inputs, stage_costs
+from mmspec import batches, cell_inputs, cell_keys, stage_costs
 from mmspec.cells import cells as sweep_cells
 from mmspec.data import source as dataset_source
 
@@ -176,7 +176,7 @@ def plan(
     for cell in cells:
         entry = pairs.setdefault(cell.pair, PairPlan())
         entry.cells += 1
-        if batches.is_done(job_of[cell.path], results):
+        if cell_keys.is_done(job_of[cell.path], results):
             entry.done += 1
             continue
         to_run.append(cell)

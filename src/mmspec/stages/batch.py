@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from mmspec import batches, durable, integrity
+from mmspec import cell_keys, durable, integrity
 
 HELP = "run a batch of cells of a per-cell stage, skipping those up to date"
 LOG_TAIL = 5  # lines of a failed cell's log the batch's log repeats
@@ -56,7 +56,7 @@ def _stderr_to(log) -> Iterator[None]:
         os.close(saved)
 
 
-def run_cell(job: batches.CellJob) -> int:
+def run_cell(job: cell_keys.CellJob) -> int:
     """`mmspec <stage> ... 2> <log>` for one cell, run as that command line would be (a warm
     worker takes it where the stage allows, else it runs in this process: no interpreter to
     start per cell); its exit code."""
@@ -91,7 +91,7 @@ def _tail(path: str) -> str:
 def run(spec: str, out: str) -> int:
     from mmspec import worker
 
-    stage, jobs = batches.load_spec(spec)
+    stage, jobs = cell_keys.load_spec(spec)
     with worker.code_read_once():
         failed, ran = _run_cells(stage, jobs)
     if failed:
@@ -101,7 +101,7 @@ def run(spec: str, out: str) -> int:
             file=sys.stderr,
         )
         return 1
-    batches.write_record(out, jobs)
+    cell_keys.write_record(out, jobs)
     print(f"{stage}: {ran} cells run, {len(jobs) - ran} up to date", file=sys.stderr)
     return 0
 
@@ -112,7 +112,7 @@ def _run_cells(stage: str, jobs: list) -> tuple[list, int]:
     ran = 0
     for i, job in enumerate(jobs, 1):
         try:
-            now = batches.key(job)
+            now = cell_keys.key(job)
         except FileNotFoundError as error:  # an input gone since the job started (set aside
             # as damaged by an earlier cell's read): this cell fails, the others are tried
             failed.append(job)
@@ -123,14 +123,14 @@ def _run_cells(stage: str, jobs: list) -> tuple[list, int]:
                 flush=True,
             )
             continue
-        if batches.up_to_date(job, now):
+        if cell_keys.up_to_date(job, now):
             print(f"[{i}/{len(jobs)}] {job.cell}: up to date", file=sys.stderr, flush=True)
             continue
         damage = integrity.problem(job.out)
         if damage is not None:  # kept for a look, out of the way of its rebuild
             aside = integrity.set_aside(job.out)
             print(f"{job.out}: {damage}; moved aside to {aside.name}", file=sys.stderr)
-        batches.key_path(job).unlink(missing_ok=True)  # stale until the new output is written
+        cell_keys.key_path(job).unlink(missing_ok=True)  # stale until the new output is written
         start = time.perf_counter()
         code = run_cell(job)
         seconds = time.perf_counter() - start
@@ -143,7 +143,7 @@ def _run_cells(stage: str, jobs: list) -> tuple[list, int]:
                 flush=True,
             )
             continue
-        batches.write_key(job, now)
+        cell_keys.write_key(job, now)
         ran += 1
         print(f"[{i}/{len(jobs)}] {job.cell}: ran in {seconds:.1f} s", file=sys.stderr, flush=True)
     return failed, ran

@@ -21,6 +21,7 @@ import yaml
 from mmspec import batches
 from mmspec import cells as mmcells
 from mmspec import config as mmconfig
+from mmspec.cell_keys import size_and_time
 from mmspec.tables import SCORES, write_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,14 +129,9 @@ def write_scores(workdir: Path, config: dict) -> list[mmcells.Cell]:
     for batch in batches.of_sweep(validated, cells)["score"].values():
         record = workdir / batch.record
         record.parent.mkdir(parents=True, exist_ok=True)
-        outputs = {job.out: list(_stamp(workdir / job.out)) for job in batch.jobs}
+        outputs = {job.out: size_and_time((workdir / job.out).stat()) for job in batch.jobs}
         record.write_text(json.dumps({"outputs": outputs}))
     return cells
-
-
-def _stamp(path: Path) -> tuple[int, int]:
-    info = path.stat()
-    return info.st_size, info.st_mtime_ns
 
 
 def _write_scores(job: tuple[Path, list[mmcells.Cell]]) -> None:

@@ -70,7 +70,7 @@ class Batch:
 
     @property
     def record(self) -> str:
-        return f"{self.folder}/{RECORD}"
+        return record_path(self.stage, self.id)
 
     @functools.cached_property
     def spec_text(self) -> str:

@@ -23,6 +23,7 @@ include: "workflow/rules/train_drafter.smk"
 include: "workflow/rules/generate.smk"
 include: "workflow/rules/judge.smk"
 include: "workflow/rules/score.smk"
+include: "workflow/rules/search.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/claims.smk"
 include: "workflow/rules/report.smk"
@@ -34,6 +35,7 @@ rule all:
     default_target: True
     input:
         SWEEP_OUTPUTS,
+        search_outputs,
 
 
 # Before any job, once the executor is known (it is not while the Snakefile is read); a dry run

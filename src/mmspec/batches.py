@@ -48,8 +48,9 @@ STAGES = ("generate", "judge", "score")
 FOLDER = "results/batches"
 RECORD = "done.json"
 JUDGE_CACHE_DIR = "results/judge/cache"
-# Batch ids are folders: dataset=<d>/pair=<p>/method=<m>/seed=<s>/part-<k>
-ID_PATTERN = r"dataset=[^/]+/pair=[^/]+/method=[^/]+/seed=\d+/part-\d+"
+# Batch ids are folders: dataset=<d>/pair=<p>/method=<m>/seed=<s>/part-<k> (a searched round's
+# own cells: .../seed=<s>/round-<r>-part-<k>, mmspec.search.rounds)
+ID_PATTERN = r"dataset=[^/]+/pair=[^/]+/method=[^/]+/seed=\d+/(?:round-\d+-)?part-\d+"
 
 
 @dataclass
@@ -246,11 +247,11 @@ class _Jobs:
         )
 
 
-def plan(config: dict, cells, ar_of, size: int) -> dict[str, dict[str, Batch]]:
-    """stage -> batch id -> Batch, for every per-cell stage of the sweep of `cells`;
-    `ar_of(cell)`: the AR cell it is compared against."""
+def plan(config: dict, cells, ar_of, batch_of: dict[str, str]) -> dict[str, dict[str, Batch]]:
+    """stage -> batch id -> Batch, for every per-cell stage of the cells `cells`;
+    `ar_of(cell)`: the AR cell it is compared against; `batch_of`: cell path -> batch id, for
+    these cells and their AR cells (`partition`)."""
     cells = list(cells)
-    batch_of = partition(cells, size)
     jobs = _Jobs(config, ar_of)
     found: dict[str, dict[str, Batch]] = {stage: {} for stage in STAGES}
 
@@ -306,7 +307,7 @@ def write_specs(batches: dict[str, dict[str, Batch]]) -> int:
     the batch's older specs; the number written."""
     written = 0
     for stage in STAGES:
-        for b in batches[stage].values():
+        for b in batches.get(stage, {}).values():
             path = Path(b.spec_path)
             if path.exists():
                 continue
@@ -366,7 +367,9 @@ def ar_finder(config: dict, cells):
     return ar_of
 
 
-def of_sweep(config: dict, cells) -> dict[str, dict[str, Batch]]:
-    """The batches of the sweep `config` of `cells` (its `batch_cells` each at most)."""
+def of_sweep(config: dict, cells, batch_of: dict[str, str] | None = None):
+    """The batches of the sweep `config` of `cells` (its `batch_cells` each at most, or as
+    `batch_of` assigns them)."""
     cells = list(cells)
-    return plan(config, cells, ar_finder(config, cells), config["batch_cells"])
+    batch_of = batch_of or partition(cells, config["batch_cells"])
+    return plan(config, cells, ar_finder(config, cells), batch_of)

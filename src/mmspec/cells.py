@@ -16,6 +16,7 @@ from mmspec.methods.spec import MethodSpec
 from mmspec.model_refs import normalize_model_ref
 from mmspec.models import source as model_source
 from mmspec.schema import ConfigError
+from mmspec.search.space import is_searched
 
 
 @dataclass(frozen=True)
@@ -147,10 +148,13 @@ def method_points(name: str, entry: dict, temperature: float) -> list[tuple[str,
 
 
 def expand(config: dict) -> Expansion:
-    """Every cell of the sweep, in a stable order, one per distinct decoding."""
+    """Every cell of the sweep's grids, in a stable order, one per distinct decoding (a searched
+    entry's cells are proposed in rounds: mmspec.search.rounds)."""
     temperature = config["generation"]["temperature"]
     points = {
-        name: method_points(name, entry, temperature) for name, entry in config["methods"].items()
+        name: method_points(name, entry, temperature)
+        for name, entry in config["methods"].items()
+        if not is_searched(entry)
     }
     combos: dict[tuple, None] = {}  # (dataset, pair, method entry, seed), once across rules
     for rule in config["sweep"]:
@@ -160,7 +164,7 @@ def expand(config: dict) -> Expansion:
                 for dataset, pair, name, seed in itertools.product(
                     _pick(rule.get("datasets", "all"), config["datasets"]),
                     _pick(rule.get("pairs", "all"), config["pairs"]),
-                    _pick(rule.get("methods", "all"), config["methods"]),
+                    _gridded(rule, config, points),
                     config["seeds"],
                 )
             )
@@ -223,6 +227,11 @@ def ar_cell(config: dict, cell: Cell) -> Cell:
         f"cell {cell.path} needs an `ar` cell with the same dataset, pair, seed and temperature "
         "for its lossless check and quality retention: add `ar: {}` to methods"
     )
+
+
+def _gridded(rule: dict, config: dict, points: dict) -> list[str]:
+    """The method entries of a sweep row that are grids (not searched)."""
+    return [m for m in _pick(rule.get("methods", "all"), config["methods"]) if m in points]
 
 
 def _pick(names, section: dict) -> list[str]:

@@ -41,6 +41,9 @@ from mmspec.models.source import IMAGE_GENERATOR
 from mmspec.schema import ConfigError
 from mmspec.scoring import metric_catalog
 from mmspec.scoring.task_metric import TEXT
+from mmspec.search import runs as search_runs
+from mmspec.search import space as search_space
+from mmspec.search.space import is_searched
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -294,7 +297,10 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
                 f"package adds methods through the entry point group {registry.METHOD_GROUP}: is "
                 "it installed?)"
             )
-        method_points(name, entry, config["generation"]["temperature"])
+        if is_searched(entry):
+            search_space.of_entry(name, entry, config["generation"]["temperature"])
+        else:
+            method_points(name, entry, config["generation"]["temperature"])
     for name, pair in config["pairs"].items():
         if pair.get("draft") == SELF_DRAFT:  # Self-SD: the target drafts for itself
             pair["draft"] = pair["target"]
@@ -332,6 +338,8 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     config["sweep_extra"] = {}
     swept = cells(config)
     check_distinct(swept)
+    # a search's cells are proposed in rounds: its corner points stand for them in the checks
+    swept += search_runs.corner_cells(config)
     for cell in swept:
         if cell.spec.needs(DRAFT_MODEL) and "draft" not in config["pairs"][cell.pair]:
             raise ConfigError(

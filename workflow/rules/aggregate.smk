@@ -6,7 +6,7 @@
 
 rule aggregate:
     input:
-        batches.records(BATCHES, ["score"]),
+        summary_inputs,
     output:
         cells=report(
             "results/summary/cells.parquet",

@@ -12,6 +12,8 @@ from mmspec.methods import components
 from mmspec.models import footprint
 from mmspec.models import source as model_source
 from mmspec.scoring.judge import reach as judge_reach
+from mmspec.search import rounds as search_rounds
+from mmspec.search import runs as search_runs
 from mmspec.stages import toy_model
 from mmspec.stages.claims import finished
 from mmspec.stages.jobs import TrainDrafterJob
@@ -50,12 +52,24 @@ HEAD_CELLS = {
     mmcells.drafter_dir(c): c for c in CELLS.values() if mmcells.drafter_dir(c)
 }
 # The per-cell stages run in batches of cells (mmspec.batches); each batch's record is a target.
-BATCHES = batches.of_sweep(CONFIG, CELLS.values())
+BATCH_OF = batches.partition(CELLS.values(), CONFIG["batch_cells"])
+BATCHES = batches.of_sweep(CONFIG, CELLS.values(), BATCH_OF)
+GRID_SCORE_RECORDS = batches.records(BATCHES, ["score"])
+# A searched entry's cells come in rounds (mmspec.search): those of the rounds proposed so far
+# are batched here like the grid's; a round proposed during the run joins the DAG when its
+# checkpoint (search.smk) has written it.
+ROUNDS = search_rounds.Rounds(CONFIG, CELLS.values(), BATCH_OF)
+for _round in ROUNDS.proposed():
+    for _stage, _table in _round.batches.items():
+        BATCHES[_stage].update(_table)
 # Every output of the sweep is a target of the run: Snakemake rebuilds a missing file only for
 # a target or for a job that must run, so an upstream output deleted under an up-to-date summary
-# would otherwise stay missing while the report counted it.
+# would otherwise stay missing while the report counted it. A search's corner cells stand for
+# the upstream outputs its rounds' cells read.
 SWEEP_OUTPUTS = [
-    *cell_inputs.upstream_outputs(CONFIG, CELLS.values()),
+    *cell_inputs.upstream_outputs(
+        CONFIG, [*CELLS.values(), *search_runs.corner_cells(CONFIG)]
+    ),
     *batches.records(BATCHES),
 ]
 # A damaged output is set aside before the DAG is planned, and so rebuilt like a missing one
@@ -78,6 +92,8 @@ wildcard_constraints:
     name=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     kind=r"[a-z0-9_]+",
     batch=batches.ID_PATTERN,
+    search=search_runs.ID_PATTERN,
+    round=r"\d+",
 
 
 PREPARE_CODE = fingerprint("prepare")
@@ -157,17 +173,26 @@ def prepare_spec(w):
     return json.dumps(entry, sort_keys=True)
 
 
+def batch(stage, batch_id):
+    """A batch of `stage`: the grid's, or one of a round proposed during this run (whose spec
+    is written here, as its cells join the DAG: a dry run proposes no round)."""
+    found = BATCHES[stage].get(batch_id)
+    if found is None:
+        found = ROUNDS.batch(stage, batch_id)
+        batches.write_specs({stage: {batch_id: found}})
+        BATCHES[stage][batch_id] = found
+    return found
+
+
 # Memory requests (resources mem_mb, gpu_mem_mb) from the sizes of the models a job loads; a
 # profile's set-resources for the rule overrides them.
 def batch_inputs(stage):
     """The files a batch of `stage` waits for (its cells' inputs, and the batches they read)."""
-    table = BATCHES[stage]
-    return lambda w: list(table[w.batch].inputs)
+    return lambda w: list(batch(stage, w.batch).inputs)
 
 
 def batch_spec(stage):
-    table = BATCHES[stage]
-    return lambda w: table[w.batch].spec_path
+    return lambda w: batch(stage, w.batch).spec_path
 
 
 def batch_group(w):
@@ -175,17 +200,57 @@ def batch_group(w):
     a method's; none for an AR batch, whose samples the method cells read: a group takes in the
     jobs that depend on each other, so one AR batch in it would pack every batch of its dataset,
     pair and seed into one Slurm job."""
-    return BATCHES["generate"][w.batch].group
+    return batch("generate", w.batch).group
 
 
 def batch_host_mb(stage):
-    table = BATCHES[stage]
-    return lambda w: table[w.batch].host_mb
+    return lambda w: batch(stage, w.batch).host_mb
 
 
 def batch_gpu_mb(stage):
-    table = BATCHES[stage]
-    return lambda w: table[w.batch].gpu_mb
+    return lambda w: batch(stage, w.batch).gpu_mb
+
+
+def search_round_inputs(w):
+    """Round r of a search waits for round r - 1's file and its cells' scores (its history;
+    the earlier rounds' through round r - 1's own inputs)."""
+    number = int(w.round)
+    if number == 1:
+        return []
+    previous = checkpoints.search_round.get(search=w.search, round=number - 1).output[0]
+    return [previous, *ROUNDS.round(w.search, number - 1).score_records]
+
+
+def search_outputs(w):
+    """Each search's last round and its cells' scores (the rounds before it are its inputs):
+    targets of the run, so a summary from before the search was added is not taken as current.
+    """
+    files = []
+    for search_id, run in ROUNDS.runs.items():
+        last = run.search.rounds
+        files.append(
+            checkpoints.search_round.get(search=search_id, round=last).output[0]
+        )
+        files += ROUNDS.round(search_id, last).score_records
+    return files
+
+
+def summary_inputs(w):
+    """The score records of the grid's cells and of every round of every search (each search's
+    last round is a checkpoint: the summary waits until the rounds are all proposed)."""
+    files = list(GRID_SCORE_RECORDS)
+    for search_id, run in ROUNDS.runs.items():
+        last = run.search.rounds
+        files.append(
+            checkpoints.search_round.get(search=search_id, round=last).output[0]
+        )
+        for number in range(1, last + 1):
+            files += ROUNDS.round(search_id, number).score_records
+    return list(dict.fromkeys(files))
+
+
+# the config as the rounds read it: a larger budget only adds rounds, so it is left out
+SEARCH_SWEEP = json.dumps(search_runs.without_budgets(CONFIG), sort_keys=True)
 
 
 def model_memory(w):

@@ -424,10 +424,17 @@ def main(args: argparse.Namespace) -> None:
 
 def sweep_score_files(sweep: dict, results: str = "results") -> list[str]:
     """The score file of every cell of a validated sweep config (`config.validate`'s output), in
-    cell order: exactly the sweep's cells, never whatever else lies under `results`."""
+    cell order: exactly the sweep's cells (its grids', and its searches' rounds' as their files
+    under `results` name them), never whatever else lies under `results`."""
     from mmspec.cells import cells as sweep_cells
+    from mmspec.search.rounds import Rounds
 
-    cells = sorted(sweep_cells(sweep), key=lambda c: (c.dataset, c.pair, c.method, c.hp, c.seed))
+    grid = sweep_cells(sweep)
+    searched = Rounds(sweep, grid, {}, results=results, plan_batches=False).cells()
+    cells = sorted(
+        {c.path: c for c in [*grid, *searched]}.values(),
+        key=lambda c: (c.dataset, c.pair, c.method, c.hp, c.seed),
+    )
     return [f"{Path(results).as_posix()}/score/{c.path}/scores.parquet" for c in cells]
 
 

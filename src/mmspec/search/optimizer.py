@@ -1,0 +1,191 @@
+"""A round's points: a pure function of the search, the round and the finished points before it.
+
+No optimizer state is kept between rounds: each round builds a fresh Optuna study, tells it every
+finished point of the earlier rounds (with the round it came from), and asks for the round's
+points with a sampler seeded by the search's seed and the round. So a rerun, a resumed run and a
+run with a larger budget propose the same points for every round they share.
+
+Round 1 is a scrambled Sobol design (Optuna's QMCSampler); later rounds ask the search's sampler:
+multivariate TPE with the constant liar (the round's points are asked together), NSGA-II (one
+generation per round), BoTorch's qNEHVI (Optuna's integration; the round's pending points are
+fantasized), or random. A point asked twice (a finished one, or one already in the round) is
+refused and asked again: a round always proposes points not decoded before, while its space
+has them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from dataclasses import dataclass
+
+from mmspec.search.space import Domain, Search
+
+# Asks per point before a round falls back to the finite space's unseen points
+ASKS_PER_POINT = 50
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A point of an earlier round and what its cells measured (None: its cells failed)."""
+
+    point: dict
+    round: int
+    row: dict | None
+
+
+def point_key(point: dict) -> str:
+    return json.dumps(point, sort_keys=True)
+
+
+def propose(search: Search, round_: int, history: list[Finished]) -> list[dict]:
+    """The points of round `round_` (1-based), none of them in `history`."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    wanted = search.round_size(round_)
+    if wanted == 0:
+        return []
+    distributions = {d.key: _distribution(d) for d in search.domains}
+    study = optuna.create_study(
+        directions=["maximize" if o.maximize else "minimize" for o in search.objectives],
+        sampler=_sampler(search, round_),
+    )
+    for done in history:
+        study.add_trial(_trial(search, done, distributions))
+    seen = {point_key(done.point) for done in history}
+    points: list[dict] = []
+    for _ in range(wanted * ASKS_PER_POINT):
+        if len(points) == wanted:
+            break
+        trial = study.ask(distributions)
+        point = normalized(search, trial.params)
+        if point_key(point) in seen:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:  # left running: the samplers treat it as pending while the round is asked
+            seen.add(point_key(point))
+            points.append(point)
+    if len(points) < wanted:  # a finite space nearly spent: its unseen points, in seeded order
+        points += _unseen(search, round_, seen)[: wanted - len(points)]
+    return points
+
+
+def normalized(search: Search, params: dict) -> dict:
+    """A point as its cell's hyperparameters hold it: integers as int, stepped floats rounded,
+    in the domains' order."""
+    out = {}
+    for d in search.domains:
+        value = params[d.key]
+        if d.choices is None:
+            value = int(round(value)) if d.integer else float(value)
+            if d.step is not None:
+                value = round(d.low + round((value - d.low) / d.step) * d.step, 12)
+        out[d.key] = value
+    return out
+
+
+def round_seed(search: Search, round_: int) -> int:
+    digest = hashlib.sha256(f"{search.seed}:{round_}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+def _sampler(search: Search, round_: int):
+    import optuna
+
+    seed = round_seed(search, round_)
+    if round_ == 1:
+        return optuna.samplers.QMCSampler(
+            qmc_type="sobol",
+            scramble=True,
+            seed=seed,
+            independent_sampler=optuna.samplers.RandomSampler(seed=seed),
+            warn_independent_sampling=False,
+            warn_asynchronous_seeding=False,
+        )
+    constraints = _constraints_func if search.constraints else None
+    if search.sampler == "tpe":
+        return optuna.samplers.TPESampler(
+            seed=seed,
+            multivariate=True,
+            constant_liar=True,
+            n_startup_trials=0,
+            constraints_func=constraints,
+            warn_independent_sampling=False,
+        )
+    if search.sampler == "nsga2":
+        return optuna.samplers.NSGAIISampler(
+            population_size=search.per_round, seed=seed, constraints_func=constraints
+        )
+    if search.sampler == "qnehvi":
+        from optuna_integration import BoTorchSampler
+        from optuna_integration.botorch import qnehvi_candidates_func
+
+        return BoTorchSampler(
+            candidates_func=qnehvi_candidates_func,
+            constraints_func=constraints,
+            n_startup_trials=1,
+            consider_running_trials=True,
+            seed=seed,
+        )
+    return optuna.samplers.RandomSampler(seed=seed)
+
+
+def _constraints_func(trial) -> list[float]:
+    # the values create_trial stored; a trial of this round has none (it is never completed)
+    return [trial.constraints[k] for k in sorted(trial.constraints)] or [math.inf]
+
+
+def _trial(search: Search, done: Finished, distributions: dict):
+    import optuna
+    from optuna.samplers import NSGAIISampler
+
+    params = {d.key: done.point[d.key] for d in search.domains}
+    attrs = {NSGAIISampler._get_generation_key(): done.round - 1}
+    values = None if done.row is None else [o.told(done.row) for o in search.objectives]
+    if values is None or any(math.isnan(v) for v in values):
+        return optuna.trial.create_trial(
+            state=optuna.trial.TrialState.FAIL,
+            params=params,
+            distributions=distributions,
+            system_attrs=attrs,
+        )
+    constraints = None
+    if search.constraints:
+        constraints = {f"c{i}": c.slack(done.row) for i, c in enumerate(search.constraints)}
+    return optuna.trial.create_trial(
+        values=values,
+        params=params,
+        distributions=distributions,
+        system_attrs=attrs,
+        constraints=constraints,
+    )
+
+
+def _distribution(d: Domain):
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    if d.choices is not None:
+        return CategoricalDistribution(list(d.choices))
+    if d.integer:
+        return IntDistribution(int(d.low), int(d.high), log=d.log)
+    return FloatDistribution(d.low, d.high, log=d.log, step=d.step)
+
+
+def _unseen(search: Search, round_: int, seen: set) -> list[dict]:
+    """The finite space's points not in `seen`, shuffled by the round's seed ([] if infinite)."""
+    values = [d.values() for d in search.domains]
+    if any(v is None for v in values):
+        return []
+    import itertools
+
+    keys = [d.key for d in search.domains]
+    points = [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+    points = [p for p in points if point_key(p) not in seen]
+    random.Random(round_seed(search, round_)).shuffle(points)
+    return points

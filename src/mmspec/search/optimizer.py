@@ -19,6 +19,7 @@ import hashlib
 import json
 import math
 import random
+import warnings
 from dataclasses import dataclass
 
 from mmspec.search.space import Domain, Search
@@ -96,6 +97,7 @@ def _sampler(search: Search, round_: int):
 
     seed = round_seed(search, round_)
     if round_ == 1:
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         return optuna.samplers.QMCSampler(
             qmc_type="sobol",
             scramble=True,
@@ -104,20 +106,15 @@ def _sampler(search: Search, round_: int):
             warn_independent_sampling=False,
             warn_asynchronous_seeding=False,
         )
+    # TPE and NSGA-II read the constraints the finished trials carry (create_trial's); BoTorch's
+    # sampler asks for them through a function
     constraints = _constraints_func if search.constraints else None
     if search.sampler == "tpe":
         return optuna.samplers.TPESampler(
-            seed=seed,
-            multivariate=True,
-            constant_liar=True,
-            n_startup_trials=0,
-            constraints_func=constraints,
-            warn_independent_sampling=False,
+            seed=seed, multivariate=True, constant_liar=True, n_startup_trials=0
         )
     if search.sampler == "nsga2":
-        return optuna.samplers.NSGAIISampler(
-            population_size=search.per_round, seed=seed, constraints_func=constraints
-        )
+        return optuna.samplers.NSGAIISampler(population_size=search.per_round, seed=seed)
     if search.sampler == "qnehvi":
         from optuna_integration import BoTorchSampler
         from optuna_integration.botorch import qnehvi_candidates_func

@@ -203,6 +203,10 @@ def of_entry(name: str, entry: dict, temperature: float = 0.0) -> Search:
             f"({budget} points in all)"
         )
     sampler = block.get("sampler", DEFAULT_SAMPLER)
+    if sampler not in SAMPLERS:
+        raise ConfigError(
+            f"{where}.search.sampler: {sampler!r} is not one of {list(SAMPLERS)} (docs/search.md)"
+        )
     if sampler == "qnehvi" and importlib.util.find_spec("botorch") is None:
         raise ConfigError(
             f"{where}.search.sampler: qnehvi needs BoTorch, which is not installed "

@@ -165,44 +165,54 @@ def replay(name: str, rows: dict, sampler: str, seed: int, budget: int) -> list[
     return chosen
 
 
+def report(cells: Path, name: str, seed: int, samplers: list[str]) -> None:
+    """The table of one grid at one toy seed: hypervolume share per sampler and round."""
+    _, _, _, _, domains, objectives = SEARCHES[name]
+    rows = grid_rows(cells, name, seed)
+    grid = math.prod(len(d.values()) for d in domains)
+    assert len(rows) == grid, f"{name} seed {seed}: {len(rows)} of {grid} cells"
+    budget = int(SHARE * grid)
+    ref = reference(list(rows.values()), objectives)
+
+    def share(chosen) -> float:
+        return hypervolume([measured(r, objectives) for r in chosen], ref) / full
+
+    full = 1.0
+    full = share(rows.values())
+    rng = random.Random(1000 + seed)
+    randoms = [share(rng.sample(list(rows.values()), budget)) for _ in range(RANDOM_SUBSETS)]
+    rounds = math.ceil(budget / PER_ROUND)
+    print(
+        f"\n{name}, toy seed {seed}: grid {grid} cells, budget {budget} ({SHARE:.0%}), "
+        f"objectives {objectives}, reference {tuple(round(x, 4) for x in ref)}\n"
+        f"  random subsets of {budget}: median {statistics.median(randoms):.3f} "
+        f"(min {min(randoms):.3f}, max {max(randoms):.3f}) of the grid's hypervolume\n"
+        "  sampler   " + "  ".join(f"round {i + 1:<2}" for i in range(rounds)) + "  cells  seconds"
+    )
+    for sampler in samplers:
+        start = time.perf_counter()
+        chosen = replay(name, rows, sampler, seed, budget)
+        seconds = time.perf_counter() - start
+        seen, shares = [], []
+        for found in chosen:
+            seen += found
+            shares.append(share(seen))
+        cells_text = "  ".join(f"{s:8.3f}" for s in shares)
+        print(f"  {sampler:<8}  {cells_text}  {len(seen):5d}  {seconds:7.1f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tour", type=Path, required=True, help="a finished tour's folder")
     parser.add_argument("--folder", type=Path, default=Path("/tmp/bench_search"))
     parser.add_argument("--samplers", nargs="*", default=["tpe", "nsga2", "qnehvi"])
     parser.add_argument("--seeds", type=int, nargs="*", default=SEEDS, help="toy seeds replayed")
+    parser.add_argument("--searches", nargs="*", default=list(SEARCHES))
     args = parser.parse_args()
     cells = run_grid(args.tour.resolve(), args.folder)
-    for name, (_, _, _, _, domains, objectives) in SEARCHES.items():
+    for name in args.searches:
         for seed in args.seeds:
-            rows = grid_rows(cells, name, seed)
-            grid = math.prod(len(d.values()) for d in domains)
-            assert len(rows) == grid, f"{name} seed {seed}: {len(rows)} of {grid} cells"
-            budget = int(SHARE * grid)
-            ref = reference(list(rows.values()), objectives)
-            full = hypervolume([measured(r, objectives) for r in rows.values()], ref)
-            rng = random.Random(1000 + seed)
-            randoms = [
-                hypervolume([measured(r, objectives) for r in rng.sample(list(rows.values()), budget)], ref)
-                / full
-                for _ in range(RANDOM_SUBSETS)
-            ]
-            print(f"\n{name}, toy seed {seed}: grid {grid} cells, budget {budget} ({SHARE:.0%}), "
-                  f"objectives {objectives}, reference {tuple(round(x, 4) for x in ref)}")
-            print(f"  random subsets of {budget}: median {statistics.median(randoms):.3f} "
-                  f"(min {min(randoms):.3f}, max {max(randoms):.3f}) of the grid's hypervolume")
-            print("  sampler   " + "  ".join(f"round {i + 1:<2}" for i in range(math.ceil(budget / PER_ROUND)))
-                  + "  cells  seconds")
-            for sampler in args.samplers:
-                start = time.perf_counter()
-                chosen = replay(name, rows, sampler, seed, budget)
-                seconds = time.perf_counter() - start
-                shares, seen = [], []
-                for found in chosen:
-                    seen += found
-                    shares.append(hypervolume([measured(r, objectives) for r in seen], ref) / full)
-                print(f"  {sampler:<8}  " + "  ".join(f"{s:8.3f}" for s in shares)
-                      + f"  {len(seen):5d}  {seconds:7.1f}")  # fmt: skip
+            report(cells, name, seed, args.samplers)
 
 
 if __name__ == "__main__":

@@ -53,17 +53,24 @@ def test_a_good_search_validates_and_has_no_grid_cells():
         ({"gamma": 3}, "at least one hyperparameter as a domain"),
         ({"gamma": {"low": 1, "high": 6}, "search": {"budget": 99}}, "more than the 6 points"),
         ({"gamma": {"low": 1, "high": 6}, "search": {"budget": 4, "per_round": 5}}, "per round"),
-        ({"gamma": {"low": 1, "high": 6}, "search": {"budget": 4, "objectives": ["speed"]}},
-         "'speed' is not a metric with a direction"),
-        ({"gamma": {"low": 1, "high": 6}, "search": {"budget": 4, "objectives": ["hp"]}},
-         "not a metric"),
-        ({"gamma": {"low": 1, "high": 6}, "search": {"budget": 4, "constraints": ["tau > 2"]}},
-         "a constraint reads"),
-        ({"gamma": {"low": 1, "high": 6}, "search": {"budget": 4, "constraints": ["taux >= 2"]}},
-         "'taux' is not a numeric metric"),
+        (
+            {"gamma": {"low": 1, "high": 6}, "search": {"budget": 4, "objectives": ["speed"]}},
+            "'speed' is not a metric with a direction",
+        ),
+        (
+            {"gamma": {"low": 1, "high": 6}, "search": {"budget": 4, "objectives": ["hp"]}},
+            "not a metric",
+        ),
+        (
+            {"gamma": {"low": 1, "high": 6}, "search": {"budget": 4, "constraints": ["tau > 2"]}},
+            "a constraint reads",
+        ),
+        (
+            {"gamma": {"low": 1, "high": 6}, "search": {"budget": 4, "constraints": ["taux >= 2"]}},
+            "'taux' is not a numeric metric",
+        ),
         ({"gamma": {"low": 1, "high": 6}, "lvspec_lambda": [0.1, 0.5]}, "lvspec_lambda"),
-        ({"gamma": {"low": 1, "high": 6}, "search": {"budget": 4, "sampler": "grid"}},
-         "sampler"),
+        ({"gamma": {"low": 1, "high": 6}, "search": {"budget": 4, "sampler": "grid"}}, "sampler"),
     ],
 )
 def test_bad_searches_are_named_before_any_job(entry, words):
@@ -208,3 +215,33 @@ def mmcells_batch_of(config, cells):
     from mmspec import batches
 
     return batches.partition(cells, config["batch_cells"])
+
+
+def test_the_report_shows_rounds_hypervolume_and_the_best_setting():
+    import pandas as pd
+
+    from mmspec.report import searches
+
+    rows = [  # hp, speedup, quality, retention
+        ("a", 1.2, 0.99, 0.99), ("b", 1.5, 0.95, 0.95), ("c", 2.0, 0.90, 0.90),
+        ("d", 1.8, 0.995, 0.995),
+    ]  # fmt: skip
+    pooled = pd.DataFrame(
+        [
+            {"dataset": "d", "pair": "p", "method": "s", "hp": hp, "speedup": s,
+             "speedup_low": s - 0.1, "speedup_high": s + 0.1, "quality": q, "retention": r,
+             "tau": 2.0}
+            for hp, s, q, r in rows
+        ]
+    )  # fmt: skip
+    first, second = [({"g": 1}, "s", "a"), ({"g": 2}, "s", "b")], [({"g": 3}, "s", "c")]
+    second.append(({"g": 4}, "s", "d"))
+    search = searches.SearchRounds("d", "p", "s", ["speedup", "quality"], [], [first, second])
+    html = searches.render(pooled, [search])
+    assert "s on d, pair p" in html
+    # round 1's frontier (a, b) covers less than the final (b, c, d dominate a)
+    shares = searches.hypervolume_shares(searches.point_rows(pooled, search), search)
+    assert 0 < shares[0] < shares[1] == 1.0
+    # the fastest point keeping 99% of AR's quality is d, found in round 2
+    assert "fastest with retention &gt;= 0.99: <code>{&#34;g&#34;: 4}</code> (round 2)" in html
+    assert searches.render(pooled, []) == ""

@@ -24,6 +24,7 @@ import yaml
 from mmspec import batches, cell_inputs, cell_keys, stage_costs
 from mmspec.cells import cells as sweep_cells
 from mmspec.data import source as dataset_source
+from mmspec.search.rounds import Rounds
 
 PROFILE = "slurm/config.yaml"
 GROUP = "cells"  # the generate jobs' group in the slurm profile
@@ -148,6 +149,7 @@ class Plan:
     ar_batches: int = 0  # generate jobs to run (mmspec.batches) of AR cells
     method_batches: int = 0  # and of method cells
     batch_cells: int = 1
+    searches: list[str] = field(default_factory=list)  # a line per search (its rounds' cells)
 
 
 def plan(
@@ -167,6 +169,10 @@ def plan(
         return sizes[dataset]
 
     cells = list(cells)
+    # a search's cells: those of the rounds proposed so far, and the points its budget has left
+    rounds = Rounds(cfg, cells, {}, results=str(results), plan_batches=False)
+    known = {c.path for c in cells}
+    cells += [c for c in rounds.cells() if c.path not in known]
     generate = batches.of_sweep(cfg, cells)["generate"]
     job_of = {job.cell: job for b in generate.values() for job in b.jobs}
     batch_of = {job.cell: b for b in generate.values() for job in b.jobs}
@@ -185,6 +191,23 @@ def plan(
         size = rows_of(cell.dataset)
         known = size is not None and entry.sample_turns is not None
         entry.sample_turns = entry.sample_turns + size if known else None
+    searches = []
+    seeds = len(cfg["seeds"])
+    for run in rounds.runs.values():
+        proposed = [r for r in rounds.proposed() if r.run.id == run.id]
+        left = run.search.budget - sum(len(r.points) for r in proposed)
+        entry = pairs.setdefault(run.pair, PairPlan())
+        entry.cells += left * seeds
+        size = rows_of(run.dataset)
+        known_size = size is not None and entry.sample_turns is not None
+        entry.sample_turns = entry.sample_turns + left * seeds * size if known_size else None
+        searches.append(
+            f"search {run.search.name} on {run.dataset}, pair {run.pair}: {run.search.rounds} "
+            f"rounds of up to {run.search.per_round} points x {seeds} seed(s) = "
+            f"{run.search.budget * seeds} cells; {len(proposed)} round(s) proposed, "
+            f"{left * seeds} cells not yet proposed (counted to run; their jobs are planned as "
+            "each round is proposed)"
+        )
     for name, entry in pairs.items():
         earlier = _earlier(source, name)
         entry.seconds_per_turn, entry.earlier_cells, entry.devices, entry.reference_share = earlier
@@ -198,6 +221,7 @@ def plan(
         ar_batches,
         len(batches_to_run) - ar_batches,
         cfg["batch_cells"],
+        searches,
     )
 
 
@@ -225,6 +249,7 @@ def render(
     lines = [f"cells: {total} ({total - to_run} done, {to_run} to run) -> {jobs}"]
     if merged:
         lines.append(f"  {merged_line(merged)}")
+    lines += [f"  {line}" for line in planned.searches]
     known, estimated, unknown = 0.0, 0, 0
     for name, p in sorted(pairs.items()):
         line = f"  pair {name}: {p.cells} cells, {p.cells - p.done} to run"

@@ -50,6 +50,7 @@ from mmspec.report import (
     weights,
 )
 from mmspec.report import heads as heads_section
+from mmspec.report import searches as search_section
 from mmspec.report.blocks import load_step_stats, step_stats_by_cell
 from mmspec.report.cells import lossless_bug, with_labels
 from mmspec.report.figures import method_colors
@@ -131,13 +132,15 @@ def write_report(
     blocks_path: str | Path | None = None,
     head_folders: list[str | Path] | None = None,
     claims_path: str | Path | None = None,
+    searches: list | None = None,
 ) -> None:
     """Render the cells table at `cells_path` as one self-contained HTML page at `out_html`.
 
     With `blocks_path` (results/summary/blocks.parquet) the page also shows the acceptance rate by
     draft position, the tree methods side by side and the ensemble weights over decoding; without
     it those sections are left out. `head_folders` (trained drafter heads) adds their training;
-    `claims_path` (results/summary/claims.parquet) the reproduction scorecard, first.
+    `claims_path` (results/summary/claims.parquet) the reproduction scorecard, first;
+    `searches` (`report.searches.load`) the searched methods' rounds.
     """
     cells = read_table(cells_path, CELLS).to_pandas()
     blocks = step_stats = None
@@ -151,6 +154,7 @@ def write_report(
         step_stats=step_stats,
         heads=heads_section.load_heads(head_folders or []),
         claims=read_table(claims_path, CLAIMS).to_pandas() if claims_path else None,
+        searches=searches,
     )
     out_html = Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)
@@ -167,6 +171,7 @@ def render_page(
     step_stats: pd.DataFrame | None = None,
     heads: list[dict] | None = None,
     claims: pd.DataFrame | None = None,
+    searches: list | None = None,
 ) -> str:
     """The full HTML page for a cells frame (one row per cell, CELLS columns).
 
@@ -187,6 +192,11 @@ def render_page(
         (DEFINITIONS_ANCHOR, "Metric definitions", render_definitions()),
         *dataset_sections(cells, pooled, keys, colors),
         (loose.ANCHOR, loose.TITLE, loose.render(pooled)),
+        (
+            search_section.ANCHOR,
+            search_section.TITLE,
+            search_section.render(pooled, searches or []),
+        ),
         (image_generation.ANCHOR, image_generation.TITLE, image_generation.render(pooled, colors)),
         (block_efficiency.ANCHOR, block_efficiency.TITLE, block_efficiency.render(cells)),
         (acceptance.ANCHOR, acceptance.TITLE, acceptance.render(cells, stats_by_cell, colors)),

@@ -189,7 +189,7 @@ def of_entry(name: str, entry: dict, temperature: float = 0.0) -> Search:
         )
     objectives = _objectives(f"{where}.search.objectives", block.get("objectives"))
     constraints = tuple(
-        _constraint(f"{where}.search.constraints[{i}]", text)
+        parse_constraint(f"{where}.search.constraints[{i}]", text)
         for i, text in enumerate(block.get("constraints", []))
     )
     budget = block.get("budget")
@@ -324,7 +324,8 @@ def _objectives(where: str, names) -> tuple[Objective, ...]:
     return tuple(Objective(m) for m in names)
 
 
-def _constraint(where: str, text) -> Constraint:
+def parse_constraint(where: str, text) -> Constraint:
+    """`<metric> >= <number>` (or <=) as a Constraint; a ConfigError naming `where` else."""
     match = _CONSTRAINT.match(text) if isinstance(text, str) else None
     if match is None:
         raise ConfigError(

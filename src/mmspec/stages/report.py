@@ -16,10 +16,14 @@ def run(
     blocks: str | None = None,
     heads: list[str] | None = None,
     claims: str | None = None,
+    sweep: dict | None = None,
 ) -> None:
+    """`sweep`: the validated config, whose searches' rounds (results/search) the page shows."""
+    from mmspec.report import searches
     from mmspec.report.page import write_report
 
-    write_report(cells, out, blocks, heads, claims)
+    found = searches.load(sweep) if sweep is not None else []
+    write_report(cells, out, blocks, heads, claims, found)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> None:
     heads = sweep_head_folders(args.sweep) if args.sweep is not None else args.heads
-    run(args.cells, args.out, args.blocks, heads, args.claims)
+    run(args.cells, args.out, args.blocks, heads, args.claims, args.sweep)
 
 
 def sweep_head_folders(sweep: dict) -> list[str]:

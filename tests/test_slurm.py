@@ -21,6 +21,7 @@ leave the Slurm the session started running afterwards (faster reruns).
 from __future__ import annotations
 
 import collections
+import json
 import os
 import re
 import shutil
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from mmspec import cells as mmcells
 from mmspec import config as mmconfig
@@ -255,3 +257,43 @@ def test_workflow_through_slurm(slurm_run):
     assert cells.is_file(), diag
     assert len(pd.read_parquet(cells)) > 0, "cells.parquet has no rows"
     assert (workdir / "reports" / "index.html").is_file(), diag
+
+
+def test_search_rounds_through_slurm(slurm_run, tmp_path):
+    """A searched entry's rounds run as they run locally: each round a local checkpoint job, its
+    cells' batches submitted through sbatch as any cell's, the next round proposed from them."""
+    env, done = slurm_run["env"], slurm_run["workdir"]
+    assert slurm_run["rc"] == 0, "the tiny run through Slurm failed (see its test)"
+    workdir = tmp_path / "search"
+    shutil.copytree(done / "results", workdir / "results")  # its models, data and AR cells
+    config = yaml.safe_load(TINY.read_text())
+    config["methods"] = {
+        "ar": {},
+        "s": {
+            "method": "sd",
+            "gamma": {"low": 1, "high": 3},
+            "views": ["M", "T"],
+            "search": {"budget": 4, "per_round": 2},
+        },
+    }
+    (tmp_path / "search.yaml").write_text(yaml.safe_dump(config))
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "all", "--profile", "slurm"]
+    cmd += ["--directory", str(workdir), "--configfile", str(tmp_path / "search.yaml")]
+    rc, output, _ = _run_snakemake([*cmd, *TEST_ARGS], env, tmp_path / "snakemake.log")
+    diag = _diagnostics(workdir, output)
+    assert rc == 0, diag
+    rounds = workdir / "results" / "search" / "dataset=toy_caption" / "pair=toy" / "method=s"
+    points = [json.loads((rounds / f"round-{r}.json").read_text())["points"] for r in (1, 2)]
+    assert all(len(p) == 2 for p in points), points
+    # the rounds ran where Snakemake runs; their cells as Slurm jobs, every one COMPLETED
+    assert len(re.findall(r"^\s*localcheckpoint search_round:$", output, flags=re.M)) == 2, diag
+    run_id = re.search(r"SLURM run ID: (\S+)", output).group(1)
+    jobs = _sacct_jobs(run_id, env)
+    assert jobs and all(j["state"] == "COMPLETED" for j in jobs), f"{jobs}\n{diag}"
+    for number in (1, 2):
+        assert re.search(
+            rf"batch=dataset=toy_caption/pair=toy/method=s/seed=0/round-{number}-", output
+        ), diag
+    cells = pd.read_parquet(workdir / "results" / "summary" / "cells.parquet")
+    hps = set(cells.loc[cells["method"] == "s", "hp"])
+    assert hps == {f"gamma-{p['gamma']}_views-{p['views']}" for r in points for p in r}, diag

@@ -80,7 +80,12 @@ def test_flags_follow_the_declarations():
         "train_drafter",
     }
     assert declared["generate"].warm and not declared["judge"].warm
-    assert {n for n, s in declared.items() if s.reads_all_components} == {"aggregate", "report"}
+    # search_round aggregates its history as aggregate does, and resolves the searched method
+    assert {n for n, s in declared.items() if s.reads_all_components} == {
+        "aggregate",
+        "report",
+        "search_round",
+    }
 
 
 def test_the_command_line_imports_only_the_stage_that_runs():

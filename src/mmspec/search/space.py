@@ -28,7 +28,7 @@ from mmspec.schema import ConfigError
 
 SEARCH_KEY = "search"
 SAMPLERS = ("tpe", "nsga2", "qnehvi", "random")
-# chosen by benchmarks/bench_search.py (docs/search.md, "Which optimizer")
+# benchmarks/bench_search.py compares them (docs/performance.md, "Searches")
 DEFAULT_SAMPLER = "tpe"
 DEFAULT_OBJECTIVES = ("speedup", "quality")
 DEFAULT_PER_ROUND = 8

@@ -45,6 +45,7 @@ onstart:
     refuse_unreachable_judge(workflow.local_exec)
     refuse_unfetched(workflow.local_exec)
     batches.write_specs(BATCHES)
+    search_rounds.write_sweep(CONFIG, ROUNDS.runs)
 
 
 onsuccess:

@@ -70,6 +70,11 @@ def test_a_good_search_validates_and_has_no_grid_cells():
             "'taux' is not a numeric metric",
         ),
         ({"gamma": {"low": 1, "high": 6}, "lvspec_lambda": [0.1, 0.5]}, "lvspec_lambda"),
+        ({"gamma": {"low": 1, "high": 6}, "search": {"budget": 4, "objectives": ["fid"]}},
+         "'fid' is never measured on dataset 'toy_caption'"),
+        ({"gamma": {"low": 1, "high": 6},
+          "search": {"budget": 4, "constraints": ["judge_retention >= 0.9"]}},
+         "measured on judged datasets only"),
         ({"gamma": {"low": 1, "high": 6}, "search": {"budget": 4, "sampler": "grid"}}, "sampler"),
     ],
 )

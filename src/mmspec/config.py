@@ -340,6 +340,7 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     check_distinct(swept)
     # a search's cells are proposed in rounds: its corner points stand for them in the checks
     swept += search_runs.corner_cells(config)
+    _check_search_metrics(config)
     for cell in swept:
         if cell.spec.needs(DRAFT_MODEL) and "draft" not in config["pairs"][cell.pair]:
             raise ConfigError(
@@ -364,6 +365,27 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
             )
     check_ar_cells(swept)
     return config
+
+
+def _check_search_metrics(config: dict) -> None:
+    """A search's objectives and constraints are measured on each dataset it runs on: FID only
+    where the dataset makes images, the judge's only where it is judged."""
+    for run in search_runs.runs(config):
+        images = dataset_task(config, run.dataset) == IMAGE_GENERATION
+        judged = bool(config["datasets"][run.dataset].get("judge"))
+        metrics = [o.metric for o in run.search.objectives]
+        metrics += [c.metric for c in run.search.constraints]
+        for metric in metrics:
+            why = None
+            if metric.startswith("fid") and not images:
+                why = "FID is measured on image generation datasets only"
+            elif metric.startswith("judge_") and not judged:
+                why = "it is measured on judged datasets only (a `judge:` template)"
+            if why:
+                raise ConfigError(
+                    f"config key methods.{run.search.name}.search: {metric!r} is never measured "
+                    f"on dataset {run.dataset!r}, where the sweep runs this search: {why}"
+                )
 
 
 # The keys of a dataset entry that scoring and the report read, not prepare: a change to them

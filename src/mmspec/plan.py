@@ -246,6 +246,8 @@ def render(
         )
     else:
         jobs = f"{batched}, each a Slurm job (no `{GROUP}` group in {profile})"
+    if planned.searches:
+        jobs += " (a search's cells not yet proposed join as its rounds are: below)"
     lines = [f"cells: {total} ({total - to_run} done, {to_run} to run) -> {jobs}"]
     if merged:
         lines.append(f"  {merged_line(merged)}")

@@ -59,7 +59,7 @@ GRID_SCORE_RECORDS = batches.records(BATCHES, ["score"])
 # are batched here like the grid's; a round proposed during the run joins the DAG when its
 # checkpoint (search.smk) has written it.
 ROUNDS = search_rounds.Rounds(CONFIG, CELLS.values(), BATCH_OF)
-for _round in ROUNDS.proposed():
+for _round in ROUNDS.proposed(fresh=True):
     for _stage, _table in _round.batches.items():
         BATCHES[_stage].update(_table)
 # Every output of the sweep is a target of the run: Snakemake rebuilds a missing file only for
@@ -249,8 +249,18 @@ def summary_inputs(w):
     return list(dict.fromkeys(files))
 
 
-# the config as the rounds read it: a larger budget only adds rounds, so it is left out
-SEARCH_SWEEP = json.dumps(search_runs.without_budgets(CONFIG), sort_keys=True)
+def search_round_key(w):
+    """What decides a round's points besides its history (its inputs): the search as defined
+    (not its budget: a larger budget only adds rounds), the sweep's seeds and temperature.
+    """
+    run = ROUNDS.runs[w.search]
+    key = {
+        "search": run.search.definition(),
+        "seeds": CONFIG["seeds"],
+        "temperature": CONFIG["generation"]["temperature"],
+        "size": run.search.round_size(int(w.round)),
+    }
+    return json.dumps(key, sort_keys=True)
 
 
 def model_memory(w):

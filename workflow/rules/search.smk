@@ -17,9 +17,10 @@ checkpoint search_round:
     threads: 1
     params:
         # a function: Snakemake would read the braces of a JSON string as wildcards
-        sweep=lambda w: SEARCH_SWEEP,
+        key=search_round_key,
         size=lambda w: ROUNDS.runs[w.search].search.round_size(int(w.round)),
+        sweep=search_rounds.SWEEP_FILE,
         code=fingerprint("search_round"),
     shell:
-        "mmspec search_round --sweep {params.sweep:q} --search {wildcards.search}"
+        "mmspec search_round --sweep-file {params.sweep} --search {wildcards.search}"
         " --round {wildcards.round} --size {params.size} --out {output} 2> {log}"

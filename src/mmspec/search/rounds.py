@@ -65,6 +65,22 @@ def read_points(run: Run, round_: int, results: str = "results") -> list[dict] |
     return data["points"]
 
 
+SWEEP_FILE = f"{FOLDER}/sweep.json"
+
+
+def write_sweep(config: dict, runs_: dict) -> None:
+    """The validated config where the round jobs read it (written as a run's jobs start: a
+    file, so that the jobs' rerun triggers are only what decides a round)."""
+    if not runs_:
+        return
+    text = json.dumps(config, sort_keys=True)
+    path = Path(SWEEP_FILE)
+    if path.exists() and path.read_text() == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    durable.write_text(path, text)
+
+
 def write_round(run: Run, round_: int, points: list[dict], history: list, path: str) -> None:
     """Write a round's file atomically: its definition, its points, and what the optimizer was
     told of the earlier points (for the report)."""
@@ -126,16 +142,38 @@ class Rounds:
         self._rounds[(search_id, number)] = (stamp, found)
         return found
 
-    def proposed(self) -> list[Round]:
-        """Every round that counts now, search by search."""
+    def proposed(self, fresh: bool = False) -> list[Round]:
+        """Every round that counts now, search by search; `fresh`: only those newer than their
+        history (the earlier round's file and its cells' score records), as Snakemake judges a
+        job's output: a round whose history has since changed is proposed again, and its old
+        cells are no target of the run."""
         out = []
         for search_id, run in self.runs.items():
             for number in range(1, run.search.rounds + 1):
                 found = self.round(search_id, number)
-                if found is None:
+                if found is None or (fresh and not self._newer_than_history(found, out)):
                     break
                 out.append(found)
         return out
+
+    def _newer_than_history(self, found: Round, earlier: list[Round]) -> bool:
+        if found.number == 1:
+            return True
+        previous = next(
+            (r for r in earlier if r.run.id == found.run.id and r.number == found.number - 1),
+            None,
+        )
+        if previous is None:
+            return False
+        history = [previous.run.round_path(previous.number, self.results)]
+        history += [
+            f"{self.results}/{path.removeprefix('results/')}" for path in previous.score_records
+        ]
+        stamp = os.stat(found.run.round_path(found.number, self.results)).st_mtime_ns
+        try:
+            return all(os.stat(path).st_mtime_ns <= stamp for path in history)
+        except FileNotFoundError:
+            return False
 
     def cells(self) -> list[mmcells.Cell]:
         """The cells of every round that counts (shared cells once)."""

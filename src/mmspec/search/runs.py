@@ -82,25 +82,6 @@ def corner_cells(config: dict) -> list[mmcells.Cell]:
     return out
 
 
-def without_budgets(config: dict) -> dict:
-    """The config with its searches' budgets left out: what decides a round's points (a larger
-    budget adds rounds and changes none of the earlier)."""
-    methods = {
-        name: (
-            {
-                **entry,
-                space.SEARCH_KEY: {
-                    k: v for k, v in entry[space.SEARCH_KEY].items() if k != "budget"
-                },
-            }
-            if space.is_searched(entry)
-            else entry
-        )
-        for name, entry in config["methods"].items()
-    }
-    return {**config, "methods": methods}
-
-
 def with_budget(config: dict, search_id: str, number: int, size: int) -> dict:
     """The config (budgets left out) with the budget that gives round `number` of the search
     `search_id` its `size` points: the budget as far as that round."""

@@ -87,6 +87,12 @@ class Objective:
     def maximize(self) -> bool:
         return _METRICS[self.metric].better == "higher"
 
+    @property
+    def told_as(self) -> str:
+        """The column `told` reads: the interval's pessimistic end, or the metric itself."""
+        interval = _METRICS[self.metric].interval
+        return self.metric if interval is None else interval[0 if self.maximize else 1]
+
     def told(self, row: dict) -> float:
         """The value the optimizer is told: the pessimistic end of the metric's 95% interval
         where it has one (a point must show it is fast, not be lucky once), else the value."""

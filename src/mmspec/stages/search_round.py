@@ -10,6 +10,7 @@ failed.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 import tempfile
@@ -22,7 +23,13 @@ READS_ALL_COMPONENTS = True  # the searched method may compose a plugin's compon
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sweep", type=json_object, required=True, help="the validated config")
+    sweep = parser.add_mutually_exclusive_group(required=True)
+    sweep.add_argument("--sweep", type=json_object, help="the validated config (JSON)")
+    sweep.add_argument(
+        "--sweep-file",
+        help="a file holding it (the workflow's: results/search/sweep.json, written as its jobs "
+        "start, so that only what decides a round is a rerun trigger)",
+    )
     parser.add_argument("--search", required=True, help="dataset=<d>/pair=<p>/method=<m>")
     parser.add_argument("--round", type=int, required=True, help="the round (1 = the design)")
     parser.add_argument(
@@ -36,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    points = run(args.sweep, args.search, args.round, args.out, args.size)
+    sweep = args.sweep if args.sweep is not None else json.loads(Path(args.sweep_file).read_text())
+    points = run(sweep, args.search, args.round, args.out, args.size)
     print(
         f"round {args.round} of {args.search}: {len(points)} points -> {args.out}", file=sys.stderr
     )
@@ -79,7 +87,7 @@ def run(config: dict, search_id: str, number: int, out: str, size: int | None = 
 def _told(search, row) -> dict | None:
     if row is None:
         return None
-    values = {o.metric: o.told(row) for o in search.objectives}
+    values = {o.told_as: o.told(row) for o in search.objectives}
     values.update({c.metric: row.get(c.metric) for c in search.constraints})
     return {k: (None if v is None or math.isnan(v) else v) for k, v in values.items()}
 

@@ -39,7 +39,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from mmspec.search.hypervolume import hypervolume  # noqa: E402
+from mmspec.search.hypervolume import hypervolume, reference  # noqa: E402
 from mmspec.search.optimizer import Finished, propose  # noqa: E402
 from mmspec.search.space import Domain, Objective, Search  # noqa: E402
 
@@ -142,16 +142,6 @@ def measured(row: dict, objectives: list[str]) -> tuple[float, ...]:
     )  # fmt: skip
 
 
-def reference(rows: list[dict], objectives: list[str]) -> tuple[float, ...]:
-    points = [measured(r, objectives) for r in rows]
-    out = []
-    for i in range(len(objectives)):
-        values = [p[i] for p in points]
-        span = max(values) - min(values)
-        out.append(min(values) - (0.01 * span if span > 0 else 0.01 * max(1.0, abs(min(values)))))
-    return tuple(out)
-
-
 def replay(name: str, rows: dict, sampler: str, seed: int, budget: int) -> list[list[dict]]:
     """The rows each round of a search chose."""
     search = search_of(name, budget, sampler, seed)
@@ -172,13 +162,16 @@ def report(cells: Path, name: str, seed: int, samplers: list[str]) -> None:
     grid = math.prod(len(d.values()) for d in domains)
     assert len(rows) == grid, f"{name} seed {seed}: {len(rows)} of {grid} cells"
     budget = int(SHARE * grid)
-    ref = reference(list(rows.values()), objectives)
+    ref = reference([measured(r, objectives) for r in rows.values()])
+
+    def volume(chosen) -> float:
+        return hypervolume([measured(r, objectives) for r in chosen], ref)
+
+    full = volume(rows.values())
 
     def share(chosen) -> float:
-        return hypervolume([measured(r, objectives) for r in chosen], ref) / full
+        return volume(chosen) / full
 
-    full = 1.0
-    full = share(rows.values())
     rng = random.Random(1000 + seed)
     randoms = [share(rng.sample(list(rows.values()), budget)) for _ in range(RANDOM_SUBSETS)]
     rounds = math.ceil(budget / PER_ROUND)

@@ -135,7 +135,7 @@ def digest(modules: tuple[str, ...]) -> str:
 
 
 def foreign_code(classes) -> str:
-    """"+" and a short hash of the modules defining those of `classes` that are not mmspec's own
+    """ "+" and a short hash of the modules defining those of `classes` that are not mmspec's own
     (a plugin's, a test's), with every module they import; "" when all are mmspec's (whose
     code the stages' fingerprints hold). Added to a job's code fingerprint, it reruns the jobs
     that use a plugin when its code changes."""

@@ -25,8 +25,7 @@ class HuggingFaceDatasets(DatasetSource):
         if isinstance(source, str) and source.startswith(LOCAL_PREFIXES):
             if not Path(os.path.expanduser(source)).exists():
                 raise ValueError(
-                    f"local dataset folder {source!r} does not exist (relative to "
-                    f"{os.getcwd()})"
+                    f"local dataset folder {source!r} does not exist (relative to {os.getcwd()})"
                 )
 
     def has_second_turns(self, name: str, entry: dict) -> bool:

@@ -151,6 +151,7 @@ def plugin_code(refs) -> str:
     so editing a source (its reader) reruns them."""
     return import_closure.foreign_code([type(of(ref)) for ref in refs])
 
+
 def of(ref: str) -> ModelSource:
     """The source of a model reference."""
     scheme, colon, _ = ref.partition(":")

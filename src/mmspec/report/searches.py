@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 
 from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
 from mmspec.report.formatting import esc, fmt_num, heading
-from mmspec.search.hypervolume import frontier, hypervolume
+from mmspec.search.hypervolume import frontier, hypervolume, reference
 from mmspec.search.space import Objective, parse_constraint
 
 ANCHOR = "searches"
@@ -99,20 +99,12 @@ def _measured(rows: pd.DataFrame, objectives: list[str]) -> list[tuple[float, ..
     return [tuple(sign * float(r[m]) for m, sign in oriented) for _, r in rows.iterrows()]
 
 
-def _reference(points: list[tuple[float, ...]]) -> tuple[float, ...]:
-    ref = []
-    for values in zip(*points, strict=True):
-        span = max(values) - min(values)
-        ref.append(min(values) - (0.01 * span if span > 0 else 0.01 * max(1.0, abs(min(values)))))
-    return tuple(ref)
-
-
 def hypervolume_shares(rows: pd.DataFrame, search: SearchRounds) -> list[float]:
     """After each round, the hypervolume of the points so far as a share of all rounds'."""
     points = _measured(rows, search.objectives)
     if not points:
         return [math.nan] * len(search.rounds)
-    ref = _reference(points)
+    ref = reference(points)
     final = hypervolume(points, ref)
     return [
         hypervolume(_measured(rows[rows["_round"] <= n], search.objectives), ref) / final

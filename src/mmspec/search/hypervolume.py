@@ -28,6 +28,16 @@ def hypervolume(points: Sequence[Sequence[float]], reference: Sequence[float]) -
     return _volume(inside, ref)
 
 
+def reference(points: Sequence[Sequence[float]]) -> tuple[float, ...]:
+    """A reference point just below the worst of `points` in each objective (1% of its range,
+    or of its value where the range is 0), so every point adds its share."""
+    ref = []
+    for values in zip(*points, strict=True):
+        span = max(values) - min(values)
+        ref.append(min(values) - (0.01 * span if span > 0 else 0.01 * max(1.0, abs(min(values)))))
+    return tuple(ref)
+
+
 def _volume(points: list[tuple[float, ...]], ref: tuple[float, ...]) -> float:
     if not points:
         return 0.0

@@ -117,9 +117,7 @@ def run(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", required=True)
     parser.add_argument("--prepared", required=True)
-    parser.add_argument(
-        "--template", required=True, help="the dataset's judge template (vdd, vdc)"
-    )
+    parser.add_argument("--template", required=True, help="the dataset's judge template (vdd, vdc)")
     parser.add_argument(
         "--settings",
         type=settings_of("JudgeSettings"),

@@ -114,9 +114,7 @@ def _history(config: dict, search, earlier: list) -> list:
                     f"hp={row['hp']}/seed={row['seed']}"
                 )
                 rows[path] = row
-    columns = set()
-    for o in search.objectives:
-        columns |= {o.metric, *(_interval(o.metric) or ())}
+    columns = {o.metric for o in search.objectives} | {o.told_as for o in search.objectives}
     columns |= {c.metric for c in search.constraints}
     history = []
     for found in earlier:
@@ -133,9 +131,3 @@ def _history(config: dict, search, earlier: list) -> list:
                 mean[col] = sum(ok) / len(ok) if len(ok) == len(values) else math.nan
             history.append(Finished(point, found.number, mean))
     return history
-
-
-def _interval(metric: str):
-    from mmspec.cell_metrics import CELL_METRICS
-
-    return next((m.interval for m in CELL_METRICS if m.name == metric), None)

@@ -35,6 +35,6 @@ def check_reachable(endpoint: str, judged: list[str], local_execution: bool) -> 
         f"runs the judge jobs of {', '.join(sorted(judged))} on compute nodes, where it names the "
         "node itself. Serve the judge where the nodes reach it (e.g. as a Slurm job of its own: "
         "docs/running-at-scale.md, 'A judge the jobs can reach') and pass its address: --config "
-        "\"judge={endpoint: http://<host>:<port>/v1, model: <name>}\"; or run without the "
+        '"judge={endpoint: http://<host>:<port>/v1, model: <name>}"; or run without the '
         "cluster executor; or use the embedded judge (endpoint: embedded, the toy world's)."
     )

@@ -137,6 +137,22 @@ def test_proposals_are_a_function_of_search_round_and_history(sampler):
         assert point["mode"] in ("a", "b") and 4.0 <= point["tokens"] <= 64.0
 
 
+def test_gp_rounds_are_reproducible_and_new():
+    """Optuna's GP sampler (logEHVI), on a smaller search: it fits a GP per objective each ask."""
+
+    def gp(seed):
+        search = Search(
+            "x", "sd", {}, SPACE, (Objective("speedup"), Objective("quality")), (), 8, 4, seed,
+            "gp",
+        )  # fmt: skip
+        return run_rounds(search)
+
+    first = gp(0)
+    assert gp(0) == first
+    assert len({point_key(p) for p in itertools.chain(*first)}) == 8
+    assert gp(1)[1] != first[1]
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_tpe_rounds_cover_more_of_the_frontier_than_random_points(seed):
     """On a smooth two-objective toy, TPE's 32 points dominate more than the median of ten

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -13,6 +14,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 from workflow_cli import ROOT, job_counts, snakemake_cmd
+
+from mmspec.claims import scorecard
+from mmspec.claims.checks import NOT_APPLICABLE
+from mmspec.claims.claim import Claim, parse_check
 
 SEARCH_ID = "dataset=toy_caption/pair=toy/method=s"
 
@@ -119,3 +124,17 @@ def test_search_rounds_resume_grow_and_share_cells(tmp_path):
     )
     for path, mtime in before.items():
         assert path.stat().st_mtime_ns == mtime, f"{path} was decoded again"
+
+    # a claim reads the searched cells as it reads a grid's: tau along gamma over view T, where
+    # every cell is the search's
+    cells = pq.read_table(workdir / "results" / "summary" / "cells.parquet").to_pandas()
+    claim = Claim(
+        paper="P", id="t", claim="tau rises with gamma", where="Table 1", paper_numbers="",
+        check=parse_check(
+            {"kind": "trend", "stat": "tau", "along": "gamma",
+             "a": {"registry_method": "sd", "views": "T"}}, "test",
+        ),
+    )  # fmt: skip
+    (row,) = scorecard.evaluate([claim], {"run": cells}).to_dict("records")
+    assert row["verdict"] != NOT_APPLICABLE, row["measured"]
+    assert re.findall(r"(\d+): tau", row["measured"]) == ["1", "2", "3"], row["measured"]

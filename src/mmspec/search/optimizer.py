@@ -115,6 +115,13 @@ def _sampler(search: Search, round_: int):
         )
     if search.sampler == "nsga2":
         return optuna.samplers.NSGAIISampler(population_size=search.per_round, seed=seed)
+    if search.sampler == "gp":
+        # logEHVI over a GP per objective (Optuna's own, on torch); a round's points greedily,
+        # each with the earlier ones pending (qLogEHVI)
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        return optuna.samplers.GPSampler(
+            seed=seed, n_startup_trials=0, constraints_func=constraints
+        )
     if search.sampler == "qnehvi":
         from optuna_integration import BoTorchSampler
 

@@ -27,7 +27,7 @@ from mmspec.methods import registry
 from mmspec.schema import ConfigError
 
 SEARCH_KEY = "search"
-SAMPLERS = ("tpe", "nsga2", "qnehvi", "random")
+SAMPLERS = ("tpe", "nsga2", "gp", "qnehvi", "random")
 # benchmarks/bench_search.py compares them (docs/performance.md, "Searches")
 DEFAULT_SAMPLER = "tpe"
 DEFAULT_OBJECTIVES = ("speedup", "quality")

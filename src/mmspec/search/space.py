@@ -379,7 +379,7 @@ def _check_points(where: str, search: Search, temperature: float) -> None:
         try:
             spec = registry.resolve(search.method, search.hparams(point), temperature, strict=False)
         except ValueError as e:
-            raise ConfigError(f"{where}: at {point}: {e}") from None
+            raise ConfigError(f"{where}: at {point} (a corner of the space): {e}") from None
         held = spec.to_dict()
         read_somewhere |= {k for k in search.hparams(point) if k in held}
         trained = set(point) & set(spec.head_training())

@@ -1,11 +1,14 @@
 """ANLS: DocVQA's Average Normalized Levenshtein Similarity, one answer's term.
 
-Biten et al. 2019 (ST-VQA, eq. 1), the metric of DocVQA (Mathew et al. 2021): with NL(a, o) the
-Levenshtein distance between a human answer a and the output o divided by the longer one's
-length, an output scores max over the answers of 1 - NL(a, o) where NL(a, o) < 0.5, and 0 where
-every answer is that far or further; the mean over questions is the ANLS. Both sides are
-compared in lower case, trimmed, with runs of whitespace as one space (as the challenge's
-evaluation does), so a casing or spacing slip costs nothing and an OCR slip a little.
+As DocVQA's official evaluation script computes it (the RRC challenge's `evaluate_method`; the
+copy lmms-eval's DocVQA and InfoVQA tasks run), after Biten et al. 2019 (ST-VQA, eq. 1): for each
+human answer a, NL(a, o) is the Levenshtein distance between a and the output o, both in lower
+case, trimmed, with runs of whitespace as one space, divided by the longer of the two *raw* texts
+in upper case (so spaces the comparison dropped still count in the length, and "ß", "SS" in
+upper case, counts two); the question scores 1 - min over the answers of NL, and 0 where that is
+below 0.5 (a score of exactly 0.5 stands). ST-VQA's formula differs at both points (it zeroes
+NL >= 0.5, and divides by the compared texts' lengths): DocVQA's script is what users compare
+with, so this follows it; the mean over questions is the ANLS.
 """
 
 from __future__ import annotations
@@ -31,23 +34,32 @@ def _clean(text: str) -> str:
     return " ".join(text.lower().split())
 
 
-def similarity(answer: str, output: str) -> float:
-    """1 - NL(answer, output) when NL < THRESHOLD, else 0 (two empty texts are equal)."""
-    a, o = _clean(answer), _clean(output)
-    longer = max(len(a), len(o))
-    distance = levenshtein(a, o) / longer if longer else 0.0
-    return 1.0 - distance if distance < THRESHOLD else 0.0
+def normalized_distance(answer: str, output: str) -> float:
+    """NL(answer, output): the cleaned texts' edit distance over the longer raw upper-cased
+    length, as DocVQA's script divides (0 for two empty texts)."""
+    longer = max(len(answer.upper()), len(output.upper()))
+    return levenshtein(_clean(answer), _clean(output)) / longer if longer else 0.0
+
+
+def similarity(answers: list[str], output: str) -> float:
+    """1 - the least NL over the answers, or 0 where that is below THRESHOLD."""
+    best = 1.0 - min(normalized_distance(answer, output) for answer in answers)
+    return 0.0 if best < THRESHOLD else best
 
 
 @metric_catalog.register
 class ANLS(TaskMetric):
     name = "anls"
     description = (
-        "DocVQA's normalized Levenshtein similarity: the best over the answers of 1 - edit "
-        "distance / longer length, 0 where that distance is 0.5 or more; its mean is the ANLS"
+        "DocVQA's normalized Levenshtein similarity, as its official script computes it: the "
+        "best over the answers of 1 - edit distance / longer raw length, 0 where that is below "
+        "0.5; its mean is the ANLS"
     )
-    source = "Biten et al. 2019 (ST-VQA), eq. 1, threshold 0.5; DocVQA (Mathew et al. 2021)"
+    source = (
+        "DocVQA's official evaluation script (Mathew et al. 2021; lmms-eval's copy), after "
+        "Biten et al. 2019 (ST-VQA), eq. 1, threshold 0.5"
+    )
     takes = frozenset({TEXT, ANSWERS})
 
     def score(self, output: str, reference: str | list[str], sample: Sample) -> float:
-        return max(similarity(answer, output) for answer in answers(reference))
+        return similarity(answers(reference), output)

@@ -158,6 +158,17 @@ def test_adaboost_guards_the_zero_sum_the_release_divides_by():
     assert raw.tolist() == [weights.LIMIT, -weights.LIMIT]
     assert not torch.isfinite(raw / raw.sum()).all()  # the release's normalisation
     assert torch.equal(policy.choose(h, 2, None), torch.full((2,), 0.5))
+    # a sum that is 0 up to rounding: error rates 0.4 and 0.6, C = 0 (+-ln 1.5)
+    rounding = _errors([(True, True), (True, False), (True, True), (False, False), (False, False)])
+    even = _policy({"weights": "adaboost", "adaboost_constant": 0.0}, 3)
+    raw = even.raw(rounding)
+    assert raw.sum() != 0 and abs(float(raw.sum())) < 1e-15
+    assert raw.abs().max() / abs(raw.sum()) > 1e15  # the release's weights: +-7e15
+    assert torch.equal(even.choose(rounding, 2, None), torch.full((2,), 0.5))
+    # a small sum that is not rounding keeps the release's normalisation
+    near = _errors([(True, True), (True, False), (True, True), (False, False), (True, False)])
+    w = even.choose(near, 2, None)
+    assert not torch.equal(w, torch.full((2,), 0.5)) and abs(float(w.sum()) - 1) < 1e-6
 
 
 def test_adaboost_options_smoothing_clip_and_window():

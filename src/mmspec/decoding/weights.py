@@ -213,6 +213,8 @@ class SoftmaxWeights(_Adaptive):
         return torch.softmax(inverse_error.log() / self.temperature, dim=0)
 
 
+# a sum of weights this small against their magnitudes is 0 up to float64 rounding
+ZERO_SUM = 1e-12
 LIMIT = 1e5  # TABED's release: the weight of a view with error rate 0 (+) or 1 (-), where
 # ln(1/eps - 1) is infinite
 
@@ -231,7 +233,9 @@ class AdaBoostWeights(_Adaptive):
     Guard, not in the release: weights summing to 0 (e.g. +1e5 and -1e5: one view matched every
     position, the other none) would divide by zero (the release then drafts the argmax of an
     all-NaN mixture, token 0); they become equal weights, as the release makes them when every
-    weight is 0 or -1e5.
+    weight is 0 or -1e5. So do weights whose sum is 0 up to rounding (two views at error rates
+    0.4 and 0.6 with C = 0: +-0.405, summing to 6e-17), which the division would turn into
+    +-7e15 of a sign left to rounding.
 
     Options: `adaboost_smoothing` a counts eps as (errors + a) / (n + 2a), so a > 0 never gives
     +-1e5; `adaboost_clip` sets negative weights to 0 (all 0: equal weights); `window` h counts
@@ -290,7 +294,7 @@ class AdaBoostWeights(_Adaptive):
         if self.clip:
             weights = weights.clamp_min(0)
         total = weights.sum()
-        if total == 0 or not torch.isfinite(total):
+        if not torch.isfinite(total) or abs(total) <= ZERO_SUM * weights.abs().sum():
             return uniform(m)
         return (weights / total).float()
 

@@ -341,3 +341,36 @@ def test_training_record_counts_one_intermediate_layer_per_training_entry():
     entries = sum(len(s.embeds) - max(s.answer_from, 0) - 1 for s in sequences)
     assert sum(counts.values()) == entries == 3 + 3
     assert counts == {"1": 2, "2": 4}
+
+
+def test_dream_cross_attention_has_the_targets_key_value_heads():
+    """As the release's LlamaCrossAttention (cnets.py: k_proj and v_proj of num_key_value_heads x
+    head_dim, then repeat_kv): over a GQA target (4 query heads, 2 key-value heads) the head
+    projects keys and values to 2 heads, each shared by its group of 2 query heads."""
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=11,
+        num_hidden_layers=4,
+    )
+    torch.manual_seed(0)
+    spec = registry.resolve("dream", {"head_data": "x"})
+    head = build_head("dream", config, spec.head_training(), "made-up").double().eval()
+    cross = head.model.cross
+    dim = 16 // 4
+    assert tuple(cross.kv.weight.shape) == (2 * 2 * dim, 16)  # k_proj + v_proj of the release
+    features = torch.randn(3, 16, dtype=torch.float64)
+    keys, values = cross.project(features)
+    assert keys.shape == values.shape == (4, 3, dim)
+    v_proj = cross.kv.weight[2 * dim :]
+    by_kv_head = (features @ v_proj.T).view(3, 2, dim).transpose(0, 1)
+    for head_index in range(4):  # query heads 0, 1 read kv head 0; 2, 3 read kv head 1
+        torch.testing.assert_close(values[head_index], by_kv_head[head_index // 2])
+    assert torch.equal(keys[0], keys[1]) and not torch.allclose(keys[1], keys[2])
+    batch = _made_up_batch()
+    predicted, _ = head(batch.embeds, batch.features, attention_mask=batch.attention)
+    assert predicted.shape == batch.embeds.shape and torch.isfinite(predicted).all()

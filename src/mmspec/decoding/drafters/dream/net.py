@@ -42,15 +42,18 @@ class CrossAttention(nn.Module):
     values from the raw target features (no norm before the projections, cnets.py l. 548-549),
     RMSNorm on each head's queries and keys (l. 495-496, 545, 555), no rotary embedding; the
     attention and MLP outputs enter the stream through tanh gates initialised at 0 (l. 603,
-    607, 633, 638)."""
+    607, 633, 638). Keys and values have the target's key-value heads (`num_key_value_heads`,
+    l. 490-491), each shared by its group of query heads (`repeat_kv`, l. 552-553): a GQA target
+    gets the release's smaller projection."""
 
     def __init__(self, config):
         super().__init__()
         hidden, heads = config.hidden_size, config.num_attention_heads
         self.heads, self.dim = heads, hidden // heads
+        self.kv_heads = getattr(config, "num_key_value_heads", None) or heads
         self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         self.q = nn.Linear(hidden, hidden, bias=False)
-        self.kv = nn.Linear(hidden, 2 * hidden, bias=False)
+        self.kv = nn.Linear(hidden, 2 * self.kv_heads * self.dim, bias=False)
         self.o = nn.Linear(hidden, hidden, bias=False)
         self.q_norm = LlamaRMSNorm(self.dim, eps=config.rms_norm_eps)
         self.k_norm = LlamaRMSNorm(self.dim, eps=config.rms_norm_eps)
@@ -60,11 +63,16 @@ class CrossAttention(nn.Module):
         self.mlp_gate = nn.Parameter(torch.zeros(1))
 
     def project(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values [..., heads, M, dim] of memory features [..., M, H]."""
+        """Keys and values [..., heads, M, dim] of memory features [..., M, H] (each key-value
+        head repeated for its group of query heads)."""
         k, v = F.linear(features, self.kv.weight).chunk(2, dim=-1)
-        shape = (*features.shape[:-1], self.heads, self.dim)
+        shape = (*features.shape[:-1], self.kv_heads, self.dim)
         k = rms_norm(k.reshape(shape), self.k_norm).transpose(-3, -2)
-        return k, v.reshape(shape).transpose(-3, -2)
+        v = v.reshape(shape).transpose(-3, -2)
+        groups = self.heads // self.kv_heads
+        if groups > 1:
+            k, v = k.repeat_interleave(groups, dim=-3), v.repeat_interleave(groups, dim=-3)
+        return k, v
 
     def forward(self, hidden, keys, values, visible) -> torch.Tensor:
         """hidden [B, n, H]; keys, values [B, heads, M, dim]; visible [B, n, M] bool.

@@ -169,7 +169,7 @@ class Claim:
     paper: str
     id: str
     claim: str
-    where: str  # where the paper states it: "Table 2", "Figure 7, Section 4.3"
+    where: str  # where the paper states it: "Table 2", "Figure 7, Section 4.2"
     paper_numbers: str  # the paper's own numbers for it
     check: Check
     datasets: tuple[str, ...] = ()  # the datasets it speaks of (empty: every dataset)

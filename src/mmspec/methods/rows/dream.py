@@ -1,4 +1,4 @@
-"""DREAM (its tree: k 4, depth 6, 32 tokens) and its ablations (Sections 4.3-4.4), as its release
+"""DREAM (its tree: k 4, depth 6, 32 tokens) and its ablations (Sections 4.1-4.2), as its release
 (SAI-Lab-NYU/DREAM) builds, trains and drafts: the head of `model/cnets.py` `Model` (l. 650-825:
 a decoder block over token embeddings alone, l. 768; a cross-attention block over the target's
 raw features, l. 472-648; a decoder block; a norm), drafting as its `topK_genrate` (l. 831-1009:

@@ -238,6 +238,33 @@ def test_several_folders_pool_and_absent_cells_are_not_applicable(tmp_path):
     assert counts(table) == {HOLDS: 1, FAILS: 0, INCONCLUSIVE: 0, NOT_APPLICABLE: 2}
 
 
+def test_pairs_and_temperatures_scope_a_claim_to_the_sets_the_paper_reports(tmp_path):
+    """Sets of another pair or temperature, where the sweep lacks b's cell, are not applicable
+    (the applicability test flags the claim); scoped to the paper's pair and temperature, the
+    claim has its one set, which holds."""
+    other = {**cell("cap", "m", 5.0), "pair": "big"}  # b (method t) not run on pair big
+    cells = pd.DataFrame(
+        [
+            cell("cap", "m", 5.2),
+            cell("cap", "t", 2.7),
+            other,
+            cell("cap", "m", 4.0, temperature=1.0),
+        ]
+    )
+    write_claims(tmp_path / "open", [claim("c", COMPARE)])
+    write_claims(tmp_path / "scoped", [claim("c", COMPARE, pairs=["toy"], temperatures=[0])])
+    loose = evaluate(load(tmp_path / "open"), {"run": cells})
+    assert sorted(loose["verdict"]) == [HOLDS, NOT_APPLICABLE, NOT_APPLICABLE]
+    scoped = evaluate(load(tmp_path / "scoped"), {"run": cells})
+    assert scoped["verdict"].tolist() == [HOLDS]
+    write_claims(tmp_path / "far", [claim("c", COMPARE, pairs=["nowhere"])])
+    far = evaluate(load(tmp_path / "far"), {"run": cells})
+    assert far["verdict"].tolist() == [NOT_APPLICABLE] and "on pair nowhere" in far["measured"][0]
+    write_claims(tmp_path / "bad", [claim("c", COMPARE, temperatures=["greedy"])])
+    with pytest.raises(ClaimError, match="temperatures: a list of numbers"):
+        load(tmp_path / "bad")
+
+
 def test_a_selector_that_picks_several_cells_says_so(tmp_path):
     write_claims(tmp_path / "claims", [claim("c", COMPARE)])
     cells = pd.DataFrame(

@@ -164,3 +164,35 @@ def test_second_turn_statistics_are_planned_only_where_dialogues_have_second_tur
     assert measured == {"toy_multiturn"}
     real = planned_cells(mmconfig.load(PRESETS / "tabed.yaml"))
     assert set(real[real["tau_turn2"].notna()]["dataset"]) == {"llava_multiturn"}
+
+
+def test_planned_cells_hold_only_what_the_real_cells_would():
+    """On LVSpec's real preset VDC has no task metric and Video-MME no judge: their planned
+    cells leave retention and judge_retention empty, as the cells table would."""
+    cells = planned_cells(mmconfig.load(PRESETS / "lvspec.yaml"))
+    by = cells.groupby("dataset")
+    assert by["retention"].apply(lambda x: x.isna().all())["vdc"]
+    assert by["judge_retention"].apply(lambda x: x.isna().all())["videomme"]
+    assert by["retention"].apply(lambda x: x.notna().all())["videomme"]
+    assert by["judge_retention"].apply(lambda x: x.notna().all())["vdc"]
+    assert cells["fid"].isna().all()  # no image generation here
+
+
+def test_a_claim_with_one_set_it_cannot_judge_is_not_applicable():
+    """One set of a claim that cannot be judged (retention on VDC, empty) flags the claim, even
+    where its other sets can be (retention on Video-MME)."""
+    from mmspec.claims.claim import Claim, parse_check
+
+    config = mmconfig.load(PRESETS / "lvspec.yaml")
+    selector = {"acceptance": "lvspec", "hp": {"lvspec_lambda": 0.7, "lvspec_n": 10}}
+    check = {"kind": "threshold", "stat": "retention", "value": 0.97, "a": selector}
+
+    def claim(datasets):
+        return Claim(
+            paper="LVSpec", id="r", claim="c", where="Table 2", paper_numbers="",
+            check=parse_check(check, "test"), datasets=datasets,
+        )  # fmt: skip
+
+    assert not not_applicable([claim(("videomme",))], config)
+    missing = not_applicable([claim(("videomme", "vdc"))], config)
+    assert list(missing) == ["LVSpec/r"] and "vdc" in missing["LVSpec/r"]

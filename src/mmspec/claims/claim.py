@@ -71,7 +71,9 @@ KIND_MEANINGS = {
     "near": "a's cell is within `tolerance` (relative to b's point) of b's in `stat`",
 }
 CLAIM_KEYS = {"id", "claim", "where", "paper", "check"}
-OPTIONAL_CLAIM_KEYS = {"datasets", "per", "section", "shown_by", "note", "harness"}
+OPTIONAL_CLAIM_KEYS = {
+    "datasets", "pairs", "temperatures", "per", "section", "shown_by", "note", "harness",
+}  # fmt: skip
 # what each key of a claim holds (docs/reference/claims.md)
 CLAIM_KEY_MEANINGS = {
     "id": "a name, unique in its file",
@@ -80,6 +82,10 @@ CLAIM_KEY_MEANINGS = {
     "paper": "the paper's own numbers for it",
     "check": "how the scorecard decides it: a `kind` and its keys (below)",
     "datasets": "the datasets it speaks of (default: every dataset)",
+    "pairs": "the model pairs it speaks of, by their config names (default: every pair): the "
+    "pairs the paper reports it for, so a set of another pair does not make it inconclusive",
+    "temperatures": "the temperatures it speaks of (default: every temperature), e.g. [0] for "
+    "a greedy-only result",
     "per": f"the keys of a set, some of {', '.join(SET_KEYS)} (default: all of them: a claim is "
     "checked on each dataset, pair, temperature and seed of each results folder apart); fewer "
     "keys pool the others into one set, as `mean_over` needs",
@@ -173,6 +179,8 @@ class Claim:
     paper_numbers: str  # the paper's own numbers for it
     check: Check
     datasets: tuple[str, ...] = ()  # the datasets it speaks of (empty: every dataset)
+    pairs: tuple[str, ...] = ()  # the pairs it speaks of (empty: every pair)
+    temperatures: tuple[float, ...] = ()  # the temperatures it speaks of (empty: every one)
     per: tuple[str, ...] = SET_KEYS
     section: str = ""  # the report section (anchor) that shows it
     shown_by: str = ""  # the toy preset (config/presets/<name>.yaml) that studies it in full
@@ -249,6 +257,14 @@ def parse_file(path: Path) -> list[Claim]:
         seen.add(entry["id"])
         if not isinstance(entry.get("harness", False), bool):
             raise ClaimError(f"{where}.harness: true or false, got {entry['harness']!r}")
+        for key in ("datasets", "pairs", "temperatures"):
+            values = entry.get(key, [])
+            kind = (int, float) if key == "temperatures" else str
+            if not isinstance(values, list) or not all(
+                isinstance(v, kind) and not isinstance(v, bool) for v in values
+            ):
+                what = "numbers" if key == "temperatures" else "names"
+                raise ClaimError(f"{where}.{key}: a list of {what}, got {values!r}")
         per = tuple(entry.get("per", SET_KEYS))
         if not set(per) <= set(SET_KEYS):
             raise ClaimError(f"{where}.per: keys of {list(SET_KEYS)}, got {list(per)}")
@@ -261,6 +277,8 @@ def parse_file(path: Path) -> list[Claim]:
                 paper_numbers=str(entry["paper"]).strip(),
                 check=parse_check(entry["check"], f"{where}.check"),
                 datasets=tuple(entry.get("datasets", ())),
+                pairs=tuple(entry.get("pairs", ())),
+                temperatures=tuple(float(t) for t in entry.get("temperatures", ())),
                 per=per,
                 section=str(entry.get("section", "")),
                 shown_by=str(entry.get("shown_by", "")),

@@ -1,6 +1,8 @@
 """A sweep's cells table as the scorecard would read it, before anything runs: every cell of the
 config (`cells.expand`) with the columns a selector reads, and made-up statistics with
-intervals. It answers one question only: which claims a sweep can judge (`applicability`)."""
+intervals where the real cells table would hold them (`held`: empty where the dataset or the
+cell never measures them). It answers one question only: which claims a sweep can judge
+(`not_applicable`)."""
 
 from __future__ import annotations
 
@@ -24,14 +26,36 @@ def has_second_turns(name: str, dataset: dict) -> bool:
     return dataset_source.of(dataset).has_second_turns(name, dataset)
 
 
+def held(config: dict, dataset: str, temperature: float) -> set[str]:
+    """The statistics a claim reads (claim.STATS) that the real cells table holds for a cell of
+    `dataset` at `temperature`: quality and retention only under a task metric (`metric: none`
+    leaves them empty), the judge's only on judged datasets, FID only on image generation,
+    second turns only where dialogues have them, the lossless rate only for greedy cells."""
+    from mmspec.config import dataset_task
+    from mmspec.data.media import IMAGE_GENERATION
+
+    entry = config["datasets"][dataset]
+    out = set(STATS)
+    if dataset_source.of(entry).metric(dataset, entry) == "none":
+        out -= {"retention"}
+    if not entry.get("judge"):
+        out -= {"judge_retention"}
+    if dataset_task(config, dataset) != IMAGE_GENERATION:
+        out -= {"fid", "fid_retention"}
+    if not has_second_turns(dataset, entry):
+        out -= SECOND_TURN_STATS
+    if temperature > 0:
+        out -= {"lossless_rate"}
+    return out
+
+
 def planned_cells(config: dict, seed: int = 0) -> pd.DataFrame:
     """One row per cell of `config`'s sweep, as the aggregate stage would write it, with every
-    statistic a claim reads drawn at random (a point inside a finite interval); second-turn
-    statistics only on datasets with second turns (NaN elsewhere, as measured)."""
+    statistic a claim reads that the real cell would hold (`held`) drawn at random (a point
+    inside a finite interval), NaN where it would be empty."""
     rng = np.random.default_rng(seed)
     groups = {name: ds.get("group", "benchmark") for name, ds in config["datasets"].items()}
-    turns = {name: has_second_turns(name, ds) for name, ds in config["datasets"].items()}
-    rows = []
+    rows, holds = [], {}
     for cell in expand(config).cells:
         columns = cell.spec.columns()
         row = {
@@ -40,10 +64,11 @@ def planned_cells(config: dict, seed: int = 0) -> pd.DataFrame:
             "group": groups.get(cell.dataset, "benchmark"),
             **columns,
         }
-        for column, interval, _ in STATS.values():
-            point = float(rng.uniform(1.0, 5.0))
-            if column in SECOND_TURN_STATS and not turns.get(cell.dataset, False):
-                point = np.nan
+        key = (cell.dataset, float(columns["temperature"]))
+        if key not in holds:
+            holds[key] = held(config, *key)
+        for stat, (column, interval, _) in STATS.items():
+            point = float(rng.uniform(1.0, 5.0)) if stat in holds[key] else np.nan
             row[column] = point
             if interval:
                 row[interval[0]], row[interval[1]] = point - 0.1, point + 0.1
@@ -52,11 +77,16 @@ def planned_cells(config: dict, seed: int = 0) -> pd.DataFrame:
 
 
 def not_applicable(claims: list[Claim], config: dict) -> dict[str, str]:
-    """The claims (by key) that `config`'s sweep cannot judge, with what is missing: those
-    whose every set is not applicable on its planned cells."""
+    """The claims (by key) that `config`'s sweep cannot judge, with what is missing: those with
+    a set (a dataset, pair, temperature and seed holding the cells they name first) that is not
+    applicable on its planned cells, or with no set at all."""
     table = evaluate(claims, {"planned": planned_cells(config)})
     out = {}
     for _, row in summary(table).iterrows():
-        if row["verdict"] == NOT_APPLICABLE:
-            out[f"{row['paper']}/{row['claim_id']}"] = row["rows"]["measured"].iloc[0]
+        rows = row["rows"]
+        missing = rows[rows["verdict"] == NOT_APPLICABLE]
+        if len(missing):
+            where = missing["set"].iloc[0]
+            why = missing["measured"].iloc[0]
+            out[f"{row['paper']}/{row['claim_id']}"] = f"{where}: {why}" if where else why
     return out

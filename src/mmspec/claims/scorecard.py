@@ -190,6 +190,19 @@ def _set_name(keys: tuple[str, ...], values) -> str:
     return " · ".join(parts)
 
 
+def _scope(claim: Claim) -> dict[str, tuple]:
+    """The cells table's columns a claim is scoped to, with their values (those it sets)."""
+    scope = {"dataset": claim.datasets, "pair": claim.pairs, "temperature": claim.temperatures}
+    return {column: values for column, values in scope.items() if values}
+
+
+def scoped(claim: Claim, cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells of the datasets, pairs and temperatures the claim speaks of."""
+    for column, values in _scope(claim).items():
+        cells = cells[cells[column].isin(values)]
+    return cells
+
+
 def evaluate(claims: list[Claim], runs: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per (claim, results folder, set) where the claim applies (COLUMNS); a claim with
     no set in any folder gets one not-applicable row."""
@@ -198,8 +211,7 @@ def evaluate(claims: list[Claim], runs: dict[str, pd.DataFrame]) -> pd.DataFrame
     for claim in claims:
         found = 0
         for run, cells in prepared.items():
-            if claim.datasets:
-                cells = cells[cells["dataset"].isin(claim.datasets)]
+            cells = scoped(claim, cells)
             for set_values, group in cells.groupby(list(claim.per), sort=True):
                 if not _first(claim.check).mask(group).any():
                     continue  # a set of the claim holds the cells its check names first
@@ -209,8 +221,8 @@ def evaluate(claims: list[Claim], runs: dict[str, pd.DataFrame]) -> pd.DataFrame
         if not found:
             first = _first(claim.check)
             what = f"no cell of {first.text()}"
-            if claim.datasets:
-                what += f" on {', '.join(claim.datasets)}"
+            for key, values in _scope(claim).items():
+                what += f" on {key} {', '.join(map(str, values))}"
             unknown = first.unknown_names()
             if unknown:
                 what += f": {'; '.join(unknown)}"

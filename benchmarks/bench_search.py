@@ -221,7 +221,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tour", type=Path, required=True, help="a finished tour's folder")
     parser.add_argument("--folder", type=Path, default=Path("/tmp/bench_search"))
-    parser.add_argument("--samplers", nargs="*", default=["tpe", "nsga2", "qnehvi"])
+    # qnehvi and gp are slow here (docs/performance.md): ask for them by name
+    parser.add_argument("--samplers", nargs="*", default=["tpe", "nsga2", "random"])
     parser.add_argument("--seeds", type=int, nargs="*", default=SEEDS, help="toy worlds")
     parser.add_argument("--searches", nargs="*", default=list(SEARCHES))
     parser.add_argument("--per-round", type=int, default=6, help="points per round")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import warnings
 
 import pytest
 from base_config import base_config
@@ -140,10 +141,10 @@ def test_proposals_are_a_function_of_search_round_and_history(sampler):
 def test_gp_rounds_are_reproducible_and_new():
     """Optuna's GP sampler (logEHVI), on a smaller search: it fits a GP per objective each ask."""
 
-    def gp(seed):
+    def gp(seed, constraints=()):
         search = Search(
-            "x", "sd", {}, SPACE, (Objective("speedup"), Objective("quality")), (), 8, 4, seed,
-            "gp",
+            "x", "sd", {}, SPACE, (Objective("speedup"), Objective("quality")), constraints, 8,
+            4, seed, "gp",
         )  # fmt: skip
         return run_rounds(search)
 
@@ -151,6 +152,12 @@ def test_gp_rounds_are_reproducible_and_new():
     assert gp(0) == first
     assert len({point_key(p) for p in itertools.chain(*first)}) == 8
     assert gp(1)[1] != first[1]
+    # with a constraint the trials carry (as TPE and NSGA-II read it), and no warning about it
+    limit = (Constraint("retention", ">=", 0.97),)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        constrained = gp(0, limit)
+    assert constrained == gp(0, limit) and constrained[0] == first[0]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])

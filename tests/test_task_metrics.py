@@ -76,14 +76,14 @@ def test_vqa_accuracy_takes_a_list_of_at_least_four_answers():
     assert metric.problem(["nokia"] * 4) is None
 
 
-# -- ANLS ----------------------------------------------------------------------------------------
-
-
 def test_vqa_accuracy_follows_vqa_v2_where_evalai_cleaner_differs():
     # EvalAI's cleaner (lmms-eval's TextVQA task) splits "'s" off and reads 1.0 here; VQA v2's
     # script keeps "it's" a word of its own, which no human wrote
     assert score("vqa_accuracy", "it's", ["its"] * 5 + ["it 's"] * 5) == 0.0
     assert score("vqa_accuracy", "its", ["its"] * 5 + ["it 's"] * 5) == 1.0
+
+
+# -- ANLS ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

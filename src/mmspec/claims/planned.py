@@ -26,11 +26,12 @@ def has_second_turns(name: str, dataset: dict) -> bool:
     return dataset_source.of(dataset).has_second_turns(name, dataset)
 
 
-def held(config: dict, dataset: str, temperature: float) -> set[str]:
+def held(config: dict, dataset: str, temperature: float, lossless: bool = True) -> set[str]:
     """The statistics a claim reads (claim.STATS) that the real cells table holds for a cell of
-    `dataset` at `temperature`: quality and retention only under a task metric (`metric: none`
-    leaves them empty), the judge's only on judged datasets, FID only on image generation,
-    second turns only where dialogues have them, the lossless rate only for greedy cells."""
+    `dataset` at `temperature` (of a lossless rule or not): quality and retention only under a
+    task metric (`metric: none` leaves them empty), the judge's only on judged datasets, FID only
+    on image generation, second turns only where dialogues have them, the lossless rate only for
+    greedy cells, and the checked divergences only for greedy cells of a lossless rule."""
     from mmspec.config import dataset_task
     from mmspec.data.media import IMAGE_GENERATION
 
@@ -46,6 +47,8 @@ def held(config: dict, dataset: str, temperature: float) -> set[str]:
         out -= SECOND_TURN_STATS
     if temperature > 0:
         out -= {"lossless_rate"}
+    if temperature > 0 or not lossless:
+        out -= {"real_divergences"}
     return out
 
 
@@ -64,7 +67,7 @@ def planned_cells(config: dict, seed: int = 0) -> pd.DataFrame:
             "group": groups.get(cell.dataset, "benchmark"),
             **columns,
         }
-        key = (cell.dataset, float(columns["temperature"]))
+        key = (cell.dataset, float(columns["temperature"]), bool(cell.spec.lossless))
         if key not in holds:
             holds[key] = held(config, *key)
         for stat, (column, interval, _) in STATS.items():

@@ -234,8 +234,8 @@ class AdaBoostWeights(_Adaptive):
     position, the other none) would divide by zero (the release then drafts the argmax of an
     all-NaN mixture, token 0); they become equal weights, as the release makes them when every
     weight is 0 or -1e5. So do weights whose sum is 0 up to rounding (two views at error rates
-    0.4 and 0.6 with C = 0: +-0.405, summing to 6e-17), which the division would turn into
-    +-7e15 of a sign left to rounding.
+    0.4 and 0.6 with C = 0: +-0.405, summing to 1.1e-16), which the division would turn into
+    +-3.7e15 of a sign left to rounding.
 
     Options: `adaboost_smoothing` a counts eps as (errors + a) / (n + 2a), so a > 0 never gives
     +-1e5; `adaboost_clip` sets negative weights to 0 (all 0: equal weights); `window` h counts

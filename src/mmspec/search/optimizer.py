@@ -7,10 +7,10 @@ run with a larger budget propose the same points for every round they share.
 
 Round 1 is a scrambled Sobol design (Optuna's QMCSampler); later rounds ask the search's sampler:
 multivariate TPE with the constant liar (the round's points are asked together), NSGA-II (one
-generation per round), BoTorch's qNEHVI (Optuna's integration; the round's pending points are
-fantasized), or random. A point asked twice (a finished one, or one already in the round) is
-refused and asked again: a round always proposes points not decoded before, while its space
-has them.
+generation per round), Optuna's GP sampler (logEHVI; the round's earlier points pending),
+BoTorch's qNEHVI (Optuna's integration; the round's pending points are fantasized), or random.
+A point asked twice (a finished one, or one already in the round) is refused and asked again: a
+round always proposes points not decoded before, while its space has them.
 """
 
 from __future__ import annotations
@@ -106,8 +106,8 @@ def _sampler(search: Search, round_: int):
             warn_independent_sampling=False,
             warn_asynchronous_seeding=False,
         )
-    # TPE and NSGA-II read the constraints the finished trials carry (create_trial's); BoTorch's
-    # sampler asks for them through a function
+    # TPE, NSGA-II and the GP sampler read the constraints the finished trials carry
+    # (create_trial's); BoTorch's sampler asks for them through a function
     constraints = _constraints_func if search.constraints else None
     if search.sampler == "tpe":
         return optuna.samplers.TPESampler(
@@ -119,9 +119,7 @@ def _sampler(search: Search, round_: int):
         # logEHVI over a GP per objective (Optuna's own, on torch); a round's points greedily,
         # each with the earlier ones pending (qLogEHVI)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-        return optuna.samplers.GPSampler(
-            seed=seed, n_startup_trials=0, constraints_func=constraints
-        )
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=0)
     if search.sampler == "qnehvi":
         from optuna_integration import BoTorchSampler
 

@@ -265,6 +265,19 @@ def test_pairs_and_temperatures_scope_a_claim_to_the_sets_the_paper_reports(tmp_
         load(tmp_path / "bad")
 
 
+def test_a_key_repeated_in_a_claim_is_refused(tmp_path):
+    folder = tmp_path / "claims"
+    folder.mkdir()
+    (folder / "p.yaml").write_text(
+        "paper: P\nclaims:\n  - id: c\n    claim: c\n    where: Table 1\n    paper: x\n"
+        "    pairs: [a]\n    pairs: [b]\n"
+        "    check: {kind: compare, stat: tau, a: {method: m}, b: {method: t}}\n"
+    )
+    repeated = r"(?s)p.yaml: not valid YAML.*'pairs' is repeated.*line 8"
+    with pytest.raises(ClaimError, match=repeated):
+        load(folder)
+
+
 def test_a_selector_that_picks_several_cells_says_so(tmp_path):
     write_claims(tmp_path / "claims", [claim("c", COMPARE)])
     cells = pd.DataFrame(

@@ -229,11 +229,27 @@ def parse_check(data, where: str) -> Check:
     return Check(kind, data.get("stat", ""), selectors, options)
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key repeated in one mapping (PyYAML keeps the last value
+    silently: a claim with `pairs:` twice would be checked on the second list alone)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is repeated", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def parse_file(path: Path) -> list[Claim]:
     """The claims of one claims file; a ClaimError names the file, the claim and the key."""
     try:
         with open(path) as f:
-            data = yaml.safe_load(f)
+            data = yaml.load(f, Loader=_UniqueKeys)  # a safe loader
     except yaml.YAMLError as e:
         raise ClaimError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("paper"), str):

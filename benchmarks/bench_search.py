@@ -125,7 +125,7 @@ def grid_rows(cells: Path, name: str) -> dict[str, dict]:
     return rows
 
 
-def search_of(name: str, budget: int, sampler: str, seed: int) -> Search:
+def search_of(name: str, budget: int, per_round: int, sampler: str, seed: int) -> Search:
     method, _, _, fixed, domains, objectives = SEARCHES[name]
     return Search(
         name=name,
@@ -135,7 +135,7 @@ def search_of(name: str, budget: int, sampler: str, seed: int) -> Search:
         objectives=tuple(Objective(m) for m in objectives),
         constraints=(),
         budget=budget,
-        per_round=PER_ROUND,
+        per_round=per_round,
         seed=seed,
         sampler=sampler,
     )
@@ -148,9 +148,11 @@ def measured(row: dict, objectives: list[str]) -> tuple[float, ...]:
     )  # fmt: skip
 
 
-def replay(name: str, rows: dict, sampler: str, seed: int, budget: int) -> list[list[dict]]:
+def replay(
+    name: str, rows: dict, sampler: str, seed: int, budget: int, per_round: int
+) -> list[list[dict]]:
     """The rows each round of a search chose."""
-    search = search_of(name, budget, sampler, seed)
+    search = search_of(name, budget, per_round, sampler, seed)
     history: list[Finished] = []
     chosen = []
     for number in range(1, search.rounds + 1):
@@ -161,7 +163,9 @@ def replay(name: str, rows: dict, sampler: str, seed: int, budget: int) -> list[
     return chosen
 
 
-def report(cells: Path, name: str, seed: int, samplers: list[str], search_seeds: list[int]) -> dict:
+def report(
+    cells: Path, name: str, seed: int, samplers: list[str], search_seeds: list[int], per_round: int
+) -> dict:
     """The table of one grid in one toy world: hypervolume share per sampler and round (search
     seed = toy seed), then each sampler's final share over `search_seeds`; returns the latter's
     medians by sampler (and the random subsets' as `subsets`)."""
@@ -182,7 +186,7 @@ def report(cells: Path, name: str, seed: int, samplers: list[str], search_seeds:
 
     rng = random.Random(1000 + seed)
     randoms = [share(rng.sample(list(rows.values()), budget)) for _ in range(RANDOM_SUBSETS)]
-    rounds = math.ceil(budget / PER_ROUND)
+    rounds = math.ceil(budget / per_round)
     print(
         f"\n{name}, toy seed {seed}: grid {grid} cells, budget {budget} ({SHARE:.0%}), "
         f"objectives {objectives}, reference {tuple(round(x, 4) for x in ref)}\n"
@@ -192,7 +196,7 @@ def report(cells: Path, name: str, seed: int, samplers: list[str], search_seeds:
     )
     for sampler in samplers:
         start = time.perf_counter()
-        chosen = replay(name, rows, sampler, seed, budget)
+        chosen = replay(name, rows, sampler, seed, budget, per_round)
         seconds = time.perf_counter() - start
         seen, shares = [], []
         for found in chosen:
@@ -203,7 +207,7 @@ def report(cells: Path, name: str, seed: int, samplers: list[str], search_seeds:
     medians = {"subsets": statistics.median(randoms)}
     for sampler in samplers if len(search_seeds) > 1 else []:
         finals = [
-            share([r for found in replay(name, rows, sampler, s, budget) for r in found])
+            share([r for found in replay(name, rows, sampler, s, budget, per_round) for r in found])
             for s in search_seeds
         ]
         medians[sampler] = statistics.median(finals)
@@ -225,14 +229,12 @@ def main() -> None:
     parser.add_argument("--samplers", nargs="*", default=["tpe", "nsga2", "random"])
     parser.add_argument("--seeds", type=int, nargs="*", default=SEEDS, help="toy worlds")
     parser.add_argument("--searches", nargs="*", default=list(SEARCHES))
-    parser.add_argument("--per-round", type=int, default=6, help="points per round")
+    parser.add_argument("--per-round", type=int, default=PER_ROUND, help="points per round")
     parser.add_argument(
         "--search-seeds", type=int, nargs="*", default=[0, 1, 2, 3, 4],
         help="optimizer seeds of the robustness lines (round tables: search seed = toy seed)",
     )  # fmt: skip
     args = parser.parse_args()
-    global PER_ROUND  # read by search_of and report
-    PER_ROUND = args.per_round
     worlds = {
         seed: run_grid(args.tour.resolve(), args.folder / f"world-{seed}", seed)
         for seed in args.seeds
@@ -240,7 +242,9 @@ def main() -> None:
     medians = {}
     for name in args.searches:
         for seed, cells in worlds.items():
-            medians[name, seed] = report(cells, name, seed, args.samplers, args.search_seeds)
+            medians[name, seed] = report(
+                cells, name, seed, args.samplers, args.search_seeds, args.per_round
+            )
     if len(args.search_seeds) > 1 and args.samplers:
         print("\nmedian final share over search seeds, by grid and toy world")
         print("  grid           world  subsets  " + "  ".join(f"{s:>7}" for s in args.samplers))

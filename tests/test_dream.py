@@ -167,15 +167,16 @@ def test_a_fixed_intermediate_feature_is_that_layers_output(depth, layer):
     assert not torch.allclose(features, out.hidden_states[4 if layer == 6 else 6][0])
 
 
-def _head(cross: bool = True, gates: float | None = None, vocab: int = 11):
-    """A small DREAM head (and a read-out) over a made-up target of hidden size 16."""
+def _head(cross=True, gates: float | None = None, vocab=11, heads=2, kv_heads=2):
+    """A small DREAM head (and a read-out) over a made-up target of hidden size 16, with `heads`
+    query heads and `kv_heads` key-value heads."""
     from transformers import LlamaConfig
 
     config = LlamaConfig(
         hidden_size=16,
         intermediate_size=32,
-        num_attention_heads=2,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         vocab_size=vocab,
         num_hidden_layers=4,
     )
@@ -347,19 +348,7 @@ def test_dream_cross_attention_has_the_targets_key_value_heads():
     """As the release's LlamaCrossAttention (cnets.py: k_proj and v_proj of num_key_value_heads x
     head_dim, then repeat_kv): over a GQA target (4 query heads, 2 key-value heads) the head
     projects keys and values to 2 heads, each shared by its group of 2 query heads."""
-    from transformers import LlamaConfig
-
-    config = LlamaConfig(
-        hidden_size=16,
-        intermediate_size=32,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=11,
-        num_hidden_layers=4,
-    )
-    torch.manual_seed(0)
-    spec = registry.resolve("dream", {"head_data": "x"})
-    head = build_head("dream", config, spec.head_training(), "made-up").double().eval()
+    _, head, _ = _head(heads=4, kv_heads=2)
     cross = head.model.cross
     dim = 16 // 4
     assert tuple(cross.kv.weight.shape) == (2 * 2 * dim, 16)  # k_proj + v_proj of the release

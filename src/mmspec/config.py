@@ -367,20 +367,23 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     return config
 
 
+def never_measured(config: dict, dataset: str, metric: str) -> str | None:
+    """Why the cells table never holds `metric` (a cells-table column) on `dataset`, or None:
+    FID only where the dataset makes images, the judge's only where it is judged."""
+    if metric.startswith("fid") and dataset_task(config, dataset) != IMAGE_GENERATION:
+        return "FID is measured on image generation datasets only"
+    if metric.startswith("judge_") and not config["datasets"][dataset].get("judge"):
+        return "it is measured on judged datasets only (a `judge:` template)"
+    return None
+
+
 def _check_search_metrics(config: dict) -> None:
-    """A search's objectives and constraints are measured on each dataset it runs on: FID only
-    where the dataset makes images, the judge's only where it is judged."""
+    """A search's objectives and constraints are measured on each dataset it runs on."""
     for run in search_runs.runs(config):
-        images = dataset_task(config, run.dataset) == IMAGE_GENERATION
-        judged = bool(config["datasets"][run.dataset].get("judge"))
         metrics = [o.metric for o in run.search.objectives]
         metrics += [c.metric for c in run.search.constraints]
         for metric in metrics:
-            why = None
-            if metric.startswith("fid") and not images:
-                why = "FID is measured on image generation datasets only"
-            elif metric.startswith("judge_") and not judged:
-                why = "it is measured on judged datasets only (a `judge:` template)"
+            why = never_measured(config, run.dataset, metric)
             if why:
                 raise ConfigError(
                     f"config key methods.{run.search.name}.search: {metric!r} is never measured "

@@ -250,15 +250,15 @@ def summary_inputs(w):
 
 
 def search_round_key(w):
-    """What decides a round's points besides its history (its inputs): the search as defined
-    (not its budget: a larger budget only adds rounds), the sweep's seeds and temperature.
+    """What decides a round's points besides its history (its inputs) and its size (a param of
+    its own): the search as defined (not its budget: a larger budget only adds rounds), the
+    sweep's seeds and temperature.
     """
     run = ROUNDS.runs[w.search]
     key = {
         "search": run.search.definition(),
         "seeds": CONFIG["seeds"],
         "temperature": CONFIG["generation"]["temperature"],
-        "size": run.search.round_size(int(w.round)),
     }
     return json.dumps(key, sort_keys=True)
 

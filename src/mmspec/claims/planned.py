@@ -32,17 +32,12 @@ def held(config: dict, dataset: str, temperature: float, lossless: bool = True) 
     task metric (`metric: none` leaves them empty), the judge's only on judged datasets, FID only
     on image generation, second turns only where dialogues have them, the lossless rate only for
     greedy cells, and the checked divergences only for greedy cells of a lossless rule."""
-    from mmspec.config import dataset_task
-    from mmspec.data.media import IMAGE_GENERATION
+    from mmspec.config import never_measured
 
     entry = config["datasets"][dataset]
-    out = set(STATS)
+    out = {stat for stat in STATS if never_measured(config, dataset, stat) is None}
     if dataset_source.of(entry).metric(dataset, entry) == "none":
         out -= {"retention"}
-    if not entry.get("judge"):
-        out -= {"judge_retention"}
-    if dataset_task(config, dataset) != IMAGE_GENERATION:
-        out -= {"fid", "fid_retention"}
     if not has_second_turns(dataset, entry):
         out -= SECOND_TURN_STATS
     if temperature > 0:

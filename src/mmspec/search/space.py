@@ -96,12 +96,9 @@ class Objective:
     def told(self, row: dict) -> float:
         """The value the optimizer is told: the pessimistic end of the metric's 95% interval
         where it has one (a point must show it is fast, not be lucky once), else the value."""
-        interval = _METRICS[self.metric].interval
-        if interval is not None:
-            low, high = interval
-            value = row.get(low if self.maximize else high)
-            if value is not None and not _nan(value):
-                return float(value)
+        value = row.get(self.told_as)
+        if value is not None and not _nan(value):
+            return float(value)
         value = row.get(self.metric)
         return math.nan if value is None else float(value)
 

@@ -265,6 +265,54 @@ def test_pairs_and_temperatures_scope_a_claim_to_the_sets_the_paper_reports(tmp_
         load(tmp_path / "bad")
 
 
+def test_devices_scope_a_claim_to_the_papers_class_of_device(tmp_path):
+    """An absolute speedup is judged only on the paper's class of device, named as a whole
+    word (H20 is not H200); on any other device the claim is not applicable and says so."""
+    speedup = {"kind": "threshold", "stat": "speedup", "value": 2.0, "a": {"method": "m"}}
+
+    def on(device: str, point: float) -> pd.DataFrame:
+        row = {**cell("cap", "m", 3.0), "device": device}
+        row.update(speedup=point, speedup_low=point - 0.1, speedup_high=point + 0.1)
+        return pd.DataFrame([row])
+
+    write_claims(tmp_path / "claims", [claim("fast", speedup, devices=["H20"])])
+    claims = load(tmp_path / "claims")
+    assert claims[0].devices == ("H20",)
+    judged = evaluate(claims, {"run": on("cuda:NVIDIA H20", 2.5)})
+    assert judged["verdict"].tolist() == [HOLDS]
+    assert evaluate(claims, {"run": on("cuda:nvidia h20", 1.5)})["verdict"].tolist() == [FAILS]
+    for device in ("cuda:NVIDIA H200", "cpu"):
+        elsewhere = evaluate(claims, {"run": on(device, 2.5)})
+        assert elsewhere["verdict"].tolist() == [NOT_APPLICABLE]
+        assert "on device H20" in elsewhere["measured"][0]
+    write_claims(tmp_path / "bad", [claim("fast", speedup, devices="A100")])
+    with pytest.raises(ClaimError, match="devices: a list of names"):
+        load(tmp_path / "bad")
+
+
+def test_a_threshold_over_the_mean_of_datasets_reads_every_dataset(tmp_path):
+    """The paper's average (TABED's 1.74x): one dataset above the floor and one below hold or
+    fail by their mean, not each apart."""
+    check = {"kind": "threshold", "stat": "tau", "value": 3.0, "mean_over": "dataset",
+             "a": {"method": "m"}}  # fmt: skip
+    write_claims(tmp_path / "claims", [claim("avg", check, per=["pair", "temperature", "seed"])])
+    claims = load(tmp_path / "claims")
+
+    def verdict(second: float) -> str:
+        cells = pd.DataFrame([cell("cap", "m", 3.6, 3.5, 3.7), cell("vqa", "m", second)])
+        return evaluate(claims, {"run": cells})["verdict"].tolist()
+
+    assert verdict(2.8) == [HOLDS]  # mean 3.2, half-width about 0.11
+    assert verdict(1.8) == [FAILS]  # mean 2.7
+
+
+def test_a_rank_needs_a_whole_number_of_places_among_its_cells(tmp_path):
+    for within in (0, 4, 1.5, True):
+        write_claims(tmp_path / "claims", [claim("r", {**RANK, "within": within})])
+        with pytest.raises(ClaimError, match="within: a whole number from 1 to 3"):
+            load(tmp_path / "claims")
+
+
 def test_a_key_repeated_in_a_claim_is_refused(tmp_path):
     folder = tmp_path / "claims"
     folder.mkdir()
@@ -550,6 +598,13 @@ TREND = {"kind": "trend", "stat": "tau", "along": "lam", "a": {"registry_method"
 FRONTIER = {"kind": "dominates", "a": {"registry_method": "lv"}, "b": {"method": "k"}}
 NEAR = {"kind": "near", "stat": "fid", "tolerance": 0.1, "a": {"method": "m"}, "b": {"method": "t"}}
 NEAR_TAU = {**NEAR, "stat": "tau"}
+RANK = {
+    "kind": "rank",
+    "stat": "tau",
+    "within": 2,
+    "a": {"method": "a"},
+    "b": [{"method": x} for x in ("b", "c", "d")],
+}
 
 
 def lv(*points) -> list:
@@ -593,6 +648,11 @@ def R(point: float, half: float = 0.02) -> dict:
         (NEAR_TAU, [("m", T(5.0, 0.1)), ("t", T(5.1, 0.1))], HOLDS),
         (NEAR_TAU, [("m", T(7.0, 0.1)), ("t", T(5.0, 0.1))], FAILS),
         (NEAR_TAU, [("m", T(5.4, 0.3)), ("t", T(5.0, 0.1))], INCONCLUSIVE),
+        # best or second-best of four: second holds, third fails, a tie for second is open
+        (RANK, [("a", T(5)), ("b", T(6)), ("c", T(4)), ("d", T(3))], HOLDS),
+        (RANK, [("a", T(5)), ("b", T(6)), ("c", T(7)), ("d", T(3))], FAILS),
+        (RANK, [("a", T(5)), ("b", T(6)), ("c", T(5.1)), ("d", T(3))], INCONCLUSIVE),
+        ({**RANK, "within": 1}, [("a", T(5)), ("b", T(6)), ("c", T(4)), ("d", T(3))], FAILS),
     ],
 )
 def test_each_check_kind_over_cells_tables(tmp_path, check, cells, verdict):

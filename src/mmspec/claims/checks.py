@@ -10,6 +10,7 @@ beside each verdict).
 
 - `compare`: a above b (or below, `higher: false`);
 - `threshold`: a at or above a fixed value (or below);
+- `rank`: a among the best `within` of itself and the others;
 - `order`: values in the stated order, each above the next;
 - `trend`: a value rises (or falls) along a hyperparameter;
 - `dominates`: every baseline point has a claimed point as fast (x) with quality (y) as high,
@@ -121,6 +122,29 @@ def threshold(a: Value, value: float, higher: bool = True) -> Outcome:
         verdict = HOLDS if a.upper <= value else FAILS if a.lower > value else INCONCLUSIVE
     verdict, why = _undecided(verdict, a)
     return Outcome(verdict, f"{a.text()} {'>=' if higher else '<='}? {value:g}{why}")
+
+
+def rank(a: Value, others: list[Value], within: int, higher: bool = True) -> Outcome:
+    """a among the best `within` of itself and `others` (`within` 1: the best; 2: best or
+    second-best). HOLDS when at most `within` - 1 others could be above a (a lies above the
+    rest beyond the intervals), FAILS when at least `within` others lie above a beyond them,
+    else INCONCLUSIVE."""
+    missing = _missing(a, *others)
+    if missing:
+        return Outcome(NOT_APPLICABLE, missing)
+    above = [b for b in others if compare(b, a, higher).verdict == HOLDS]
+    unsure = [b for b in others if compare(a, b, higher).verdict != HOLDS]
+    verdict = FAILS if len(above) >= within else HOLDS if len(unsure) < within else INCONCLUSIVE
+    verdict, why = _undecided(verdict, a, *others)
+    ranked = sorted([a, *others], key=lambda v: v.point, reverse=higher)
+    place = 1 + next(i for i, v in enumerate(ranked) if v is a)
+    sign = " > " if higher else " < "
+    return Outcome(
+        verdict,
+        f"{a.name or 'a'} ranks {place} of {len(ranked)} (best {within}?): "
+        + sign.join(v.text() for v in ranked)
+        + why,
+    )
 
 
 def order(values: list[Value], higher: bool = True, tolerance: float = 0.0) -> Outcome:

@@ -51,7 +51,8 @@ SET_KEYS = ("dataset", "pair", "temperature", "seed")
 # kind -> (its required keys, its optional keys)
 KINDS = {
     "compare": ({"stat", "a", "b"}, {"higher", "tolerance", "mean_over"}),
-    "threshold": ({"stat", "a", "value"}, {"higher"}),
+    "threshold": ({"stat", "a", "value"}, {"higher", "mean_over"}),
+    "rank": ({"stat", "a", "b", "within"}, {"higher", "mean_over"}),
     "order": ({"stat", "cells"}, {"higher", "tolerance"}),
     "trend": ({"stat", "a", "along"}, {"rises", "tolerance"}),
     "dominates": ({"a", "b"}, {"x", "y"}),
@@ -62,7 +63,10 @@ KIND_MEANINGS = {
     "compare": "a's cell beats b's in `stat` (each b's, given a list of selectors); "
     "`tolerance`: a relative margin it must clear; `mean_over: dataset`: compare the means "
     "over the set's datasets (each with its interval) rather than one dataset's cells",
-    "threshold": "a's cell is at or beyond `value` in `stat`",
+    "threshold": "a's cell is at or beyond `value` in `stat` (`mean_over: dataset`: the mean "
+    "over the set's datasets)",
+    "rank": "a's cell is among the best `within` of itself and the b cells in `stat` (`within` "
+    "2: best or second-best); `mean_over: dataset` as for compare",
     "order": "the `cells` selectors' cells stand in that order of `stat`, each beating the next",
     "trend": "a's cells, ordered by the hyperparameter `along`, rise (or fall: `rises: false`) "
     "in `stat` at every step",
@@ -72,7 +76,8 @@ KIND_MEANINGS = {
 }
 CLAIM_KEYS = {"id", "claim", "where", "paper", "check"}
 OPTIONAL_CLAIM_KEYS = {
-    "datasets", "pairs", "temperatures", "per", "section", "shown_by", "note", "harness",
+    "datasets", "pairs", "temperatures", "devices", "per", "section", "shown_by", "note",
+    "harness",
 }  # fmt: skip
 # what each key of a claim holds (docs/reference/claims.md)
 CLAIM_KEY_MEANINGS = {
@@ -86,6 +91,9 @@ CLAIM_KEY_MEANINGS = {
     "pairs the paper reports it for, so a set of another pair does not make it inconclusive",
     "temperatures": "the temperatures it speaks of (default: every temperature), e.g. [0] for "
     "a greedy-only result",
+    "devices": "the devices it speaks of, as names the cells' `device` reads (`A100` matches "
+    "`cuda:NVIDIA A100-SXM4-80GB`, not `H100`; whole words, any case): the paper's hardware, "
+    "for an absolute speedup that holds on that class of device only (default: every device)",
     "per": f"the keys of a set, some of {', '.join(SET_KEYS)} (default: all of them: a claim is "
     "checked on each dataset, pair, temperature and seed of each results folder apart); fewer "
     "keys pool the others into one set, as `mean_over` needs",
@@ -181,6 +189,7 @@ class Claim:
     datasets: tuple[str, ...] = ()  # the datasets it speaks of (empty: every dataset)
     pairs: tuple[str, ...] = ()  # the pairs it speaks of (empty: every pair)
     temperatures: tuple[float, ...] = ()  # the temperatures it speaks of (empty: every one)
+    devices: tuple[str, ...] = ()  # the device classes it speaks of (empty: every device)
     per: tuple[str, ...] = SET_KEYS
     section: str = ""  # the report section (anchor) that shows it
     shown_by: str = ""  # the toy preset (config/presets/<name>.yaml) that studies it in full
@@ -220,9 +229,21 @@ def parse_check(data, where: str) -> Check:
     for stat_key in ("stat", "x", "y"):
         if stat_key in data and data[stat_key] not in STATS:
             raise ClaimError(f"{where}.{stat_key}: one of {sorted(STATS)}, got {data[stat_key]!r}")
-    if kind == "compare" and "mean_over" in data and data["mean_over"] != "dataset":
+    if "mean_over" in data and data["mean_over"] != "dataset":
         raise ClaimError(f"{where}.mean_over: only 'dataset', got {data['mean_over']!r}")
     selectors = {k: _selectors(data[k], f"{where}.{k}") for k in ("a", "b", "cells") if k in data}
+    if kind == "rank":
+        others = selectors["b"] if isinstance(selectors["b"], list) else [selectors["b"]]
+        within = data["within"]
+        if (
+            not isinstance(within, int)
+            or isinstance(within, bool)
+            or not 1 <= within <= len(others)
+        ):
+            raise ClaimError(
+                f"{where}.within: a whole number from 1 to {len(others)} (the b cells), "
+                f"got {within!r}"
+            )
     if kind in ("threshold", "trend", "near", "dominates") and isinstance(selectors.get("a"), list):
         raise ClaimError(f"{where}.a: one selector for check {kind}")
     options = {k: v for k, v in data.items() if k not in ("kind", "stat", "a", "b", "cells")}
@@ -273,7 +294,7 @@ def parse_file(path: Path) -> list[Claim]:
         seen.add(entry["id"])
         if not isinstance(entry.get("harness", False), bool):
             raise ClaimError(f"{where}.harness: true or false, got {entry['harness']!r}")
-        for key in ("datasets", "pairs", "temperatures"):
+        for key in ("datasets", "pairs", "temperatures", "devices"):
             values = entry.get(key, [])
             kind = (int, float) if key == "temperatures" else str
             if not isinstance(values, list) or not all(
@@ -295,6 +316,7 @@ def parse_file(path: Path) -> list[Claim]:
                 datasets=tuple(entry.get("datasets", ())),
                 pairs=tuple(entry.get("pairs", ())),
                 temperatures=tuple(float(t) for t in entry.get("temperatures", ())),
+                devices=tuple(entry.get("devices", ())),
                 per=per,
                 section=str(entry.get("section", "")),
                 shown_by=str(entry.get("shown_by", "")),

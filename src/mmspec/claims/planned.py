@@ -47,10 +47,11 @@ def held(config: dict, dataset: str, temperature: float, lossless: bool = True) 
     return out
 
 
-def planned_cells(config: dict, seed: int = 0) -> pd.DataFrame:
-    """One row per cell of `config`'s sweep, as the aggregate stage would write it, with every
-    statistic a claim reads that the real cell would hold (`held`) drawn at random (a point
-    inside a finite interval), NaN where it would be empty."""
+def planned_cells(config: dict, seed: int = 0, device: str = "cpu") -> pd.DataFrame:
+    """One row per cell of `config`'s sweep, as the aggregate stage would write it on `device`
+    (as the cells name it: `cpu`, `cuda:NVIDIA A100-SXM4-80GB`), with every statistic a claim
+    reads that the real cell would hold (`held`) drawn at random (a point inside a finite
+    interval), NaN where it would be empty."""
     rng = np.random.default_rng(seed)
     groups = {name: ds.get("group", "benchmark") for name, ds in config["datasets"].items()}
     rows, holds = [], {}
@@ -60,6 +61,7 @@ def planned_cells(config: dict, seed: int = 0) -> pd.DataFrame:
             **cell.columns(),
             "label": label(cell.method, columns["registry_method"]),
             "group": groups.get(cell.dataset, "benchmark"),
+            "device": device,
             **columns,
         }
         key = (cell.dataset, float(columns["temperature"]), bool(cell.spec.lossless))
@@ -74,11 +76,12 @@ def planned_cells(config: dict, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def not_applicable(claims: list[Claim], config: dict) -> dict[str, str]:
-    """The claims (by key) that `config`'s sweep cannot judge, with what is missing: those with
-    a set (a dataset, pair, temperature and seed holding the cells they name first) that is not
-    applicable on its planned cells, or with no set at all."""
-    table = evaluate(claims, {"planned": planned_cells(config)})
+def not_applicable(claims: list[Claim], config: dict, device: str = "cpu") -> dict[str, str]:
+    """The claims (by key) that `config`'s sweep, run on `device`, cannot judge, with what is
+    missing: those with a set (a dataset, pair, temperature and seed holding the cells they name
+    first) that is not applicable on its planned cells, or with no set at all (a claim scoped to
+    other devices has none)."""
+    table = evaluate(claims, {"planned": planned_cells(config, device=device)})
     out = {}
     for _, row in summary(table).iterrows():
         rows = row["rows"]

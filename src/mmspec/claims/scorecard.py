@@ -10,6 +10,7 @@ are absent is "not applicable", and so is a claim with no set at all.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -99,6 +100,21 @@ def _mean(
     )
 
 
+def _values(
+    group: pd.DataFrame, selectors: list[Selector], stat: str, opt: dict, points: bool
+) -> list[Value]:
+    """Each selector's value: its one cell's, or with `mean_over: dataset` its mean over the
+    datasets where every selector has a cell."""
+    if opt.get("mean_over") == "dataset":
+        everywhere = [set(group[s.mask(group)]["dataset"]) for s in selectors]
+        datasets = sorted(set.intersection(*everywhere))
+        if not datasets:
+            raise Ambiguous("no dataset has every compared cell")
+        return [_mean(group, s, stat, datasets, points) for s in selectors]
+    rows = [_one(group, s) for s in selectors]
+    return [value_of(r, stat, _name(r, stat), points) for r in rows]
+
+
 def run_check(check: Check, group: pd.DataFrame) -> Outcome:
     """The check's outcome on one set of cells, with the verdict of the points alone."""
     try:
@@ -115,29 +131,19 @@ def _run(check: Check, group: pd.DataFrame, points: bool = False) -> Outcome:
         return value_of(row, stat, name, points)
 
     tolerance = float(opt.get("tolerance", 0.0))
-    if kind == "compare":
+    if kind in ("compare", "rank"):
         others = sel["b"] if isinstance(sel["b"], list) else [sel["b"]]
-        if opt.get("mean_over") == "dataset":
-            everywhere = [group[s.mask(group)]["dataset"] for s in [sel["a"], *others]]
-            datasets = sorted(set.intersection(*(set(d) for d in everywhere)))
-            if not datasets:
-                raise Ambiguous("no dataset has every compared cell")
-            a = _mean(group, sel["a"], stat, datasets, points)
-            bs = [_mean(group, b, stat, datasets, points) for b in others]
-        else:
-            row = _one(group, sel["a"])
-            a = value(row, stat, _name(row, stat))
-            bs = [value(r, stat, _name(r, stat)) for r in (_one(group, b) for b in others)]
+        a, *bs = _values(group, [sel["a"], *others], stat, opt, points)
+        if kind == "rank":
+            return checks.rank(a, bs, int(opt["within"]), _higher(check, stat))
         outcomes = [checks.compare(a, b, _higher(check, stat), tolerance) for b in bs]
         verdicts = [o.verdict for o in outcomes]
         if NOT_APPLICABLE in verdicts:
             return next(o for o in outcomes if o.verdict == NOT_APPLICABLE)
         return Outcome(checks.all_of(verdicts), "; ".join(o.measured for o in outcomes))
     if kind == "threshold":
-        row = _one(group, sel["a"])
-        return checks.threshold(
-            value(row, stat, _name(row, stat)), float(opt["value"]), _higher(check, stat)
-        )
+        (a,) = _values(group, [sel["a"]], stat, opt, points)
+        return checks.threshold(a, float(opt["value"]), _higher(check, stat))
     if kind == "order":  # over the ordered cells the set has (a sweep may have some only)
         rows = [_one(group, s) for s in sel["cells"] if s.mask(group).any()]
         values = [value(r, stat, _name(r, stat)) for r in rows]
@@ -192,14 +198,29 @@ def _set_name(keys: tuple[str, ...], values) -> str:
 
 def _scope(claim: Claim) -> dict[str, tuple]:
     """The cells table's columns a claim is scoped to, with their values (those it sets)."""
-    scope = {"dataset": claim.datasets, "pair": claim.pairs, "temperature": claim.temperatures}
+    scope = {
+        "dataset": claim.datasets,
+        "pair": claim.pairs,
+        "temperature": claim.temperatures,
+        "device": claim.devices,
+    }
     return {column: values for column, values in scope.items() if values}
 
 
+def on_devices(devices: pd.Series, names: tuple[str, ...]) -> pd.Series:
+    """Which of the cells' devices (`cuda:NVIDIA A100-SXM4-80GB`, `cpu`) are of a named class:
+    a name as a whole word, any case (H20 is not H200)."""
+    pattern = r"\b(?:" + "|".join(re.escape(n) for n in names) + r")\b"
+    return devices.fillna("").str.contains(pattern, case=False, regex=True)
+
+
 def scoped(claim: Claim, cells: pd.DataFrame) -> pd.DataFrame:
-    """The cells of the datasets, pairs and temperatures the claim speaks of."""
+    """The cells of the datasets, pairs, temperatures and devices the claim speaks of."""
     for column, values in _scope(claim).items():
-        cells = cells[cells[column].isin(values)]
+        keep = (
+            on_devices(cells[column], values) if column == "device" else cells[column].isin(values)
+        )
+        cells = cells[keep]
     return cells
 
 

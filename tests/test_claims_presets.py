@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mmspec import config as mmconfig
-from mmspec.claims.checks import FAILS, HOLDS, INCONCLUSIVE
+from mmspec.claims.checks import FAILS, HOLDS, INCONCLUSIVE, NOT_APPLICABLE
 from mmspec.claims.claim import CLAIMS_DIR, load
 from mmspec.claims.planned import not_applicable, planned_cells
 from mmspec.claims.scorecard import evaluate, summary
@@ -97,16 +97,16 @@ def test_planned_cells_carry_the_columns_and_hyperparameters_selectors_read():
     assert set(cells[cells["dataset"] == "vist"]["group"]) == {"ood"}
 
 
-def _judged(key: str, preset: str, values) -> str:
-    """The verdict of claim `key` over `preset`'s planned cells (toy presets over the default
-    config), after `values(cells)` set the statistics it reads."""
+def _judged(key: str, preset: str, values, device: str = "cpu") -> str:
+    """The verdict of claim `key` over `preset`'s planned cells on `device` (toy presets over
+    the default config), after `values(cells)` set the statistics it reads."""
     path = PRESETS / f"{preset}.yaml"
     config = (
         mmconfig.load_as_snakemake(path, default=ROOT / "config" / "config.yaml")
         if preset.startswith("toy_")
         else mmconfig.load(path)
     )
-    cells = planned_cells(config)
+    cells = planned_cells(config, device=device)
     values(cells)
     claims = [c for c in load(CLAIMS_DIR) if c.key == key]
     return summary(evaluate(claims, {"planned": cells}))["verdict"].iloc[0]
@@ -155,6 +155,7 @@ def test_dreams_entropy_layer_is_judged_against_the_best_static_layer(preset):
     static = "DREAM/static-75-above-static-50"
     assert _judged(static, preset, of("speedup", 5.0, 3.0, 4.0)) == HOLDS
     assert _judged(static, preset, of("speedup", 5.0, 4.0, 3.0)) == FAILS
+
     # tau set to say the opposite while the speedups are level (within noise): inconclusive
     def both(cells):
         of("speedup", 4.0, 4.0, 4.0)(cells)
@@ -224,3 +225,46 @@ def test_a_claim_with_one_set_it_cannot_judge_is_not_applicable():
     assert not not_applicable([claim(("videomme",))], config)
     missing = not_applicable([claim(("videomme", "vdc"))], config)
     assert list(missing) == ["LVSpec/r"] and "vdc" in missing["LVSpec/r"]
+
+
+@pytest.mark.parametrize("preset", ["toy_tabed", "tabed"])
+def test_tabeds_best_or_second_best_fails_only_below_both_single_views(preset):
+    """Table 1's claim: TABED^MT second of three still holds; below M and T on one dataset
+    fails that set."""
+
+    def ranked(tabed: float):
+        def values(cells):
+            for method, tau in (("m", 3.0), ("t", 2.0), ("tabed_mt", tabed)):
+                view = (cells["registry_method"] == method) & (cells["gamma"] == 5)
+                _set(cells, view, "tau", tau)
+
+        return values
+
+    key = "TABED/ensemble-best-or-second-best"
+    assert _judged(key, preset, ranked(2.5)) == HOLDS
+    assert _judged(key, preset, ranked(1.5)) == FAILS
+
+
+@pytest.mark.parametrize(
+    ("key", "device"),
+    [
+        ("SAGE/speedup-over-ar-on-h20", "cuda:NVIDIA H20"),
+        ("LVSpec/speedup-over-ar-on-h200", "cuda:NVIDIA H200"),
+        ("DREAM/speedup-at-least-1.5x", "cuda:NVIDIA A100-SXM4-80GB"),
+    ],
+)
+def test_an_absolute_speedup_is_judged_on_the_papers_device_alone(key, device):
+    """Above the claim's floor it holds on the paper's GPU, at 80% of the floor it fails; on
+    another GPU (an H100; SAGE's H20 against LVSpec's H200) it is not applicable whatever the
+    speedup."""
+    paper = {"SAGE": "sage", "LVSpec": "lvspec", "DREAM": "dream"}[key.split("/")[0]]
+    claim = next(c for c in load(CLAIMS_DIR) if c.key == key)
+    floor = float(claim.check.options["value"])
+
+    def fast(share: float):
+        return lambda cells: _set(cells, cells.index == cells.index, "speedup", floor * share)
+
+    assert _judged(key, paper, fast(1.1), device) == HOLDS
+    assert _judged(key, paper, fast(0.8), device) == FAILS
+    other = "cuda:NVIDIA H200" if paper == "sage" else "cuda:NVIDIA H100 80GB HBM3"
+    assert _judged(key, paper, fast(1.1), other) == NOT_APPLICABLE

@@ -86,6 +86,12 @@ def test_toy_presets_hold_each_papers_full_toy_study():
         "tabed_mtcp",
         "tabed_adaboost",
         "tabed_tree",
+        # Table 2: M, T and TABED^MT verifying trees of width 2 and 3
+        "m_tree",
+        "t_tree",
+        "tabed_tree3",
+        "m_tree3",
+        "t_tree3",
     }
     by_dataset = _by(tabed, "toy")
     for dataset in ["toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story"]:
@@ -108,7 +114,14 @@ def test_toy_presets_hold_each_papers_full_toy_study():
         "toy_story",
         "toy_video",
     }
-    assert all(methods == TOY_TREES for methods in found.values())
+    # Table 1's image rows prune 80%; Table 5's pruning sweep runs on the video
+    images = {"specvlm_image", "sage_image"}
+    for dataset, methods in found.items():
+        extra = {"sage_drop"} if dataset == "toy_video" else images
+        assert methods == TOY_TREES | extra, dataset
+    drops = {c.spec.params["drop"] for c in trees if c.spec.method == "sage"}
+    assert drops == {0.0, 0.3, 0.6, 0.8, 0.9, 0.95}
+    assert {c.spec.params["sage_n_max"] for c in trees if c.spec.method == "sage"} == {16}
     assert {c.pair for c in trees} == {"toy_vdraft"}
     lantern = mmcells.cells(mmconfig.load_as_snakemake("config/presets/toy_lantern.yaml"))
     assert {(c.dataset, c.pair) for c in lantern} == {("toy_imagegen", "toy_image")}

@@ -74,10 +74,10 @@ def test_tabed_preset_dry_run_plans_every_cell(tmp_path):
     jobs = _dry_run_jobs(TABED, tmp_path)
     n_cells = len(mmcells.cells(mmconfig.load(TABED)))
     assert jobs["generate"] == jobs["score"] == n_cells
-    # the benchmark datasets, and the multi-turn stand-in (llava_multiturn: M, T and TABED^MT
-    # on the main pair only, so no caption and two visual caches)
+    # the benchmark datasets, and the multi-turn stand-in (llava_multiturn: the views of Tables
+    # 1, 3 and 4 on the main pair only, so two visual caches)
     assert jobs["prepare"] == len(DATASETS) + 1
-    assert jobs["caption"] == len(DATASETS)  # one Florence-2 pass per dataset
+    assert jobs["caption"] == len(DATASETS) + 1  # one Florence-2 pass per dataset
     assert jobs["cache_visual"] == len(DATASETS) * 6 + 2  # 3 targets + 3 drafts
     assert not (tmp_path / "results").exists()  # a dry run writes nothing
 
@@ -270,7 +270,9 @@ def test_lvspec_preset_resolves_into_the_papers_grid_and_dry_runs(tmp_path):
         (0.7, 10, True, 10)
     }
     lambdas = {c.spec.params["lvspec_lambda"] for c in cells if c.method == "lvspec_lambda"}
-    assert lambdas == {0.0, 0.3, 0.5, 0.7, 0.9}
+    assert lambdas == {0.0, 0.2, 0.5, 0.7, 0.9}  # Table 3's lambdas
+    ns = {c.spec.params["lvspec_n"] for c in cells if c.method in ("lvspec_n", "lvspec_lambda")}
+    assert {1, 10, 100} <= ns  # Table 3's N
     assert mmconfig.judged_datasets(cfg) == ["moviechat", "vdc", "vdd"]
     assert cfg["judge"]["endpoint"].startswith("http") and cfg["judge"]["api_key_env"] is None
     jobs = _dry_run_jobs(LVSPEC, tmp_path)
@@ -291,7 +293,11 @@ def test_dream_preset_resolves_into_the_papers_table_and_dry_runs(tmp_path):
     ablations = {"dream_nocross", "dream_fixed", "dream_nointer", "dream_paperloss"}
     assert table1 | {"ar"} | ablations == main
     for pair in ("llava16_13b", "pixtral_12b", "smolvlm_2b", "gemma3_12b"):
-        assert {c.spec.method for c in cells if c.pair == pair} == {"ar", "eagle2", "dream"}
+        # Pixtral's chain DREAM against Kangaroo (Figure 4(b))
+        chain = {"kangaroo"} if pair == "pixtral_12b" else set()
+        assert {c.spec.method for c in cells if c.pair == pair} == {"ar", "eagle2", "dream"} | chain
+    blocks = {c.spec.params["head_layers"] for c in cells if c.method == "eagle2_blocks"}
+    assert blocks == {3, 4}  # Table 2's E2-3B and E2-4B
     assert {c.spec.temperature for c in cells if c.spec.method == "dream"} == {0.0, 1.0}
     assert {c.spec.params["dream_vtc"] for c in cells if c.method == "dream_vtc"} == {
         1.0,
@@ -307,9 +313,10 @@ def test_dream_preset_resolves_into_the_papers_table_and_dry_runs(tmp_path):
     jobs = _dry_run_jobs(DREAM, tmp_path)
     assert jobs["generate"] == jobs["score"] == len(cells)
     # one head per (pair, kind, training): DREAM's ablations train their own, VTC does not
-    # (7B: Kangaroo, Medusa, Hydra, EAGLE for both EAGLE rows, DREAM and its five ablations,
-    # Static-50% and Static-75% apart); DREAM's chain drafts with DREAM's head
-    assert jobs["train_drafter"] == len(heads) == 10 + 4 * 2
+    # (7B: Kangaroo, Medusa, Hydra, EAGLE for both EAGLE rows and its 3- and 4-block heads,
+    # DREAM and its five ablations, Static-50% and Static-75% apart; Pixtral's Kangaroo); DREAM's
+    # chain drafts with DREAM's head
+    assert jobs["train_drafter"] == len(heads) == 12 + 4 * 2 + 1
     chains = [c for c in cells if c.method == "dream_chain"]
     assert {(c.pair, c.dataset) for c in chains} == {
         (p, d) for p in ("llava16_7b", "pixtral_12b") for d in ("mmt_bench", "scienceqa")

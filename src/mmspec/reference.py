@@ -375,6 +375,11 @@ def claims_page() -> str:
         "reading is shown beside it) or not applicable (the set lacks the cells). A claim holds "
         "where every set holds, fails where every set fails, else is inconclusive.",
         "",
+        "A paper's absolute number (a speedup on its GPU, a tau of its models) is claimed as a "
+        "`threshold` at 90% of it, scoped to the paper's `devices` or `pairs`: a faithful "
+        "reproduction sits at the number itself, where a threshold at it would hold or fail by "
+        "the noise of one run. Elsewhere the claim reads not applicable.",
+        "",
         "| kind | required keys | optional keys | what holds |",
         "|---|---|---|---|",
     ]

@@ -306,6 +306,27 @@ def test_a_threshold_over_the_mean_of_datasets_reads_every_dataset(tmp_path):
     assert verdict(1.8) == [FAILS]  # mean 2.7
 
 
+def test_a_compare_against_the_mean_of_its_b_cells(tmp_path):
+    """TABED's +5% over the single views' mean: above the mean of M and T holds though T is
+    higher still; below the mean fails; the mean's interval is the mean of the ends."""
+    check = {**COMPARE, "b": [{"method": "t"}, {"method": "c"}], "against": "mean"}
+    write_claims(tmp_path / "claims", [claim("avg", check)])
+    claims = load(tmp_path / "claims")
+
+    def judged(m: float) -> tuple[str, str]:
+        cells = pd.DataFrame([cell("d", "m", m), cell("d", "t", 3.2), cell("d", "c", 2.0)])
+        table = evaluate(claims, {"run": cells})
+        return table["verdict"].iloc[0], table["measured"].iloc[0]
+
+    assert judged(3.1)[0] == HOLDS  # [2.9, 3.3] against the mean 2.6 [2.4, 2.8]
+    assert "mean of t tau and c tau 2.6 [2.4, 2.8]" in judged(3.1)[1]
+    assert judged(2.6)[0] == INCONCLUSIVE
+    assert judged(2.0)[0] == FAILS
+    write_claims(tmp_path / "bad", [claim("avg", {**check, "against": "median"})])
+    with pytest.raises(ClaimError, match="against: 'each' or 'mean'"):
+        load(tmp_path / "bad")
+
+
 def test_a_rank_needs_a_whole_number_of_places_among_its_cells(tmp_path):
     for within in (0, 4, 1.5, True):
         write_claims(tmp_path / "claims", [claim("r", {**RANK, "within": within})])

@@ -62,8 +62,8 @@ def test_tabed_preset_resolves_into_the_papers_grid():
     drafts = {p["draft"] for p in cfg["pairs"].values()}
     assert targets == {
         "llava-hf/llava-1.5-7b-hf",
-        "llava-hf/llava-1.5-13b-hf",
-        "llava-hf/llava-v1.6-vicuna-7b-hf",
+        "llava-hf/llava-v1.6-vicuna-7b-hf",  # Appendix A's Tables 19-22
+        "llava-hf/llava-v1.6-vicuna-13b-hf",
     }
     assert drafts == {"mjbooo/lvlm68m", "mjbooo/lvlm160m-bf16", "mjbooo/lvlm68m-ov"}
     others = {c.method for c in cells if c.pair != "llava15_7b_68m"}

@@ -26,10 +26,11 @@ FAMILIES = {
     "specvlm": {"llava_ov_72b_7b": OV, "qwen25vl_72b_7b": QWEN, "qwen25vl_32b_7b": QWEN},
     "tabed": {
         "llava15_7b_68m": ("llava", "llava"),
-        "llava15_7b_160m": ("llava", "llava"),
-        "llava15_7b_68m_ov": ("llava", "llava"),
-        "llava15_13b_68m": ("llava", "llava"),
-        "llava16_7b_68m": ("llava_next", "llava"),  # TABED's 68M draft is LLaVA-1.5 style
+        # TABED's drafts are LLaVA-1.5 style
+        "llava16_7b_68m": ("llava_next", "llava"),
+        "llava16_7b_160m": ("llava_next", "llava"),
+        "llava16_7b_68m_ov": ("llava_next", "llava"),
+        "llava16_13b_68m": ("llava_next", "llava"),
     },
 }
 

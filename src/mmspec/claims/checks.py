@@ -98,6 +98,17 @@ def _above(a: Value, b: Value, tolerance: float) -> str:
     return INCONCLUSIVE
 
 
+def mean_of(values: list[Value]) -> Value:
+    """The mean of several values, its interval the mean of their intervals' ends: the widest
+    the mean's can be whatever their correlation (cells of one dataset share its samples), so
+    a verdict against it never rests on an assumed independence."""
+    n = len(values)
+    ends = ("point", "low", "high")
+    point, low, high = (sum(getattr(v, end) for v in values) / n for end in ends)
+    names = " and ".join(v.name or "a value" for v in values)
+    return Value(point, low, high, name=f"mean of {names}", exact=all(v.exact for v in values))
+
+
 def compare(a: Value, b: Value, higher: bool = True, tolerance: float = 0.0) -> Outcome:
     """a above b (`higher`) or below it. `tolerance` (relative to b) widens the band a
     difference must leave before it counts, beyond the intervals (or exact points)."""

@@ -50,7 +50,7 @@ SELECTABLE = (
 SET_KEYS = ("dataset", "pair", "temperature", "seed")
 # kind -> (its required keys, its optional keys)
 KINDS = {
-    "compare": ({"stat", "a", "b"}, {"higher", "tolerance", "mean_over"}),
+    "compare": ({"stat", "a", "b"}, {"higher", "tolerance", "mean_over", "against"}),
     "threshold": ({"stat", "a", "value"}, {"higher", "mean_over"}),
     "rank": ({"stat", "a", "b", "within"}, {"higher", "mean_over"}),
     "order": ({"stat", "cells"}, {"higher", "tolerance"}),
@@ -62,7 +62,9 @@ KINDS = {
 KIND_MEANINGS = {
     "compare": "a's cell beats b's in `stat` (each b's, given a list of selectors); "
     "`tolerance`: a relative margin it must clear; `mean_over: dataset`: compare the means "
-    "over the set's datasets (each with its interval) rather than one dataset's cells",
+    "over the set's datasets (each with its interval) rather than one dataset's cells; "
+    "`against: mean`: beat the mean of the b cells (TABED's +5% over the single views' mean) "
+    "rather than each",
     "threshold": "a's cell is at or beyond `value` in `stat` (`mean_over: dataset`: the mean "
     "over the set's datasets)",
     "rank": "a's cell is among the best `within` of itself and the b cells in `stat` (`within` "
@@ -231,6 +233,8 @@ def parse_check(data, where: str) -> Check:
             raise ClaimError(f"{where}.{stat_key}: one of {sorted(STATS)}, got {data[stat_key]!r}")
     if "mean_over" in data and data["mean_over"] != "dataset":
         raise ClaimError(f"{where}.mean_over: only 'dataset', got {data['mean_over']!r}")
+    if "against" in data and data["against"] not in ("each", "mean"):
+        raise ClaimError(f"{where}.against: 'each' or 'mean', got {data['against']!r}")
     selectors = {k: _selectors(data[k], f"{where}.{k}") for k in ("a", "b", "cells") if k in data}
     if kind == "rank":
         others = selectors["b"] if isinstance(selectors["b"], list) else [selectors["b"]]

@@ -136,6 +136,8 @@ def _run(check: Check, group: pd.DataFrame, points: bool = False) -> Outcome:
         a, *bs = _values(group, [sel["a"], *others], stat, opt, points)
         if kind == "rank":
             return checks.rank(a, bs, int(opt["within"]), _higher(check, stat))
+        if opt.get("against") == "mean":
+            bs = [checks.mean_of(bs)]
         outcomes = [checks.compare(a, b, _higher(check, stat), tolerance) for b in bs]
         verdicts = [o.verdict for o in outcomes]
         if NOT_APPLICABLE in verdicts:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 
 import pandas as pd
+import pyarrow as pa
 import pytest
-from report_pages import loose_rows, page_of, sections
+from report_pages import CELLS, loose_rows, page_of, sections, write_table
 
 import mmspec.report.loose as report_loose
+from mmspec import config as mmconfig
+from mmspec.stages import report as report_stage
 
 
 def test_loose_section_frontier_and_retention_table(tmp_path):
@@ -48,3 +51,23 @@ def test_loose_retentions_carry_their_intervals_in_table_and_figure(tmp_path):
 
 def test_no_loose_section_without_loose_cells(report):
     assert "Loose verification" not in report
+
+
+def test_a_datasets_note_shows_under_its_headings_escaped(tmp_path):
+    """The tour's toy_video says why its LVSpec cell cannot show LVSpec's premise: the config
+    entry's `note` reaches the report stage through the sweep, under the dataset's section and
+    its loose-verification plot, escaped; a dataset without one shows none."""
+    sweep = mmconfig.load("config/config.yaml")
+    sweep["datasets"]["toy_video"]["note"] += " <b>&</b>"
+    rows = [{**row, "dataset": "toy_video"} for row in loose_rows()]
+    rows += [{**row, "dataset": "vdd"} for row in loose_rows()]
+    cells = tmp_path / "cells.parquet"
+    write_table(pa.Table.from_pylist(rows, schema=CELLS), cells, CELLS)
+    report_stage.run(str(cells), str(tmp_path / "report.html"), sweep=sweep)
+    found = sections((tmp_path / "report.html").read_text(encoding="utf-8"))
+    note = "<b>Note on toy_video:</b> LVSpec relaxes the drafted positions"
+    video = next(v for k, v in found.items() if k.startswith("toy_video"))
+    assert note in video and "&lt;b&gt;&amp;&lt;/b&gt;" in video
+    assert next(v for k, v in found.items() if k.startswith("vdd")).count("Note on") == 0
+    loose = found["Loose verification: retention vs speedup"]
+    assert loose.count(note) == 1 and loose.count("Note on") == 1

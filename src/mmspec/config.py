@@ -393,7 +393,7 @@ def _check_search_metrics(config: dict) -> None:
 
 # The keys of a dataset entry that scoring and the report read, not prepare: a change to them
 # reruns no prepare job, nor (through its rewritten output) the cells that read it.
-SCORING_KEYS = ("metric", "judge", "group")
+SCORING_KEYS = ("metric", "judge", "group", "note")
 
 
 def prepare_entry(spec: dict) -> dict:

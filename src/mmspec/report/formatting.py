@@ -67,3 +67,9 @@ def rank_marks(values: list[float]) -> list[str]:
 def heading(anchor: str, title: str) -> str:
     """A section heading the table of contents links to; `title` is HTML already."""
     return f"<h2 id='{anchor}'>{title}</h2>"
+
+
+def dataset_note(notes: dict[str, str], dataset: str) -> str:
+    """The dataset's note as a paragraph, or "" when its entry has none."""
+    note = notes.get(dataset, "").strip()
+    return f"<p class='note'><b>Note on {esc(dataset)}:</b> {esc(note)}</p>" if note else ""

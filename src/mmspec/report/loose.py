@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from mmspec.methods.components import loose_rules
 from mmspec.report.cells import is_ar, sort_cells
 from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
-from mmspec.report.formatting import esc, fmt_num, heading, is_missing, label_html
+from mmspec.report.formatting import dataset_note, esc, fmt_num, heading, is_missing, label_html
 from mmspec.report.pareto import front_rows, front_trace
 
 ANCHOR = "loose-verification"
@@ -50,9 +50,9 @@ TABLE_COLUMNS = [
 ]
 
 
-def render(cells: pd.DataFrame) -> str:
+def render(cells: pd.DataFrame, notes: dict[str, str] | None = None) -> str:
     """The section of the seeds-pooled rows `cells` (`pooled.pool_seeds`), or "" when none
-    verifies loosely."""
+    verifies loosely; `notes` (dataset -> text) a note under each of a dataset's headings."""
     loose = loose_rules()
     if "acceptance" not in cells or not cells["acceptance"].isin(loose).any():
         return ""
@@ -64,7 +64,7 @@ def render(cells: pd.DataFrame) -> str:
         group = group.assign(**retention_axis(group))
         points = group[~group["method"].map(is_ar)].dropna(subset=["speedup", RETENTION])
         front = front_rows(points, RETENTION)
-        parts.append(f"<h3>{esc(title)}</h3>")
+        parts.append(f"<h3>{esc(title)}</h3>{dataset_note(notes or {}, key[0])}")
         if not points.empty:
             fig = figure_html(retention_figure(points, front, title))
             parts.append(f"<div class='figs'>{fig}</div>")

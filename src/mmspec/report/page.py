@@ -54,7 +54,7 @@ from mmspec.report import searches as search_section
 from mmspec.report.blocks import load_step_stats, step_stats_by_cell
 from mmspec.report.cells import lossless_bug, with_labels
 from mmspec.report.figures import method_colors
-from mmspec.report.formatting import MISSING, esc, heading
+from mmspec.report.formatting import MISSING, dataset_note, esc, heading
 from mmspec.report.pooled import INTERVAL_METRICS, SUMMED, pool_seeds
 from mmspec.tables import CLAIMS, read_table
 
@@ -133,6 +133,7 @@ def write_report(
     head_folders: list[str | Path] | None = None,
     claims_path: str | Path | None = None,
     searches: list | None = None,
+    notes: dict[str, str] | None = None,
 ) -> None:
     """Render the cells table at `cells_path` as one self-contained HTML page at `out_html`.
 
@@ -140,7 +141,8 @@ def write_report(
     draft position, the tree methods side by side and the ensemble weights over decoding; without
     it those sections are left out. `head_folders` (trained drafter heads) adds their training;
     `claims_path` (results/summary/claims.parquet) the reproduction scorecard, first;
-    `searches` (`report.searches.load`) the searched methods' rounds.
+    `searches` (`report.searches.load`) the searched methods' rounds; `notes` (dataset ->
+    its config entry's `note`) what a reader of a dataset's results should know.
     """
     cells = read_table(cells_path, CELLS).to_pandas()
     blocks = step_stats = None
@@ -155,6 +157,7 @@ def write_report(
         heads=heads_section.load_heads(head_folders or []),
         claims=read_table(claims_path, CLAIMS).to_pandas() if claims_path else None,
         searches=searches,
+        notes=notes,
     )
     out_html = Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)
@@ -172,13 +175,16 @@ def render_page(
     heads: list[dict] | None = None,
     claims: pd.DataFrame | None = None,
     searches: list | None = None,
+    notes: dict[str, str] | None = None,
 ) -> str:
     """The full HTML page for a cells frame (one row per cell, CELLS columns).
 
     `blocks` (BLOCKS columns, possibly only some of its rows) adds the ensemble-weight plots;
     `step_stats` (from `load_step_stats`, over all the rows) the acceptance rate by draft position
-    and the tree methods side by side, each shown only when some cell has steps for it.
+    and the tree methods side by side, each shown only when some cell has steps for it; `notes`
+    (dataset -> text) a note under each of the dataset's headings.
     """
+    notes = notes or {}
     cells = with_labels(cells)
     pooled = pool_seeds(cells)
     colors = method_colors(cells)
@@ -190,8 +196,8 @@ def render_page(
         (pareto.ANCHOR, pareto.TITLE, pareto.render(pooled, keys, colors) if keys else ""),
         (summary.ANCHOR, summary.TITLE, summary.render(pooled)),
         (DEFINITIONS_ANCHOR, "Metric definitions", render_definitions()),
-        *dataset_sections(cells, pooled, keys, colors),
-        (loose.ANCHOR, loose.TITLE, loose.render(pooled)),
+        *dataset_sections(cells, pooled, keys, colors, notes),
+        (loose.ANCHOR, loose.TITLE, loose.render(pooled, notes)),
         (
             search_section.ANCHOR,
             search_section.TITLE,
@@ -256,15 +262,20 @@ def render_definitions() -> str:
 
 
 def dataset_sections(
-    cells: pd.DataFrame, pooled: pd.DataFrame, keys: list[tuple], colors: dict[str, str]
+    cells: pd.DataFrame,
+    pooled: pd.DataFrame,
+    keys: list[tuple],
+    colors: dict[str, str],
+    notes: dict[str, str],
 ) -> list[tuple[str, str, str]]:
-    """(anchor, title, html) of the section of each (dataset, pair) of `keys`: its method table
-    (rows seeds-pooled) and tau vs gamma."""
+    """(anchor, title, html) of the section of each (dataset, pair) of `keys`: the dataset's
+    note, its method table (rows seeds-pooled) and tau vs gamma."""
     sections = []
     for i, (dataset, pair) in enumerate(keys):
         anchor, title = f"sec-{i}", f"{esc(dataset)} · {esc(pair)}"
         of_cells = cells[(cells["dataset"] == dataset) & (cells["pair"] == pair)]
         of_pooled = pooled[(pooled["dataset"] == dataset) & (pooled["pair"] == pair)]
         html = f"{methods_table.render(of_cells, of_pooled)}\n{tau_gamma.render(of_cells, colors)}"
-        sections.append((anchor, title, f"{heading(anchor, title)}\n{html}"))
+        head = f"{heading(anchor, title)}\n{dataset_note(notes, dataset)}"
+        sections.append((anchor, title, f"{head}\n{html}"))
     return sections

@@ -23,7 +23,9 @@ def run(
     from mmspec.report.page import write_report
 
     found = searches.load(sweep) if sweep is not None else []
-    write_report(cells, out, blocks, heads, claims, found)
+    datasets = (sweep or {}).get("datasets", {})
+    notes = {name: entry["note"] for name, entry in datasets.items() if entry.get("note")}
+    write_report(cells, out, blocks, heads, claims, found, notes)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

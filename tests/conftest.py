@@ -13,7 +13,11 @@ from report_pages import report  # noqa: E402, F401 (the page the report tests s
 
 def pytest_collection_finish(session):
     """Start the run through a real Slurm in the background when its test is collected: it
-    mostly waits on Slurm, so the other tests run meanwhile (tests/test_slurm.py)."""
+    mostly waits on Slurm, so the other tests run meanwhile (tests/test_slurm.py). Under
+    pytest-xdist every worker collects every test, and only the one that runs the file may
+    start the one Slurm of the machine: its fixture starts it there."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     if any(item.nodeid.startswith("tests/test_slurm.py::") for item in session.items):
         import test_slurm
 

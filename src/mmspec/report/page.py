@@ -276,6 +276,6 @@ def dataset_sections(
         of_cells = cells[(cells["dataset"] == dataset) & (cells["pair"] == pair)]
         of_pooled = pooled[(pooled["dataset"] == dataset) & (pooled["pair"] == pair)]
         html = f"{methods_table.render(of_cells, of_pooled)}\n{tau_gamma.render(of_cells, colors)}"
-        head = f"{heading(anchor, title)}\n{dataset_note(notes, dataset)}"
+        head = "\n".join(filter(None, [heading(anchor, title), dataset_note(notes, dataset)]))
         sections.append((anchor, title, f"{head}\n{html}"))
     return sections

@@ -26,9 +26,10 @@ def pytest_collection_finish(session):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(session, config, items):
-    """Under pytest-xdist, test_slurm.py first (after every other hook: pytest-randomly's order):
-    its run mostly waits on Slurm, so it starts before the other files and overlaps them rather
-    than ending the run alone. A run in one process starts it at collection instead."""
+    """Under pytest-xdist, test_slurm.py first (after every other hook: pytest-randomly's order;
+    the files are handed out in this order, --no-loadscope-reorder): its run mostly waits on
+    Slurm, so it starts before the other files and overlaps them rather than ending the run
+    alone. A run in one process starts it at collection instead."""
     result = yield
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=lambda item: not item.nodeid.startswith("tests/test_slurm.py::"))

@@ -463,6 +463,12 @@ def test_a_claim_naming_a_method_or_hyperparameter_that_does_not_exist_says_so(t
     assert "no registry method is named 'sage_tre' (did you mean 'sage_tree'" in measured
     assert "no component reads a hyperparameter 'sage_n_mx' (did you mean 'sage_n_max'" in measured
     assert table.loc["real", "verdict"] == HOLDS
+    # a typo in a later selector, where the first finds its cells, says so as well
+    later = {**COMPARE, "b": [{"method": "t"}, {"registry_method": "sd_tre"}]}
+    write_claims(tmp_path / "later", [claim("later", later)])
+    row = evaluate(load(tmp_path / "later"), {"run": cells}).iloc[0]
+    assert row["verdict"] == NOT_APPLICABLE
+    assert "no registry method is named 'sd_tre' (did you mean 'sd_tree'" in row["measured"]
 
 
 def test_the_projects_claims_name_methods_stats_and_sections_that_exist():

@@ -360,8 +360,8 @@ def claims_page() -> str:
         "`mmspec claims --claims`) names the paper (`paper:`) and lists its `claims:`. Each "
         "claim says what the paper claims and how the scorecard checks it on a sweep's cells "
         "table (`results/summary/cells.parquet`). A malformed file is refused with its file, "
-        "claim and key named; a selector naming no registry method or hyperparameter is "
-        'refused too, since it could only ever read "not applicable".',
+        "claim and key named. A selector naming a registry method or a hyperparameter that does "
+        'not exist reads "not applicable" and says so, with the names it may have meant.',
     )
     lines += ["", "## A claim's keys", "", "| key | required | what it holds |", "|---|---|---|"]
     for key, text in claim.CLAIM_KEY_MEANINGS.items():
@@ -373,7 +373,9 @@ def claims_page() -> str:
         "",
         "Verdicts: holds, fails, inconclusive (the intervals leave it undecided; the points' "
         "reading is shown beside it) or not applicable (the set lacks the cells). A claim holds "
-        "where every set holds, fails where every set fails, else is inconclusive.",
+        "where every set holds, fails where every set fails, else is inconclusive. A verdict's "
+        "line gives the question with its measured values: `a >? b` reads \"is a above b?\", "
+        "`>=? 0.97` \"at or above 0.97?\", `(best 2?)` \"among the best two?\".",
         "",
         "A paper's absolute number (a speedup on its GPU, a tau of its models) is claimed as a "
         "`threshold` at 90% of it, scoped to the paper's `devices` or `pairs`: a faithful "

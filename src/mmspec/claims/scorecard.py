@@ -64,9 +64,11 @@ def _one(group: pd.DataFrame, selector: Selector) -> pd.Series:
     rows = group[selector.mask(group)]
     if len(rows) != 1:
         found = ", ".join(sorted(set(rows["method"] + " " + rows["hp"]))[:4])
+        unknown = selector.unknown_names() if rows.empty else []
         raise Ambiguous(
             f"{'no cell' if rows.empty else f'{len(rows)} cells'} of {selector.text()}"
             + (f" ({found}): add keys that pick one" if len(rows) > 1 else "")
+            + (f": {'; '.join(unknown)}" if unknown else "")
         )
     return rows.iloc[0]
 

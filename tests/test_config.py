@@ -378,15 +378,13 @@ def test_bad_judge_config_names_the_key(judge, dataset, expected):
 
 
 def test_self_sd_pair_drafts_with_its_target():
-    from mmspec.methods.components import loaded_models
-
     cfg = copy.deepcopy(BASE)
     cfg["pairs"]["self"] = {"target": "toy:target", "draft": "self"}
     cfg = mmconfig.validate(cfg)
     pair = cfg["pairs"]["self"]
     assert pair["draft"] == pair["target"] == "toy:target"
     spec = next(c.spec for c in mmcells.cells(cfg) if c.pair == "self" and c.method == "sd")
-    assert loaded_models(pair, spec) == [("toy:target", "float32")]  # loaded once
+    assert spec.loaded_models(pair) == [("toy:target", "float32")]  # loaded once
     assert mmconfig.validate(cfg)["pairs"]["self"] == pair  # validating again keeps it
 
 

@@ -19,8 +19,8 @@ from hub_server import Hub
 from workflow_cli import snakemake_cmd
 
 from mmspec import config as mmconfig
-from mmspec import hub_cache
-from mmspec.hub_cache import DATASET, MODEL, HubRepo
+from mmspec.hub import cache as hub_cache
+from mmspec.hub.cache import DATASET, MODEL, HubRepo
 from mmspec.toy import stand_in, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +160,7 @@ def test_an_unfetched_cache_stops_the_run_before_any_job(repos, tmp_path):
 
 _FETCH_ONE = """
 import sys
-from mmspec import hub_cache
+from mmspec.hub import cache as hub_cache
 repo = hub_cache.HubRepo(sys.argv[1], sys.argv[2])
 hub_cache.fetch(hub_cache.listing(repo))
 """

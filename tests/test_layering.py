@@ -1,6 +1,8 @@
 """The package's layering, read from its import statements (at any depth, relative ones
-resolved; nothing is imported): nothing below the command line, the workflow's stages and the
-toy world imports them, and the decoding engine imports nothing above it.
+resolved; nothing is imported: tests/package_structure.py): no two modules import each other,
+directly or around a circle; nothing below the command line, the workflow's stages and the toy
+world imports them; the decoding engine imports nothing above it, and the datasets nothing of
+the models.
 
 The toy world joins the layers below as a plugin would: the dataset, model and metric catalogs
 import its modules by name (`data.source`, `models.source`, `scoring.metric_catalog`), as do the
@@ -10,9 +12,10 @@ registration, not an import statement.
 
 from __future__ import annotations
 
-import ast
 import textwrap
 from pathlib import Path
+
+from package_structure import circles, import_graph
 
 import mmspec
 
@@ -34,37 +37,8 @@ TOP_LAYERS = {
 # the decoding engine, and the only modules it imports
 ENGINE = "decoding"
 BELOW_ENGINE = ("decoding", "lazy", "plugins", "data.media")
-
-
-def module_files(root: Path) -> dict[str, Path]:
-    """Dotted module name -> source file, for the package whose folder is `root`."""
-    found = {}
-    for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root.parent).with_suffix("").parts
-        found[".".join(parts).removesuffix(".__init__")] = path
-    return found
-
-
-def import_graph(root: Path) -> dict[str, set[str]]:
-    """Module -> the package's modules it imports (`from a import b`: a.b when that is a module,
-    else a)."""
-    modules = module_files(root)
-    graph = {}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                found |= {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*anchor, base] if base else anchor)
-                for alias in node.names:
-                    found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
-        graph[name] = {m for m in found if m in modules}
-    return graph
+# parts that must never import another (importer, imported): datasets are read without models
+NEVER = (("data", "models"),)
 
 
 def _within(module: str, package: str, parts: tuple[str, ...]) -> bool:
@@ -82,6 +56,9 @@ def violations(root: Path) -> list[str]:
                 if _within(module, package, parts) and not _within(importer, package, allowed):
                     why = f"only {', '.join(allowed)} import {layer}"
                     found.append(f"{importer} -> {module}: {why}")
+            for low, high in NEVER:
+                if _within(importer, package, (low,)) and _within(module, package, (high,)):
+                    found.append(f"{importer} -> {module}: {low} never imports {high}")
             engine = _within(importer, package, (ENGINE,))
             if engine and not _within(module, package, BELOW_ENGINE):
                 found.append(
@@ -92,6 +69,23 @@ def violations(root: Path) -> list[str]:
 
 def test_the_package_keeps_its_layers():
     assert violations(PACKAGE) == []
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    assert circles(import_graph(PACKAGE)) == []
+
+
+def test_a_circle_of_imports_is_found(tmp_path):
+    files = {
+        "__init__.py": "",
+        "a.py": "from pkg import b\n",
+        "b.py": "def f():\n    from pkg.sub import c\n",
+        "sub/__init__.py": "",
+        "sub/c.py": "from .. import a\n",
+        "d.py": "from pkg import a\n",
+    }
+    root = _package(tmp_path / "pkg", files)
+    assert circles(import_graph(root)) == [["pkg.a", "pkg.b", "pkg.sub.c"]]
 
 
 def test_the_check_sees_imports_at_any_depth_and_of_any_form():
@@ -139,10 +133,15 @@ def test_a_package_that_breaks_the_layers_fails_the_check(tmp_path):
             # the engine reaching up to the methods
             "decoding/trees.py": "from pkg.methods.runner import run\n",
             "report.py": "from pkg import cli\n",
+            # a dataset reading a model's module
+            "data/hf.py": "from pkg.models.pretrained import is_local\n",
+            "models/__init__.py": "",
+            "models/pretrained.py": "",
         },
     )
     commands = "cli, __main__, worker, stages.batch, reference, gpu_check, bench"
     assert violations(root) == [
+        "pkg.data.hf -> pkg.models.pretrained: data never imports models",
         f"pkg.data.stand_in -> pkg.toy.world: only {commands}, toy import the toy world",
         "pkg.decoding.trees -> pkg.methods.runner: the engine imports only decoding, lazy, "
         "plugins, data.media",

@@ -155,11 +155,10 @@ def test_a_warm_worker_never_runs_a_plugin_edited_since_it_started(plugin, tiny_
 def test_editing_a_plugins_helper_module_changes_its_cells_fingerprint_only(plugin, tmp_path):
     code = textwrap.dedent(
         """
-        from mmspec.methods import components
         from mmspec.methods.registry import resolve
         spec = resolve("sd_chain", {"gamma": 3, "acceptance": "prefix_greedy"})
         plain = resolve("sd_chain", {"gamma": 3})
-        print(components.plugin_code(spec), repr(components.plugin_code(plain)))
+        print(spec.plugin_code(), repr(plain.plugin_code()))
         """
     )
     env = {**os.environ, "PYTHONPATH": str(plugin)}
@@ -186,7 +185,6 @@ def test_a_plugin_heads_network_module_is_part_of_its_cells_code(tmp_path, monke
     from mmspec import import_closure
     from mmspec.decoding import catalog
     from mmspec.decoding.drafters.trained import HeadDrafter
-    from mmspec.methods import components
     from mmspec.methods.spec import MethodSpec
 
     package = tmp_path / "headplug_of_tests"
@@ -206,7 +204,7 @@ def test_a_plugin_heads_network_module_is_part_of_its_cells_code(tmp_path, monke
     spec = MethodSpec.parse({"method": "x", "drafter": PluginHead.name, "tree": "chain",
         "gamma": 3, "acceptance": "greedy", "temperature": 0.0})  # fmt: skip
     assert "headplug_of_tests.nets" in PluginHead.code_modules()
-    before = components.plugin_code(spec)
+    before = spec.plugin_code()
     import_closure.digest.cache_clear()  # (a Snakemake parse reads the files once)
     (package / "nets.py").write_text("class Net:\n    layers = 2\n")
-    assert before.startswith("+") and components.plugin_code(spec) != before
+    assert before.startswith("+") and spec.plugin_code() != before

@@ -45,7 +45,7 @@ def test_every_stage_is_a_subcommand_with_its_fingerprint():
     assert "settings" not in declared and "arguments" not in declared  # helper modules
     parser = cli.build_parser()
     (choices,) = [a.choices for a in parser._actions if a.dest == "stage"]
-    assert set(choices) == set(declared) | set(cli.TOOLS)
+    assert set(choices) == set(declared) | set(cli.declared_tools())
     for name in declared:
         assert fingerprint.fingerprint(name)
     with pytest.raises(ValueError, match="unknown stage 'nope'"):

@@ -67,7 +67,9 @@ def _workers_of(folder: Path) -> list[int]:
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
         except (OSError, ValueError):
             continue
-        if b"mmspec.worker" in cmdline and any(str(folder).encode() in a for a in cmdline):
+        if b"mmspec.cli.worker_process" in cmdline and any(
+            str(folder).encode() in a for a in cmdline
+        ):
             if proc.name.isdigit() and _alive(int(proc.name)):
                 pids.append(int(proc.name))
     return pids

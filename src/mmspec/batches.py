@@ -39,7 +39,6 @@ from mmspec.cell_keys import CellJob, size_and_time
 from mmspec.config import dataset_task
 from mmspec.data import source as dataset_source
 from mmspec.fingerprint import fingerprint
-from mmspec.methods import components
 from mmspec.models import footprint
 from mmspec.models import source as model_source
 from mmspec.scoring import metric_catalog
@@ -160,7 +159,7 @@ class _Jobs:
         point = (cell.pair, cell.method, cell.hp)
         if point not in self._memory:
             pair = self.config["pairs"][cell.pair]
-            models = tuple(components.loaded_models(pair, cell.spec))
+            models = tuple(cell.spec.loaded_models(pair))
             toy = self.config["toy"]["models"]
             self._memory[point] = (footprint.job_memory(list(models), toy), models)
         return self._memory[point]
@@ -180,7 +179,7 @@ class _Jobs:
                     options += [f"--{name.replace('_', '-')}", inputs[name]]
                     files.append(inputs[name])
             _, models = self.memory(cell)
-            code = self.code["generate"] + components.plugin_code(cell.spec)
+            code = self.code["generate"] + cell.spec.plugin_code()
             code += self.models_code(ref for ref, _ in models)
             self._shared[point] = (job, inputs["prepared"], options, files, code)
         return self._shared[point]

@@ -5,7 +5,7 @@ a change to a stage's code rerun that stage (and what depends on its outputs), n
 code a stage runs is the import closure of its module (`import_closure`), so no list of files is
 kept by hand: a new helper module is covered as soon as the stage imports it.
 
-A cell's fingerprint adds the import closure of its plugin components (`components.plugin_code`),
+A cell's fingerprint adds the import closure of its plugin components (`MethodSpec.plugin_code`),
 so editing a plugin, or any helper module it imports, reruns exactly the cells that use it. The
 stages that read every component's declaration (aggregate, report) cover every plugin's code.
 """

@@ -1,4 +1,4 @@
-"""What a sweep reads from the Hugging Face Hub (fetched by `mmspec fetch`, `hub_cache`) and
+"""What a sweep reads from the Hugging Face Hub (fetched by `mmspec fetch`, `hub.cache`) and
 from local paths: the models its cells load (targets, drafts, the captioner, FID's and CLIP's
 networks), the datasets they read or train heads on, and their video folders. Toy models are the
 workflow's own and are neither.
@@ -10,12 +10,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mmspec import cell_inputs, hub_cache
+from mmspec import cell_inputs
 from mmspec import cells as mmcells
-from mmspec.hub_cache import DATASET, MODEL, HubRepo
-from mmspec.methods import components
+from mmspec.hub import cache as hub_cache
+from mmspec.hub.cache import DATASET, MODEL, HubRepo
+from mmspec.hub.refs import is_local
 from mmspec.models import source as model_source
-from mmspec.models.pretrained import is_local
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def _model_uses(config: dict, swept: list) -> dict[str, list[str]]:
 
     for cell in swept:
         pair = config["pairs"][cell.pair]
-        for ref, _ in components.loaded_models(pair, cell.spec):
+        for ref, _ in cell.spec.loaded_models(pair):
             use(ref, f"pairs.{cell.pair}.{'target' if ref == pair['target'] else 'draft'}")
     captioner = config.get("captioner")
     if captioner and any(cell_inputs.needs_captions(config, c) for c in swept):

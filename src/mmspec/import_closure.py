@@ -51,8 +51,9 @@ DYNAMIC_IMPORTS = {
     ),
     # a head's network, named by its drafter as "module:class"
     "mmspec.decoding.drafters.trained": ("mmspec.decoding.drafters",),
-    # the stage whose command line runs (the stages' own closures do not include each other)
-    "mmspec.cli": ("mmspec.stages",),
+    # the stage or tool whose command line runs (the stages' own closures do not include each
+    # other)
+    "mmspec.cli": ("mmspec.stages", "mmspec.cli.tools"),
     # a toy recipe's trainer, named by its kind (toy_model.TRAINERS)
     "mmspec.stages.toy_model": (
         "mmspec.toy.training",

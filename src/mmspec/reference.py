@@ -334,7 +334,7 @@ def cli_page() -> str:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = {a.dest: a.help for a in sub._choices_actions}
     lines = _head(
-        "`mmspec`'s argument parser (src/mmspec/cli.py)",
+        "`mmspec`'s argument parser (src/mmspec/cli/)",
         "Command line",
         "Every workflow stage is also a command, and a few commands stand alone. `mmspec"
         " <command> --help` prints the same text.",

@@ -31,7 +31,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from mmspec import cell_inputs, integrity
-from mmspec.hub_cache import size_text
+from mmspec.hub.cache import size_text
 
 DEVICE_STAGES = ("cache_visual", "caption", "train_drafter", "generate")
 STAGES = ("prepare", *DEVICE_STAGES)

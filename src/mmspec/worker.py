@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mmspec import import_closure
-from mmspec.private_folder import NotPrivate, PrivateFolder, adopt, private_folder, runtime_dir
+from mmspec.private_folder import NotPrivate, PrivateFolder, private_folder, runtime_dir
 
 IDLE_S = 30.0  # a worker's life without a job (MMSPEC_WORKER_IDLE overrides)
 START_S = 300.0  # the longest a client waits for a new worker to listen (imports)
@@ -236,7 +236,7 @@ def _spawn(folder: PrivateFolder, stem: str) -> subprocess.Popen:
     """A worker in its own session (Snakemake does not wait for it), with no inherited pipes,
     given the opened folder at the same descriptor (its path follows, for `ps` only)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "mmspec.worker", str(folder.fd), stem, str(folder.path)],
+        [sys.executable, "-m", "mmspec.cli.worker_process", str(folder.fd), stem, str(folder.path)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -245,10 +245,10 @@ def _spawn(folder: PrivateFolder, stem: str) -> subprocess.Popen:
     )
 
 
-def serve(folder: PrivateFolder, stem: str) -> None:
+def serve(folder: PrivateFolder, stem: str, run: Callable[..., int]) -> None:
     """The worker of the slot `stem` (its socket `<stem>.sock`, its lock `<stem>.lock` in
-    `folder`): import what jobs need, then run one job per connection until idle."""
-    from mmspec import cli
+    `folder`): import what jobs need, then run one job per connection until idle, each by
+    `run(argv, warm=False)` (the command line's `main`: `mmspec.cli.worker_process`)."""
     from mmspec.models import loading
     from mmspec.stages import generate  # noqa: F401 (the imports a job would pay for)
 
@@ -285,7 +285,7 @@ def serve(folder: PrivateFolder, stem: str) -> None:
                 loading.release_all()
                 stage = request["argv"][0]
             jobs += 1
-            rc = _serve_one(conn, request, fds, cli, loading, jobs, lambda: folder.unlink(name))
+            rc = _serve_one(conn, request, fds, run, loading, jobs, lambda: folder.unlink(name))
             conn.sendall(json.dumps({"rc": rc}).encode())
             conn.shutdown(socket.SHUT_RDWR)  # the end of the reply, and wakes the watcher
         loading.release_unused()
@@ -318,7 +318,7 @@ def _serve_one(
     conn: socket.socket,
     request: dict,
     fds: list[int],
-    cli,
+    run: Callable[..., int],
     loading,
     job: int,
     unlink: Callable[[], None],
@@ -338,7 +338,7 @@ def _serve_one(
     os.environ.update(request["env"])
     try:
         os.chdir(request["cwd"])
-        rc = cli.main(request["argv"], warm=False)
+        rc = run(request["argv"], warm=False)
         kept = loading.reused()
         if rc == 0:  # (a failed job's log stays its one-line error)
             print(
@@ -380,8 +380,3 @@ def _exit_with_client(
             os._exit(1)
     except OSError:
         return  # closed: the job finished and its reply went out
-
-
-if __name__ == "__main__":
-    # the client's descriptor, checked again: this process trusts no folder it has not checked
-    serve(adopt(int(sys.argv[1]), Path(sys.argv[3])), sys.argv[2])

@@ -105,7 +105,7 @@ def train_drafter_code(w):
     target = CONFIG["pairs"][cell.pair]["target"]
     return (
         TRAIN_DRAFTER_CODE
-        + components.plugin_code(cell.spec)
+        + cell.spec.plugin_code()
         + model_source.plugin_code([target])
     )
 

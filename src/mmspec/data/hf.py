@@ -60,12 +60,12 @@ from typing import Any
 import pyarrow as pa
 from tqdm import tqdm
 
-from mmspec import hub_cache
 from mmspec.data import media
 from mmspec.data.hf_spec import check_spec
 from mmspec.data.media import to_png
 from mmspec.data.video import video_frames
-from mmspec.models.pretrained import is_local
+from mmspec.hub import cache as hub_cache
+from mmspec.hub.refs import is_local
 from mmspec.tables import PREPARED, write_table
 
 PROGRESS_MIN_ROWS = 300  # show a progress bar when converting more rows than this

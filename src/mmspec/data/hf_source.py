@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mmspec.data import hf_spec
 from mmspec.data.source import DatasetSource, register
-from mmspec.models.pretrained import LOCAL_PREFIXES
+from mmspec.hub.refs import LOCAL_PREFIXES
 
 
 @register

@@ -158,7 +158,7 @@ class Component:
     @classmethod
     def code_modules(cls) -> tuple[str, ...]:
         """Modules its code imports by name at run time (beyond its module's import
-        statements): part of its cells' code fingerprint (`components.plugin_code`)."""
+        statements): part of its cells' code fingerprint (`MethodSpec.plugin_code`)."""
         return ()
 
     @classmethod

@@ -3,26 +3,18 @@
 Everything here is derived from the components' own declarations (`decoding.component`, filled
 into `decoding.catalog`): the components of a spec being resolved and the keys they read (so a
 cell holds only those, and a grid never makes two cells that decode the same thing), whether a
-rule preserves the target's distribution, which drafters train heads or draft images, and what a
-resolved method (`methods.spec.MethodSpec`) adds to its cell's code fingerprint and loads.
+rule preserves the target's distribution, which drafters train heads or draft images.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from mmspec import import_closure
 from mmspec.decoding import catalog
 from mmspec.decoding.component import (
-    DRAFT_MODEL,
     TRAINED_HEAD,
     Component,
     Param,
 )
 from mmspec.decoding.views import parse_views
-
-if TYPE_CHECKING:
-    from mmspec.methods.spec import MethodSpec
 
 AR = "none"  # the drafter of autoregressive decoding: no drafter
 IDENTITY_KEYS = ("method", "drafter", "temperature")
@@ -118,22 +110,3 @@ def image_drafters() -> tuple[str, ...]:
 def image_head_drafters() -> tuple[str, ...]:
     """The trained-head drafters that also draft image codes under guidance."""
     return tuple(n for n in image_drafters() if TRAINED_HEAD in catalog.get("drafter", n).requires)
-
-
-def plugin_code(method: MethodSpec) -> str:
-    """A short hash of the code of the method's components that installed plugins add, with
-    every module it imports ("" when it has none): part of its cell's code fingerprint, so that
-    editing a plugin or a helper module of it reruns the cells that use it, and only those."""
-    plugins = [part.component for part in method.parts if catalog.is_plugin(part.component)]
-    modules = tuple(sorted({m for p in plugins for m in (p.__module__, *p.code_modules())}))
-    return "+" + import_closure.digest(modules) if modules else ""
-
-
-def loaded_models(pair: dict, method: MethodSpec) -> list[tuple[str, str]]:
-    """The models a generate job loads: the target, and the draft if the method drafts with it
-    ((reference, dtype) each)."""
-    models = [(pair["target"], pair["dtype"])]
-    # Self-SD (draft: self) drafts with the target's own weights, loaded once
-    if method.needs(DRAFT_MODEL) and not is_self_draft(pair):
-        models.append((pair["draft"], pair["dtype"]))
-    return models

@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from mmspec import import_closure
 from mmspec.decoding import catalog
-from mmspec.decoding.component import Component, TargetFacts
+from mmspec.decoding.component import DRAFT_MODEL, Component, TargetFacts
 from mmspec.methods import components
-from mmspec.methods.components import AR, is_lossless
+from mmspec.methods.components import AR, is_lossless, is_self_draft
 
 
 @dataclass(frozen=True)
@@ -149,3 +150,20 @@ class MethodSpec:
             "lossless_rule": self.lossless,
             "temperature": self.temperature,
         }
+
+    def plugin_code(self) -> str:
+        """A short hash of the code of its components that installed plugins add, with every
+        module they import ("" when it has none): part of its cell's code fingerprint, so that
+        editing a plugin or a helper module of it reruns the cells that use it, and only those."""
+        plugins = [part.component for part in self.parts if catalog.is_plugin(part.component)]
+        modules = tuple(sorted({m for p in plugins for m in (p.__module__, *p.code_modules())}))
+        return "+" + import_closure.digest(modules) if modules else ""
+
+    def loaded_models(self, pair: dict) -> list[tuple[str, str]]:
+        """The models a generate job of it loads on `pair`: the target, and the draft if it
+        drafts with it ((reference, dtype) each)."""
+        models = [(pair["target"], pair["dtype"])]
+        # Self-SD (draft: self) drafts with the target's own weights, loaded once
+        if self.needs(DRAFT_MODEL) and not is_self_draft(pair):
+            models.append((pair["draft"], pair["dtype"]))
+        return models

@@ -6,33 +6,12 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 from pathlib import Path
 
+from mmspec.hub.refs import is_local
 from mmspec.models import families, footprint
 from mmspec.models.source import IMAGE_GENERATOR, ModelSource, register
 from mmspec.schema import ConfigError
-
-# A Hugging Face hub id: owner/name of letters, digits, '_', '.', '-', neither part starting or
-# ending with '.' or '-' (the hub also forbids '--' and '..' inside, checked apart).
-_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?"
-
-
-HUB_ID_RE = re.compile(rf"{_HUB_PART}/{_HUB_PART}")
-
-
-LOCAL_PREFIXES = ("./", "../", "/", "~")
-
-
-def is_hub_id(ref: str) -> bool:
-    """Whether `ref` could name a hub repository (owner/name), not only a local path."""
-    return bool(HUB_ID_RE.fullmatch(ref)) and "--" not in ref and ".." not in ref
-
-
-def is_local(ref: str) -> bool:
-    """Whether `ref` is a local path: spelt as one, present here, or no hub id."""
-    path = Path(os.path.expanduser(ref))
-    return ref.startswith(LOCAL_PREFIXES) or path.exists() or not is_hub_id(ref)
 
 
 class PretrainedFiles(ModelSource):

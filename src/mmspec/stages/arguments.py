@@ -1,5 +1,6 @@
-"""Argument types shared by the stages' command lines: JSON, and a config section parsed into
-its typed settings (`stages.settings`), their errors named on the command line."""
+"""Arguments shared by the command lines of stages and tools: JSON, a config section parsed into
+its typed settings (`stages.settings`), their errors named on the command line, and the config
+files of a command that reads a sweep."""
 
 from __future__ import annotations
 
@@ -28,3 +29,9 @@ def settings_of(kind: str):
 
     parse.__name__ = kind
     return parse
+
+
+def sweep_files(p: argparse.ArgumentParser) -> None:
+    """The config files of a command that reads a sweep as `mmspec cells` does."""
+    p.add_argument("config", nargs="+", help="as for `mmspec cells`")
+    p.add_argument("--default", default="config/config.yaml", help="as for `mmspec cells`")

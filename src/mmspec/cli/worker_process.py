@@ -1,0 +1,13 @@
+"""`python -m mmspec.cli.worker_process FD STEM PATH`: a warm worker's process (`mmspec.worker`
+starts it), serving its slot's jobs, each run as the command line runs it."""
+
+import sys
+from pathlib import Path
+
+from mmspec import worker
+from mmspec.cli import main
+from mmspec.private_folder import adopt
+
+if __name__ == "__main__":
+    # the client's descriptor, checked again: this process trusts no folder it has not checked
+    worker.serve(adopt(int(sys.argv[1]), Path(sys.argv[3])), sys.argv[2], main)

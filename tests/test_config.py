@@ -284,7 +284,7 @@ def test_a_drafter_without_views_or_head_is_described_by_what_it_is():
         with pytest.raises(mmconfig.ConfigError) as error:
             mmconfig.validate(_grid_config({"lookup": entry}))
     finally:
-        del catalog._COMPONENTS["drafter"]["lookup_of_tests"]
+        del catalog.CATALOG.entries[("drafter", "lookup_of_tests")]
     message = str(error.value)
     assert "composes drafter 'lookup_of_tests' (max_ngram), tree 'chain' (gamma)" in message
     assert "trained" not in message

@@ -141,7 +141,7 @@ def _check_context(drafter, prompt, expected_ids, image_id, ar, sd, embed):
 def recorder(monkeypatch):
     """The recording drafter in the catalog, as a plugin's drafter would be."""
     catalog.load()
-    monkeypatch.setitem(catalog._COMPONENTS["drafter"], ContextRecorder.name, ContextRecorder)
+    monkeypatch.setitem(catalog.CATALOG.entries, ("drafter", ContextRecorder.name), ContextRecorder)
     return registry.resolve("sd_chain", {"drafter": ContextRecorder.name, "gamma": 4})
 
 
@@ -406,7 +406,7 @@ def test_a_drafter_gets_a_decoder_at_from_spec_and_forwards_at_start_and_commit(
     [L, H]) with the committed tokens holding the first token; `commit` the verification's
     Forward at the root and each accepted node."""
     catalog.load()
-    monkeypatch.setitem(catalog._COMPONENTS["drafter"], Probe.name, Probe)
+    monkeypatch.setitem(catalog.CATALOG.entries, ("drafter", Probe.name), Probe)
     spec = registry.resolve("sd_chain", {"drafter": Probe.name, "gamma": 3, "probe_value": 2})
     assert Probe.checked == {
         "method": "sd_chain",

@@ -109,7 +109,7 @@ class NextTokenDrafter(HeadDrafter):
 def next_token_kind(monkeypatch):
     """The kind in the catalog, as a plugin's entry point would add it."""
     catalog.load()
-    monkeypatch.setitem(catalog._COMPONENTS["drafter"], NAME, NextTokenDrafter)
+    monkeypatch.setitem(catalog.CATALOG.entries, ("drafter", NAME), NextTokenDrafter)
     return NextTokenDrafter
 
 

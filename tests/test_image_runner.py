@@ -121,7 +121,7 @@ def test_a_drafter_declaring_drafts_images_is_built_as_the_text_path_builds_it(
             return super().root(sampler) if self.calls % 2 else None
 
     catalog.load()
-    monkeypatch.setitem(catalog._COMPONENTS["drafter"], EveryOtherStep.name, EveryOtherStep)
+    monkeypatch.setitem(catalog.CATALOG.entries, ("drafter", EveryOtherStep.name), EveryOtherStep)
     target = generators[0]
     spec = resolve("sd_chain", {"drafter": EveryOtherStep.name, "gamma": 4})
     runner = ImageMethodRunner(spec, target, target, 3.0)

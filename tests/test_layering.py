@@ -36,7 +36,7 @@ TOP_LAYERS = {
 }
 # the decoding engine, and the only modules it imports
 ENGINE = "decoding"
-BELOW_ENGINE = ("decoding", "lazy", "plugins", "data.media")
+BELOW_ENGINE = ("decoding", "lazy", "plugins", "catalog", "data.media")
 # parts that must never import another (importer, imported): datasets are read without models
 NEVER = (("data", "models"),)
 
@@ -144,7 +144,7 @@ def test_a_package_that_breaks_the_layers_fails_the_check(tmp_path):
         "pkg.data.hf -> pkg.models.pretrained: data never imports models",
         f"pkg.data.stand_in -> pkg.toy.world: only {commands}, toy import the toy world",
         "pkg.decoding.trees -> pkg.methods.runner: the engine imports only decoding, lazy, "
-        "plugins, data.media",
+        "plugins, catalog, data.media",
         f"pkg.methods.verify -> pkg.stages.prepare: only {commands}, stages, fingerprint, gpus, "
         "batches import the workflow's stages",
         f"pkg.report -> pkg.cli: only {commands} import the command line",

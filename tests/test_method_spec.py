@@ -49,7 +49,7 @@ class _Recorder(Drafter):
 
 def test_a_drafter_is_built_from_its_own_values_and_what_it_is_given(monkeypatch):
     catalog.load()
-    monkeypatch.setitem(catalog._COMPONENTS["drafter"], _Recorder.name, _Recorder)
+    monkeypatch.setitem(catalog.CATALOG.entries, ("drafter", _Recorder.name), _Recorder)
     method = registry.resolve("sd_chain", {"drafter": _Recorder.name, "recorder_depth": 3})
     drafter = method.build_drafter(target="target", draft=None, head="head", temperature=0.5)
     assert drafter.built_from == ({"recorder_depth": 3}, "target", None, "head")

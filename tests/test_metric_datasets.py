@@ -183,7 +183,8 @@ def test_a_metric_that_cannot_score_the_dataset_is_refused(monkeypatch):
         name = "error_rate"
         higher_is_better = False
 
-    monkeypatch.setattr(metric_catalog, "_METRICS", dict(metric_catalog.metrics()))
+    metric_catalog.load()
+    monkeypatch.setattr(metric_catalog.CATALOG, "entries", dict(metric_catalog.CATALOG.entries))
     metric_catalog.register(Error)
     with pytest.raises(mmconfig.ConfigError, match="'error_rate' falls as quality rises"):
         mmconfig.validate(_hf_config(metric="error_rate"), overrides={})

@@ -166,11 +166,9 @@ def _plugin(site: Path, package: str, drafter: str, declared: object = None) -> 
 def fresh_catalog(monkeypatch):
     """The built-in catalog, loading the plugins on sys.path again as a new process does."""
     catalog.load()
-    monkeypatch.setattr(catalog, "_loaded", False)
-    monkeypatch.setattr(
-        catalog, "_COMPONENTS", {k: dict(v) for k, v in catalog._COMPONENTS.items()}
-    )
-    monkeypatch.setattr(catalog, "_PLUGINS", {})
+    monkeypatch.setattr(catalog.CATALOG, "loaded", False)
+    monkeypatch.setattr(catalog.CATALOG, "entries", dict(catalog.CATALOG.entries))
+    monkeypatch.setattr(catalog.CATALOG, "plugins", {})
 
 
 def _load(site: Path, monkeypatch) -> None:

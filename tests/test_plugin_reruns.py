@@ -199,8 +199,9 @@ def test_a_plugin_heads_network_module_is_part_of_its_cells_code(tmp_path, monke
 
     PluginHead.__module__ = "headplug_of_tests"  # as the plugin's own module defines it
     catalog.load()
-    monkeypatch.setitem(catalog._COMPONENTS["drafter"], PluginHead.name, PluginHead)
-    monkeypatch.setitem(catalog._PLUGINS, f"drafter:{PluginHead.name}", "headplug_of_tests:X")
+    key = ("drafter", PluginHead.name)
+    monkeypatch.setitem(catalog.CATALOG.entries, key, PluginHead)
+    monkeypatch.setitem(catalog.CATALOG.plugins, key, "headplug_of_tests:X")
     spec = MethodSpec.parse({"method": "x", "drafter": PluginHead.name, "tree": "chain",
         "gamma": 3, "acceptance": "greedy", "temperature": 0.0})  # fmt: skip
     assert "headplug_of_tests.nets" in PluginHead.code_modules()

@@ -99,7 +99,7 @@ class Shelf(model_source.ModelSource):
 def counting(monkeypatch):
     """The Counting source registered for one test (the catalog as it was afterwards)."""
     dataset_source.load()
-    monkeypatch.setattr(dataset_source, "_SOURCES", dict(dataset_source._SOURCES))
+    monkeypatch.setattr(dataset_source.CATALOG, "entries", dict(dataset_source.CATALOG.entries))
     dataset_source.register(Counting)
 
 
@@ -107,7 +107,7 @@ def counting(monkeypatch):
 def shelf(monkeypatch, tmp_path):
     """The Shelf source over a folder holding one text-only model's config."""
     model_source.load()
-    monkeypatch.setattr(model_source, "_SOURCES", dict(model_source._SOURCES))
+    monkeypatch.setattr(model_source.CATALOG, "entries", dict(model_source.CATALOG.entries))
     monkeypatch.setattr(Shelf, "root", tmp_path)
     model = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 3, "vocab_size": 96}
     (tmp_path / "lm").mkdir()
@@ -265,7 +265,7 @@ def test_the_documented_dataset_source_validates_and_prepares(tmp_path, monkeypa
     from mmspec.data import media
 
     source = _docs_example_source()
-    monkeypatch.setitem(dataset_source._SOURCES, source.kind, source)
+    monkeypatch.setitem(dataset_source.CATALOG.entries, (None, source.kind), source)
     image = tmp_path / "red.png"
     image.write_bytes(media.png_bytes(np.full((32, 32, 3), (220, 20, 20), np.uint8)))
     lines = [

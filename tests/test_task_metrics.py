@@ -188,8 +188,8 @@ def test_a_broken_plugin_is_named(monkeypatch):
         "mine", "no_such_package.metrics:Mine", metric_catalog.GROUP
     )
     monkeypatch.setattr(plugins, "entry_points", lambda group: [broken])
-    monkeypatch.setattr(metric_catalog, "_loaded", False)
-    monkeypatch.setattr(metric_catalog, "_METRICS", dict(metric_catalog._METRICS))
+    monkeypatch.setattr(metric_catalog.CATALOG, "loaded", False)
+    monkeypatch.setattr(metric_catalog.CATALOG, "entries", dict(metric_catalog.CATALOG.entries))
     with pytest.raises(metric_catalog.CatalogError) as info:
         metric_catalog.metrics()
     message = str(info.value)
@@ -201,6 +201,6 @@ def test_an_emptied_catalog_finds_every_built_in_again(monkeypatch):
     """Built-ins register on their module's first import, once per process: a catalog emptied
     after that (a test's) must still find them all on its next load, in any test order."""
     everything = set(metric_catalog.metrics())
-    monkeypatch.setattr(metric_catalog, "_loaded", False)
-    monkeypatch.setattr(metric_catalog, "_METRICS", {})
+    monkeypatch.setattr(metric_catalog.CATALOG, "loaded", False)
+    monkeypatch.setattr(metric_catalog.CATALOG, "entries", {})
     assert set(metric_catalog.metrics()) == everything

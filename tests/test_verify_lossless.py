@@ -87,7 +87,7 @@ class BestOfTwoDraws(trees.TreePolicy):
 def test_the_verifier_catches_pruning_by_drawn_identity(monkeypatch):
     """A tree policy of its own, added to the catalog as a plugin's would be."""
     catalog.load()
-    monkeypatch.setitem(catalog._COMPONENTS["tree"], BestOfTwoDraws.name, BestOfTwoDraws)
+    monkeypatch.setitem(catalog.CATALOG.entries, ("tree", BestOfTwoDraws.name), BestOfTwoDraws)
     verdict = verify.verify_method("sd", {"tree": BestOfTwoDraws.name}, seed=0)
     assert verdict.tvd > 1e-3 and not verdict.passed
     assert verify.verify_method("sd", {"gamma": 1}, seed=0).passed  # the chain it replaces
@@ -123,7 +123,7 @@ def test_a_drafter_that_never_drafts_is_untested_not_ok(monkeypatch):
     """Exact and equal to AR, trivially: nothing of its drafts was checked, and the check says
     so (UNTESTED, exit status 1) instead of ok."""
     catalog.load()
-    monkeypatch.setitem(catalog._COMPONENTS["drafter"], NeverDrafts.name, NeverDrafts)
+    monkeypatch.setitem(catalog.CATALOG.entries, ("drafter", NeverDrafts.name), NeverDrafts)
     verdict = verify.verify_method("sd_chain", {"drafter": NeverDrafts.name}, seed=0)
     assert verdict.tvd <= verify.TOLERANCE and verdict.greedy_equal
     assert verdict.drafted == 0 and verdict.proposals > 0 and not verdict.passed

@@ -247,19 +247,3 @@ def load_group(group: str, noun: str, error: type[Exception]) -> list[tuple[Entr
             note_undeclared(where)
         found.append((entry, loaded))
     return found
-
-
-def register_group(group: str, noun: str, register, error: type[Exception]) -> list[EntryPoint]:
-    """Pass what every entry point of `group` names to `register` (a catalog's class decorator);
-    an `error` it raises is re-raised naming the plugin. The entry points, in order."""
-    entries = []
-    for entry, loaded in load_group(group, noun, error):
-        try:
-            register(loaded)
-        except error as cause:
-            raise error(
-                f"the {noun} plugin {entry.name!r} ({entry.value}, entry point group {group}): "
-                f"{cause}"
-            ) from None
-        entries.append(entry)
-    return entries

@@ -19,18 +19,15 @@ no torch: a source imports what preparing needs inside `prepare`.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from typing import ClassVar
 
-from mmspec import import_closure, plugins, schema
+from mmspec import import_closure, schema
+from mmspec.catalog import Catalog
+from mmspec.catalog import CatalogError as CatalogError  # what callers catch
 from mmspec.data.media import ANSWER
 
 GROUP = "mmspec.dataset_sources"
 BUILT_IN_MODULES = ("mmspec.data.hf_source", "mmspec.toy.dataset_source")
-
-_SOURCES: dict[str, type[DatasetSource]] = {}
-_loaded = False
 
 
 class DatasetSource:
@@ -81,57 +78,26 @@ class DatasetSource:
         raise NotImplementedError
 
 
-class CatalogError(ValueError):
-    """A source that cannot join the catalog, or a name it does not hold."""
-
-
-def register(source: type[DatasetSource]) -> type[DatasetSource]:
-    """Add a source class (a class decorator). Two sources may not share a kind."""
-    if not (inspect.isclass(source) and issubclass(source, DatasetSource)):
-        raise CatalogError(f"{source!r} is not a DatasetSource subclass (data.source)")
-    if not source.kind:
-        raise CatalogError(f"{source.__qualname__} declares no kind")
-    known = _SOURCES.get(source.kind)
-    if known is not None and known is not source:
-        raise CatalogError(
-            f"dataset source {source.kind!r} is declared twice: by {_where(known)} and by "
-            f"{_where(source)}"
-        )
-    _SOURCES[source.kind] = source
-    return source
-
-
-def _where(source: type[DatasetSource]) -> str:
-    return f"{source.__module__}.{source.__qualname__}"
-
-
-def load() -> None:
-    """Import the built-in sources and the installed plugins' (once)."""
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for module in BUILT_IN_MODULES:
-        importlib.import_module(module)
-    plugins.register_group(GROUP, "dataset source", register, CatalogError)
+CATALOG = Catalog(
+    noun="dataset source",
+    base=DatasetSource,
+    base_home="data.source",
+    group=GROUP,
+    built_in_modules=BUILT_IN_MODULES,
+    name_attr="kind",
+)
+register = CATALOG.register
+load = CATALOG.load
 
 
 def sources() -> dict[str, DatasetSource]:
     """kind -> source, in the order they registered."""
-    load()
-    return {kind: source() for kind, source in _SOURCES.items()}
+    return {kind: source() for kind, source in CATALOG.of_section().items()}
 
 
 def get(kind: str) -> DatasetSource:
-    """The source of `kind`; CatalogError listing the known kinds."""
-    load()
-    source = _SOURCES.get(kind)
-    if source is None:
-        raise CatalogError(
-            f"unknown dataset source {kind!r}; known: {sorted(_SOURCES)} (a plugin package adds "
-            f"dataset sources through the entry point group {GROUP}: is it installed?)"
-        )
-    return source()
+    """The source of `kind`; CatalogError naming close matches and the known kinds."""
+    return CATALOG.get(kind)()
 
 
 def of(entry: dict) -> DatasetSource:

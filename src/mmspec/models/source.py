@@ -20,13 +20,13 @@ imports no torch, and a source's module imports nothing loading needs: its reade
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 from pathlib import Path
 from typing import ClassVar
 
-from mmspec import import_closure, plugins
+from mmspec import import_closure
+from mmspec.catalog import Catalog
+from mmspec.catalog import CatalogError as CatalogError  # what callers catch
 
 GROUP = "mmspec.model_sources"
 BUILT_IN_MODULES = ("mmspec.models.pretrained", "mmspec.toy.model_source")
@@ -37,9 +37,6 @@ BUILT_IN_MODULES = ("mmspec.models.pretrained", "mmspec.toy.model_source")
 # None for a folder that holds none of its format.
 IMAGE_GENERATOR = "image_generator"
 FID_FEATURES = "fid_features"
-
-_SOURCES: dict[str, type[ModelSource]] = {}
-_loaded = False
 
 
 class ModelSource:
@@ -107,42 +104,31 @@ class ModelSource:
         return None
 
 
-class CatalogError(ValueError):
-    """A source that cannot join the catalog, or a name it does not hold."""
+def _clash(source: type[ModelSource], known: type[ModelSource]) -> str | None:
+    """Two sources may not share a scheme either."""
+    if source.scheme and known.scheme == source.scheme:
+        return (
+            f"model source {source.name!r} (scheme {source.scheme!r}) clashes with "
+            f"{known.__module__}.{known.__qualname__}"
+        )
+    return None
 
 
-def register(source: type[ModelSource]) -> type[ModelSource]:
-    """Add a source class (a class decorator). Two sources may not share a name or a scheme."""
-    if not (inspect.isclass(source) and issubclass(source, ModelSource)):
-        raise CatalogError(f"{source!r} is not a ModelSource subclass (models.source)")
-    if not source.name:
-        raise CatalogError(f"{source.__qualname__} declares no name")
-    for known in _SOURCES.values():
-        same = known.name == source.name or (source.scheme and known.scheme == source.scheme)
-        if same and known is not source:
-            raise CatalogError(
-                f"model source {source.name!r} (scheme {source.scheme!r}) clashes with "
-                f"{known.__module__}.{known.__qualname__}"
-            )
-    _SOURCES[source.name] = source
-    return source
-
-
-def load() -> None:
-    """Import the built-in sources and the installed plugins' (once)."""
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for module in BUILT_IN_MODULES:
-        importlib.import_module(module)
-    plugins.register_group(GROUP, "model source", register, CatalogError)
+CATALOG = Catalog(
+    noun="model source",
+    base=ModelSource,
+    base_home="models.source",
+    group=GROUP,
+    built_in_modules=BUILT_IN_MODULES,
+    clash=_clash,
+)
+register = CATALOG.register
+load = CATALOG.load
 
 
 def sources() -> list[ModelSource]:
     """Every source, in the order they registered."""
-    load()
-    return [source() for source in _SOURCES.values()]
+    return [source() for source in CATALOG.of_section().values()]
 
 
 def plugin_code(refs) -> str:

@@ -15,111 +15,37 @@ their code (with every module it imports) is part of the score jobs' code finger
 
 from __future__ import annotations
 
-import difflib
-import importlib
-import inspect
-import pkgutil
-
-from mmspec import import_closure, plugins
+from mmspec import import_closure
+from mmspec.catalog import Catalog
+from mmspec.catalog import CatalogError as CatalogError  # what callers catch
 from mmspec.scoring.task_metric import TaskMetric
 
 GROUP = "mmspec.metrics"
 BUILT_IN_MODULES = ("mmspec.toy.metric",)
 BUILT_IN_PACKAGES = ("mmspec.scoring.metrics",)
 
-_METRICS: dict[str, type[TaskMetric]] = {}
-_PLUGINS: dict[str, str] = {}  # metric name -> the entry point that added it
-_loaded = False
-
-
-class CatalogError(ValueError):
-    """A metric that cannot join the catalog, or a name it does not hold."""
-
-
-def register(metric: type[TaskMetric]) -> type[TaskMetric]:
-    """Add a metric class (a class decorator). Two metrics may not share a name."""
-    if not (inspect.isclass(metric) and issubclass(metric, TaskMetric)):
-        raise CatalogError(f"{metric!r} is not a TaskMetric subclass (scoring.task_metric)")
-    if not metric.name:
-        raise CatalogError(f"{metric.__qualname__} declares no name")
-    known = _METRICS.get(metric.name)
-    if known is not None and known is not metric:
-        raise CatalogError(
-            f"metric {metric.name!r} is declared twice: by {_where(known)} and by {_where(metric)}"
-        )
-    _METRICS[metric.name] = metric
-    return metric
-
-
-def _where(metric: type[TaskMetric]) -> str:
-    return f"{metric.__module__}.{metric.__qualname__}"
-
-
-def load() -> None:
-    """Import the built-in metrics and the installed plugins' (once)."""
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for module in built_in_modules():
-        _register_declared(importlib.import_module(module))
-    for entry, loaded in plugins.load_group(GROUP, "metric", CatalogError):
-        if not (inspect.isclass(loaded) and issubclass(loaded, TaskMetric)):
-            raise CatalogError(
-                f"the metric plugin {entry.name!r} ({entry.value}, entry point group {GROUP}) "
-                "names no TaskMetric subclass (scoring.task_metric)"
-            )
-        try:
-            register(loaded)
-        except CatalogError as error:
-            raise CatalogError(
-                f"the metric plugin {entry.name!r} ({entry.value}, entry point group {GROUP}): "
-                f"{error}"
-            ) from None
-        _PLUGINS[loaded.name] = entry.value
-
-
-def _register_declared(module) -> None:
-    """Register the metrics `module` declares. Its first import registered them, but a module
-    is imported once per process: a catalog emptied since (as a test does) finds them here."""
-    for value in vars(module).values():
-        own = inspect.isclass(value) and value.__module__ == module.__name__
-        if own and issubclass(value, TaskMetric) and value.name:
-            register(value)
-
-
-def built_in_modules() -> list[str]:
-    """The modules that declare the built-in metrics."""
-    found = list(BUILT_IN_MODULES)
-    for name in BUILT_IN_PACKAGES:
-        package = importlib.import_module(name)
-        found += [f"{name}.{m.name}" for m in pkgutil.iter_modules(package.__path__)]
-    return found
+CATALOG = Catalog(
+    noun="metric",
+    base=TaskMetric,
+    base_home="scoring.task_metric",
+    group=GROUP,
+    built_in_modules=BUILT_IN_MODULES,
+    built_in_packages=BUILT_IN_PACKAGES,
+)
+register = CATALOG.register
+load = CATALOG.load
+built_in_modules = CATALOG.built_in_module_names
+is_plugin = CATALOG.is_plugin
 
 
 def metrics() -> dict[str, type[TaskMetric]]:
     """name -> metric class."""
-    load()
-    return dict(_METRICS)
+    return CATALOG.of_section()
 
 
 def get(name: str) -> type[TaskMetric]:
-    """The metric named `name`; CatalogError listing the known names."""
-    found = metrics().get(name)
-    if found is None:
-        close = difflib.get_close_matches(name, list(_METRICS), n=2)
-        guess = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
-        raise CatalogError(
-            f"unknown metric {name!r}{guess}; known: {sorted(_METRICS)} (a plugin package adds "
-            f"task metrics through the entry point group {GROUP}: is it installed?)"
-        )
-    return found
-
-
-def is_plugin(metric: type[TaskMetric]) -> bool:
-    """Whether an installed plugin added the metric (not mmspec)."""
-    load()
-    return _PLUGINS.get(metric.name) is not None and _METRICS.get(metric.name) is metric
+    """The metric named `name`; CatalogError naming close matches and the known names."""
+    return CATALOG.get(name)
 
 
 def plugin_code(name: str) -> str:

@@ -16,9 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mmspec import cell_metrics, reference
+from mmspec import cell_metrics
 from mmspec.cell_metrics import CELLS
 from mmspec.claims import claim
+from mmspec.cli import reference
 from mmspec.fingerprint import PACKAGE
 from mmspec.report import page
 from mmspec.stages import aggregate
@@ -40,7 +41,8 @@ DECLARATION = """
 PROBE = """
 import json, sys
 import mmspec
-from mmspec import cell_metrics, reference
+from mmspec import cell_metrics
+from mmspec.cli import reference
 from mmspec.report import page
 from mmspec.stages import aggregate
 package, scores, out = sys.argv[1:]

@@ -31,8 +31,7 @@ import pytest
 
 from mmspec import cells as mmcells
 from mmspec import config as mmconfig
-from mmspec import reference
-from mmspec.cli import build_parser
+from mmspec.cli import build_parser, reference
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]

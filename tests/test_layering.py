@@ -21,9 +21,9 @@ import mmspec
 
 PACKAGE = Path(mmspec.__file__).resolve().parent
 
-# the command line, and what runs it (`python -m mmspec`, warm workers, a batch of cells' jobs,
+# the command line, and what runs it (`python -m mmspec`, warm workers,
 # the GPU check, benchmarks) or documents it
-COMMANDS = ("cli", "__main__", "worker", "stages.batch", "reference", "gpu_check", "bench")
+COMMANDS = ("cli", "__main__", "worker", "reference", "gpu_check", "bench")
 # each top layer: its modules or packages, and the only ones that may import them
 TOP_LAYERS = {
     "the command line": (COMMANDS, COMMANDS),
@@ -139,7 +139,7 @@ def test_a_package_that_breaks_the_layers_fails_the_check(tmp_path):
             "models/pretrained.py": "",
         },
     )
-    commands = "cli, __main__, worker, stages.batch, reference, gpu_check, bench"
+    commands = "cli, __main__, worker, reference, gpu_check, bench"
     assert violations(root) == [
         "pkg.data.hf -> pkg.models.pretrained: data never imports models",
         f"pkg.data.stand_in -> pkg.toy.world: only {commands}, toy import the toy world",

@@ -16,7 +16,8 @@ import torch
 from plugin_site import install, run
 from workflow_cli import ROOT
 
-from mmspec import api, api_reference, plugins
+from mmspec import api, plugins
+from mmspec.cli import api_reference
 from mmspec.decoding import catalog
 from mmspec.decoding.component import KINDS
 from mmspec.decoding.sampler import seeded

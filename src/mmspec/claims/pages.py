@@ -9,7 +9,11 @@ import pandas as pd
 from mmspec.claims import scorecard
 from mmspec.claims.checks import NOT_APPLICABLE
 from mmspec.claims.claim import Claim
-from mmspec.markdown import markdown_cell
+
+
+def markdown_cell(text) -> str:
+    """A Markdown table cell: one line, pipes escaped (also the reference pages')."""
+    return " ".join(str(text).split()).replace("|", "\\|")
 
 
 def definitions(claims: list[Claim]) -> str:

@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from mmspec import reference
+    from mmspec.cli import reference
 
     if args.check:
         stale = reference.stale()

@@ -1,4 +1,4 @@
-"""Stage batch: run a batch of cells' jobs of one per-cell stage (generate, judge or score).
+"""`mmspec batch`: run a batch of cells' jobs of one per-cell stage (generate, judge or score).
 
 Each cell whose output is missing, damaged or written for another key (`mmspec.batches`: its job,
 code and inputs) runs as its own `mmspec <stage> ... 2> <log>` command would (a warm worker
@@ -6,7 +6,9 @@ takes it where the stage allows, `mmspec.worker`; otherwise it runs in this proc
 batch starts one interpreter, not one per cell), and leaves its benchmark file (wall seconds);
 the others are skipped. A failing cell does not stop the batch: the rest run, and
 the job fails at the end naming each failed cell and the tail of its log. The batch's record,
-its output, is written only when every cell is done.
+its output, is written only when every cell is done. It runs commands, so it is a tool of the
+command line rather than a stage: its rule (workflow/rules/common.smk's batches) needs no code
+fingerprint of its own, each cell's key holds its stage's.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 # mmspec: speculative-decoding sweeps for multimodal models. The DAG only; logic is in src/mmspec.
 import os
 
-from mmspec.config import is_whole_sweep
+from mmspec.sweep.config import is_whole_sweep
 
 # A config given with --configfile that declares `datasets`, `pairs` and `methods` is a whole
 # sweep and replaces the default; otherwise --config / --configfile values override the default

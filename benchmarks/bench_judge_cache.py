@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mmspec.scoring.judge.cache import JudgeCache, compact, write_shard
-from mmspec.tables import JUDGE_CACHE, write_table
+from mmspec.storage.tables import JUDGE_CACHE, write_table
 
 
 def judgements(n: int) -> pa.Table:

@@ -42,9 +42,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from mmspec.search.hypervolume import hypervolume, reference  # noqa: E402
 from mmspec.search.optimizer import Finished, propose  # noqa: E402
-from mmspec.search.space import Domain, Objective, Search  # noqa: E402
+from mmspec.sweep.hypervolume import hypervolume, reference  # noqa: E402
+from mmspec.sweep.search_space import Domain, Objective, Search  # noqa: E402
 
 SEEDS = [0, 1]
 SHARE = 0.3  # of the grid's points

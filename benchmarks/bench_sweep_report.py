@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the sweep the scale test runs
 
 import scale_sweep  # noqa: E402
 
-from mmspec import config  # noqa: E402
+from mmspec.sweep import config  # noqa: E402
 
 TARGETS = ["results/summary/cells.parquet", "reports/index.html"]
 # plotly draws in the scripts the page runs while loading; two frames let it settle

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from mmspec.tables import SAMPLES, write_table
+from mmspec.storage.tables import SAMPLES, write_table
 
 
 def write_samples(path: Path, dataset: str, outputs: dict[str, str], method: str = "ar") -> str:

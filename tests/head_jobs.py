@@ -4,8 +4,8 @@ that train such a head by hand (test_image_heads, test_janus)."""
 from __future__ import annotations
 
 from mmspec.data.media import IMAGE_GENERATION
-from mmspec.stages.jobs import TrainDrafterJob
-from mmspec.stages.settings import Generation, Pair
+from mmspec.sweep.jobs import TrainDrafterJob
+from mmspec.sweep.settings import Generation, Pair
 
 
 def image_head_job(target: str, cfg: float) -> TrainDrafterJob:

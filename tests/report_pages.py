@@ -12,9 +12,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from mmspec.cell_metrics import CELLS
 from mmspec.report.page import write_report
-from mmspec.tables import BLOCKS, write_table
+from mmspec.storage.tables import BLOCKS, write_table
+from mmspec.sweep.cell_metrics import CELLS
 
 ROOT = Path(__file__).resolve().parents[1]
 

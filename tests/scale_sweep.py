@@ -18,11 +18,11 @@ import numpy as np
 import pyarrow as pa
 import yaml
 
-from mmspec import batches
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
-from mmspec.cell_keys import size_and_time
-from mmspec.tables import SCORES, write_table
+from mmspec.storage.tables import SCORES, write_table
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
+from mmspec.sweep.cell_keys import size_and_time
+from mmspec.workflow import batches
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ("toy_caption", "toy_vqa")
@@ -119,7 +119,7 @@ def cell_rows(cell: mmcells.Cell) -> list[dict]:
 
 def write_scores(workdir: Path, config: dict) -> list[mmcells.Cell]:
     """results/score/<cell>/scores.parquet under `workdir` for every cell of `config`, and the
-    records of the score jobs (mmspec.batches) that would have written them, which the
+    records of the score jobs (mmspec.workflow.batches) that would have written them, which the
     aggregate job reads."""
     validated = mmconfig.validate(config)
     cells = mmcells.cells(validated)

@@ -12,13 +12,13 @@ import pyarrow as pa
 import pytest
 import scale_sweep
 
-from mmspec import cells as mmcells
 from mmspec import cli
-from mmspec import config as mmconfig
-from mmspec.cell_metrics import CELLS
 from mmspec.stages import aggregate
 from mmspec.stages.aggregate import retention_interval, tau_interval
-from mmspec.tables import BLOCKS, SCORES, read_table, write_table
+from mmspec.storage.tables import BLOCKS, SCORES, read_table, write_table
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
+from mmspec.sweep.cell_metrics import CELLS
 
 
 def _scores(tmp_path, method, samples, k, t_q, t_p, extra=None):

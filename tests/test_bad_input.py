@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from base_config import base_config
 
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -242,7 +242,7 @@ def test_a_yaml_file_that_is_no_mapping_is_named(tmp_path):
 def test_corrupt_parquet_names_the_file_and_is_set_aside_for_its_rebuild(tmp_path, keep):
     import pyarrow as pa
 
-    from mmspec import tables
+    from mmspec.storage import tables
 
     path = tmp_path / "results" / "prepared" / "toy caption.parquet"
     rows = {name: [] for name in tables.PREPARED.names}
@@ -265,8 +265,8 @@ def test_bytes_changed_inside_a_table_fail_its_page_checksum(tmp_path):
     checksums (written by every stage) make the reader refuse it instead."""
     import pyarrow.parquet as pq
 
-    from mmspec import tables
     from mmspec.stages import prepare
+    from mmspec.storage import tables
 
     path = tmp_path / "prepared.parquet"
     prepare.run("toy_caption", {"source": "toy", "samples": 3}, str(path), 0)
@@ -322,7 +322,7 @@ def test_an_error_raised_outside_mmspec_keeps_its_type_and_place(tmp_path):
     import importlib.util
 
     from mmspec.cli import one_line
-    from mmspec.tables import PREPARED, read_table
+    from mmspec.storage.tables import PREPARED, read_table
 
     helper = tmp_path / "plugin_helper_of_tests.py"
     helper.write_text("def counts(seen):\n    return seen[1051]\n")

@@ -1,4 +1,4 @@
-"""Cell batches (mmspec.batches, `mmspec batch`): the jobs of the per-cell stages.
+"""Cell batches (mmspec.workflow.batches, `mmspec batch`): the jobs of the per-cell stages.
 
 A batch runs each cell as its own command would, reruns a cell exactly when its job, code or
 inputs changed or its output is gone, and a damaged batch record makes the workflow rerun it."""
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mmspec import batches, cell_keys
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
-from mmspec.stages.jobs import GenerateJob
+from mmspec.sweep import cell_keys
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
+from mmspec.sweep.jobs import GenerateJob
+from mmspec.workflow import batches
 
 ROOT = Path(__file__).resolve().parents[1]
 TOUR = ROOT / "config" / "config.yaml"

@@ -1,4 +1,4 @@
-"""The cells metrics are declared once (mmspec.cell_metrics) and everything else follows: the
+"""The cells metrics are declared once (mmspec.sweep.cell_metrics) and everything else follows: the
 aggregate's query, the cells table's schema, the report's definitions, the claims' statistics and
 the metrics reference. A metric declared here, and nowhere else, is computed by the aggregate
 and shows up in each of them."""
@@ -16,14 +16,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mmspec import cell_metrics
-from mmspec.cell_metrics import CELLS
 from mmspec.claims import claim
 from mmspec.cli import reference
-from mmspec.fingerprint import PACKAGE
 from mmspec.report import page
 from mmspec.stages import aggregate
-from mmspec.tables import SCORES, write_table
+from mmspec.storage.tables import SCORES, write_table
+from mmspec.sweep import cell_metrics
+from mmspec.sweep.cell_metrics import CELLS
+from mmspec.workflow.fingerprint import PACKAGE
 
 # A metric the package does not have: proposal nodes per verification step, from the score
 # files' drafted_sum. It is added as a developer adds one: a declaration in cell_metrics.py's list,
@@ -41,7 +41,7 @@ DECLARATION = """
 PROBE = """
 import json, sys
 import mmspec
-from mmspec import cell_metrics
+from mmspec.sweep import cell_metrics
 from mmspec.cli import reference
 from mmspec.report import page
 from mmspec.stages import aggregate
@@ -62,7 +62,7 @@ def _with_declaration(folder: Path) -> Path:
     """A copy of the package whose CELL_METRICS ends with DECLARATION."""
     copy = folder / "src" / "mmspec"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    source = copy / "cell_metrics.py"
+    source = copy / "sweep" / "cell_metrics.py"
     head, tail = source.read_text().split("\nCELL_METRICS = [\n", 1)
     body, rest = tail.split("\n]\n", 1)
     source.write_text(f"{head}\nCELL_METRICS = [\n{body}{DECLARATION}]\n{rest}")

@@ -494,8 +494,8 @@ def test_the_projects_claims_name_methods_stats_and_sections_that_exist():
 def test_mmspec_claims_prints_the_scorecard_of_a_results_folder(tmp_path):
     import pyarrow as pa
 
-    from mmspec.cell_metrics import CELLS
-    from mmspec.tables import write_table
+    from mmspec.storage.tables import write_table
+    from mmspec.sweep.cell_metrics import CELLS
 
     frame = pd.DataFrame([cell("toy_caption", "m", 5.2), cell("toy_caption", "t", 2.7)])
     frame["gamma"] = 5  # TABED's gamma, which its claims pin
@@ -551,8 +551,8 @@ def test_verdicts_in_markdown_pool_each_scorecards_sets_and_mark_harness_checks(
     # the command line prints the same table for the folders it is given
     import pyarrow as pa
 
-    from mmspec.cell_metrics import CELLS
-    from mmspec.tables import write_table
+    from mmspec.storage.tables import write_table
+    from mmspec.sweep.cell_metrics import CELLS
 
     for name, frame in (("a", one), ("b", two)):
         frame = frame.assign(gamma=5, dataset="toy_caption")
@@ -577,9 +577,9 @@ def test_the_report_shows_the_scorecard_first_and_escapes_it(tmp_path):
     import pyarrow as pa
     from report_pages import CELL_ROWS, sections
 
-    from mmspec.cell_metrics import CELLS
     from mmspec.report.page import write_report
-    from mmspec.tables import CLAIMS, write_table
+    from mmspec.storage.tables import CLAIMS, write_table
+    from mmspec.sweep.cell_metrics import CELLS
 
     write_table(pa.Table.from_pylist(CELL_ROWS, schema=CELLS), tmp_path / "cells.parquet", CELLS)
     hostile = "<script>alert(1)</script>"
@@ -712,10 +712,10 @@ def test_harness_checks_are_listed_apart_and_counted_in_no_papers_tally(tmp_path
     import pyarrow as pa
     from report_pages import CELL_ROWS, sections
 
-    from mmspec.cell_metrics import CELLS
     from mmspec.report.page import write_report
     from mmspec.stages.claims import text
-    from mmspec.tables import CLAIMS, write_table
+    from mmspec.storage.tables import CLAIMS, write_table
+    from mmspec.sweep.cell_metrics import CELLS
 
     identity = {**COMPARE, "a": {"method": "t"}, "b": {"method": "m"}, "higher": False}
     write_claims(

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from mmspec import config as mmconfig
 from mmspec.claims.checks import FAILS, HOLDS, INCONCLUSIVE, NOT_APPLICABLE
 from mmspec.claims.claim import CLAIMS_DIR, load
 from mmspec.claims.planned import not_applicable, planned_cells
 from mmspec.claims.scorecard import evaluate, summary
+from mmspec.sweep import config as mmconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "config" / "presets"

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from base_config import base_config
 
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
 
 BASE = base_config(methods={"ar": {}, "sd": {"views": ["M", "T"], "gamma": [1, 3]}})
 

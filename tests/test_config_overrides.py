@@ -13,8 +13,8 @@ import yaml
 from workflow_cli import cell_job_counts, planned_cells, snakemake_cmd
 from workflow_cli import job_counts as batch_job_counts
 
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"

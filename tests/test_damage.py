@@ -19,7 +19,7 @@ import pytest
 import yaml
 from workflow_cli import cell_job_counts, job_counts, snakemake_cmd
 
-from mmspec import compare
+from mmspec.cli import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL = "dataset=toy_caption/pair=toy/method={method}/hp={hp}/seed=0"
@@ -232,7 +232,7 @@ def test_a_table_damaged_inside_fails_its_reader_and_is_rebuilt_on_the_rerun(run
 
 def _model_folder(tmp_path: Path, manifest: bool = True) -> Path:
     """A tiny model's folder as a stage writes it (with its manifest), or as a copy without."""
-    from mmspec import integrity
+    from mmspec.storage import integrity
     from mmspec.toy import tiny
 
     folder = tiny.save("llava", tmp_path / "model", hidden=16, layers=1, seed=0)
@@ -250,8 +250,8 @@ def _flip(path: Path, at: int) -> None:
 def test_weights_changed_in_place_fail_the_job_loading_them_and_are_set_aside(tmp_path):
     """Bytes changed inside a model's weights keep its size, so no check before a run sees
     them; the job loading it checks its manifest's checksums, refuses it and sets it aside."""
-    from mmspec import integrity
     from mmspec.models import loading
+    from mmspec.storage import integrity
 
     folder = _model_folder(tmp_path)
     assert loading.resolve_ref(str(folder)) == str(folder)  # whole: loads as it is
@@ -273,7 +273,7 @@ def test_weights_changed_in_place_fail_the_job_loading_them_and_are_set_aside(tm
 
 def test_a_folder_without_its_manifest_is_checked_by_its_files(tmp_path):
     """A copy that left the manifest behind: its weights and tables must still be whole."""
-    from mmspec import integrity
+    from mmspec.storage import integrity
 
     folder = _model_folder(tmp_path, manifest=False)
     assert integrity.problem(folder) is None

@@ -17,11 +17,11 @@ import pytest
 import torch
 import transformers
 
-from mmspec import config as mmconfig
 from mmspec.decoding.decoder import language_parts
 from mmspec.methods.registry import resolve
 from mmspec.models import footprint, loading
 from mmspec.stages import cache_visual, generate, prepare
+from mmspec.sweep import config as mmconfig
 
 FAMILIES = ["llava", "qwen2_5_vl"]
 METHODS = [("ar", {}), ("sd_chain", {"gamma": 3}), ("sd_tree", {}), ("eagle2_tree", {})]

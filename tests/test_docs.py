@@ -29,9 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
 from mmspec.cli import build_parser, reference
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]

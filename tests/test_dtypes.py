@@ -25,7 +25,7 @@ from mmspec.methods.registry import resolve
 from mmspec.methods.runtime import MethodRunner
 from mmspec.models import loading, visual
 from mmspec.stages import cache_visual, generate, prepare
-from mmspec.tables import VISUAL, read_table
+from mmspec.storage.tables import VISUAL, read_table
 
 FAMILIES = ["llava", "qwen2_5_vl"]
 DTYPES = ["bfloat16", "float16"]

@@ -1,5 +1,5 @@
-"""Durable, atomic writes (`mmspec.durable`): a file is there whole or not at all, whether its
-writer finishes, fails midway or is killed midway, and a reader never sees half of one."""
+"""Durable, atomic writes (`mmspec.storage.durable`): a file is there whole or not at all, whether
+its writer finishes, fails midway or is killed midway, and a reader never sees half of one."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from mmspec import durable
+from mmspec.storage import durable
 
 
 def _hidden(folder) -> list[str]:
@@ -41,7 +41,7 @@ def test_a_write_that_fails_midway_leaves_the_old_file_and_no_temp_file(tmp_path
 
 WRITE_HALF_THEN_WAIT = """
 import sys, time
-from mmspec import durable
+from mmspec.storage import durable
 with durable.atomic_file(sys.argv[1]) as sink:
     sink.write(b"half of the new")
     sink.flush()

@@ -293,8 +293,8 @@ def test_a_text_only_draft_drafts_for_a_target_that_reads_videos(
 def test_unknown_family_and_foreign_tokenizer_are_rejected_before_any_job(
     family_dirs, tmp_path, capsys
 ):
-    from mmspec import config as mmconfig
     from mmspec.cli import main
+    from mmspec.sweep import config as mmconfig
 
     target = family_dirs["llava"][0]
     unknown = tmp_path / "unknown"

@@ -18,9 +18,9 @@ import yaml
 from hub_server import Hub
 from workflow_cli import snakemake_cmd
 
-from mmspec import config as mmconfig
 from mmspec.hub import cache as hub_cache
 from mmspec.hub.cache import DATASET, MODEL, HubRepo
+from mmspec.sweep import config as mmconfig
 from mmspec.toy import stand_in, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,7 +178,7 @@ def test_a_dataset_config_the_card_does_not_declare_is_named():
 
 
 def test_jobs_run_offline_on_a_cluster_unless_told_otherwise():
-    from mmspec.hub_needs import jobs_offline
+    from mmspec.planning.hub_needs import jobs_offline
 
     assert jobs_offline(local_execution=False, environ={})
     assert not jobs_offline(local_execution=True, environ={})

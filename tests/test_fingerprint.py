@@ -1,5 +1,5 @@
 """A code change reruns the stage that runs that code, and only it: each stage's fingerprint is
-the import closure of its module (mmspec.import_closure), read from import statements."""
+the import closure of its module (mmspec.plugins.import_closure), read from import statements."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from mmspec import import_closure, stages
-from mmspec.fingerprint import PACKAGE, fingerprint, stage_closure
+from mmspec import commands
+from mmspec.plugins import import_closure
+from mmspec.workflow.fingerprint import PACKAGE, fingerprint, stage_closure
 
-STAGES = list(stages.declared())
+STAGES = list(commands.declared())
 
 
 @pytest.fixture
@@ -30,8 +31,7 @@ def test_editing_scoring_code_changes_only_the_score_fingerprint(copy):
     with open(copy / "scoring" / "image_metrics.py", "a") as f:
         f.write("\n# an edit\n")
     after = {stage: fingerprint(stage, copy) for stage in STAGES}
-    # (a batch of cells runs any per-cell stage, score's included: mmspec.batches)
-    assert [s for s in STAGES if after[s] != before[s]] == ["batch", "score"]
+    assert [s for s in STAGES if after[s] != before[s]] == ["score"]
 
 
 def test_a_new_helper_module_is_covered_once_a_stage_imports_it(copy):

@@ -1,9 +1,9 @@
-"""Jobs starting while another user swaps their folders (mmspec.private_folder): warm workers'
-folder and slot locks (`worker.delegate`) and a workstation's GPU locks (`gpus.hold`), hundreds of
-times, while a process of another uid exchanges the worker folder, the GPU lock folder and the
-folder holding both for links to a folder of its own (where it listens under a worker's socket
-names), and a process of this user's turns the slot lock and the GPU lock into a link (to a file
-of the attacker's folder), a folder or a file of another user's and back. No job may connect to
+"""Jobs starting while another user swaps their folders (mmspec.workflow.private_folder): warm
+workers' folder and slot locks (`worker.delegate`) and a workstation's GPU locks (`gpus.hold`),
+hundreds of times, while a process of another uid exchanges the worker folder, the GPU lock folder
+and the folder holding both for links to a folder of its own (where it listens under a worker's
+socket names), and a process of this user's turns the slot lock and the GPU lock into a link (to a
+file of the attacker's folder), a folder or a file of another user's and back. No job may connect to
 the attacker's sockets or make anything in its folder, and none may end in a traceback: each is
 served by this user's worker (or takes its GPU), or refused with one line.
 
@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 from folder_swaps import ATTACKER, GROUP, Attack, folders, not_owned_by, swap_and_back
 
-from mmspec import gpus, worker
-from mmspec.private_folder import NotPrivate
+from mmspec.workflow import gpus, worker
+from mmspec.workflow.private_folder import NotPrivate
 
 JOBS = 300  # worker and GPU jobs together
 SWAPS = 200  # the least of each kind: of each folder the attacker swaps, of each lock turned

@@ -15,8 +15,8 @@ import torch
 import yaml
 from workflow_cli import snakemake_cmd
 
-from mmspec.cells import model_slug
 from mmspec.models import footprint
+from mmspec.sweep.cells import model_slug
 from mmspec.toy import tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,7 +168,8 @@ def _planned(config: dict, workdir: Path, *args: str) -> dict[str, list[tuple[di
     def fields(block: str, key: str) -> dict:
         found = re.search(rf"^\s+{key}: (.*)$", block, re.M)
         values = dict(item.split("=", 1) for item in found[1].split(", ")) if found else {}
-        # a batch of cells (mmspec.batches): dataset=<d>/pair=<p>/method=<m>/seed=<s>/part-<k>
+        # a batch of cells (mmspec.workflow.batches):
+        # dataset=<d>/pair=<p>/method=<m>/seed=<s>/part-<k>
         batch = values.get("batch", "")
         values |= dict(part.split("=", 1) for part in batch.split("/") if "=" in part)
         return values

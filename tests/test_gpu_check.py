@@ -14,14 +14,14 @@ import torch
 import yaml
 from workflow_cli import ROOT
 
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
 from mmspec import gpu_check
 from mmspec.gpu_check.cells import cell_name, cell_rows, judge_cell
 from mmspec.gpu_check.dtype_verdict import Decoded, divergence, dtype_row
 from mmspec.gpu_check.sweep import explicit_rules, sweep_config
 from mmspec.gpu_check.workflow import failed_jobs
 from mmspec.methods.components import is_lossless
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
 
 # ---------------------------------------------------------------------------------------------
 # verdicts

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from workflow_cli import ROOT, snakemake_cmd
 
-from mmspec import gpus
+from mmspec.workflow import gpus
 
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"
 HELD = re.compile(r"mmspec: GPU (\S+) of \S+ held from (\S+)")
@@ -48,7 +48,7 @@ def test_visible_gpus_follow_the_declaration_then_cuda_visible_devices(env, expe
 
 HOLDER = """
 import sys, time
-from mmspec import gpus
+from mmspec.workflow import gpus
 gpu = gpus.hold("generate")
 print(gpu, flush=True)
 time.sleep(float(sys.argv[1]))

@@ -25,7 +25,7 @@ from mmspec.decoding.sampler import seeded
 from mmspec.methods import registry, verify
 from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.stages import train_drafter
-from mmspec.tables import HEAD_CURVES, read_table, write_table
+from mmspec.storage.tables import HEAD_CURVES, read_table, write_table
 from mmspec.training.heads import collect_sequence, make_batch, split, train_head
 
 NAME = "next_token_of_tests"

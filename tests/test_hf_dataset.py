@@ -13,7 +13,7 @@ import PIL.Image
 import pytest
 
 from mmspec.data.hf import prepare_hf
-from mmspec.tables import PREPARED, read_table
+from mmspec.storage.tables import PREPARED, read_table
 
 RED, GREEN, BLUE, GREY = (255, 0, 0), (0, 255, 0), (0, 0, 255), (128, 128, 128)
 

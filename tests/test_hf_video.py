@@ -16,11 +16,11 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from mmspec import config as mmconfig
 from mmspec.data import media
 from mmspec.data.hf import prepare_hf
 from mmspec.data.video import sample_indices
-from mmspec.tables import PREPARED, read_table
+from mmspec.storage.tables import PREPARED, read_table
+from mmspec.sweep import config as mmconfig
 
 SIZE = (6, 4)
 POSTER = (200, 100, 50)

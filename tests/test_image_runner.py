@@ -137,7 +137,7 @@ def test_a_drafter_declaring_drafts_images_is_built_as_the_text_path_builds_it(
     with pytest.raises(ValueError, match="drafts text only; image generation drafts with one of"):
         ImageMethodRunner(spec, target, target, 3.0)
     # and a config sweeping it over image generation is refused before any job
-    from mmspec import config as mmconfig
+    from mmspec.sweep import config as mmconfig
 
     cfg = mmconfig.load_as_snakemake("config/config.yaml")
     cfg["methods"] = {"plugin_sd": {"method": "sd_chain", "drafter": EveryOtherStep.name}}

@@ -89,8 +89,8 @@ def test_lantern_neighbours_come_from_the_models_quantizer(janus):
 
 
 def test_a_local_janus_pair_validates_for_image_generation_only(janus):
-    from mmspec import config as mmconfig
-    from mmspec import model_refs
+    from mmspec.sweep import config as mmconfig
+    from mmspec.sweep import model_refs
 
     target, draft = (str(g.model.name_or_path) for g in janus)
     cfg = {

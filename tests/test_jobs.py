@@ -1,4 +1,4 @@
-"""The typed jobs and settings of the stages (stages/jobs.py, stages/settings.py): what the
+"""The typed jobs and settings of the stages (sweep/jobs.py, sweep/settings.py): what the
 workflow writes is what the stage reads, defaults come from the schema, and a bad job names its
 key."""
 
@@ -10,11 +10,11 @@ import subprocess
 import pytest
 from base_config import base_config
 
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
 from mmspec.gpu_check import REPO
-from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
-from mmspec.stages.settings import Captioner, Generation, ImageModels, JudgeSettings, Pair, Timing
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
+from mmspec.sweep.jobs import GenerateJob, TrainDrafterJob
+from mmspec.sweep.settings import Captioner, Generation, ImageModels, JudgeSettings, Pair, Timing
 
 
 def _config():

@@ -32,7 +32,7 @@ from mmspec.scoring.judge import (
     judge_items,
 )
 from mmspec.scoring.judge import cache as cache_module
-from mmspec.tables import JUDGE_CACHE
+from mmspec.storage.tables import JUDGE_CACHE
 
 # spawn, not fork: each writer starts as a fresh interpreter, as a judge job does
 SPAWN = multiprocessing.get_context("spawn")

@@ -14,7 +14,7 @@ from mmspec.data import media
 from mmspec.scoring.judge import JudgeCache, JudgeUnreachable
 from mmspec.stages import judge
 from mmspec.stages.score import _add_judgements
-from mmspec.tables import JUDGEMENTS, PREPARED, SAMPLES, read_table, write_table
+from mmspec.storage.tables import JUDGEMENTS, PREPARED, SAMPLES, read_table, write_table
 from mmspec.toy import world as toyworld
 
 CELL = {"dataset": "toy_vdesc", "pair": "p", "method": "m", "hp": "default", "hparams": "{}"}
@@ -129,9 +129,9 @@ def test_question_is_the_last_user_text():
 
 
 def test_aggregate_counts_failures_and_takes_retention_over_both_judged(tmp_path):
-    from mmspec.cell_metrics import CELLS
     from mmspec.stages import aggregate
-    from mmspec.tables import SCORES
+    from mmspec.storage.tables import SCORES
+    from mmspec.sweep.cell_metrics import CELLS
 
     def scores(method, judged):
         rows = []

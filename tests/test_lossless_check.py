@@ -31,7 +31,7 @@ from mmspec.scoring.lossless import (
     tie_ulps,
 )
 from mmspec.stages import cache_visual, generate, prepare, score
-from mmspec.tables import SAMPLES, SCORES, read_table, write_table
+from mmspec.storage.tables import SAMPLES, SCORES, read_table, write_table
 from mmspec.toy import tiny
 
 SAMPLES_N = 12
@@ -75,7 +75,7 @@ def _ar_table(path, tokens: list[list[int]]) -> str:
 
 
 def _prepared(path, n: int) -> str:
-    from mmspec.tables import PREPARED
+    from mmspec.storage.tables import PREPARED
 
     rows = [
         {"sample_id": f"s{i}", "turn": 0, "scenario": "d", "messages": "[]", "images": [],

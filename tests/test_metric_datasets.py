@@ -16,12 +16,12 @@ import yaml
 from base_config import base_config
 from cell_tables import write_samples
 
-from mmspec import config as mmconfig
-from mmspec.cell_metrics import CELLS
 from mmspec.scoring import metric_catalog
 from mmspec.scoring.task_metric import TaskMetric
 from mmspec.stages import aggregate, prepare, score
-from mmspec.tables import PREPARED, SCORES, read_table
+from mmspec.storage.tables import PREPARED, SCORES, read_table
+from mmspec.sweep import config as mmconfig
+from mmspec.sweep.cell_metrics import CELLS
 from mmspec.toy import stand_in
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,7 +199,8 @@ def test_validating_a_config_imports_neither_torch_nor_torchmetrics(tmp_path):
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(config))
     code = (
-        "import sys\nfrom mmspec import cells, config\ncells.cells(config.load(sys.argv[1]))\n"
+        "import sys\nfrom mmspec.sweep import cells, config\n"
+        "cells.cells(config.load(sys.argv[1]))\n"
         "print(sorted(m for m in ('torch', 'torchmetrics') if m in sys.modules))\n"
     )
     out = subprocess.run(

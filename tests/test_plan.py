@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
-from mmspec import plan, stage_costs
+from mmspec.planning import plan, stage_costs
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"

@@ -16,13 +16,14 @@ import torch
 from plugin_site import install, run
 from workflow_cli import ROOT
 
-from mmspec import api, plugins
+from mmspec import api
 from mmspec.cli import api_reference
 from mmspec.decoding import catalog
 from mmspec.decoding.component import KINDS
 from mmspec.decoding.sampler import seeded
 from mmspec.methods import registry, verify
 from mmspec.methods.runtime import MethodRunner, Sample
+from mmspec.plugins import entry_points as plugins
 
 PAGE = ROOT / "docs" / "reference" / "api.md"
 CHANGELOG = ROOT / "CHANGELOG.md"

@@ -1,7 +1,7 @@
 """A researcher's own method, edited and rerun: a plugin whose component's logic lives in a helper
 module of its package. Editing the helper or the component's own file changes the fingerprint
 of exactly the cells that use it, and a warm worker started before the edit never runs the job:
-the rerun runs the new code (mmspec.import_closure, mmspec.worker._key)."""
+the rerun runs the new code (mmspec.plugins.import_closure, mmspec.workflow.worker._key)."""
 
 from __future__ import annotations
 
@@ -182,10 +182,10 @@ def test_a_plugin_heads_network_module_is_part_of_its_cells_code(tmp_path, monke
     """A trained head names its network's class as "module:Class" (imported by name, so no
     import statement shows it): editing that module changes the cells' fingerprint all the same
     (`Component.code_modules`)."""
-    from mmspec import import_closure
     from mmspec.decoding import catalog
     from mmspec.decoding.drafters.trained import HeadDrafter
     from mmspec.methods.spec import MethodSpec
+    from mmspec.plugins import import_closure
 
     package = tmp_path / "headplug_of_tests"
     package.mkdir()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from workflow_cli import cell_job_counts, snakemake_cmd
 
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TABED = ROOT / "config" / "presets" / "tabed.yaml"

@@ -1,7 +1,7 @@
-"""A folder of this user's own (mmspec.private_folder), where warm workers and GPU locks live: made
-0700 when missing, used when it is a real folder of this user's with mode 0700 under folders no
-other user can rename entries in, refused otherwise with an error naming the folder, what is
-wrong and what to do; and once opened, used only through its descriptor."""
+"""A folder of this user's own (mmspec.workflow.private_folder), where warm workers and GPU locks
+live: made 0700 when missing, used when it is a real folder of this user's with mode 0700 under
+folders no other user can rename entries in, refused otherwise with an error naming the folder, what
+is wrong and what to do; and once opened, used only through its descriptor."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mmspec.private_folder import NotPrivate, adopt, private_folder, runtime_dir
+from mmspec.workflow.private_folder import NotPrivate, adopt, private_folder, runtime_dir
 
 INSTEAD = "set MMSPEC_WORKER_DIR to a folder of your own"
 OTHER_UID = 65534  # nobody

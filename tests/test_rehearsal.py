@@ -13,8 +13,8 @@ import pytest
 import yaml
 from workflow_cli import cell_job_counts, snakemake_cmd
 
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
 from mmspec.toy import stand_in, tiny
 
 ROOT = Path(__file__).resolve().parents[1]

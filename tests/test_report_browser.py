@@ -44,10 +44,10 @@ from report_pages import (
 )
 
 from mmspec import cli
-from mmspec.cell_metrics import CELLS
 from mmspec.claims.checks import VERDICTS
 from mmspec.report.formatting import fmt_num
-from mmspec.tables import BLOCKS, write_table
+from mmspec.storage.tables import BLOCKS, write_table
+from mmspec.sweep.cell_metrics import CELLS
 
 REPO = Path(__file__).resolve().parents[1]
 INSTALL_SCRIPT = REPO / "tests" / "browser" / "install_chromium.sh"

@@ -10,8 +10,8 @@ import pytest
 from report_pages import CELLS, loose_rows, page_of, sections, write_table
 
 import mmspec.report.loose as report_loose
-from mmspec import config as mmconfig
 from mmspec.stages import report as report_stage
+from mmspec.sweep import config as mmconfig
 
 
 def test_loose_section_frontier_and_retention_table(tmp_path):

@@ -33,12 +33,12 @@ from report_pages import (
 )
 
 from mmspec import cli
-from mmspec import config as mmconfig
-from mmspec.cell_metrics import CELLS
 from mmspec.report.formatting import esc, fmt_num
 from mmspec.report.pareto import pareto_front
 from mmspec.stages import report as report_stage
-from mmspec.tables import HEAD_CURVES, write_table
+from mmspec.storage.tables import HEAD_CURVES, write_table
+from mmspec.sweep import config as mmconfig
+from mmspec.sweep.cell_metrics import CELLS
 
 
 def test_pareto_front_basic():

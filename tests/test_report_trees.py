@@ -20,7 +20,7 @@ from report_pages import (
 
 import mmspec.report.acceptance as report_acceptance
 import mmspec.report.blocks as report_blocks
-from mmspec.tables import BLOCKS, write_table
+from mmspec.storage.tables import BLOCKS, write_table
 
 
 def test_acceptance_by_position(tmp_path):

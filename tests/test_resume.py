@@ -19,7 +19,7 @@ import pytest
 import yaml
 from workflow_cli import snakemake_cmd
 
-from mmspec.compare import first_difference
+from mmspec.cli.compare import first_difference
 from mmspec.methods.runtime import MethodRunner
 from mmspec.stages import generate
 from mmspec.stages.checkpoints import OutputBusy

@@ -11,14 +11,14 @@ import warnings
 import pytest
 from base_config import base_config
 
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
 from mmspec.schema import ConfigError
 from mmspec.search import rounds as search_rounds
-from mmspec.search import runs as search_runs
-from mmspec.search.hypervolume import frontier, hypervolume
 from mmspec.search.optimizer import Finished, point_key, propose
-from mmspec.search.space import Constraint, Domain, Objective, Search
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
+from mmspec.sweep import search_runs
+from mmspec.sweep.hypervolume import frontier, hypervolume
+from mmspec.sweep.search_space import Constraint, Domain, Objective, Search
 
 
 def searched(entry: dict, **grid) -> dict:
@@ -240,7 +240,7 @@ def test_round_files_name_their_cells_and_share_grid_cells(tmp_path):
 
 
 def mmcells_batch_of(config, cells):
-    from mmspec import batches
+    from mmspec.workflow import batches
 
     return batches.partition(cells, config["batch_cells"])
 

@@ -36,8 +36,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
 
 pytestmark = pytest.mark.slow
 

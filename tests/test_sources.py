@@ -12,18 +12,19 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from mmspec import config as mmconfig
-from mmspec import model_refs, plan
-from mmspec.cells import model_slug
 from mmspec.claims.planned import has_second_turns
 from mmspec.data import source as dataset_source
 from mmspec.data.media import ANSWER, IMAGE_GENERATION
 from mmspec.models import footprint
 from mmspec.models import source as model_source
+from mmspec.planning import plan
 from mmspec.schema import ConfigError
 from mmspec.scoring.judge import EmbeddedJudge
 from mmspec.stages import prepare
-from mmspec.tables import PREPARED, read_table, write_table
+from mmspec.storage.tables import PREPARED, read_table, write_table
+from mmspec.sweep import config as mmconfig
+from mmspec.sweep import model_refs
+from mmspec.sweep.cells import model_slug
 from mmspec.toy import judge_rubric
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,9 @@ import textwrap
 
 import pytest
 
-from mmspec import cli, fingerprint, stages
-from mmspec.stages import FOLDER
+from mmspec import cli, commands
+from mmspec.commands import FOLDER
+from mmspec.workflow import fingerprint
 
 NEW_STAGE = '''
 """Stage count: the rows of a prepared dataset."""
@@ -40,7 +41,7 @@ def folder(tmp_path):
 
 
 def test_every_stage_is_a_subcommand_with_its_fingerprint():
-    declared = stages.declared()
+    declared = commands.declared()
     assert {"prepare", "generate", "score", "aggregate", "report"} <= set(declared)
     assert "settings" not in declared and "arguments" not in declared  # helper modules
     parser = cli.build_parser()
@@ -55,24 +56,25 @@ def test_every_stage_is_a_subcommand_with_its_fingerprint():
 def test_a_module_with_the_declaration_is_a_stage(folder):
     (folder / "count.py").write_text(NEW_STAGE)
     (folder / "helper.py").write_text("WEIGHT = 1\n")
-    found = stages.declared(folder)
-    assert found["count"] == stages.Stage("count", "count the rows of a prepared dataset", gpu=True)
+    found = commands.declared(folder)
+    count = commands.Stage("count", "count the rows of a prepared dataset", gpu=True)
+    assert found["count"] == count
     assert "helper" not in found
-    assert set(found) - {"count"} == set(stages.declared())
+    assert set(found) - {"count"} == set(commands.declared())
 
 
 def test_an_incomplete_declaration_names_its_file(folder):
     no_help = NEW_STAGE.replace('HELP = "count the rows of a prepared dataset"', "")
     (folder / "broken.py").write_text(no_help)
     with pytest.raises(ValueError, match=r"broken\.py: .*missing: \['HELP'\]"):
-        stages.declared(folder)
+        commands.declared(folder)
     (folder / "broken.py").write_text(NEW_STAGE.replace("GPU = True", 'GPU = "yes"'))
     with pytest.raises(ValueError, match=r"broken\.py: GPU, WARM, READS_ALL_COMPONENTS are True"):
-        stages.declared(folder)
+        commands.declared(folder)
 
 
 def test_flags_follow_the_declarations():
-    declared = stages.declared()
+    declared = commands.declared()
     assert {n for n, s in declared.items() if s.gpu} == {
         "generate",
         "cache_visual",

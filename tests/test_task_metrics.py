@@ -8,7 +8,7 @@ import importlib.metadata
 
 import pytest
 
-from mmspec import plugins
+from mmspec.plugins import entry_points as plugins
 from mmspec.scoring import metric_catalog
 from mmspec.scoring.metrics import anls, vqa_accuracy
 from mmspec.scoring.task_metric import ANSWERS, TEXT, Sample, TaskMetric

@@ -12,8 +12,8 @@ import sys
 import pytest
 from base_config import base_config
 
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
 
 GENERATOR = {"kind": "image_generator", "hidden": 16, "layers": 1, "steps": 4, "codes": 16,
              "vq_images": 30, "batch_size": 4}  # fmt: skip

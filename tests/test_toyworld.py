@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from mmspec.data import media
-from mmspec.tables import PREPARED
+from mmspec.storage.tables import PREPARED
 from mmspec.toy import world as tw
 from mmspec.toy.quality import listed, motions, score_video
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from mmspec import config as mmconfig
 from mmspec.decoding.acceptance.loose import visual_relevance
 from mmspec.models import loading
+from mmspec.sweep import config as mmconfig
 from mmspec.toy import processor as toy_processor
 from mmspec.toy import training as toy_training
 from mmspec.toy import world as tw

@@ -1,5 +1,5 @@
-"""Warm workers (mmspec.worker): `mmspec generate` from the command line runs in a long-lived
-worker that keeps the models loaded, and writes what a fresh process writes."""
+"""Warm workers (mmspec.workflow.worker): `mmspec generate` from the command line runs in a
+long-lived worker that keeps the models loaded, and writes what a fresh process writes."""
 
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ import torch
 from folder_swaps import ATTACKER, GROUP, Attack, folders, not_owned_by
 from test_resume import _deterministic
 
-from mmspec import worker
 from mmspec.methods.registry import resolve
 from mmspec.models import loading
-from mmspec.private_folder import PrivateFolder, private_folder
 from mmspec.toy import tiny
+from mmspec.workflow import worker
+from mmspec.workflow.private_folder import PrivateFolder, private_folder
 
 
 def _argv(tiny_cell, method: str, out: Path, max_new: int = 8, **hp) -> list[str]:
@@ -392,7 +392,7 @@ def _console_key(env: dict, cwd: Path) -> str:
     """The worker key a `mmspec` job started with `env` in `cwd` computes (its interpreter)."""
     script = Path(sys.executable).parent / "mmspec"
     python = script.read_text().splitlines()[0].removeprefix("#!")
-    code = "from mmspec import worker; print(worker._key())"
+    code = "from mmspec.workflow import worker; print(worker._key())"
     return subprocess.check_output([python, "-c", code], env=env, cwd=cwd, text=True).strip()
 
 

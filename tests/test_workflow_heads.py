@@ -111,7 +111,7 @@ def test_bad_head_settings_fail_before_any_job(tmp_path, change, message):
     ],
 )
 def test_a_text_head_over_an_image_generator_is_refused(method, message):
-    from mmspec import config as mmconfig
+    from mmspec.sweep import config as mmconfig
 
     cfg = mmconfig.load_as_snakemake("config/config.yaml")
     cfg["sweep"] = [{"datasets": ["toy_imagegen"], "pairs": ["toy_image"], "methods": [method]}]
@@ -128,8 +128,8 @@ def test_a_killed_training_job_resumes_from_its_checkpoint(run_dir, tmp_path):
 
     from safetensors.torch import load_file
 
-    from mmspec import cells as mmcells
-    from mmspec import config as mmconfig
+    from mmspec.sweep import cells as mmcells
+    from mmspec.sweep import config as mmconfig
 
     cfg = mmconfig.validate(mmconfig.load_as_snakemake(HEADS))
     cell = next(c for c in mmcells.cells(cfg) if c.method == "eagle_long")

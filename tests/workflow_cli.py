@@ -38,7 +38,7 @@ def job_counts(output: str) -> dict[str, int]:
 def _config(config) -> dict:
     """A validated config: given, or read from config files as `snakemake --configfile` does
     (merged over the repository's default sweep where they are not a whole one)."""
-    from mmspec import config as mmconfig
+    from mmspec.sweep import config as mmconfig
 
     if isinstance(config, dict):
         return config
@@ -46,14 +46,15 @@ def _config(config) -> dict:
 
 
 def planned_cells(output: str, workdir: Path, config) -> dict[str, list]:
-    """Stage -> the cells' jobs (mmspec.cell_keys.CellJob) a dry run's batches will run: the cells
-    of each planned batch whose output is not up to date, or that read an output a planned job
-    makes first (the batch runs after it). The cell-level view of a dry run, whose jobs are
-    batches of cells; `config`: the sweep's validated config, or its config files. Where the dry
-    run printed its commands (`-p`), each planned batch's spec (named by the hash of its cells'
-    jobs) must be the one `config` makes: the run planned exactly these jobs."""
-    from mmspec import batches, cell_keys
-    from mmspec import cells as mmcells
+    """Stage -> the cells' jobs (mmspec.sweep.cell_keys.CellJob) a dry run's batches will run: the
+    cells of each planned batch whose output is not up to date, or that read an output a planned job
+    makes first (the batch runs after it). The cell-level view of a dry run, whose jobs are batches
+    of cells; `config`: the sweep's validated config, or its config files. Where the dry run printed
+    its commands (`-p`), each planned batch's spec (named by the hash of its cells' jobs) must be
+    the one `config` makes: the run planned exactly these jobs."""
+    from mmspec.sweep import cell_keys
+    from mmspec.sweep import cells as mmcells
+    from mmspec.workflow import batches
 
     config = _config(config)
     sweep = batches.of_sweep(config, mmcells.cells(config))

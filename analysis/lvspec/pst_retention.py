@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from mmspec.cells import Cell
 from mmspec.stages.aggregate import percentile_interval
+from mmspec.sweep.cells import Cell
 
 TIE = 1e-9  # two means of the same scores, summed in another order, are equal
 

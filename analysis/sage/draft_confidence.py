@@ -31,7 +31,7 @@ from mmspec.decoding.trees import SageTree
 from mmspec.decoding.views import FullView, ViewContext
 from mmspec.models import loading
 from mmspec.stages.generate import ImageStore, stop_tokens
-from mmspec.tables import PREPARED, read_table
+from mmspec.storage.tables import PREPARED, read_table
 
 
 def alphas(

@@ -61,10 +61,10 @@ from mmspec.decoding.weights import Policy as WeightPolicy
 from mmspec.methods.rows.row import Method
 from mmspec.methods.spec import Part
 from mmspec.models.source import FID_FEATURES, IMAGE_GENERATOR, ModelSource
-from mmspec.plugins import API_VERSION
+from mmspec.plugins.entry_points import API_VERSION
 from mmspec.schema import ConfigError
 from mmspec.scoring.task_metric import ANSWERS, TEXT, Sample, TaskMetric
-from mmspec.tables import PREPARED, write_table
+from mmspec.storage.tables import PREPARED, write_table
 
 # The exported names, by section of docs/reference/api.md (a comment starts one)
 __all__ = [

@@ -1,8 +1,8 @@
 """config/schema.yaml: the sweep configuration's schema, read once, and the defaults it declares.
 
 The schema is the one place a key's type, range and default are written: validation reads it
-(mmspec.config), so do the defaults (`fill_defaults`) and the parts of mmspec that check a piece
-of configuration on its own (`section`, e.g. a Hugging Face dataset's spec in data/hf.py).
+(mmspec.sweep.config), so do the defaults (`fill_defaults`) and the parts of mmspec that check a
+piece of configuration on its own (`section`, e.g. a Hugging Face dataset's spec in data/hf.py).
 """
 
 from __future__ import annotations

@@ -2,22 +2,25 @@
 import json
 import sys
 
-from mmspec import cells as mmcells
-from mmspec import config as mmconfig
-from mmspec import batches, cell_inputs, gpus, hub_needs, integrity, model_refs
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import config as mmconfig
+from mmspec.workflow import batches, gpus
+from mmspec.sweep import cell_inputs, model_refs
+from mmspec.planning import hub_needs
+from mmspec.storage import integrity
 from mmspec.claims.claim import CLAIMS_DIR
-from mmspec.fingerprint import fingerprint
+from mmspec.workflow.fingerprint import fingerprint
 from mmspec.data import source as dataset_source
 from mmspec.methods import components
 from mmspec.models import footprint
 from mmspec.models import source as model_source
 from mmspec.scoring.judge import reach as judge_reach
 from mmspec.search import rounds as search_rounds
-from mmspec.search import runs as search_runs
+from mmspec.sweep import search_runs
 from mmspec.stages import toy_model
 from mmspec.stages.claims import finished
-from mmspec.stages.jobs import TrainDrafterJob
-from mmspec.stages.settings import Captioner
+from mmspec.sweep.jobs import TrainDrafterJob
+from mmspec.sweep.settings import Captioner
 
 # Validation runs at parse time, so a bad config stops the run before any job starts.
 try:
@@ -28,7 +31,7 @@ except mmconfig.ConfigError as error:
     raise WorkflowError(f"invalid configuration: {error}")
 
 # A workstation's GPUs (local execution): the resource `gpu` counts them, so at most one GPU
-# job per GPU runs at once, and each GPU job takes a free GPU of its own (mmspec.gpus). With no
+# job per GPU runs at once, and each GPU job takes a free GPU of its own (mmspec.workflow.gpus). With no
 # GPU, or under a cluster executor (Slurm assigns GPUs), GPU jobs hold no such resource.
 LOCAL_GPUS = gpus.share_local(workflow)
 GPU_JOB = 1 if LOCAL_GPUS else 0
@@ -51,7 +54,7 @@ CLAIMS_FILES = sorted(str(p) for p in CLAIMS_DIR.glob("*.yaml"))
 HEAD_CELLS = {
     mmcells.drafter_dir(c): c for c in CELLS.values() if mmcells.drafter_dir(c)
 }
-# The per-cell stages run in batches of cells (mmspec.batches); each batch's record is a target.
+# The per-cell stages run in batches of cells (mmspec.workflow.batches); each batch's record is a target.
 BATCH_OF = batches.partition(CELLS.values(), CONFIG["batch_cells"])
 BATCHES = batches.of_sweep(CONFIG, CELLS.values(), BATCH_OF)
 GRID_SCORE_RECORDS = batches.records(BATCHES, ["score"])
@@ -287,7 +290,7 @@ def refuse_unreachable_judge(local_exec):
 def refuse_unfetched(local_exec):
     """Jobs on compute nodes (a cluster executor, unless HF_HUB_OFFLINE=0 is set) or run with
     HF_HUB_OFFLINE=1 read hub models and datasets from the Hugging Face cache only: a cache
-    lacking any of them stops the run before any job, naming them (mmspec.hub_needs)."""
+    lacking any of them stops the run before any job, naming them (mmspec.planning.hub_needs)."""
     configs = " ".join(str(f) for f in workflow.configfiles) or "config/config.yaml"
     try:
         hub_needs.before_jobs(CONFIG, list(CELLS.values()), local_exec, configs)

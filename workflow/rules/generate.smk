@@ -1,4 +1,4 @@
-# Cells are decoded in batches (mmspec.batches): one job per batch of up to `batch_cells` cells of
+# Cells are decoded in batches (mmspec.workflow.batches): one job per batch of up to `batch_cells` cells of
 # one dataset, pair, method and seed; each cell is rerun by its own key, and logs to
 # logs/generate/<cell>.log as `mmspec generate` would.
 rule generate:

@@ -35,7 +35,7 @@ from transformers.utils import logging as hf_logging
 
 from mmspec.bench.engine_runners import RUNNERS, BenchError, Runners
 from mmspec.decoding.timing import describe_device, pick_device, sync, versions
-from mmspec.tables import PREPARED, read_table
+from mmspec.storage.tables import PREPARED, read_table
 
 
 @dataclass

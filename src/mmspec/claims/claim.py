@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from mmspec import cell_metrics
+from mmspec.sweep import cell_metrics
 
 CLAIMS_DIR = Path(__file__).resolve().parents[3] / "config" / "claims"
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mmspec.cells import expand
 from mmspec.claims.checks import NOT_APPLICABLE
 from mmspec.claims.claim import STATS, Claim
 from mmspec.claims.scorecard import evaluate, summary
 from mmspec.data import source as dataset_source
 from mmspec.methods.registry import label
+from mmspec.sweep.cells import expand
 
 # statistics of a dialogue's second turns: measured only on datasets that have them
 SECOND_TURN_STATS = {"tau_turn2"}
@@ -32,7 +32,7 @@ def held(config: dict, dataset: str, temperature: float, lossless: bool = True) 
     task metric (`metric: none` leaves them empty), the judge's only on judged datasets, FID only
     on image generation, second turns only where dialogues have them, the lossless rate only for
     greedy cells, and the checked divergences only for greedy cells of a lossless rule."""
-    from mmspec.config import never_measured
+    from mmspec.sweep.config import never_measured
 
     entry = config["datasets"][dataset]
     out = {stat for stat in STATS if never_measured(config, dataset, stat) is None}

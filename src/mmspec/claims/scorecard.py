@@ -304,8 +304,8 @@ def counts(table: pd.DataFrame, harness: bool = False) -> dict[str, int]:
 
 def read_runs(paths: list[str | Path]) -> dict[str, pd.DataFrame]:
     """Cells tables by name: a results folder (its summary/cells.parquet) or a cells file."""
-    from mmspec.cell_metrics import CELLS
-    from mmspec.tables import read_table
+    from mmspec.storage.tables import read_table
+    from mmspec.sweep.cell_metrics import CELLS
 
     runs = {}
     for path in map(Path, paths):

@@ -3,7 +3,7 @@ one per tool around a sweep (plan, cells, fetch, reference, verify-lossless, ...
 
 Both are declared by their modules, and nothing lists them by hand: a stage is a module of
 `mmspec.stages`, a tool one of `mmspec.cli.tools`, each declaring `HELP`, `add_arguments` and
-`main` (`stages.read`; a tool's command is its module's name with dashes). Their declarations
+`main` (`commands.read`; a tool's command is its module's name with dashes). Their declarations
 are read from the source and only the command that runs is imported, so `mmspec --help` and
 Snakemake's parse do not import torch."""
 
@@ -18,21 +18,21 @@ import traceback
 from collections.abc import Iterable
 from pathlib import Path
 
-from mmspec import stages
+from mmspec import commands
 
 PACKAGE = Path(__file__).resolve().parents[1]
 TOOLS = Path(__file__).resolve().parent / "tools"
 
 
 @functools.cache
-def declared_tools() -> dict[str, stages.Stage]:
+def declared_tools() -> dict[str, commands.Stage]:
     """Every tool's declaration, by its command (`mmspec.cli.tools`)."""
-    return {name.replace("_", "-"): tool for name, tool in stages.declared(TOOLS).items()}
+    return {name.replace("_", "-"): tool for name, tool in commands.declared(TOOLS).items()}
 
 
 def _module(command: str) -> str:
     tool = declared_tools().get(command)
-    return f"{__name__}.tools.{tool.name}" if tool else stages.stage(command).module
+    return f"{__name__}.tools.{tool.name}" if tool else commands.stage(command).module
 
 
 def build_parser(filled: Iterable[str] | None = None) -> argparse.ArgumentParser:
@@ -42,9 +42,9 @@ def build_parser(filled: Iterable[str] | None = None) -> argparse.ArgumentParser
     every command."""
     parser = argparse.ArgumentParser(prog="mmspec", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="stage", required=True)
-    commands = stages.declared() | declared_tools()
-    filled = commands if filled is None else filled
-    for name, declared in commands.items():
+    every = commands.declared() | declared_tools()
+    filled = every if filled is None else filled
+    for name, declared in every.items():
         p = sub.add_parser(name, help=declared.help)
         if name in filled:
             # by name: a command's module is imported only when its command line is needed
@@ -55,13 +55,13 @@ def build_parser(filled: Iterable[str] | None = None) -> argparse.ArgumentParser
 
 
 def main(argv: list[str] | None = None, warm: bool | None = None, as_command: bool = False) -> int:
-    """`mmspec <argv>` (the command line when None; `as_command`: `argv` run as that command
-    line would be, as a batch job runs each of its cells). `warm`: hand a generate job to a
-    warm worker (`mmspec.worker`); by default only from the command line, not from Python. A GPU
-    job started from the command line by a workflow that shares a workstation's GPUs first takes
-    one of them (`mmspec.gpus`)."""
-    from mmspec import gpus
-    from mmspec.private_folder import NotPrivate
+    """`mmspec <argv>` (the command line when None; `as_command`: `argv` run as that command line
+    would be, as a batch job runs each of its cells). `warm`: hand a generate job to a warm worker
+    (`mmspec.workflow.worker`); by default only from the command line, not from Python. A GPU job
+    started from the command line by a workflow that shares a workstation's GPUs first takes one of
+    them (`mmspec.workflow.gpus`)."""
+    from mmspec.workflow import gpus
+    from mmspec.workflow.private_folder import NotPrivate
 
     from_command_line = argv is None or as_command
     argv = sys.argv[1:] if argv is None else argv
@@ -80,9 +80,9 @@ def main(argv: list[str] | None = None, warm: bool | None = None, as_command: bo
 
 
 def _main(argv: list[str], warm: bool) -> int:
-    stage = stages.declared().get(argv[0]) if argv else None
+    stage = commands.declared().get(argv[0]) if argv else None
     if warm and stage is not None and stage.warm:
-        from mmspec import worker
+        from mmspec.workflow import worker
 
         if worker.enabled() and (code := worker.delegate(argv)) is not None:
             return code
@@ -103,7 +103,7 @@ def one_line(error: Exception) -> str:
     mmspec or a library raises by its message (it names the file, key or sample); any other with
     its type; and one raised in a plugin's or your own code with its type and where it was
     raised, so that a bug in your own component is not mistaken for bad input."""
-    from mmspec import import_closure
+    from mmspec.plugins import import_closure
 
     message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
     message = " ".join(str(message).split())

@@ -36,7 +36,8 @@ QUESTIONS = (
 
 def page() -> str:
     """The page's Markdown."""
-    from mmspec import api, plugins
+    from mmspec import api
+    from mmspec.plugins import entry_points as plugins
 
     sections = _sections(api)
     classes = {getattr(api, n) for n in api.__all__ if inspect.isclass(getattr(api, n))}

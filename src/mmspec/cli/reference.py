@@ -169,8 +169,8 @@ def metrics_page() -> str:
     from mmspec.report.page import METRIC_DEFINITIONS
 
     lines = _head(
-        "the cells metrics' declarations (src/mmspec/cell_metrics.py), the report's definitions"
-        " (src/mmspec/report/page.py) and the task metric catalog",
+        "the cells metrics' declarations (src/mmspec/sweep/cell_metrics.py), the report's "
+        "definitions (src/mmspec/report/page.py) and the task metric catalog",
         "Metrics",
         "What each column of the cells table (`results/summary/cells.parquet`) and of the report"
         " means (the report's own Definitions section shows the same text), then the task"
@@ -184,8 +184,8 @@ def metrics_page() -> str:
 
 def _cells_columns() -> list[str]:
     """The table of the cells table's metric columns: type, direction, interval, aggregate."""
-    from mmspec import cell_metrics
-    from mmspec.cell_metrics import CELLS
+    from mmspec.sweep import cell_metrics
+    from mmspec.sweep.cell_metrics import CELLS
 
     metrics = {m.name for m in cell_metrics.CELL_METRICS}
     others = ", ".join(f"`{n}`" for n in CELLS.names if n not in metrics)
@@ -350,8 +350,8 @@ def cli_page() -> str:
 
 
 def claims_page() -> str:
-    from mmspec import cell_metrics
     from mmspec.claims import claim
+    from mmspec.sweep import cell_metrics
 
     lines = _head(
         "the claims files' declarations (src/mmspec/claims/claim.py)",

@@ -1,12 +1,14 @@
-"""`python -m mmspec.cli.worker_process FD STEM PATH`: a warm worker's process (`mmspec.worker`
-starts it), serving its slot's jobs, each run as the command line runs it."""
+"""`python -m mmspec.cli.worker_process FD STEM PATH`: a warm worker's process
+(`mmspec.workflow.worker` starts it), serving its slot's jobs, each run as the command line runs
+it."""
 
 import sys
 from pathlib import Path
 
-from mmspec import worker
 from mmspec.cli import main
-from mmspec.private_folder import adopt
+from mmspec.stages import generate  # noqa: F401 (the imports a job would pay for, paid once)
+from mmspec.workflow import worker
+from mmspec.workflow.private_folder import adopt
 
 if __name__ == "__main__":
     # the client's descriptor, checked again: this process trusts no folder it has not checked

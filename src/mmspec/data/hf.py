@@ -66,7 +66,7 @@ from mmspec.data.media import to_png
 from mmspec.data.video import video_frames
 from mmspec.hub import cache as hub_cache
 from mmspec.hub.refs import is_local
-from mmspec.tables import PREPARED, write_table
+from mmspec.storage.tables import PREPARED, write_table
 
 PROGRESS_MIN_ROWS = 300  # show a progress bar when converting more rows than this
 BATCH_SIZE = 64

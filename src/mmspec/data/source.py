@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from mmspec import import_closure, schema
-from mmspec.catalog import Catalog
-from mmspec.catalog import CatalogError as CatalogError  # what callers catch
+from mmspec import schema
 from mmspec.data.media import ANSWER
+from mmspec.plugins import import_closure
+from mmspec.plugins.catalog import Catalog
+from mmspec.plugins.catalog import CatalogError as CatalogError  # what callers catch
 
 GROUP = "mmspec.dataset_sources"
 BUILT_IN_MODULES = ("mmspec.data.hf_source", "mmspec.toy.dataset_source")

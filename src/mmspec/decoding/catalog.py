@@ -20,10 +20,10 @@ refused before any job, naming what replaced it.
 
 from __future__ import annotations
 
-from mmspec import plugins
-from mmspec.catalog import Catalog
-from mmspec.catalog import CatalogError as CatalogError  # what callers catch
 from mmspec.decoding.component import KINDS, Component
+from mmspec.plugins import entry_points as plugins
+from mmspec.plugins.catalog import Catalog
+from mmspec.plugins.catalog import CatalogError as CatalogError  # what callers catch
 
 GROUP = "mmspec.components"
 # Where the built-in components are declared: these modules, and every module (or sub-package:

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mmspec.decoding.lazy import F, inference_mode, torch
 from mmspec.decoding.lean_stack import LeanStack, supports
 from mmspec.decoding.prompt import Prompt, as_prompt
-from mmspec.lazy import F, inference_mode, torch
 
 if TYPE_CHECKING:
     from transformers import DynamicCache

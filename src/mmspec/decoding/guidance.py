@@ -11,7 +11,7 @@ then lossless with respect to the guided distribution, which is the distribution
 from __future__ import annotations
 
 from mmspec.decoding.decoder import Decoder, Forward
-from mmspec.lazy import torch
+from mmspec.decoding.lazy import torch
 
 
 class GuidedDecoder:

@@ -12,7 +12,7 @@ architectures, biases, models split over devices) keep transformers' forward.
 
 from __future__ import annotations
 
-from mmspec.lazy import F, torch
+from mmspec.decoding.lazy import F, torch
 
 # decoder stacks whose forward this reproduces (DREAM's head: two Llama layers around its
 # cross-attention block, which the stack runs between them: `between`)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mmspec.lazy import torch
+from mmspec.decoding.lazy import torch
 
 
 def distribution(logits: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mmspec.lazy import torch
+from mmspec.decoding.lazy import torch
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mmspec.lazy import torch
+from mmspec.decoding.lazy import torch
 
 ROOT = -1  # parent index of depth-1 nodes: the last token the target emitted
 

@@ -9,7 +9,7 @@ choices instead of drawing one (decoding.enumeration), so the engine's own code 
 
 from __future__ import annotations
 
-from mmspec.lazy import torch
+from mmspec.decoding.lazy import torch
 
 
 class Sampler:

@@ -6,7 +6,7 @@ import importlib.metadata
 import json
 import platform
 
-from mmspec.lazy import torch
+from mmspec.decoding.lazy import torch
 
 
 def sync(device: torch.device) -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mmspec.decoding.lazy import torch
 from mmspec.decoding.prompt import Prompt
-from mmspec.lazy import torch
 
 
 @dataclass

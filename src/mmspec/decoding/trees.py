@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 from mmspec.decoding import catalog, component
 from mmspec.decoding.component import NUMBER, Param
+from mmspec.decoding.lazy import torch
 from mmspec.decoding.proposal import ROOT, Proposal
-from mmspec.lazy import torch
 
 # EAGLE's 25-node tree (`mc_sim_7b_63` in its choices.py), which SpecVLM's release uses for its
 # static trees and SAGE for SD-Tree, SpecVLM and its own first step (SAGE appendix A.1).

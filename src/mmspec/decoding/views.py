@@ -27,8 +27,8 @@ from mmspec.decoding.component import (
     Param,
     View,
 )
+from mmspec.decoding.lazy import torch
 from mmspec.decoding.prompt import Prompt
-from mmspec.lazy import torch
 
 CAPTION_PREFIX = "image: "  # TABED appendix I.2
 

@@ -15,7 +15,7 @@ from itertools import combinations
 
 from mmspec.decoding import catalog
 from mmspec.decoding.component import NUMBER, Param, WeightPolicy
-from mmspec.lazy import torch
+from mmspec.decoding.lazy import torch
 
 EPS = 1e-6
 

@@ -15,10 +15,10 @@ from mmspec.gpu_check.settings import Settings
 def bench_inputs(out: Path, sweep: dict) -> tuple[Path, Path, Path]:
     """(target, draft, prepared) of the first cell of the validated `sweep` that drafts with a
     toy draft model on a text dataset: the trained models and data the benchmark reads."""
-    from mmspec import config as mmconfig
-    from mmspec import model_refs
-    from mmspec.cells import cells
     from mmspec.data.media import IMAGE_GENERATION
+    from mmspec.sweep import config as mmconfig
+    from mmspec.sweep import model_refs
+    from mmspec.sweep.cells import cells
 
     for cell in cells(sweep):
         pair = sweep["pairs"][cell.pair]

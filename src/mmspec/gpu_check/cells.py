@@ -28,7 +28,7 @@ def cell_name(cell, repeated: set[tuple]) -> str:
 def cell_rows(out: Path, sweep: dict, status: int, log: str, expect_cuda: bool) -> list[Row]:
     """A row per cell of the validated `sweep` (done, failed or not run) and per failed job
     that belongs to no cell; `status` and `log`: the workflow's exit status and output."""
-    from mmspec import cells as sweep_cells
+    from mmspec.sweep import cells as sweep_cells
 
     cells = sweep_cells.cells(sweep)
     jobs = failed_jobs(log)
@@ -66,7 +66,8 @@ def cell_rows(out: Path, sweep: dict, status: int, log: str, expect_cuda: bool) 
 
 
 def _holds(job: FailedJob, cell) -> bool:
-    """The failed job is the cell's own, or the batch of cells it is one of (mmspec.batches)."""
+    """The failed job is the cell's own, or the batch of cells it is one of
+    (mmspec.workflow.batches)."""
     batch = f"/dataset={cell.dataset}/pair={cell.pair}/method={cell.method}/seed={cell.seed}/"
     return any(f"/{cell.path}/" in o or ("/batches/" in o and batch in o) for o in job.outputs)
 
@@ -103,9 +104,9 @@ def job_error(out: Path, job: FailedJob, cell=None) -> str:
 def cells_table(out: Path, cells, status: int) -> dict:
     """The cells table's rows by cell key: the workflow's summary after a clean run; after a
     failure (no summary then), those of `cells` whose score files exist, aggregated here."""
-    from mmspec.cell_metrics import CELLS
     from mmspec.stages import aggregate
-    from mmspec.tables import read_table
+    from mmspec.storage.tables import read_table
+    from mmspec.sweep.cell_metrics import CELLS
 
     summary = out / "results" / "summary" / "cells.parquet"
     if status != 0:

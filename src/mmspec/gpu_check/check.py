@@ -30,7 +30,7 @@ def run(out: str | Path, settings: Settings | None = None, echo=print) -> int:
     0 when every row passes, else 1."""
     import yaml
 
-    from mmspec import config as mmconfig
+    from mmspec.sweep import config as mmconfig
 
     settings = settings or Settings()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers: nothing downloads

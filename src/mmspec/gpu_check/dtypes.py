@@ -71,8 +71,8 @@ def decode_dtype(method: str, hparams: dict, pair: dict, inputs: tuple, max_new:
     from mmspec.decoding.timing import pick_device
     from mmspec.methods.registry import resolve
     from mmspec.stages.generate import TextWork, sample_sampler
-    from mmspec.stages.jobs import GenerateJob
-    from mmspec.tables import PREPARED, read_table
+    from mmspec.storage.tables import PREPARED, read_table
+    from mmspec.sweep.jobs import GenerateJob
 
     prepared, target_cache, draft_cache = inputs
     spec = resolve(method, hparams).to_dict()  # greedy: temperature 0

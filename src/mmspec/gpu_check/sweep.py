@@ -11,7 +11,7 @@ from mmspec.gpu_check.settings import TOUR
 
 def read_mapping(path: Path) -> dict:
     """A config file's keys."""
-    from mmspec import config as mmconfig
+    from mmspec.sweep import config as mmconfig
 
     data = mmconfig.read_yaml(path) or {}
     if not isinstance(data, dict):
@@ -34,7 +34,7 @@ def sweep_config(config: Path, sampled: Path | None) -> dict:
     """The whole sweep the check runs: `config` (or the tour it overrides) with the sampled
     cells' file merged in as Snakemake merges a config file, except that its `sweep` rules are
     appended to the config's rather than replacing them."""
-    from mmspec import config as mmconfig
+    from mmspec.sweep import config as mmconfig
 
     base = read_mapping(config)
     if not mmconfig.is_whole_sweep(base):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import difflib
 
-from mmspec import plugins
 from mmspec.decoding import catalog
 from mmspec.methods.components import (
     AR,
@@ -28,6 +27,7 @@ from mmspec.methods.rows.row import HEAD as HEAD
 from mmspec.methods.rows.row import Method
 from mmspec.methods.rows.tabed import spine_tree as spine_tree
 from mmspec.methods.spec import MethodSpec
+from mmspec.plugins import entry_points as plugins
 
 # The built-in rows (one module per paper or baseline family: `methods.rows`), in the order
 # the method catalogue lists them

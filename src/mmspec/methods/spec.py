@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from mmspec import import_closure
 from mmspec.decoding import catalog
 from mmspec.decoding.component import DRAFT_MODEL, Component, TargetFacts
 from mmspec.methods import components
 from mmspec.methods.components import AR, is_lossless, is_self_draft
+from mmspec.plugins import import_closure
 
 
 @dataclass(frozen=True)

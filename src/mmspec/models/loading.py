@@ -15,11 +15,11 @@ from pathlib import Path
 
 import torch
 
-from mmspec import integrity
 from mmspec.models import source as model_source
+from mmspec.storage import integrity
 
-# A warm worker's (mmspec.worker) loaded models and processors: key -> (files' stamp, object).
-# None outside a worker, where every job loads its own.
+# A warm worker's (mmspec.workflow.worker) loaded models and processors: key -> (files' stamp,
+# object). None outside a worker, where every job loads its own.
 _kept: dict | None = None
 _used: set = set()
 _reused: list[str] = []  # what this job found kept ("model <path>"), for the worker's log line

@@ -24,9 +24,8 @@ import json
 from pathlib import Path
 from typing import ClassVar
 
-from mmspec import import_closure
-from mmspec.catalog import Catalog
-from mmspec.catalog import CatalogError as CatalogError  # what callers catch
+from mmspec.plugins import import_closure
+from mmspec.plugins.catalog import Catalog, CatalogError
 
 GROUP = "mmspec.model_sources"
 BUILT_IN_MODULES = ("mmspec.models.pretrained", "mmspec.toy.model_source")

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mmspec.report.cells import CELL_KEY, is_ar, key_of, without_ar
-from mmspec.tables import BLOCKS
+from mmspec.storage.tables import BLOCKS
 
 # Group keys of the per-step statistics: the cell, the proposal depth (the drafted count where no
 # depth was recorded, with `depth_recorded` false), the accepted path length.

@@ -21,7 +21,7 @@ from mmspec.methods.registry import METHODS
 from mmspec.report.cells import dataset_order, hp_labels, labelled, sort_cells, without_ar
 from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
 from mmspec.report.formatting import esc, fmt_num, heading, label_html, rank_marks
-from mmspec.tables import HEAD_CURVES, read_table
+from mmspec.storage.tables import HEAD_CURVES, read_table
 
 ANCHOR = "drafter-heads"
 TITLE = "Trained drafters (DREAM's Table 1)"

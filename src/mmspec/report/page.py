@@ -32,8 +32,6 @@ from pathlib import Path
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
-from mmspec import cell_metrics
-from mmspec.cell_metrics import CELLS
 from mmspec.decoding import catalog
 from mmspec.report import (
     acceptance,
@@ -56,7 +54,9 @@ from mmspec.report.cells import lossless_bug, with_labels
 from mmspec.report.figures import method_colors
 from mmspec.report.formatting import MISSING, dataset_note, esc, heading
 from mmspec.report.pooled import INTERVAL_METRICS, SUMMED, pool_seeds
-from mmspec.tables import CLAIMS, read_table
+from mmspec.storage.tables import CLAIMS, read_table
+from mmspec.sweep import cell_metrics
+from mmspec.sweep.cell_metrics import CELLS
 
 DEFINITIONS_ANCHOR = "definitions"
 # (term, HTML): the report's own words, the cells metrics' definitions (cell_metrics), views

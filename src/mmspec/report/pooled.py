@@ -14,10 +14,10 @@ import math
 import pandas as pd
 import pyarrow as pa
 
-from mmspec import cell_metrics
-from mmspec.cell_metrics import CELLS
 from mmspec.report.cells import sort_cells
 from mmspec.report.formatting import fmt_num, is_missing
+from mmspec.sweep import cell_metrics
+from mmspec.sweep.cell_metrics import CELLS
 
 POOL_KEY = ["dataset", "pair", "method", "hp"]
 SUMMED = [m.name for m in cell_metrics.CELL_METRICS if m.summed]  # counts

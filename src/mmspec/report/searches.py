@@ -18,8 +18,8 @@ import plotly.graph_objects as go
 
 from mmspec.report.figures import FIGURE_LAYOUT, PALETTE, figure_html
 from mmspec.report.formatting import esc, fmt_num, heading
-from mmspec.search.hypervolume import frontier, hypervolume, reference
-from mmspec.search.space import Objective, parse_constraint
+from mmspec.sweep.hypervolume import frontier, hypervolume, reference
+from mmspec.sweep.search_space import Objective, parse_constraint
 
 ANCHOR = "searches"
 TITLE = "Searches: rounds, hypervolume and best settings"
@@ -48,8 +48,8 @@ class SearchRounds:
 
 def load(sweep: dict, results: str = "results") -> list[SearchRounds]:
     """The proposed rounds of every search of a validated sweep config."""
-    from mmspec.cells import cells as grid_cells
     from mmspec.search.rounds import Rounds
+    from mmspec.sweep.cells import cells as grid_cells
 
     rounds = Rounds(sweep, grid_cells(sweep), {}, results=results, plan_batches=False)
     seeds = len(sweep["seeds"])

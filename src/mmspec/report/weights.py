@@ -23,7 +23,7 @@ from mmspec.report.cells import (
 )
 from mmspec.report.figures import FIGURE_LAYOUT, figures_section
 from mmspec.report.formatting import esc, fmt_num, heading, is_missing, label_html
-from mmspec.tables import BLOCKS
+from mmspec.storage.tables import BLOCKS
 
 ANCHOR = "weights"
 TITLE = "Ensemble weights over decoding"

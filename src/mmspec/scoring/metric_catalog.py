@@ -15,9 +15,9 @@ their code (with every module it imports) is part of the score jobs' code finger
 
 from __future__ import annotations
 
-from mmspec import import_closure
-from mmspec.catalog import Catalog
-from mmspec.catalog import CatalogError as CatalogError  # what callers catch
+from mmspec.plugins import import_closure
+from mmspec.plugins.catalog import Catalog
+from mmspec.plugins.catalog import CatalogError as CatalogError  # what callers catch
 from mmspec.scoring.task_metric import TaskMetric
 
 GROUP = "mmspec.metrics"

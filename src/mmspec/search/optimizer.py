@@ -22,7 +22,7 @@ import random
 import warnings
 from dataclasses import dataclass
 
-from mmspec.search.space import Domain, Search
+from mmspec.sweep.search_space import Domain, Search
 
 # Asks per point before a round falls back to the finite space's unseen points
 ASKS_PER_POINT = 50

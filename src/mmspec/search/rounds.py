@@ -19,10 +19,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mmspec import batches as mmbatches
-from mmspec import cells as mmcells
-from mmspec import durable
-from mmspec.search.runs import Run, point_spec, runs
+from mmspec.storage import durable
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep.search_runs import Run, point_spec, runs
+from mmspec.workflow import batches as mmbatches
 
 FOLDER = "results/search"
 

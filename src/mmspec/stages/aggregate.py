@@ -23,11 +23,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mmspec import cell_metrics
-from mmspec.cell_metrics import CELLS
 from mmspec.methods.registry import label
-from mmspec.stages.arguments import json_object
-from mmspec.tables import BLOCKS, THUMBNAILS, write_table
+from mmspec.storage.tables import BLOCKS, THUMBNAILS, write_table
+from mmspec.sweep import cell_metrics
+from mmspec.sweep.arguments import json_object
+from mmspec.sweep.cell_metrics import CELLS
 
 # Score files per DuckDB query. A batch's blocks are materialised once (ordered, with a window
 # per sample-turn), so this bounds the stage's memory at the batch's steps.
@@ -426,8 +426,8 @@ def sweep_score_files(sweep: dict, results: str = "results") -> list[str]:
     """The score file of every cell of a validated sweep config (`config.validate`'s output), in
     cell order: exactly the sweep's cells (its grids', and its searches' rounds' as their files
     under `results` name them), never whatever else lies under `results`."""
-    from mmspec.cells import cells as sweep_cells
     from mmspec.search.rounds import Rounds
+    from mmspec.sweep.cells import cells as sweep_cells
 
     grid = sweep_cells(sweep)
     searched = Rounds(sweep, grid, {}, results=results, plan_batches=False).cells()

@@ -16,7 +16,7 @@ from tqdm import tqdm
 from mmspec.data import media
 from mmspec.decoding.timing import pick_device
 from mmspec.models import families, loading, visual
-from mmspec.tables import PREPARED, VISUAL, read_table, write_table
+from mmspec.storage.tables import PREPARED, VISUAL, read_table, write_table
 
 HELP = "vision features of every image of a dataset"
 GPU = True

@@ -13,10 +13,10 @@ from tqdm import tqdm
 
 from mmspec.decoding.timing import pick_device
 from mmspec.models.captioner import Captioner
-from mmspec.stages.arguments import settings_of
 from mmspec.stages.cache_visual import distinct_images
-from mmspec.stages.settings import Captioner as CaptionerSettings
-from mmspec.tables import CAPTIONS, PREPARED, read_table, write_table
+from mmspec.storage.tables import CAPTIONS, PREPARED, read_table, write_table
+from mmspec.sweep.arguments import settings_of
+from mmspec.sweep.settings import Captioner as CaptionerSettings
 
 HELP = "a caption of every image of a dataset (view C)"
 GPU = True

@@ -1,16 +1,15 @@
 """Chunk checkpoints of a long stage job: a killed or preempted job resumes from its last chunk.
 
-Finished samples are written in chunks beside the job's output (`<output>.partial/`), each a
-JSON file of the chunk's records and counters, written durably (`mmspec.durable`: a crash leaves
+Finished samples are written in chunks beside the job's output (`<output>.partial/`), each a JSON
+file of the chunk's records and counters, written durably (`mmspec.storage.durable`: a crash leaves
 a chunk whole or absent) and named by the samples it holds, `chunk-<first>-<end>.json`. A chunk
 belongs to one job: its key hashes the job's parameters and input files, so a changed job never
-resumes from another job's chunks (they are discarded). Each carries a checksum of its records
-and counters, so a chunk whose bytes changed and still parse (a digit flipped) is told from a
-whole one. A damaged chunk (a disk that lost data, a file cut short by a copy) is named on
-stderr and dropped with the chunks after it (the records are indexed by position, so the chunks
-kept stay contiguous); its samples are decoded again. JSON keeps Python floats exactly, so the
-final table is the same whether or not the job was interrupted. The folder is removed once the
-output is written.
+resumes from another job's chunks (they are discarded). Each carries a checksum of its records and
+counters, so a chunk whose bytes changed and still parse (a digit flipped) is told from a whole one.
+A damaged chunk (a disk that lost data, a file cut short by a copy) is named on stderr and dropped
+with the chunks after it (the records are indexed by position, so the chunks kept stay contiguous);
+its samples are decoded again. JSON keeps Python floats exactly, so the final table is the same
+whether or not the job was interrupted. The folder is removed once the output is written.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from mmspec import durable
+from mmspec.storage import durable
 
 
 def job_key(params: dict, *inputs: str | None) -> str:

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from mmspec.claims import claim as claims_file
 from mmspec.claims import scorecard
-from mmspec.tables import CLAIMS, write_table
+from mmspec.storage.tables import CLAIMS, write_table
 
 HELP = (
     "check each paper's claims (config/claims/) on finished sweeps: holds / fails / "

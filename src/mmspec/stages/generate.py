@@ -32,7 +32,6 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
-from mmspec import integrity
 from mmspec.data import media
 from mmspec.decoding.component import DRAFT_MODEL, TRAINED_HEAD
 from mmspec.decoding.drafters.heads import load_head
@@ -44,10 +43,11 @@ from mmspec.methods.runtime import MethodRunner, Sample
 from mmspec.models import families, loading, visual
 from mmspec.models.image_generation import ImageGenerator
 from mmspec.scoring.lossless import margin_ulps, tie_ulps
-from mmspec.stages.arguments import json_object
 from mmspec.stages.checkpoints import Checkpoints, job_key, one_writer
-from mmspec.stages.jobs import GenerateJob
-from mmspec.tables import CAPTIONS, PREPARED, SAMPLES, VISUAL, read_table, write_table
+from mmspec.storage import integrity
+from mmspec.storage.tables import CAPTIONS, PREPARED, SAMPLES, VISUAL, read_table, write_table
+from mmspec.sweep.arguments import json_object
+from mmspec.sweep.jobs import GenerateJob
 
 HELP = "decode one cell"
 GPU = True

@@ -26,9 +26,9 @@ from mmspec.scoring.judge import (
     JudgeItem,
     judge_items,
 )
-from mmspec.stages.arguments import settings_of
-from mmspec.stages.settings import JudgeSettings
-from mmspec.tables import JUDGEMENTS, PREPARED, SAMPLES, read_table, write_table
+from mmspec.storage.tables import JUDGEMENTS, PREPARED, SAMPLES, read_table, write_table
+from mmspec.sweep.arguments import settings_of
+from mmspec.sweep.settings import JudgeSettings
 
 HELP = "an LLM judge scores one cell's answers"
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from mmspec.data import source as dataset_source
-from mmspec.stages.arguments import json_object
+from mmspec.sweep.arguments import json_object
 
 HELP = "write results/prepared/<dataset>.parquet"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from mmspec.stages.arguments import json_object
+from mmspec.sweep.arguments import json_object
 
 HELP = "the HTML report"
 READS_ALL_COMPONENTS = True
@@ -56,6 +56,6 @@ def main(args: argparse.Namespace) -> None:
 
 def sweep_head_folders(sweep: dict) -> list[str]:
     """The trained-head folders of a validated sweep config's cells (results/drafters/...)."""
-    from mmspec.cells import cells, drafter_dir
+    from mmspec.sweep.cells import cells, drafter_dir
 
     return sorted({d for d in map(drafter_dir, cells(sweep)) if d})

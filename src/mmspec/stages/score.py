@@ -28,9 +28,7 @@ from mmspec.scoring import metric_catalog
 from mmspec.scoring.lossless import first_divergence
 from mmspec.scoring.lossless import kind as divergence_kind
 from mmspec.scoring.task_metric import Sample
-from mmspec.stages.arguments import settings_of
-from mmspec.stages.settings import ImageModels
-from mmspec.tables import (
+from mmspec.storage.tables import (
     JUDGEMENTS,
     METHOD_COLUMNS,
     PREPARED,
@@ -39,6 +37,8 @@ from mmspec.tables import (
     read_table,
     write_table,
 )
+from mmspec.sweep.arguments import settings_of
+from mmspec.sweep.settings import ImageModels
 
 HELP = "lossless check and quality of one cell"
 WARM = True

@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mmspec.stages.arguments import json_object
+from mmspec.sweep.arguments import json_object
 
 HELP = "propose the points of one round of a searched method, from its earlier rounds' cells"
 READS_ALL_COMPONENTS = True  # the searched method may compose a plugin's components
@@ -53,10 +53,10 @@ def main(args: argparse.Namespace) -> None:
 def run(config: dict, search_id: str, number: int, out: str, size: int | None = None) -> list:
     """Propose round `number` of the search `search_id` (paths relative to the sweep's folder);
     `size`: its points, where the sweep gives no budget."""
-    from mmspec.cells import cells as grid_cells
     from mmspec.search.optimizer import propose
     from mmspec.search.rounds import Rounds
-    from mmspec.search.runs import with_budget
+    from mmspec.sweep.cells import cells as grid_cells
+    from mmspec.sweep.search_runs import with_budget
 
     if size is not None:
         config = with_budget(config, search_id, number, size)
@@ -97,9 +97,9 @@ def _history(config: dict, search, earlier: list) -> list:
     (None where a cell has no score file)."""
     import pyarrow.parquet as pq
 
-    from mmspec.cell_inputs import scores_path
     from mmspec.search.optimizer import Finished
     from mmspec.stages import aggregate
+    from mmspec.sweep.cell_inputs import scores_path
 
     seeds = len(config["seeds"])
     files = dict.fromkeys(scores_path(cell) for found in earlier for cell in found.cells)

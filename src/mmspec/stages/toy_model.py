@@ -13,8 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from mmspec import durable, integrity
-from mmspec.stages.arguments import json_object
+from mmspec.storage import durable, integrity
+from mmspec.sweep.arguments import json_object
 
 HELP = "train one toy-world model"
 WARM = True

@@ -7,7 +7,7 @@ same visual cache; an image generator draws each caption's image, `collect_image
 `training.heads` fits the head. A killed job resumes: the collected
 sequences and the training state are kept in `<out>.partial/` (the state every tenth of the
 steps), under a key of the job's parameters and inputs, so a changed job starts afresh. They are
-written durably (`mmspec.durable`); a damaged one is named on stderr and dropped: damaged
+written durably (`mmspec.storage.durable`); a damaged one is named on stderr and dropped: damaged
 sequences are collected again (and training restarts), a damaged state restarts training.
 """
 
@@ -24,17 +24,17 @@ import pyarrow as pa
 import torch
 from tqdm import tqdm
 
-from mmspec import durable, integrity
 from mmspec.data import media
 from mmspec.decoding.drafters.heads import build_head, head_kind
 from mmspec.decoding.loops import decode_ar
 from mmspec.decoding.prompt import as_prompt
 from mmspec.decoding.sampler import seeded
 from mmspec.decoding.timing import pick_device
-from mmspec.stages.arguments import json_object
 from mmspec.stages.checkpoints import clear_partial, job_key, one_writer, partial_folder
-from mmspec.stages.jobs import GenerateJob, TrainDrafterJob
-from mmspec.tables import HEAD_CURVES, PREPARED, read_table, write_table
+from mmspec.storage import durable, integrity
+from mmspec.storage.tables import HEAD_CURVES, PREPARED, read_table, write_table
+from mmspec.sweep.arguments import json_object
+from mmspec.sweep.jobs import GenerateJob, TrainDrafterJob
 from mmspec.training.heads import Sequence, collect_sequence, train_head
 
 HELP = "train a drafter head on the target's features"

@@ -67,7 +67,7 @@ class ToyDatasets(DatasetSource):
     def prepare(self, name: str, entry: dict, out: str, seed: int) -> int:
         import pyarrow as pa
 
-        from mmspec.tables import PREPARED, write_table
+        from mmspec.storage.tables import PREPARED, write_table
 
         prepared = rows(name, entry, seed)
         write_table(pa.Table.from_pylist(prepared, schema=PREPARED), out, PREPARED)

@@ -1,14 +1,14 @@
 """`mmspec batch`: run a batch of cells' jobs of one per-cell stage (generate, judge or score).
 
-Each cell whose output is missing, damaged or written for another key (`mmspec.batches`: its job,
-code and inputs) runs as its own `mmspec <stage> ... 2> <log>` command would (a warm worker
-takes it where the stage allows, `mmspec.worker`; otherwise it runs in this process, so that a
-batch starts one interpreter, not one per cell), and leaves its benchmark file (wall seconds);
-the others are skipped. A failing cell does not stop the batch: the rest run, and
-the job fails at the end naming each failed cell and the tail of its log. The batch's record,
-its output, is written only when every cell is done. It runs commands, so it is a tool of the
-command line rather than a stage: its rule (workflow/rules/common.smk's batches) needs no code
-fingerprint of its own, each cell's key holds its stage's.
+Each cell whose output is missing, damaged or written for another key (`mmspec.workflow.batches`:
+its job, code and inputs) runs as its own `mmspec <stage> ... 2> <log>` command would (a warm worker
+takes it where the stage allows, `mmspec.workflow.worker`; otherwise it runs in this process, so
+that a batch starts one interpreter, not one per cell), and leaves its benchmark file (wall
+seconds); the others are skipped. A failing cell does not stop the batch: the rest run, and the job
+fails at the end naming each failed cell and the tail of its log. The batch's record, its output, is
+written only when every cell is done. It runs commands, so it is a tool of the command line rather
+than a stage: its rule (workflow/rules/common.smk's batches) needs no code fingerprint of its own,
+each cell's key holds its stage's.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from mmspec import cell_keys, durable, integrity
+from mmspec.storage import durable, integrity
+from mmspec.sweep import cell_keys
 
 HELP = "run a batch of cells of a per-cell stage, skipping those up to date"
 LOG_TAIL = 5  # lines of a failed cell's log the batch's log repeats
@@ -91,7 +92,7 @@ def _tail(path: str) -> str:
 
 
 def run(spec: str, out: str) -> int:
-    from mmspec import worker
+    from mmspec.workflow import worker
 
     stage, jobs = cell_keys.load_spec(spec)
     with worker.code_read_once():

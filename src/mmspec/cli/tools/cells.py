@@ -30,14 +30,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--commands",
         choices=["generate", "judge", "score"],
         help="print each cell's command of this stage instead of its path (what its batch job "
-        "runs for it: mmspec.batches)",
+        "runs for it: mmspec.workflow.batches)",
     )
 
 
 def main(args: argparse.Namespace) -> None:
-    from mmspec import batches, cell_keys, config
-    from mmspec.cells import expand
-    from mmspec.plan import merged_line
+    from mmspec.planning.plan import merged_line
+    from mmspec.sweep import cell_keys, config
+    from mmspec.sweep.cells import expand
+    from mmspec.workflow import batches
 
     cfg = config.load_as_snakemake(args.config, args.default)
     expansion = expand(cfg)

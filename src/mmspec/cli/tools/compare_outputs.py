@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from mmspec import compare
+    from mmspec.cli import compare
 
     result = compare.compare(args.first, args.second)
     print(compare.render(result))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from mmspec.stages.arguments import sweep_files
+from mmspec.sweep.arguments import sweep_files
 
 HELP = (
     "list the Hub models and datasets a sweep reads, with sizes, and download them into the "
@@ -26,8 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from mmspec import config, hub_needs
     from mmspec.hub import cache as hub_cache
+    from mmspec.planning import hub_needs
+    from mmspec.sweep import config
 
     cfg = config.load_as_snakemake(args.config, args.default)
     repos, local = hub_needs.needed(cfg)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mmspec.stages.arguments import sweep_files
+from mmspec.sweep.arguments import sweep_files
 
 HELP = (
     "a partial config capping a sweep's datasets at a few samples: a pilot run whose finished "
@@ -27,7 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    from mmspec import config, plan
+    from mmspec.planning import plan
+    from mmspec.sweep import config
 
     if args.samples < 1:
         raise ValueError("--samples must be >= 1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from mmspec.stages.arguments import sweep_files
+from mmspec.sweep.arguments import sweep_files
 
 HELP = "cells, packed Slurm jobs and device hours of a sweep, before running it"
 
@@ -30,8 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    from mmspec import config, plan
-    from mmspec.cells import expand
+    from mmspec.planning import plan
+    from mmspec.sweep import config
+    from mmspec.sweep.cells import expand
 
     cfg = config.load_as_snakemake(args.config, args.default)
     expansion = expand(cfg)

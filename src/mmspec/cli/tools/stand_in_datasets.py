@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> None:
-    from mmspec import config
+    from mmspec.sweep import config
     from mmspec.toy import stand_in
 
     override = stand_in.write_all(config.load(args.config), Path(args.out), args.rows)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from mmspec.stages.arguments import json_object
+from mmspec.sweep.arguments import json_object
 
 HELP = "prove methods lossless on tiny random models by exact enumeration"
 

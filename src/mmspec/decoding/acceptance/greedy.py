@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from mmspec.decoding import catalog
 from mmspec.decoding.acceptance.rule import Rule
+from mmspec.decoding.lazy import torch
 from mmspec.decoding.proposal import ROOT, Proposal
-from mmspec.lazy import torch
 
 
 def accept_greedy(proposal: Proposal, logits: torch.Tensor, temperature, sampler):

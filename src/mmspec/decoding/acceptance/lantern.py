@@ -53,9 +53,9 @@ from mmspec.decoding import catalog
 from mmspec.decoding.acceptance.rule import Rule
 from mmspec.decoding.acceptance.sampling import _accept_point_masses, _residual
 from mmspec.decoding.component import CODEBOOK, NUMBER, Param, TargetFacts
+from mmspec.decoding.lazy import torch
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT, Proposal
-from mmspec.lazy import torch
 
 PROXIMITIES = ("l2", "cosine", "random")  # latent neighbours: Euclidean, cosine, random control
 DIVERGENCES = ("tvd", "jsd")  # the bound delta is on TVD, or on JSD in bits

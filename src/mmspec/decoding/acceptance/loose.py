@@ -49,9 +49,9 @@ from mmspec.decoding import catalog
 from mmspec.decoding.acceptance.rule import Rule
 from mmspec.decoding.acceptance.sampling import _residual
 from mmspec.decoding.component import HIDDEN_STATES, NUMBER, Param
+from mmspec.decoding.lazy import torch
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT, Proposal
-from mmspec.lazy import torch
 
 FLY_TOP = 3  # FLy's entropy reads the target's 3 most probable tokens
 FLY_GATE_OFF = 0.01  # FLy's release drops its entropy gate at thresholds up to this (FLy.py:83)

@@ -22,9 +22,9 @@ from __future__ import annotations
 from mmspec.decoding import catalog
 from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.acceptance.rule import Rule
+from mmspec.decoding.lazy import torch
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT, Proposal
-from mmspec.lazy import torch
 
 
 def accept_sampling(proposal: Proposal, logits: torch.Tensor, temperature, sampler):

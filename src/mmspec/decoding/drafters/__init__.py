@@ -46,7 +46,7 @@ training loop (`training.heads`) and the stages stay as they are.
 from __future__ import annotations
 
 from mmspec.decoding import component
-from mmspec.lazy import torch
+from mmspec.decoding.lazy import torch
 
 
 class Drafter(component.Drafter):

@@ -24,7 +24,7 @@ named by the drafter (`HeadDrafter.loss_class`), imported only when a head train
 
 from __future__ import annotations
 
-from mmspec.lazy import torch
+from mmspec.decoding.lazy import torch
 
 
 class HeadLoss:

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from mmspec.decoding import catalog
-from mmspec.lazy import torch
+from mmspec.decoding.lazy import torch
 
 
 def head_kind(kind: str):

@@ -21,12 +21,12 @@ from mmspec.decoding.component import DRAFT_MODEL, Param
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import Drafter, tree_feed
 from mmspec.decoding.guidance import GuidedDecoder
+from mmspec.decoding.lazy import torch
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT
 from mmspec.decoding.timing import sync
 from mmspec.decoding.views import parse_views
 from mmspec.decoding.weights import History, StaticWeights, mix, weight_grid
-from mmspec.lazy import torch
 
 VIEWS = Param("views", str, "M", "the views it drafts from, one letter each (an ensemble: 2+)")
 WEIGHTS = Param("weights", str, "static", "the weight policy of an ensemble of views")

@@ -1,20 +1,19 @@
 """The content-addressed judgement cache: a directory of immutable Parquet shards.
 
-A judgement's key is the sha256 of what decides it: judge model, template and its version,
-question, reference, answer and the VDC questions. The cache is a directory
-(results/judge/cache/) whose files are never rewritten: each put writes the rows it adds as a
-new shard under a name no other writer can pick (time, host, pid, random token), durably
-(`mmspec.durable`: a hidden temp name in the same directory, fsynced, then renamed). A rename
-within one directory is atomic on local disks, NFS and Lustre, so a reader sees a shard whole or
-not at all, and judge jobs on any node need no lock (flock is unreliable on those file systems).
-A write costs what it adds; a lookup reads the key column of every shard (pyarrow file by file
-for a few shards, DuckDB for many: it reads ten thousand small files in about a second). A
-killed writer's temp file is never read. A damaged shard (a disk that lost data, a file cut
-short by a copy, a file that is not a judgement cache) is named on stderr and set aside as
-`<shard>.damaged`, kept but never read again; the answers it held are judged again. A read that
-fails for the file system's sake (an I/O error, a permission) is an error instead: the shard may
-be whole. An NFS client may list a shard written on another node only once its attribute cache
-expires (seconds): meanwhile an answer may be judged twice, never lost.
+A judgement's key is the sha256 of what decides it: judge model, template and its version, question,
+reference, answer and the VDC questions. The cache is a directory (results/judge/cache/) whose files
+are never rewritten: each put writes the rows it adds as a new shard under a name no other writer
+can pick (time, host, pid, random token), durably (`mmspec.storage.durable`: a hidden temp name in
+the same directory, fsynced, then renamed). A rename within one directory is atomic on local disks,
+NFS and Lustre, so a reader sees a shard whole or not at all, and judge jobs on any node need no
+lock (flock is unreliable on those file systems). A write costs what it adds; a lookup reads the key
+column of every shard (pyarrow file by file for a few shards, DuckDB for many: it reads ten thousand
+small files in about a second). A killed writer's temp file is never read. A damaged shard (a disk
+that lost data, a file cut short by a copy, a file that is not a judgement cache) is named on stderr
+and set aside as `<shard>.damaged`, kept but never read again; the answers it held are judged again.
+A read that fails for the file system's sake (an I/O error, a permission) is an error instead: the
+shard may be whole. An NFS client may list a shard written on another node only once its attribute
+cache expires (seconds): meanwhile an answer may be judged twice, never lost.
 
 Failures are stored too (score NULL, with the error) but are not served: the next run retries
 them. Of one key's rows a success wins over any failure, so a later failure never hides it, and
@@ -49,9 +48,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mmspec import durable
 from mmspec.scoring.judge.templates import TEMPLATE_VERSION
-from mmspec.tables import JUDGE_CACHE as SCHEMA
+from mmspec.storage import durable
+from mmspec.storage.tables import JUDGE_CACHE as SCHEMA
 
 if TYPE_CHECKING:
     from mmspec.scoring.judge.client import JudgeItem

@@ -38,7 +38,7 @@ from mmspec.decoding import catalog
 from mmspec.decoding.component import NUMBER, TARGET_ATTENTION, Param
 from mmspec.decoding.drafters.eagle.drafter import EagleDrafter
 from mmspec.decoding.drafters.trained import HEAD_NOISE, HEAD_TRAINING
-from mmspec.lazy import inference_mode, torch
+from mmspec.decoding.lazy import inference_mode, torch
 
 if TYPE_CHECKING:
     from mmspec.decoding.drafters.dream.net import DreamHead

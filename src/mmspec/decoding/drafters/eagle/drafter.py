@@ -25,10 +25,10 @@ from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import tree_feed
 from mmspec.decoding.drafters.trained import HEAD_NOISE, HEAD_TRAINING, HeadDrafter
 from mmspec.decoding.guidance import GuidedDecoder
+from mmspec.decoding.lazy import inference_mode, torch
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT
 from mmspec.decoding.timing import sync
-from mmspec.lazy import inference_mode, torch
 
 if TYPE_CHECKING:
     from mmspec.decoding.drafters.eagle.net import EagleHead

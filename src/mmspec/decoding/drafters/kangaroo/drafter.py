@@ -23,7 +23,7 @@ from mmspec.decoding.component import NUMBER, Param, TargetFacts
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import DecoderDrafter
 from mmspec.decoding.drafters.trained import HEAD_TRAINING, HeadDrafter
-from mmspec.lazy import nn
+from mmspec.decoding.lazy import nn
 
 if TYPE_CHECKING:
     from mmspec.decoding.drafters.kangaroo.net import KangarooAdapter

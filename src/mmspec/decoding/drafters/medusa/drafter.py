@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 from mmspec.decoding import catalog
 from mmspec.decoding.component import NUMBER, Param
 from mmspec.decoding.drafters.trained import HEAD_TRAINING, HeadDrafter
+from mmspec.decoding.lazy import torch
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.timing import sync
-from mmspec.lazy import torch
 
 if TYPE_CHECKING:
     from mmspec.decoding.drafters.medusa.net import MultiHead

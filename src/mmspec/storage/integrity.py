@@ -31,7 +31,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from mmspec import durable
+from mmspec.storage import durable
 
 PARQUET_MAGIC = b"PAR1"
 MANIFEST = "mmspec-files.json"  # a folder output's files, sizes and checksums, written last

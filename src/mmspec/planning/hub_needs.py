@@ -10,12 +10,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mmspec import cell_inputs
-from mmspec import cells as mmcells
 from mmspec.hub import cache as hub_cache
 from mmspec.hub.cache import DATASET, MODEL, HubRepo
 from mmspec.hub.refs import is_local
 from mmspec.models import source as model_source
+from mmspec.sweep import cell_inputs
+from mmspec.sweep import cells as mmcells
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mmspec import import_closure, stages
+from mmspec import commands
+from mmspec.plugins import import_closure
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def stage_closure(stage: str, package: Path = PACKAGE) -> import_closure.Closure:
     """The code `stage` can run. `package`: a copy of mmspec to read instead (tests)."""
-    declared = stages.stage(stage)
+    declared = commands.stage(stage)
     modules = [declared.module]
     if declared.reads_all_components:
         modules += import_closure.plugin_modules()

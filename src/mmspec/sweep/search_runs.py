@@ -6,10 +6,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from mmspec import cells as mmcells
 from mmspec.methods import registry
-from mmspec.search import space
-from mmspec.search.space import Search
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import search_space as space
+from mmspec.sweep.search_space import Search
 
 ID_PATTERN = r"dataset=[^/]+/pair=[^/]+/method=[^/]+"
 

@@ -1,5 +1,5 @@
 """A folder that is this user's own, for what other users must not reach: warm workers' sockets
-and slot locks (`mmspec.worker`), and a workstation's GPU locks (`mmspec.gpus`).
+and slot locks (`mmspec.workflow.worker`), and a workstation's GPU locks (`mmspec.workflow.gpus`).
 
 Such folders have predictable names in a shared temp dir (`/tmp/mmspec-workers-<uid>`), so on a
 shared node another user can make one first: a socket in it could then be replaced by theirs,

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 
 from mmspec.methods.registry import resolve
 from mmspec.methods.spec import MethodSpec
-from mmspec.stages.settings import Generation, Pair, Timing
+from mmspec.sweep.settings import Generation, Pair, Timing
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from mmspec.decoding.component import TRAINED_HEAD
 from mmspec.methods import registry
 from mmspec.methods.spec import MethodSpec
-from mmspec.model_refs import normalize_model_ref
 from mmspec.models import source as model_source
 from mmspec.schema import ConfigError
-from mmspec.search.space import is_searched
+from mmspec.sweep.model_refs import normalize_model_ref
+from mmspec.sweep.search_space import is_searched
 
 
 @dataclass(frozen=True)

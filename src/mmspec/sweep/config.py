@@ -15,7 +15,6 @@ import jsonschema
 import yaml
 
 from mmspec import schema as config_schema
-from mmspec.cells import cells, check_ar_cells, check_distinct, method_points
 from mmspec.data import source as dataset_source
 from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.component import (
@@ -28,7 +27,14 @@ from mmspec.decoding.component import (
 )
 from mmspec.methods import components, registry
 from mmspec.methods.components import SELF_DRAFT
-from mmspec.model_refs import (
+from mmspec.models import source as model_source
+from mmspec.models.source import IMAGE_GENERATOR
+from mmspec.schema import ConfigError
+from mmspec.scoring import metric_catalog
+from mmspec.scoring.task_metric import TEXT
+from mmspec.sweep import search_runs, search_space
+from mmspec.sweep.cells import cells, check_ar_cells, check_distinct, method_points
+from mmspec.sweep.model_refs import (
     check_device_map,
     check_model_files,
     checked_model_ref,
@@ -36,14 +42,7 @@ from mmspec.model_refs import (
     language_layers,
     model_kind,
 )
-from mmspec.models import source as model_source
-from mmspec.models.source import IMAGE_GENERATOR
-from mmspec.schema import ConfigError
-from mmspec.scoring import metric_catalog
-from mmspec.scoring.task_metric import TEXT
-from mmspec.search import runs as search_runs
-from mmspec.search import space as search_space
-from mmspec.search.space import is_searched
+from mmspec.sweep.search_space import is_searched
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

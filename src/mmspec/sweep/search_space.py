@@ -22,9 +22,9 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from mmspec.cell_metrics import CELL_METRICS
 from mmspec.methods import registry
 from mmspec.schema import ConfigError
+from mmspec.sweep.cell_metrics import CELL_METRICS
 
 SEARCH_KEY = "search"
 SAMPLERS = ("tpe", "nsga2", "gp", "qnehvi", "random")

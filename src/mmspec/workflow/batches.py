@@ -7,7 +7,7 @@ cell and stage made a 100 000-cell sweep cost minutes before its first job (docs
 job per stage runs them one after another (`mmspec batch`), each cell exactly as its own
 `mmspec <stage>` command line would, its log and benchmark files where they always were.
 
-Each cell keeps Snakemake's rerun rules on its own (`mmspec.cell_keys`). A cell's key file
+Each cell keeps Snakemake's rerun rules on its own (`mmspec.sweep.cell_keys`). A cell's key file
 (`results/keys/<stage>/<cell>.json`) holds a hash of what decided it, as Snakemake's rerun
 triggers see it: the job's arguments, its code fingerprint (plugins included) and its input
 files (path, size and modification time), bound to the output's own size and modification
@@ -33,15 +33,16 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mmspec import cell_inputs, durable
-from mmspec import cells as mmcells
-from mmspec.cell_keys import CellJob, size_and_time
-from mmspec.config import dataset_task
 from mmspec.data import source as dataset_source
-from mmspec.fingerprint import fingerprint
 from mmspec.models import footprint
 from mmspec.models import source as model_source
 from mmspec.scoring import metric_catalog
+from mmspec.storage import durable
+from mmspec.sweep import cell_inputs
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep.cell_keys import CellJob, size_and_time
+from mmspec.sweep.config import dataset_task
+from mmspec.workflow.fingerprint import fingerprint
 
 STAGES = ("generate", "judge", "score")
 FOLDER = "results/batches"
@@ -113,8 +114,8 @@ class _Jobs:
     """Builds the cells' jobs of each stage, caching what many cells share."""
 
     def __init__(self, config: dict, ar_of):
-        from mmspec.stages.jobs import GenerateJob
-        from mmspec.stages.settings import ImageModels, JudgeSettings
+        from mmspec.sweep.jobs import GenerateJob
+        from mmspec.sweep.settings import ImageModels, JudgeSettings
 
         self.config = config
         self.ar_of = ar_of
@@ -354,7 +355,7 @@ def stale_records(batches: dict[str, dict[str, Batch]]) -> list[str]:
 
 
 def ar_finder(config: dict, cells):
-    """cell -> the AR cell it is compared against (mmspec.cells.ar_cell raises, naming it)."""
+    """cell -> the AR cell it is compared against (mmspec.sweep.cells.ar_cell raises, naming it)."""
     ar_cells = {
         (c.dataset, c.pair, c.seed, c.spec.temperature): c for c in cells if c.spec.method == "ar"
     }

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mmspec import integrity
+from mmspec.storage import integrity
 
 COMPARED = ("output_ids", "step_drafted", "step_accepted")
 KEY = ("sample_id", "turn")

@@ -19,7 +19,7 @@ import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mmspec import plugins
+from mmspec.plugins import entry_points as plugins
 
 
 class CatalogError(ValueError):

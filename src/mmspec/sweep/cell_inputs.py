@@ -4,11 +4,11 @@ plan`, which counts the jobs of each stage a sweep still has to run from the sam
 
 from __future__ import annotations
 
-from mmspec import cells as mmcells
-from mmspec import model_refs
-from mmspec.config import dataset_task
 from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.component import CAPTIONS, DRAFT_MODEL, DRAFT_VISUAL
+from mmspec.sweep import cells as mmcells
+from mmspec.sweep import model_refs
+from mmspec.sweep.config import dataset_task
 
 
 def prepared_path(dataset: str) -> str:
@@ -121,8 +121,8 @@ def score_models(config: dict, dataset: str) -> list[str]:
 def upstream_outputs(config: dict, cells) -> list[str]:
     """Every file and folder the jobs before the cells' write for a sweep of `cells`, each once
     (models, prepared datasets, visual caches and captions, heads), then the summary and report:
-    with the cells' batches (`mmspec.batches`), the workflow's targets, so that a missing one
-    is rebuilt, and what it checks for damage before a run (`mmspec.integrity`)."""
+    with the cells' batches (`mmspec.workflow.batches`), the workflow's targets, so that a missing
+    one is rebuilt, and what it checks for damage before a run (`mmspec.storage.integrity`)."""
     upstream: dict[str, None] = {}
     captioner = config.get("captioner") or {}
     done: set[tuple] = set()

@@ -16,13 +16,13 @@ cancelled job never keeps writing. `MMSPEC_WORKER=0` runs every job in its own p
 Within a packed Slurm job (slurm/config.yaml: a group of generate cells on one GPU) the group's
 cells run one after another on one slot, so the models shared by its cells load once.
 
-Workers live only in a folder of this user's own (`mmspec.private_folder`; a job whose folder is
-not, or whose slot lock is not a lock file of this user's, runs in its own process, with a line on
-stderr saying why). The client opens and checks the folder once and reaches its locks and sockets
-only through that descriptor; the worker it spawns inherits the descriptor, checks it again, and
-binds its socket (0600 from the start) through it. Each side checks the other's uid on every
-connection (SO_PEERCRED, recorded by the kernel at connect and at listen) before it sends or reads
-a byte.
+Workers live only in a folder of this user's own (`mmspec.workflow.private_folder`; a job whose
+folder is not, or whose slot lock is not a lock file of this user's, runs in its own process, with a
+line on stderr saying why). The client opens and checks the folder once and reaches its locks and
+sockets only through that descriptor; the worker it spawns inherits the descriptor, checks it again,
+and binds its socket (0600 from the start) through it. Each side checks the other's uid on every
+connection (SO_PEERCRED, recorded by the kernel at connect and at listen) before it sends or reads a
+byte.
 
 A job's request carries its whole environment (API keys, HF_TOKEN included), and it goes only to
 a process of this uid. That reveals nothing: any process of this uid can already read the job's
@@ -50,8 +50,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from mmspec import import_closure
-from mmspec.private_folder import NotPrivate, PrivateFolder, private_folder, runtime_dir
+from mmspec.plugins import import_closure
+from mmspec.workflow.private_folder import NotPrivate, PrivateFolder, private_folder, runtime_dir
 
 IDLE_S = 30.0  # a worker's life without a job (MMSPEC_WORKER_IDLE overrides)
 START_S = 300.0  # the longest a client waits for a new worker to listen (imports)
@@ -130,7 +130,7 @@ def _code() -> list:
     versions, and the source of every module their modules import: `import_closure`) and the
     installed distributions (a pip install or upgrade), so a job whose code changed since a
     worker started gets a fresh worker."""
-    package = Path(__file__).parent
+    package = Path(__file__).resolve().parents[1]
     stamp = sorted((str(p), p.stat().st_mtime_ns) for p in package.rglob("*.py"))
     # every module of the plugins' packages, and what they import: a superset of what a job
     # can run (a module a plugin imports by name included)
@@ -250,7 +250,6 @@ def serve(folder: PrivateFolder, stem: str, run: Callable[..., int]) -> None:
     `folder`): import what jobs need, then run one job per connection until idle, each by
     `run(argv, warm=False)` (the command line's `main`: `mmspec.cli.worker_process`)."""
     from mmspec.models import loading
-    from mmspec.stages import generate  # noqa: F401 (the imports a job would pay for)
 
     idle = float(os.environ.get("MMSPEC_WORKER_IDLE", IDLE_S))
     name = f"{stem}.sock"

@@ -20,7 +20,7 @@ def settings_of(kind: str):
     """An argparse type: JSON of a config section parsed into `stages.settings.<kind>`."""
 
     def parse(text: str):
-        from mmspec.stages import settings as typed
+        from mmspec.sweep import settings as typed
 
         try:
             return getattr(typed, kind).parse(json_object(text))

@@ -10,15 +10,14 @@ as cuda:0 (and a warm worker of that GPU: the variable keys workers). Two sweeps
 share the locks, so their jobs never double up on a GPU either. With no GPU nothing changes; under
 Slurm, Slurm assigns each job its GPU and nothing here runs.
 
-The lock folder must be this user's own (`mmspec.private_folder`): one that another user made
-first (all of its locks theirs to hold) fails the job with an error saying what to do, and so
-does a lock file that is not a regular file of this user's (a link, a folder), naming it. So
-does a temp dir that another user could rename entries in (not /tmp, which has the sticky bit,
-but a `TMPDIR` that every user can write to, or that is inside another user's folder): they could
-then swap the lock folder, and two jobs would find two sets of locks. Then set `TMPDIR`, for every
-sweep of this machine, to one folder of your own. The folder is opened and checked once, and
-the locks are made and opened through that descriptor, so a swap after the check changes
-nothing.
+The lock folder must be this user's own (`mmspec.workflow.private_folder`): one that another user
+made first (all of its locks theirs to hold) fails the job with an error saying what to do, and so
+does a lock file that is not a regular file of this user's (a link, a folder), naming it. So does a
+temp dir that another user could rename entries in (not /tmp, which has the sticky bit, but a
+`TMPDIR` that every user can write to, or that is inside another user's folder): they could then
+swap the lock folder, and two jobs would find two sets of locks. Then set `TMPDIR`, for every sweep
+of this machine, to one folder of your own. The folder is opened and checked once, and the locks are
+made and opened through that descriptor, so a swap after the check changes nothing.
 """
 
 from __future__ import annotations
@@ -33,8 +32,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from mmspec import stages
-from mmspec.private_folder import PrivateFolder, private_folder
+from mmspec import commands
+from mmspec.workflow.private_folder import PrivateFolder, private_folder
 
 # The GPUs a run's jobs share ("0,1,2"), set by the workflow for its jobs.
 SHARED = "MMSPEC_LOCAL_GPUS"
@@ -124,7 +123,7 @@ def hold(stage: str) -> str | None:
     shared = os.environ.get(SHARED)
     if not shared or _held is not None:
         return None
-    declared = stages.declared().get(stage)
+    declared = commands.declared().get(stage)
     if declared is None or not declared.gpu:
         return None
     ids = _ids(shared, SHARED)

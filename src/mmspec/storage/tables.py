@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mmspec import durable, integrity
+from mmspec.storage import durable, integrity
 
 # results/prepared/<dataset>.parquet: one row per sample and turn.
 # `messages` is the conversation up to and including this turn's user message, as JSON in the
@@ -315,8 +315,8 @@ HEAD_CURVES = pa.schema(
 
 
 def write_table(table: pa.Table, path: str | Path, schema: pa.Schema) -> None:
-    """Write `table` as Parquet, durably and atomically (`mmspec.durable`), after checking it
-    against `schema`."""
+    """Write `table` as Parquet, durably and atomically (`mmspec.storage.durable`), after checking
+    it against `schema`."""
     path = Path(path)
     present = set(table.column_names)  # (column_names builds a new list on each access)
     missing = [name for name in schema.names if name not in present]

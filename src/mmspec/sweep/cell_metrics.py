@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from mmspec.scoring.lossless import TIE_ULPS
-from mmspec.tables import CELL_COLUMNS
+from mmspec.storage.tables import CELL_COLUMNS
 
 DIRECTIONS = ("higher", "lower", "")
 

@@ -30,8 +30,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from mmspec import cell_inputs, integrity
 from mmspec.hub.cache import size_text
+from mmspec.storage import integrity
+from mmspec.sweep import cell_inputs
 
 DEVICE_STAGES = ("cache_visual", "caption", "train_drafter", "generate")
 STAGES = ("prepare", *DEVICE_STAGES)
@@ -96,7 +97,7 @@ def _key(stage: str, output: str) -> str:
 
 def jobs_to_run(cfg: dict, cells, results: Path, rows_of) -> list[Job]:
     """The jobs of every stage that the cells to run (`cells`: those not up to date under
-    `results`, mmspec.batches) need and whose outputs are missing; `rows_of(dataset)`: its
+    `results`, mmspec.workflow.batches) need and whose outputs are missing; `rows_of(dataset)`: its
     sample-turns, or None."""
     jobs: dict[str, Job] = {}
 

@@ -1,5 +1,5 @@
 """A cell's job and its key: what decided a cell's output, checked and written by the batch job
-that runs it (`mmspec batch`; the batches themselves: `mmspec.batches`).
+that runs it (`mmspec batch`; the batches themselves: `mmspec.workflow.batches`).
 
 A cell's key (`results/keys/<stage>/<cell>.json`) is a hash of its job's arguments, its code
 fingerprint (plugins included) and its input files' sizes and modification times, bound to its
@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from mmspec import durable, integrity
+from mmspec.storage import durable, integrity
 
 KEYS = "results/keys"
 

@@ -21,10 +21,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-from mmspec import batches, cell_inputs, cell_keys, stage_costs
-from mmspec.cells import cells as sweep_cells
 from mmspec.data import source as dataset_source
+from mmspec.planning import stage_costs
 from mmspec.search.rounds import Rounds
+from mmspec.sweep import cell_inputs, cell_keys
+from mmspec.sweep.cells import cells as sweep_cells
+from mmspec.workflow import batches
 
 PROFILE = "slurm/config.yaml"
 GROUP = "cells"  # the generate jobs' group in the slurm profile
@@ -146,7 +148,7 @@ class Plan:
     pairs: dict[str, PairPlan]
     stages: dict[str, stage_costs.StageCost]
     source: Path  # the results folder the estimates come from
-    ar_batches: int = 0  # generate jobs to run (mmspec.batches) of AR cells
+    ar_batches: int = 0  # generate jobs to run (mmspec.workflow.batches) of AR cells
     method_batches: int = 0  # and of method cells
     batch_cells: int = 1
     searches: list[str] = field(default_factory=list)  # a line per search (its rounds' cells)

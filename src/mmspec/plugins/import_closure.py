@@ -60,6 +60,9 @@ DYNAMIC_IMPORTS = {
         "mmspec.toy.imagegen",
         "mmspec.toy.image_nets",
     ),
+    # a catalog imports the built-in modules its instance names: each instance's module
+    # declares them below (decoding.catalog, scoring.metric_catalog, data.source, models.source)
+    "mmspec.plugins.catalog": (),
     # the built-in task metrics (metric_catalog.BUILT_IN_MODULES, BUILT_IN_PACKAGES)
     "mmspec.scoring.metric_catalog": ("mmspec.toy.metric", "mmspec.scoring.metrics"),
     # the built-in dataset and model sources (their catalogs' BUILT_IN_MODULES)
@@ -72,8 +75,8 @@ DYNAMIC_IMPORTS = {
     "mmspec.scoring.judge.server": ("mmspec.toy.judge_rubric",),
 }
 # importlib.import_module calls whose modules are not mmspec's (transformers' processors,
-# torch as mmspec.lazy stands for it): recorded by version like any installed package
-THIRD_PARTY_DYNAMIC = ("mmspec.lazy", "mmspec.models.processors")
+# torch as mmspec.decoding.lazy stands for it): recorded by version like any installed package
+THIRD_PARTY_DYNAMIC = ("mmspec.decoding.lazy", "mmspec.models.processors")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import yaml
 from mmspec.claims import checks
 from mmspec.claims.checks import FAILS, HOLDS, INCONCLUSIVE, NOT_APPLICABLE, Value
 from mmspec.claims.claim import CLAIMS_DIR, STATS, ClaimError, load, parse_file
-from mmspec.claims.scorecard import counts, evaluate, summary
+from mmspec.claims.scorecard import counts, evaluate, read_runs, summary
 from mmspec.methods import registry
 
 
@@ -406,6 +406,7 @@ def test_trend_order_dominates_and_means_over_datasets_read_their_cells(tmp_path
     assert table.loc["trend", "verdict"] == HOLDS
     assert table.loc["trend", "measured"].startswith("0: tau 3 [2.8, 3.2], 0.5: tau 5")
     assert table.loc["order", "verdict"] == HOLDS  # over the cells the set has
+    assert " >? " in table.loc["order", "measured"]  # a question, as compare's
     # lambda 0.5: tau [4.8, 5.2] above [4.3, 4.7], retention [0.97, 0.99] above [0.94, 0.96]
     assert table.loc["frontier", "verdict"] == HOLDS
     # means 4.5 [4.36, 4.64] vs 3.9 [3.76, 4.04]: each dataset's +-0.2 over two datasets
@@ -429,7 +430,28 @@ def test_trend_order_dominates_and_means_over_datasets_read_their_cells(tmp_path
             claim("x", {"kind": "threshold", "stat": "tau", "a": {"method": "m"}}),
             r"needs \['value'\]",
         ),
-        (claim("x", COMPARE, per=["dataset", "gpu"]), r"claim 'x'.per: keys of"),
+        (claim("x", COMPARE, per=["dataset", "gpu"]), r"claim 'x'.per: a list of keys of"),
+        (claim("x", COMPARE, per="pair"), r"claim 'x'.per: a list of keys of .*got 'pair'"),
+        # a wrong type is named, never read as something else ("false" is a true string)
+        (claim("x", {**COMPARE, "higher": "false"}), r"claim 'x'.check.higher: true or false"),
+        (
+            claim(
+                "x",
+                {"kind": "trend", "stat": "tau", "a": {"method": "m"}, "along": "g", "rises": "no"},
+            ),
+            r"claim 'x'.check.rises: true or false",
+        ),
+        (
+            claim("x", {"kind": "threshold", "stat": "tau", "a": {"method": "m"}, "value": "4"}),
+            r"claim 'x'.check.value: a number, got '4'",
+        ),
+        (claim("x", {**COMPARE, "tolerance": "5%"}), r"claim 'x'.check.tolerance: a number"),
+        (claim("x", {**COMPARE, "tolerance": -0.1}), r"claim 'x'.check.tolerance: at least 0"),
+        (claim("x", "compare"), r"claim 'x'.check: a mapping of `kind` and its keys"),
+        (  # a mean over datasets needs sets of several datasets
+            claim("x", {**COMPARE, "mean_over": "dataset"}),
+            r"claim 'x'.per: the check's `mean_over: dataset` averages",
+        ),
         (  # a misspelled key is named beside the one it misses
             claim("x", {"kind": "compare", "stats": "tau", **COMPARE_SELECTORS}),
             r"check compare needs \['stat'\] \(and takes no \['stats'\]\)",
@@ -469,6 +491,32 @@ def test_a_claim_naming_a_method_or_hyperparameter_that_does_not_exist_says_so(t
     row = evaluate(load(tmp_path / "later"), {"run": cells}).iloc[0]
     assert row["verdict"] == NOT_APPLICABLE
     assert "no registry method is named 'sd_tre' (did you mean 'sd_tree'" in row["measured"]
+
+
+def test_a_claim_naming_a_dataset_pair_or_value_no_cell_has_says_so(tmp_path):
+    """A misspelt dataset, pair or column value reads "not applicable" naming it and the names
+    the cells have that are close to it, not as a sweep that lacks the cells."""
+    typo = {**COMPARE, "a": {"method": "m", "views": "MTT"}}
+    write_claims(
+        tmp_path / "claims",
+        [claim("dataset", COMPARE, datasets=["cpa"]), claim("views", typo, pairs=["tyo"])],
+    )
+    cells = pd.DataFrame([{**cell("cap", "m", 5.2), "views": "MT"}, cell("cap", "t", 2.7)])
+    table = evaluate(load(tmp_path / "claims"), {"run": cells}).set_index("claim_id")
+    assert (table["verdict"] == NOT_APPLICABLE).all()
+    assert "no cell has dataset 'cpa' (did you mean 'cap'?)" in table.loc["dataset", "measured"]
+    views = table.loc["views", "measured"]
+    assert "no cell has pair 'tyo' (did you mean 'toy'?)" in views
+    assert "no cell has views 'MTT' (did you mean 'MT'?)" in views
+    assert "method" not in views.split(":", 1)[1]  # a value the cells have is not named
+
+
+def test_one_cells_table_given_twice_is_refused(tmp_path):
+    results = tmp_path / "results"
+    (results / "summary").mkdir(parents=True)
+    (results / "summary" / "cells.parquet").write_text("read only when each table is once")
+    with pytest.raises(ValueError, match=r"cells.parquet: given twice \(as .*results\)"):
+        read_runs([results, results / "summary" / "cells.parquet"])
 
 
 def test_the_projects_claims_name_methods_stats_and_sections_that_exist():

@@ -149,7 +149,7 @@ def rank(a: Value, others: list[Value], within: int, higher: bool = True) -> Out
     verdict, why = _undecided(verdict, a, *others)
     ranked = sorted([a, *others], key=lambda v: v.point, reverse=higher)
     place = 1 + next(i for i, v in enumerate(ranked) if v is a)
-    sign = " > " if higher else " < "
+    sign = " >= " if higher else " <= "  # the points, sorted
     return Outcome(
         verdict,
         f"{a.name or 'a'} ranks {place} of {len(ranked)} (best {within}?): "
@@ -167,7 +167,7 @@ def order(values: list[Value], higher: bool = True, tolerance: float = 0.0) -> O
     if missing:
         return Outcome(NOT_APPLICABLE, missing)
     verdicts = [compare(a, b, higher, tolerance).verdict for a, b in _neighbours(values)]
-    sign = " > " if higher else " < "
+    sign = " >? " if higher else " <? "
     return Outcome(all_of(verdicts), sign.join(v.text() for v in values))
 
 
@@ -217,7 +217,9 @@ def dominates(claimed: list[tuple[Value, Value]], baselines: list[tuple[Value, V
         missed = not any(_at_least(y.upper, by.lower) for _, y in maybe)
         verdicts.append(FAILS if missed else INCONCLUSIVE)
         against = (
-            "none as far" if best is None else f"best as far {best[0].text()}, {best[1].text()}"
+            "no claimed point as far"
+            if best is None
+            else f"the best claimed point as far: {best[0].text()}, {best[1].text()}"
         )
         notes.append(f"{bx.text()}, {by.text()} ({against})")
     measured = f"{verdicts.count(HOLDS)} of {len(baselines)} baseline points dominated"

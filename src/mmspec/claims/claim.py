@@ -62,7 +62,9 @@ KINDS = {
 KIND_MEANINGS = {
     "compare": "a's cell beats b's in `stat` (each b's, given a list of selectors); "
     "`tolerance`: a relative margin it must clear; `mean_over: dataset`: compare the means "
-    "over the set's datasets (each with its interval) rather than one dataset's cells; "
+    "over the set's datasets rather than one dataset's cells (the mean's interval takes the "
+    "datasets' errors as independent; `per` must leave `dataset` out, so that a set holds "
+    "several); "
     "`against: mean`: beat the mean of the b cells (TABED's +5% over the single views' mean) "
     "rather than each",
     "threshold": "a's cell is at or beyond `value` in `stat` (`mean_over: dataset`: the mean "
@@ -71,10 +73,15 @@ KIND_MEANINGS = {
     "2: best or second-best); `mean_over: dataset` as for compare",
     "order": "the `cells` selectors' cells stand in that order of `stat`, each beating the next",
     "trend": "a's cells, ordered by the hyperparameter `along`, rise (or fall: `rises: false`) "
-    "in `stat` at every step",
+    "in `stat`: by their points at every step, and beyond the intervals from the first setting "
+    "to the last (a step inside its intervals does not stop it holding; a step reversed beyond "
+    "them fails it)",
     "dominates": "every b cell has an a cell at least as good on both axes (`x`, default tau; "
     "`y`, default retention): a frontier claim",
-    "near": "a's cell is within `tolerance` (relative to b's point) of b's in `stat`",
+    "near": "a's cell is within `tolerance` (relative to b's point) of b's in `stat`: holds "
+    "when even the farthest ends of the two intervals are that close, fails when the nearest "
+    "ends are farther, else inconclusive (two cells with wide intervals cannot hold a tight "
+    "tolerance)",
 }
 CLAIM_KEYS = {"id", "claim", "where", "paper", "check"}
 OPTIONAL_CLAIM_KEYS = {
@@ -159,16 +166,16 @@ class Selector:
         for name in methods if isinstance(methods, list) else [methods]:
             if name not in registry.METHODS:
                 close = difflib.get_close_matches(str(name), list(registry.METHODS), n=2)
-                found.append(f"no registry method is named {name!r}" + _guess(close))
+                found.append(f"no registry method is named {name!r}" + guess(close))
         keys = [*registry.known_params(), *registry.CHOOSERS, "method"]
         for key in self.hp:
             if key not in keys:
                 close = difflib.get_close_matches(key, keys, n=2)
-                found.append(f"no component reads a hyperparameter {key!r}" + _guess(close))
+                found.append(f"no component reads a hyperparameter {key!r}" + guess(close))
         return found
 
 
-def _guess(close: list[str]) -> str:
+def guess(close: list[str]) -> str:
     return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
@@ -215,7 +222,9 @@ def _selectors(value, where: str):
 
 
 def parse_check(data, where: str) -> Check:
-    kind = data.get("kind") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        raise ClaimError(f"{where}: a mapping of `kind` and its keys, got {data!r}")
+    kind = data.get("kind")
     if kind not in KINDS:
         raise ClaimError(f"{where}.kind: one of {sorted(KINDS)}, got {kind!r}")
     required, optional = KINDS[kind]
@@ -231,6 +240,17 @@ def parse_check(data, where: str) -> Check:
     for stat_key in ("stat", "x", "y"):
         if stat_key in data and data[stat_key] not in STATS:
             raise ClaimError(f"{where}.{stat_key}: one of {sorted(STATS)}, got {data[stat_key]!r}")
+    for key in ("higher", "rises"):
+        if key in data and not isinstance(data[key], bool):
+            raise ClaimError(f"{where}.{key}: true or false, got {data[key]!r}")
+    for key in ("value", "tolerance"):
+        number = data.get(key, 0)
+        if not isinstance(number, (int, float)) or isinstance(number, bool):
+            raise ClaimError(f"{where}.{key}: a number, got {number!r}")
+        if key == "tolerance" and number < 0:
+            raise ClaimError(f"{where}.tolerance: at least 0 (a relative margin), got {number!r}")
+    if "along" in data and not isinstance(data["along"], str):
+        raise ClaimError(f"{where}.along: a hyperparameter's name, got {data['along']!r}")
     if "mean_over" in data and data["mean_over"] != "dataset":
         raise ClaimError(f"{where}.mean_over: only 'dataset', got {data['mean_over']!r}")
     if "against" in data and data["against"] not in ("each", "mean"):
@@ -306,9 +326,17 @@ def parse_file(path: Path) -> list[Claim]:
             ):
                 what = "numbers" if key == "temperatures" else "names"
                 raise ClaimError(f"{where}.{key}: a list of {what}, got {values!r}")
-        per = tuple(entry.get("per", SET_KEYS))
-        if not set(per) <= set(SET_KEYS):
-            raise ClaimError(f"{where}.per: keys of {list(SET_KEYS)}, got {list(per)}")
+        per = entry.get("per", list(SET_KEYS))
+        if not isinstance(per, list) or not set(per) <= set(SET_KEYS):
+            raise ClaimError(f"{where}.per: a list of keys of {list(SET_KEYS)}, got {per!r}")
+        per = tuple(per)
+        means = isinstance(entry["check"], dict) and entry["check"].get("mean_over") == "dataset"
+        if means and "dataset" in per:
+            raise ClaimError(
+                f"{where}.per: the check's `mean_over: dataset` averages over a set's datasets, "
+                "and a set holds one dataset while `per` keeps `dataset` (name the other keys: "
+                "`per: [pair, temperature, seed]`)"
+            )
         claims.append(
             Claim(
                 paper=data["paper"],

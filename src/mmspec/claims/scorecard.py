@@ -9,6 +9,7 @@ are absent is "not applicable", and so is a claim with no set at all.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections import Counter
@@ -19,7 +20,7 @@ import pandas as pd
 
 from mmspec.claims import checks
 from mmspec.claims.checks import NOT_APPLICABLE, Outcome, Value
-from mmspec.claims.claim import EXACT, STATS, Check, Claim, Selector, with_hparams
+from mmspec.claims.claim import EXACT, STATS, Check, Claim, Selector, guess, with_hparams
 
 COLUMNS = [
     "paper",
@@ -248,11 +249,33 @@ def evaluate(claims: list[Claim], runs: dict[str, pd.DataFrame]) -> pd.DataFrame
             what = f"no cell of {first.text()}"
             for key, values in _scope(claim).items():
                 what += f" on {key} {', '.join(map(str, values))}"
-            unknown = first.unknown_names()
+            unknown = first.unknown_names() + _absent(list(prepared.values()), claim, first)
             if unknown:
                 what += f": {'; '.join(unknown)}"
             rows.append(_row(claim, "", "", Outcome(NOT_APPLICABLE, what)))
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _absent(tables: list[pd.DataFrame], claim: Claim, selector: Selector) -> list[str]:
+    """The names the claim's datasets and pairs, and its first selector's columns, give that no
+    cell of any table has, each with the close ones there are: a misspelling reads as one,
+    not as a sweep that lacks the cells. (A registry method is `Selector.unknown_names`'.)"""
+    wanted = [("dataset", claim.datasets), ("pair", claim.pairs)]
+    wanted += [
+        (column, value if isinstance(value, list) else [value])
+        for column, value in selector.columns.items()
+        if column != "registry_method"
+    ]
+    found = []
+    for column, values in wanted:
+        present = sorted(
+            {str(v) for t in tables if column in t for v in t[column].dropna().unique()}
+        )
+        for value in values:
+            if isinstance(value, str) and value not in present:
+                close = difflib.get_close_matches(value, present, n=2)
+                found.append(f"no cell has {column} {value!r}" + guess(close))
+    return found
 
 
 def _row(claim: Claim, run: str, set_name: str, outcome: Outcome) -> dict:
@@ -307,7 +330,7 @@ def read_runs(paths: list[str | Path]) -> dict[str, pd.DataFrame]:
     from mmspec.storage.tables import read_table
     from mmspec.sweep.cell_metrics import CELLS
 
-    runs = {}
+    files, seen = {}, {}
     for path in map(Path, paths):
         cells = path / "summary" / "cells.parquet" if path.is_dir() else path
         if not cells.exists():
@@ -315,8 +338,10 @@ def read_runs(paths: list[str | Path]) -> dict[str, pd.DataFrame]:
                 f"{path}: no cells table (a results folder holds summary/cells.parquet, written "
                 "by the aggregate stage)"
             )
-        name = str(path)
-        if name in runs:
-            raise ValueError(f"{path}: given twice")
-        runs[name] = read_table(cells, CELLS).to_pandas()
-    return runs
+        if str(path) in files or cells.resolve() in seen:
+            # its sets would count twice in every tally
+            also = f" (as {seen[cells.resolve()]})" if cells.resolve() in seen else ""
+            raise ValueError(f"{path}: given twice{also}")
+        seen[cells.resolve()] = path
+        files[str(path)] = cells
+    return {name: read_table(cells, CELLS).to_pandas() for name, cells in files.items()}

@@ -90,6 +90,9 @@ def _main(argv: list[str], warm: bool) -> int:
     try:
         return args.main(args) or 0
     except Exception as error:
+        if isinstance(error, BrokenPipeError):  # its reader stopped early (`| head`): quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
         # one line saying what and where, not a traceback burying the message
         # (MMSPEC_TRACEBACK=1 re-raises, for debugging mmspec itself)
         if os.environ.get("MMSPEC_TRACEBACK"):

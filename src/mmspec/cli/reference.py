@@ -360,8 +360,10 @@ def claims_page() -> str:
         "`mmspec claims --claims`) names the paper (`paper:`) and lists its `claims:`. Each "
         "claim says what the paper claims and how the scorecard checks it on a sweep's cells "
         "table (`results/summary/cells.parquet`). A malformed file is refused with its file, "
-        "claim and key named. A selector naming a registry method or a hyperparameter that does "
-        'not exist reads "not applicable" and says so, with the names it may have meant.',
+        "claim and key named (a wrong type too: `higher: \"false\"` is refused, not read as "
+        "true). A selector naming a registry method or a hyperparameter that does not exist, "
+        "or a dataset, pair or column value that no cell has, reads \"not applicable\" and says "
+        "so, with the names it may have meant.",
     )
     lines += ["", "## A claim's keys", "", "| key | required | what it holds |", "|---|---|---|"]
     for key, text in claim.CLAIM_KEY_MEANINGS.items():

@@ -18,6 +18,7 @@ import yaml
 from hub_server import Hub
 from workflow_cli import snakemake_cmd
 
+from mmspec.data.hf_spec import parse_entry
 from mmspec.hub import cache as hub_cache
 from mmspec.hub.cache import DATASET, MODEL, HubRepo
 from mmspec.sweep import config as mmconfig
@@ -73,7 +74,7 @@ def repos(tmp_path_factory):
     (draft / "flax_model.msgpack").write_bytes(b"\0" * 1000)
     (draft / "pytorch_model.bin").write_bytes(b"\0" * 1000)
     spec = mmconfig.load(SAGE)["datasets"]["textvqa"]
-    saved = stand_in.write("textvqa", stand_in.hf.check_spec(spec), root / "saved", rows=2)
+    saved = stand_in.write("textvqa", parse_entry(spec), root / "saved", rows=2)
     textvqa = _hub_dataset(root / "textvqa", saved, spec["split"])
     return {(MODEL, TARGET): target, (MODEL, DRAFT): draft, (DATASET, TEXTVQA): textvqa}
 
@@ -160,6 +161,7 @@ def test_an_unfetched_cache_stops_the_run_before_any_job(repos, tmp_path):
 
 _FETCH_ONE = """
 import sys
+from mmspec.data.hf_spec import parse_entry
 from mmspec.hub import cache as hub_cache
 repo = hub_cache.HubRepo(sys.argv[1], sys.argv[2])
 hub_cache.fetch(hub_cache.listing(repo))

@@ -61,7 +61,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from mmspec.data import media
-from mmspec.data.hf_spec import check_spec
+from mmspec.data.hf_spec import HFEntry, parse_entry
 from mmspec.data.media import to_png
 from mmspec.data.video import video_frames
 from mmspec.hub import cache as hub_cache
@@ -72,20 +72,21 @@ PROGRESS_MIN_ROWS = 300  # show a progress bar when converting more rows than th
 BATCH_SIZE = 64
 
 
-def prepare_hf(name: str, spec: dict, out_path: str | Path) -> int:
-    """Convert the dataset described by `spec` into `out_path` (PREPARED); return the row count.
+def prepare_hf(name: str, spec: dict | HFEntry, out_path: str | Path) -> int:
+    """Convert the dataset described by `spec` (a config entry, checked here, or its typed form)
+    into `out_path` (PREPARED); return the row count.
 
     `name` is the dataset's name in the config: it becomes the scenario and the sample_id prefix.
     """
-    spec = check_spec(spec)
+    spec = parse_entry(spec)
     dataset = load_split(spec)
     check_columns(dataset.column_names, spec)
-    if spec["where"]:
-        where = spec["where"]
+    if spec.where:
+        where = spec.where
         dataset = dataset.filter(lambda row: all(row[c] == v for c, v in where.items()))
         if len(dataset) == 0:
-            raise ValueError(f"{spec['id']}: no row matches `where` {where}")
-    n_rows = len(dataset) if spec["limit"] is None else min(spec["limit"], len(dataset))
+            raise ValueError(f"{spec.id}: no row matches `where` {where}")
+    n_rows = len(dataset) if spec.limit is None else min(spec.limit, len(dataset))
     dataset = dataset.select(range(n_rows))
     progress = tqdm(
         total=n_rows, desc=f"prepare {name}", unit="row", disable=n_rows <= PROGRESS_MIN_ROWS
@@ -93,17 +94,17 @@ def prepare_hf(name: str, spec: dict, out_path: str | Path) -> int:
     with progress:
         rows = []
         for index, row in enumerate(iter_rows(dataset)):
-            if spec["conversation"]:
+            if spec.conversation:
                 rows.extend(convert_conversation(name, spec, index, row))
             else:
                 rows.append(convert_row(name, spec, index, row))
             progress.update()
-    check_unique_ids(spec["id"], rows)
+    check_unique_ids(spec.id, rows)
     write_table(pa.Table.from_pylist(rows, schema=PREPARED), out_path, PREPARED)
     return len(rows)
 
 
-def load_split(spec: dict):
+def load_split(spec: HFEntry):
     """Load the split named by `spec` as a `datasets.Dataset`.
 
     A directory written by `save_to_disk` goes through `load_from_disk`; anything else (a hub id,
@@ -111,19 +112,19 @@ def load_split(spec: dict):
     """
     import datasets  # imported here: slow to import, and only this stage needs it
 
-    path = Path(spec["id"]).expanduser()
+    path = Path(spec.id).expanduser()
     if _saved_dataset(path) or _saved_dataset_dict(path):
         dataset = datasets.load_from_disk(str(path))
         return _pick_split(spec, dataset) if _saved_dataset_dict(path) else dataset
     try:
-        source = spec["id"]
+        source = spec.id
         if not is_local(source):  # a hub id: its needed files, fetched or downloaded now
-            source = hub_cache.dataset_folder(spec["id"], spec["config"])
-        return datasets.load_dataset(source, spec["config"], split=spec["split"])
+            source = hub_cache.dataset_folder(spec.id, spec.config)
+        return datasets.load_dataset(source, spec.config, split=spec.split)
     except Exception as err:
         err.add_note(
-            f"mmspec: while loading hf dataset {spec['id']!r} (config "
-            f"{spec['config']!r}, split {spec['split']!r}); with HF_HUB_OFFLINE=1 a hub "
+            f"mmspec: while loading hf dataset {spec.id!r} (config "
+            f"{spec.config!r}, split {spec.split!r}); with HF_HUB_OFFLINE=1 a hub "
             "dataset must already be in the local Hugging Face cache (`mmspec fetch CONFIG`)"
         )
         raise
@@ -139,32 +140,32 @@ def _saved_dataset_dict(path: Path) -> bool:
     return (path / "dataset_dict.json").is_file()
 
 
-def _pick_split(spec: dict, dataset_dict):
-    """Select `spec['split']` from a DatasetDict, listing the splits it has when it lacks it."""
-    if spec["split"] not in dataset_dict:
+def _pick_split(spec: HFEntry, dataset_dict):
+    """Select `spec.split` from a DatasetDict, listing the splits it has when it lacks it."""
+    if spec.split not in dataset_dict:
         raise ValueError(
-            f"{spec['id']}: no split {spec['split']!r} (`split`); "
+            f"{spec.id}: no split {spec.split!r} (`split`); "
             f"available splits: {sorted(dataset_dict)}"
         )
-    return dataset_dict[spec["split"]]
+    return dataset_dict[spec.split]
 
 
-def check_columns(available: list[str], spec: dict) -> None:
+def check_columns(available: list[str], spec: HFEntry) -> None:
     """Fail clearly when `columns`, `image_columns` or the prompt name a column the data lacks."""
-    named = [(f"columns.{field}", column) for field, column in spec["columns"].items()]
-    named += [("image_columns", column) for column in spec["image_columns"]]
-    named += [("where", column) for column in spec.get("where", {})]
-    if spec.get("video"):
-        named.append(("video.column", spec["video"]["column"]))
-    if spec.get("conversation"):
-        named.append(("conversation.column", spec["conversation"]["column"]))
-        return _check_named(spec["id"], available, named)  # the prompt template is unused
+    named = [(f"columns.{field}", column) for field, column in spec.columns.items()]
+    named += [("image_columns", column) for column in spec.image_columns]
+    named += [("where", column) for column in spec.where]
+    if spec.video:
+        named.append(("video.column", spec.video.column))
+    if spec.conversation:
+        named.append(("conversation.column", spec.conversation.column))
+        return _check_named(spec.id, available, named)  # the prompt template is unused
     named += [
         ("prompt", field)
-        for field in prompt_fields(spec["id"], spec["prompt"])
-        if field not in spec["columns"]
+        for field in prompt_fields(spec.id, spec.prompt)
+        if field not in spec.columns
     ]  # our field names are aliases (see format_prompt)
-    _check_named(spec["id"], available, named)
+    _check_named(spec.id, available, named)
 
 
 def _check_named(source: str, available: list[str], named: list[tuple[str, str]]) -> None:
@@ -198,20 +199,20 @@ def iter_rows(dataset) -> Iterator[dict]:
         yield from batch.to_pylist()
 
 
-def convert_row(name: str, spec: dict, index: int, row: dict) -> dict:
+def convert_row(name: str, spec: HFEntry, index: int, row: dict) -> dict:
     """Build the PREPARED row for dataset row number `index`."""
-    columns = spec["columns"]
+    columns = spec.columns
     row_id = row[columns["id"]] if "id" in columns else index
-    where = f"{spec['id']}: row {index} (id {row_id!r})"
+    where = f"{spec.id}: row {index} (id {row_id!r})"
     images = [
-        png for column in spec["image_columns"] for png in row_images(where, column, row[column])
+        png for column in spec.image_columns for png in row_images(where, column, row[column])
     ]
-    if spec["task"] == media.IMAGE_GENERATION:
+    if spec.task == media.IMAGE_GENERATION:
         return _image_generation_row(name, spec, row_id, where, images, row)
     content = [{"type": "image"} for _ in images]
-    if spec.get("video"):
-        column = spec["video"]["column"]
-        frames = video_frames(f"{where}, column {column!r}", spec["video"], row[column])
+    if spec.video:
+        column = spec.video.column
+        frames = video_frames(f"{where}, column {column!r}", spec.video, row[column])
         images += frames
         content.append(media.video_item(len(frames)))
     content.append({"type": "text", "text": format_prompt(where, spec, row)})
@@ -270,35 +271,35 @@ def _image_generation_row(name, spec, row_id, where, images, row) -> dict:
     }
 
 
-def convert_conversation(name: str, spec: dict, index: int, row: dict) -> list[dict]:
+def convert_conversation(name: str, spec: HFEntry, index: int, row: dict) -> list[dict]:
     """One PREPARED row per user turn of a multi-turn row (see the module docstring)."""
-    conv, columns = spec["conversation"], spec["columns"]
+    conv, columns = spec.conversation, spec.columns
     row_id = row[columns["id"]] if "id" in columns else index
-    where = f"{spec['id']}: row {index} (id {row_id!r}), column {conv['column']!r}"
+    where = f"{spec.id}: row {index} (id {row_id!r}), column {conv.column!r}"
     images = [
-        png for column in spec["image_columns"] for png in row_images(where, column, row[column])
+        png for column in spec.image_columns for png in row_images(where, column, row[column])
     ]
-    turns = row[conv["column"]]
+    turns = row[conv.column]
     if not isinstance(turns, list) or not turns:
         raise ValueError(f"{where}: expected a non-empty list of turns, got {turns!r}")
-    marked = sum(str(t.get(conv["content"], "")).count(conv["image_token"]) for t in turns)
+    marked = sum(str(t.get(conv.content, "")).count(conv.image_token) for t in turns)
     if marked not in (0, len(images)):
         raise ValueError(
-            f"{where}: the turns mark {marked} {conv['image_token']} but the row has "
+            f"{where}: the turns mark {marked} {conv.image_token} but the row has "
             f"{len(images)} images"
         )
     history, rows, question, used = [], [], None, 0
     for k, turn in enumerate(turns):
-        role, text = turn.get(conv["role"]), turn.get(conv["content"])
+        role, text = turn.get(conv.role), turn.get(conv.content)
         if not isinstance(text, str):
-            raise ValueError(f"{where}[{k}]: `{conv['content']}` must hold the turn's text")
-        if role == conv["user"]:
+            raise ValueError(f"{where}[{k}]: `{conv.content}` must hold the turn's text")
+        if role == conv.user:
             if question is not None:
                 raise ValueError(f"{where}[{k}]: two user turns in a row")
             lead = len(images) if (not marked and not history) else 0
-            content, used = _interleave(text, conv["image_token"], lead, used)
+            content, used = _interleave(text, conv.image_token, lead, used)
             question = {"role": "user", "content": content}
-        elif role == conv["assistant"]:
+        elif role == conv.assistant:
             if question is None:
                 raise ValueError(f"{where}[{k}]: an assistant turn answers no user turn")
             rows.append(
@@ -317,8 +318,8 @@ def convert_conversation(name: str, spec: dict, index: int, row: dict) -> list[d
             question = None
         else:
             raise ValueError(
-                f"{where}[{k}]: role {role!r}; expected {conv['user']!r} or {conv['assistant']!r} "
-                f"in `{conv['role']}`"
+                f"{where}[{k}]: role {role!r}; expected {conv.user!r} or {conv.assistant!r} "
+                f"in `{conv.role}`"
             )
     if not rows:
         raise ValueError(f"{where}: no user turn is answered")
@@ -340,17 +341,17 @@ def _interleave(text: str, marker: str, lead: int, used: int) -> tuple[list[dict
     return content, used
 
 
-def format_prompt(where: str, spec: dict, row: dict) -> str:
+def format_prompt(where: str, spec: HFEntry, row: dict) -> str:
     """Fill the prompt template from the row's columns.
 
     Our field names (`question`, `answer`, `id`) are also available, as aliases of the columns
     they map to, unless the dataset has a column of that name (the column wins).
     """
-    aliases = {field: row[column] for field, column in spec["columns"].items()}
+    aliases = {field: row[column] for field, column in spec.columns.items()}
     try:
-        return spec["prompt"].format(**{**aliases, **row})
+        return spec.prompt.format(**{**aliases, **row})
     except (KeyError, IndexError, AttributeError, ValueError) as err:
-        raise ValueError(f"{where}: cannot fill `prompt` {spec['prompt']!r}: {err!r}") from err
+        raise ValueError(f"{where}: cannot fill `prompt` {spec.prompt!r}: {err!r}") from err
 
 
 def row_images(where: str, column: str, value: Any) -> list[bytes]:

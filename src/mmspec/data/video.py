@@ -14,11 +14,12 @@ from typing import Any
 import numpy as np
 import PIL.Image
 
+from mmspec.data.hf_spec import VideoColumn
 from mmspec.data.media import to_png
 
 
-def video_frames(where: str, video: dict, value: Any) -> list[bytes]:
-    """PNG bytes of `video['frames']` frames sampled uniformly over the video in one cell.
+def video_frames(where: str, video: VideoColumn, value: Any) -> list[bytes]:
+    """PNG bytes of `video.frames` frames sampled uniformly over the video in one cell.
 
     A list value is the video's frames already (images); anything else is a video file: a path,
     its bytes, or an HF Video value ({'bytes', 'path'}), decoded with PyAV.
@@ -26,10 +27,10 @@ def video_frames(where: str, video: dict, value: Any) -> list[bytes]:
     if isinstance(value, list | tuple):
         if not value:
             raise ValueError(f"{where}: the video has no frames (empty list)")
-        picked = sample_indices(len(value), video["frames"])
+        picked = sample_indices(len(value), video.frames)
         return [_frame_png(where, index, value[index]) for index in picked]
     source = _video_source(where, video, value)
-    images = _decode_video(where, source, video["frames"])
+    images = _decode_video(where, source, video.frames)
     return [to_png(image) for image in images]
 
 
@@ -60,7 +61,7 @@ def _frame_png(where: str, index: int, frame: Any) -> bytes:
         raise ValueError(f"{where}, frame {index}: cannot decode frame: {err}") from err
 
 
-def _video_source(where: str, video: dict, value: Any) -> str | bytes:
+def _video_source(where: str, video: VideoColumn, value: Any) -> str | bytes:
     """The video file of one cell: its bytes, or the path of an existing file."""
     if isinstance(value, bytes | bytearray):
         return bytes(value)
@@ -70,11 +71,11 @@ def _video_source(where: str, video: dict, value: Any) -> str | bytes:
         path = Path(value["path"]).expanduser()
         described = f"video file {str(path)!r} (the value's `path`)"
     elif isinstance(value, str) and value:
-        name = value + video["suffix"]
-        path = Path(video["dir"]).expanduser() / name if video["dir"] else Path(name).expanduser()
+        name = value + video.suffix
+        path = Path(video.dir).expanduser() / name if video.dir else Path(name).expanduser()
         parts = [f"value {value!r}"]
-        parts += [f"`video.dir` {video['dir']!r}"] if video["dir"] else []
-        parts += [f"`video.suffix` {video['suffix']!r}"] if video["suffix"] else []
+        parts += [f"`video.dir` {video.dir!r}"] if video.dir else []
+        parts += [f"`video.suffix` {video.suffix!r}"] if video.suffix else []
         described = f"video file {str(path)!r} (from {' + '.join(parts)})"
     elif value is None or value == "" or isinstance(value, dict):
         raise ValueError(f"{where}: no video in this row")

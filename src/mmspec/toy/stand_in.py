@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from mmspec.data import hf
+from mmspec.data.hf_spec import HFEntry, parse_entry
 from mmspec.scoring import metric_catalog
 from mmspec.scoring.task_metric import TEXT
 from mmspec.toy import world as toyworld
@@ -47,52 +48,52 @@ def human_answers(scene, k: int) -> list[str]:
     return given + [OTHERS[i % len(OTHERS)].format(**words) for i in range(HUMANS - agree)]
 
 
-def _row(spec: dict, k: int, rng: np.random.Generator) -> dict:
-    columns = spec["columns"]
+def _row(spec: HFEntry, k: int, rng: np.random.Generator) -> dict:
+    columns = spec.columns
     row: dict = {}
     scene = None
-    for column in spec["image_columns"]:
+    for column in spec.image_columns:
         row[column], scene = _image(rng)
-    if spec.get("video"):
-        frames = [_image(rng)[0] for _ in range(spec["video"]["frames"])]
-        row[spec["video"]["column"]] = frames
-    row.update({column: value for column, value in spec.get("where", {}).items()})
+    if spec.video:
+        frames = [_image(rng)[0] for _ in range(spec.video.frames)]
+        row[spec.video.column] = frames
+    row.update({column: value for column, value in spec.where.items()})
     caption = toyworld.caption(scene) if scene else "a toy image ."
     if "question" in columns:
         row[columns["question"]] = toyworld.CAPTION_PROMPT
     if "answer" in columns:
-        lists = TEXT not in metric_catalog.get(spec["metric"]).takes
+        lists = TEXT not in metric_catalog.get(spec.metric).takes
         scene = scene or toyworld.random_scene(rng)
         row[columns["answer"]] = human_answers(scene, k) if lists else caption
     if "id" in columns:
         row[columns["id"]] = f"stand-in-{k}"
-    if spec.get("conversation"):
-        conv = spec["conversation"]
-        marker = conv["image_token"] if spec["image_columns"] else ""
-        row[conv["column"]] = [
-            {conv["role"]: conv["user"], conv["content"]: f"{marker} {toyworld.CAPTION_PROMPT}"},
-            {conv["role"]: conv["assistant"], conv["content"]: caption},
-            {conv["role"]: conv["user"], conv["content"]: "what colour is it ?"},
-            {conv["role"]: conv["assistant"], conv["content"]: caption.split()[1]},
+    if spec.conversation:
+        conv = spec.conversation
+        marker = conv.image_token if spec.image_columns else ""
+        row[conv.column] = [
+            {conv.role: conv.user, conv.content: f"{marker} {toyworld.CAPTION_PROMPT}"},
+            {conv.role: conv.assistant, conv.content: caption},
+            {conv.role: conv.user, conv.content: "what colour is it ?"},
+            {conv.role: conv.assistant, conv.content: caption.split()[1]},
         ]
     else:
-        for field in hf.prompt_fields(spec["id"], spec["prompt"]):
+        for field in hf.prompt_fields(spec.id, spec.prompt):
             if field not in row and field not in columns:
                 row[field] = f"({field})"
     return row
 
 
-def write(name: str, spec: dict, out: Path, rows: int = 4, seed: int = 0) -> Path:
-    """A stand-in of HF dataset `name` (its checked `spec`) in folder `out`."""
+def write(name: str, spec: HFEntry, out: Path, rows: int = 4, seed: int = 0) -> Path:
+    """A stand-in of HF dataset `name` (its typed entry `spec`) in folder `out`."""
     import datasets
 
     rng = np.random.default_rng([seed, len(name)])
     data = [_row(spec, k, rng) for k in range(rows)]
     features = {}
-    for column in spec["image_columns"]:
+    for column in spec.image_columns:
         features[column] = datasets.Image()
-    if spec.get("video"):
-        features[spec["video"]["column"]] = datasets.List(datasets.Image())
+    if spec.video:
+        features[spec.video.column] = datasets.List(datasets.Image())
     table = {key: [r[key] for r in data] for key in data[0]}
     dataset = datasets.Dataset.from_dict(table)
     for column, feature in features.items():
@@ -105,11 +106,10 @@ def write_all(config: dict, out: Path, rows: int = 4) -> dict:
     """Stand-ins of every HF dataset of a validated config, under `out`; returns the `--config`
     override that points the datasets at them (their `id`)."""
     override = {}
-    for name, spec in config["datasets"].items():
-        if spec["source"] != "hf":
+    for name, entry in config["datasets"].items():
+        if entry["source"] != "hf":
             continue
-        checked = hf.check_spec(spec)
-        path = write(name, checked, Path(out) / name, rows)
+        path = write(name, parse_entry(entry), Path(out) / name, rows)
         override[name] = {"id": str(path)}
     return {"datasets": override}
 

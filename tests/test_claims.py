@@ -50,6 +50,12 @@ def test_compare(a, b, higher, verdict):
     assert checks.compare(a, b, higher).verdict == verdict
 
 
+def test_a_compare_with_a_tolerance_states_its_margin():
+    assert checks.compare(v(3.2, 3.1, 3.3), v(2.0, 1.9, 2.1), tolerance=0.5).measured.endswith(
+        "2 [1.9, 2.1] by 50%"
+    )
+
+
 def test_a_tolerance_widens_the_band_a_difference_must_leave():
     assert checks.compare(exact(4.2), exact(4.0), tolerance=0.1).verdict == INCONCLUSIVE
     assert checks.compare(exact(4.5), exact(4.0), tolerance=0.1).verdict == HOLDS

@@ -119,7 +119,8 @@ def compare(a: Value, b: Value, higher: bool = True, tolerance: float = 0.0) -> 
     verdict = _above(a, b, band) if higher else _above(b, a, band)
     verdict, why = _undecided(verdict, a, b)
     sign = ">" if higher else "<"
-    return Outcome(verdict, f"{a.text()} {sign}? {b.text()}{why}")
+    margin = f" by {100 * tolerance:g}%" if tolerance else ""  # "is a above b by 50%?"
+    return Outcome(verdict, f"{a.text()} {sign}? {b.text()}{margin}{why}")
 
 
 def threshold(a: Value, value: float, higher: bool = True) -> Outcome:

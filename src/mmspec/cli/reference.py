@@ -376,8 +376,9 @@ def claims_page() -> str:
         "Verdicts: holds, fails, inconclusive (the intervals leave it undecided; the points' "
         "reading is shown beside it) or not applicable (the set lacks the cells). A claim holds "
         "where every set holds, fails where every set fails, else is inconclusive. A verdict's "
-        "line gives the question with its measured values: `a >? b` reads \"is a above b?\", "
-        "`>=? 0.97` \"at or above 0.97?\", `(best 2?)` \"among the best two?\".",
+        "line gives the question with its measured values: `a >? b` reads \"is a above b?\" "
+        "(`a >? b by 50%`: by a `tolerance` of 0.5), `>=? 0.97` \"at or above 0.97?\", "
+        "`(best 2?)` \"among the best two?\"; a rank lists the values by their points (`>=`).",
         "",
         "A paper's absolute number (a speedup on its GPU, a tau of its models) is claimed as a "
         "`threshold` at 90% of it, scoped to the paper's `devices` or `pairs`: a faithful "

@@ -17,6 +17,7 @@ import yaml
 from mmspec.sweep import cell_keys
 from mmspec.sweep import cells as mmcells
 from mmspec.sweep import config as mmconfig
+from mmspec.sweep.config_checks import dataset_task
 from mmspec.sweep.jobs import GenerateJob
 from mmspec.workflow import batches
 
@@ -48,7 +49,7 @@ def test_each_cells_job_is_what_its_own_command_would_be():
     assert len(jobs) == len(cells)
     for cell in cells:
         job = jobs[cell.path]
-        own = GenerateJob.of_cell(cfg, cell, mmconfig.dataset_task(cfg, cell.dataset)).to_json()
+        own = GenerateJob.of_cell(cfg, cell, dataset_task(cfg, cell.dataset)).to_json()
         argv = list(job.argv)
         assert argv[argv.index("--params") + 1] == own
         assert argv[argv.index("--out") + 1] == f"results/generate/{cell.path}/samples.parquet"

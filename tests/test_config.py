@@ -10,6 +10,7 @@ from base_config import base_config
 
 from mmspec.sweep import cells as mmcells
 from mmspec.sweep import config as mmconfig
+from mmspec.sweep import config_checks
 
 BASE = base_config(methods={"ar": {}, "sd": {"views": ["M", "T"], "gamma": [1, 3]}})
 
@@ -67,7 +68,7 @@ def test_default_config_is_a_tour_of_every_paper():
     image_heads = {mmcells.drafter_dir(c) for c in cells if c.pair == "toy_image"} - {None}
     assert len(image_heads) == 1
     cfg = mmconfig.load("config/config.yaml")
-    assert mmconfig.judged_datasets(cfg) == ["toy_video"]
+    assert config_checks.judged_datasets(cfg) == ["toy_video"]
     assert {c.spec.weights for c in cells if c.method == "tabed_mt"} == {"grid"}
 
 
@@ -353,10 +354,10 @@ def _judged(block=None, **dataset):
 
 def test_judge_block_defaults_and_judged_datasets():
     cfg = mmconfig.validate(_judged({"endpoint": "embedded", "model": "m"}, judge="vdd"))
-    assert mmconfig.judged_datasets(cfg) == ["toy_caption"]
+    assert config_checks.judged_datasets(cfg) == ["toy_caption"]
     assert cfg["judge"]["api_key_env"] is None and cfg["judge"]["max_retries"] >= 1
     # no judge template: nothing is judged, and no judge block is needed
-    assert mmconfig.judged_datasets(mmconfig.validate(BASE)) == []
+    assert config_checks.judged_datasets(mmconfig.validate(BASE)) == []
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from workflow_cli import job_counts as batch_job_counts
 
 from mmspec.sweep import cells as mmcells
 from mmspec.sweep import config as mmconfig
+from mmspec.sweep import config_values
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "configs" / "tiny.yaml"
@@ -76,7 +77,7 @@ SCALARS = {
     ],
 )
 def test_each_type_is_read_from_its_exact_rendering(key, text, expected):
-    got = mmconfig.coerce({key: text}, SCALARS)[key]
+    got = config_values.coerce({key: text}, SCALARS)[key]
     assert got == expected and type(got) is type(expected)
 
 
@@ -96,14 +97,14 @@ def test_each_type_is_read_from_its_exact_rendering(key, text, expected):
     ],
 )
 def test_strings_that_render_no_expected_value_are_left_alone(key, text):
-    assert mmconfig.coerce({key: text}, SCALARS) == {key: text}
+    assert config_values.coerce({key: text}, SCALARS) == {key: text}
 
 
 def test_values_of_the_right_type_and_unknown_keys_are_untouched():
     value = {"i": 3, "n": 0.25, "b": True, "s": "x", "other": "16"}
-    assert mmconfig.coerce(value, SCALARS) == value
+    assert config_values.coerce(value, SCALARS) == value
     original = {"i": "3"}
-    assert mmconfig.coerce(original, SCALARS) == {"i": 3}
+    assert config_values.coerce(original, SCALARS) == {"i": 3}
     assert original == {"i": "3"}  # a new structure, the input is not modified
 
 
@@ -117,7 +118,7 @@ def test_nested_lists_refs_and_pattern_properties():
         "additionalProperties": {"type": "boolean"},
     }
     value = {"tree": [["0"], ["1", "0"]], "n_keep": "0.5", "flag": "true", "n_x": "abc"}
-    assert mmconfig.coerce(value, schema) == {
+    assert config_values.coerce(value, schema) == {
         "tree": [[0], [1, 0]],
         "n_keep": 0.5,
         "flag": True,
@@ -127,9 +128,9 @@ def test_nested_lists_refs_and_pattern_properties():
 
 def test_one_of_takes_the_branch_the_value_then_satisfies():
     schema = {"oneOf": [{"const": "all"}, {"type": "array", "items": {"type": "integer"}}]}
-    assert mmconfig.coerce("all", schema) == "all"
-    assert mmconfig.coerce(["1", "2"], schema) == [1, 2]
-    datasets = mmconfig.coerce(
+    assert config_values.coerce("all", schema) == "all"
+    assert config_values.coerce(["1", "2"], schema) == [1, 2]
+    datasets = config_values.coerce(
         {
             "datasets": {
                 "toy_vqa": {"source": "toy", "samples": "4", "seed": "1"},
@@ -149,8 +150,8 @@ def test_one_of_takes_the_branch_the_value_then_satisfies():
 
 def test_any_of_keeps_a_string_that_a_branch_already_accepts():
     schema = {"anyOf": [{"type": "string"}, {"type": "integer"}]}
-    assert mmconfig.coerce("16", schema) == "16"
-    assert mmconfig.coerce("16", {"anyOf": [{"type": "boolean"}, {"type": "integer"}]}) == 16
+    assert config_values.coerce("16", schema) == "16"
+    assert config_values.coerce("16", {"anyOf": [{"type": "boolean"}, {"type": "integer"}]}) == 16
 
 
 def test_one_of_that_fails_keeps_the_coercion_of_the_closest_branch():
@@ -162,7 +163,7 @@ def test_one_of_that_fails_keeps_the_coercion_of_the_closest_branch():
 
 
 def test_method_hyperparameters_grids_and_trees_are_read_as_the_registry_types():
-    methods = mmconfig.coerce(
+    methods = config_values.coerce(
         {
             "methods": {
                 "sd": {"gamma": ["3", "5"], "views": ["M", "T"], "acceptance": "greedy"},
@@ -185,11 +186,11 @@ def test_method_hyperparameters_grids_and_trees_are_read_as_the_registry_types()
 
 
 def test_device_map_devices_are_gpu_indices():
-    pairs = mmconfig.coerce(
+    pairs = config_values.coerce(
         {"pairs": {"p": {"target": "org/m", "target_device_map": {"": "0", "lm_head": "cuda:1"}}}}
     )["pairs"]
     assert pairs["p"]["target_device_map"] == {"": 0, "lm_head": "cuda:1"}
-    auto = mmconfig.coerce({"pairs": {"p": {"target": "org/m", "target_device_map": "auto"}}})
+    auto = config_values.coerce({"pairs": {"p": {"target": "org/m", "target_device_map": "auto"}}})
     assert auto["pairs"]["p"]["target_device_map"] == "auto"
 
 

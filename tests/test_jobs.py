@@ -13,6 +13,7 @@ from base_config import base_config
 from mmspec.gpu_check import REPO
 from mmspec.sweep import cells as mmcells
 from mmspec.sweep import config as mmconfig
+from mmspec.sweep.config_checks import dataset_task
 from mmspec.sweep.jobs import GenerateJob, TrainDrafterJob
 from mmspec.sweep.settings import Captioner, Generation, ImageModels, JudgeSettings, Pair, Timing
 
@@ -25,7 +26,7 @@ def _config():
 def test_a_cells_job_round_trips_through_its_json():
     config = _config()
     for cell in mmcells.cells(config):
-        job = GenerateJob.of_cell(config, cell, mmconfig.dataset_task(config, cell.dataset))
+        job = GenerateJob.of_cell(config, cell, dataset_task(config, cell.dataset))
         assert GenerateJob.parse(job.to_json()) == job
         assert json.loads(job.to_json())["cell"]["spec"] == cell.spec.to_dict()
         assert (job.pair.target, job.seed, job.hp) == ("toy:target", cell.seed, cell.hp)
@@ -44,7 +45,7 @@ def test_the_ar_probe_settings_reach_method_cells_jobs_and_not_the_ar_cells():
         config["timing"] = {**config.get("timing", {}), "ar_probe_tokens": probe}
         config = mmconfig.validate(config, overrides={})
         for cell in mmcells.cells(config):
-            job = GenerateJob.of_cell(config, cell, mmconfig.dataset_task(config, cell.dataset))
+            job = GenerateJob.of_cell(config, cell, dataset_task(config, cell.dataset))
             jobs.setdefault(cell.path, []).append(job.to_json())
     changed = {path for path, (a, b) in jobs.items() if a != b}
     assert changed and changed == {p for p in jobs if "/method=ar/" not in p}

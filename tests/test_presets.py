@@ -10,6 +10,7 @@ from workflow_cli import cell_job_counts, snakemake_cmd
 
 from mmspec.sweep import cells as mmcells
 from mmspec.sweep import config as mmconfig
+from mmspec.sweep import config_checks
 
 ROOT = Path(__file__).resolve().parents[1]
 TABED = ROOT / "config" / "presets" / "tabed.yaml"
@@ -227,7 +228,7 @@ LANTERN = ROOT / "config" / "presets" / "lantern.yaml"
 
 def test_lantern_preset_resolves_into_the_papers_grid_and_dry_runs(tmp_path):
     cfg = mmconfig.load(LANTERN)
-    assert mmconfig.dataset_task(cfg, "coco30k") == "image_generation"
+    assert config_checks.dataset_task(cfg, "coco30k") == "image_generation"
     assert cfg["datasets"]["coco30k"]["limit"] == 30000  # the paper's 30k-sample FID
     assert cfg["generation"]["top_k"] == 1000  # appendix C: LlamaGen's sampling
     cells = mmcells.cells(cfg)
@@ -273,7 +274,7 @@ def test_lvspec_preset_resolves_into_the_papers_grid_and_dry_runs(tmp_path):
     assert lambdas == {0.0, 0.2, 0.5, 0.7, 0.9}  # Table 3's lambdas
     ns = {c.spec.params["lvspec_n"] for c in cells if c.method in ("lvspec_n", "lvspec_lambda")}
     assert {1, 10, 100} <= ns  # Table 3's N
-    assert mmconfig.judged_datasets(cfg) == ["moviechat", "vdc", "vdd"]
+    assert config_checks.judged_datasets(cfg) == ["moviechat", "vdc", "vdd"]
     assert cfg["judge"]["endpoint"].startswith("http") and cfg["judge"]["api_key_env"] is None
     jobs = _dry_run_jobs(LVSPEC, tmp_path)
     assert jobs["generate"] == jobs["score"] == len(cells)

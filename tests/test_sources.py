@@ -23,7 +23,7 @@ from mmspec.scoring.judge import EmbeddedJudge
 from mmspec.stages import prepare
 from mmspec.storage.tables import PREPARED, read_table, write_table
 from mmspec.sweep import config as mmconfig
-from mmspec.sweep import model_refs
+from mmspec.sweep import config_checks, model_refs
 from mmspec.sweep.cells import model_slug
 from mmspec.toy import judge_rubric
 
@@ -130,7 +130,7 @@ def test_a_dataset_source_of_a_test_is_validated_planned_prepared_and_read(count
     config = mmconfig.validate(_sweep({"count": {"source": "counting", "upto": 3}}))
     entry = config["datasets"]["count"]
     assert entry["metric"] == "exact_match"  # its schema's default
-    assert mmconfig.dataset_task(config, "count") == ANSWER
+    assert config_checks.dataset_task(config, "count") == ANSWER
     assert not has_second_turns("count", entry)
     pairs = plan.plan(config, tmp_path / "results").pairs
     assert pairs["toy"].sample_turns == 3 * pairs["toy"].cells  # known before preparing

@@ -14,6 +14,7 @@ from base_config import base_config
 
 from mmspec.sweep import cells as mmcells
 from mmspec.sweep import config as mmconfig
+from mmspec.sweep import config_checks
 
 GENERATOR = {"kind": "image_generator", "hidden": 16, "layers": 1, "steps": 4, "codes": 16,
              "vq_images": 30, "batch_size": 4}  # fmt: skip
@@ -139,8 +140,8 @@ IMAGE_SWEEP = {
 
 def test_an_image_sweep_validates_and_says_its_task():
     cfg = mmconfig.validate(copy.deepcopy(IMAGE_SWEEP))
-    assert mmconfig.dataset_task(cfg, "toy_imagegen") == "image_generation"
-    assert mmconfig.dataset_task(cfg, "toy_caption") == "answer"
+    assert config_checks.dataset_task(cfg, "toy_imagegen") == "image_generation"
+    assert config_checks.dataset_task(cfg, "toy_caption") == "answer"
     assert cfg["generation"]["cfg"] == 3.0
     assert {c.dataset for c in mmcells.cells(cfg) if c.pair == "image"} == {"toy_imagegen"}
 

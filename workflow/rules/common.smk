@@ -5,7 +5,7 @@ import sys
 from mmspec.sweep import cells as mmcells
 from mmspec.sweep import config as mmconfig
 from mmspec.workflow import batches, gpus
-from mmspec.sweep import cell_inputs, model_refs
+from mmspec.sweep import cell_inputs, config_checks, model_refs
 from mmspec.planning import hub_needs
 from mmspec.storage import integrity
 from mmspec.claims.claim import CLAIMS_DIR
@@ -161,7 +161,7 @@ def train_drafter_inputs(w):
 def train_drafter_params(w):
     """The head's job (stages.jobs.TrainDrafterJob), as the JSON the train_drafter stage reads."""
     cell = head_cell(w)
-    task = mmconfig.dataset_task(CONFIG, cell.spec.head_training()["head_data"])
+    task = config_checks.dataset_task(CONFIG, cell.spec.head_training()["head_data"])
     return TrainDrafterJob.of_cell(CONFIG, cell, task).to_json()
 
 

@@ -32,7 +32,7 @@ def held(config: dict, dataset: str, temperature: float, lossless: bool = True) 
     task metric (`metric: none` leaves them empty), the judge's only on judged datasets, FID only
     on image generation, second turns only where dialogues have them, the lossless rate only for
     greedy cells, and the checked divergences only for greedy cells of a lossless rule."""
-    from mmspec.sweep.config import never_measured
+    from mmspec.sweep.config_checks import never_measured
 
     entry = config["datasets"][dataset]
     out = {stat for stat in STATS if never_measured(config, dataset, stat) is None}

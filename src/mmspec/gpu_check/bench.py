@@ -16,8 +16,7 @@ def bench_inputs(out: Path, sweep: dict) -> tuple[Path, Path, Path]:
     """(target, draft, prepared) of the first cell of the validated `sweep` that drafts with a
     toy draft model on a text dataset: the trained models and data the benchmark reads."""
     from mmspec.data.media import IMAGE_GENERATION
-    from mmspec.sweep import config as mmconfig
-    from mmspec.sweep import model_refs
+    from mmspec.sweep import config_checks, model_refs
     from mmspec.sweep.cells import cells
 
     for cell in cells(sweep):
@@ -25,7 +24,7 @@ def bench_inputs(out: Path, sweep: dict) -> tuple[Path, Path, Path]:
         refs = [pair["target"], pair.get("draft", "")]
         # models the workflow trained (the toy world's), where the sweep's run wrote them
         folders = [model_refs.workflow_output(r) if r else None for r in refs]
-        text = mmconfig.dataset_task(sweep, cell.dataset) != IMAGE_GENERATION
+        text = config_checks.dataset_task(sweep, cell.dataset) != IMAGE_GENERATION
         if cell.spec.drafter == "model" and text and all(folders):
             target, draft = (out / folder for folder in folders)
             return target, draft, out / "results" / "prepared" / f"{cell.dataset}.parquet"

@@ -8,7 +8,7 @@ from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.component import CAPTIONS, DRAFT_MODEL, DRAFT_VISUAL
 from mmspec.sweep import cells as mmcells
 from mmspec.sweep import model_refs
-from mmspec.sweep.config import dataset_task
+from mmspec.sweep.config_checks import dataset_task
 
 
 def prepared_path(dataset: str) -> str:

@@ -40,7 +40,7 @@ class GenerateJob:
     @classmethod
     def of_cell(cls, config: dict, cell, task: str) -> GenerateJob:
         """The job of a validated config's cell (the workflow's side); `task`: its dataset's
-        (config.dataset_task)."""
+        (config_checks.dataset_task)."""
         timing = Timing.parse(config["timing"])
         return cls(
             dataset=cell.dataset,
@@ -113,7 +113,7 @@ class TrainDrafterJob:
     @classmethod
     def of_cell(cls, config: dict, cell, task: str) -> TrainDrafterJob:
         """The job that trains the head of a validated config's cell (the workflow's side);
-        `task`: the task of the head's training data (config.dataset_task)."""
+        `task`: the task of the head's training data (config_checks.dataset_task)."""
         return cls(
             pair=Pair.parse(config["pairs"][cell.pair]),
             kind=cell.spec.drafter,

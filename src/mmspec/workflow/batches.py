@@ -41,7 +41,7 @@ from mmspec.storage import durable
 from mmspec.sweep import cell_inputs
 from mmspec.sweep import cells as mmcells
 from mmspec.sweep.cell_keys import CellJob, size_and_time
-from mmspec.sweep.config import dataset_task
+from mmspec.sweep.config_checks import dataset_task
 from mmspec.workflow.fingerprint import fingerprint
 
 STAGES = ("generate", "judge", "score")

@@ -497,6 +497,12 @@ def test_a_claim_naming_a_method_or_hyperparameter_that_does_not_exist_says_so(t
     row = evaluate(load(tmp_path / "later"), {"run": cells}).iloc[0]
     assert row["verdict"] == NOT_APPLICABLE
     assert "no registry method is named 'sd_tre' (did you mean 'sd_tree'" in row["measured"]
+    # a value of another type than the hyperparameter's ("5" for gamma 5) matches no cell
+    typed = {**COMPARE, "a": {"method": "m", "hp": {"gamma": "5"}}}
+    write_claims(tmp_path / "typed", [claim("typed", typed)])
+    row = evaluate(load(tmp_path / "typed"), {"run": cells}).iloc[0]
+    assert row["verdict"] == NOT_APPLICABLE
+    assert "no cell can hold it: gamma='5' should be of type" in row["measured"]
 
 
 def test_a_claim_naming_a_dataset_pair_or_value_no_cell_has_says_so(tmp_path):

@@ -167,11 +167,17 @@ class Selector:
             if name not in registry.METHODS:
                 close = difflib.get_close_matches(str(name), list(registry.METHODS), n=2)
                 found.append(f"no registry method is named {name!r}" + guess(close))
-        keys = [*registry.known_params(), *registry.CHOOSERS, "method"]
-        for key in self.hp:
+        params = registry.known_params()
+        keys = [*params, *registry.CHOOSERS, "method"]
+        for key, value in self.hp.items():
             if key not in keys:
                 close = difflib.get_close_matches(key, keys, n=2)
                 found.append(f"no component reads a hyperparameter {key!r}" + guess(close))
+            elif key in params:  # a value of another type ("5" for 5) matches no cell
+                for one in value if isinstance(value, list) else [value]:
+                    problem = params[key].problem(one)
+                    if problem:
+                        found.append(f"no cell can hold it: {problem}")
         return found
 
 

@@ -278,7 +278,7 @@ def refuse_unreachable_judge(local_exec):
     """Judge jobs on compute nodes (a cluster executor) cannot call a judge served on this
     machine's localhost: stop before any job, saying what to do (scoring.judge.reach).
     """
-    judged = mmconfig.judged_datasets(CONFIG, list(CELLS.values()))
+    judged = config_checks.judged_datasets(CONFIG, list(CELLS.values()))
     if not judged:
         return
     try:

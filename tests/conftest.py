@@ -103,10 +103,12 @@ def imagegen_dirs(tmp_path_factory):
     """(target, draft) folders of tiny toy image generators (trained a few seconds each, the
     draft with another seed and half the steps), saved once for every test that reads them."""
     from mmspec.toy import imagegen as toy_imagegen
+    from mmspec.toy.recipe import ToyRecipe
 
     root = tmp_path_factory.mktemp("imagegen")
-    toy_imagegen.train(TINY_IMAGEGEN, root / "target", seed=0)
-    toy_imagegen.train({**TINY_IMAGEGEN, "steps": 30}, root / "draft", seed=1)
+    for name, steps, seed in (("target", 60, 0), ("draft", 30, 1)):
+        recipe = ToyRecipe.parse({**TINY_IMAGEGEN, "steps": steps}, kind="image_generator")
+        toy_imagegen.train(recipe, root / name, seed=seed)
     return root / "target", root / "draft"
 
 
@@ -143,9 +145,10 @@ def _model(processor, hidden, layers, seed, logit_scale=1.0):
     import torch
 
     from mmspec.toy import training as toy_training
+    from mmspec.toy.recipe import ToyRecipe
 
-    spec = {"hidden": hidden, "layers": layers, "heads": 2, "vision_hidden": 64}
-    model = toy_training.build_model(spec, processor.tokenizer, seed).eval()
+    spec = {"hidden": hidden, "layers": layers, "heads": 2, "vision_hidden": 64, "steps": 0}
+    model = toy_training.build_model(ToyRecipe.parse(spec), processor.tokenizer, seed).eval()
     with torch.no_grad():
         model.lm_head.weight.mul_(logit_scale)  # peakier distributions make tests sharper
     return model

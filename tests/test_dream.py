@@ -14,6 +14,7 @@ from mmspec.decoding.drafters.heads import build_head, head_kind
 from mmspec.decoding.sampler import seeded
 from mmspec.methods import registry, verify
 from mmspec.methods.runtime import MethodRunner, Sample
+from mmspec.toy.recipe import ToyRecipe
 from mmspec.toy.training import build_model
 from mmspec.training.heads import collect_sequence, evaluate, split, train_head
 
@@ -94,8 +95,8 @@ def test_intermediate_features_come_from_the_lowest_entropy_layer():
     - 2, at least 2); each position's feature is the one whose reading layer's attention there
     has the lower entropy, checked against transformers' own attentions and hidden states."""
     tokenizer = verify.build_tokenizer()
-    spec = {"hidden": 32, "layers": 8, "heads": 2, "vision_hidden": 64}
-    model = build_model(spec, tokenizer, 0).eval()
+    spec = {"hidden": 32, "layers": 8, "heads": 2, "vision_hidden": 64, "steps": 0}
+    model = build_model(ToyRecipe.parse(spec), tokenizer, 0).eval()
     assert candidate_layers(8, "entropy") == [1, 2] and candidate_layers(8, "fixed", 0.5) == [4]
     assert candidate_layers(30, "entropy") == list(range(1, 11))
     ids = torch.tensor([[2, 5, 6, 7, 5, 6, 2, 7, 7, 5]])
@@ -151,8 +152,8 @@ def test_the_fixed_layer_lies_at_its_share_of_the_targets_depth():
 @pytest.mark.parametrize(("depth", "layer"), [(0.5, 4), (0.75, 6)])
 def test_a_fixed_intermediate_feature_is_that_layers_output(depth, layer):
     tokenizer = verify.build_tokenizer()
-    spec = {"hidden": 32, "layers": 8, "heads": 2, "vision_hidden": 64}
-    model = build_model(spec, tokenizer, 0).eval()
+    spec = {"hidden": 32, "layers": 8, "heads": 2, "vision_hidden": 64, "steps": 0}
+    model = build_model(ToyRecipe.parse(spec), tokenizer, 0).eval()
     ids = torch.tensor([[2, 5, 6, 7, 5, 6, 2, 7, 7, 5]])
     embeds = model.get_input_embeddings()(ids)[0].detach()
     from mmspec.decoding.prompt import as_prompt

@@ -133,18 +133,20 @@ def test_job_memory_adds_the_models_and_falls_back_when_one_is_unknown(tmp_path,
 @pytest.mark.parametrize(
     "spec",
     [
-        {"hidden": 256, "layers": 4, "heads": 4, "vision_hidden": 128},
-        {"hidden": 64, "layers": 1, "heads": 2, "vision_hidden": 64},
+        {"hidden": 256, "layers": 4, "heads": 4, "vision_hidden": 128, "steps": 10},
+        {"hidden": 64, "layers": 1, "heads": 2, "vision_hidden": 64, "steps": 10},
     ],
 )
 def test_toy_models_not_trained_yet_are_sized_from_their_config(spec, tmp_path, monkeypatch):
     from mmspec.toy import processor as toy_processor
     from mmspec.toy import training as toy_training
+    from mmspec.toy.recipe import ToyRecipe
 
     monkeypatch.chdir(tmp_path)  # no results/models/toy here
     assert footprint.footprint("toy:target", "float32").source == "unknown"
     found = footprint.model_footprint("toy:target", "float32", {"target": spec})
-    model = toy_training.build_model(spec, toy_processor.build_processor().tokenizer, 0)
+    recipe = ToyRecipe.parse(spec)
+    model = toy_training.build_model(recipe, toy_processor.build_processor().tokenizer, 0)
     params = sum(p.numel() for p in model.parameters())
     assert found.source == "toy config" and found.bytes / 4 == pytest.approx(params, rel=0.05)
 

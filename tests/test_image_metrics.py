@@ -11,6 +11,7 @@ from transformers import AutoModelForImageClassification
 from mmspec.scoring import image_metrics
 from mmspec.toy import image_nets as toy_image_nets
 from mmspec.toy import world as toyworld
+from mmspec.toy.recipe import ToyRecipe
 
 # the recipe the image world will train (about 40 s); smaller ones stay near "empty" everywhere
 FEATURES = dict(hidden=64, layers=2, heads=4, patch=4, steps=1500, batch_size=32, lr=2e-3)
@@ -20,8 +21,9 @@ CLIP = dict(hidden=32, layers=1, heads=2, steps=200, batch_size=32, lr=3e-3)
 @pytest.fixture(scope="module")
 def nets(tmp_path_factory):
     root = tmp_path_factory.mktemp("image_nets")
-    toy_image_nets.train_features(FEATURES, root / "features", seed=0)
-    toy_image_nets.train_clip(CLIP, root / "clip", seed=0)
+    features = ToyRecipe.parse(FEATURES, kind="fid_features")
+    toy_image_nets.train_features(features, root / "features", seed=0)
+    toy_image_nets.train_clip(ToyRecipe.parse(CLIP, kind="clip"), root / "clip", seed=0)
     return root / "features", root / "clip"
 
 

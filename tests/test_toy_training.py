@@ -6,9 +6,9 @@ import pytest
 
 from mmspec.data import media
 from mmspec.toy import processor as toy_processor
-from mmspec.toy import recipe as toy_recipe
 from mmspec.toy import training as toy_training
 from mmspec.toy import world as tw
+from mmspec.toy.recipe import ToyRecipe
 
 SCENARIOS = ["toy_caption", "toy_vqa", "toy_diff", "toy_multiturn", "toy_story", "toy_video"]
 
@@ -34,12 +34,12 @@ def test_foreign_descriptions_teach_all_but_their_style_words():
     recipe without the key gets the data it always had."""
     tokenizer = toy_processor.build_processor().tokenizer
     spec = {"steps": 24, "batch_size": 8, "scenarios": ["toy_vdesc"], "vdesc_style": "a"}
-    spec = toy_recipe.complete({"hidden": 16, "layers": 1, **spec})
+    spec = {"hidden": 16, "layers": 1, **spec}
     style_ids = set(tokenizer.convert_tokens_to_ids(sorted(tw.STYLE_WORDS)))
     then = tokenizer.convert_tokens_to_ids("then")
 
     def examples(extra: dict) -> list[tuple[list, list]]:
-        batches = toy_training.make_batches(spec | extra, tokenizer, 3)
+        batches = toy_training.make_batches(ToyRecipe.parse(spec | extra), tokenizer, 3)
         return [(e["ids"], e["labels"]) for batch in batches for e in batch]
 
     plain, mixed = examples({}), examples({"vdesc_foreign_share": 0.25})

@@ -12,6 +12,7 @@ from mmspec.sweep import config as mmconfig
 from mmspec.toy import processor as toy_processor
 from mmspec.toy import training as toy_training
 from mmspec.toy import world as tw
+from mmspec.toy.recipe import ToyRecipe
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,8 @@ def test_training_with_alignment_raises_the_relevance_of_visual_words(tmp_path, 
     gaps = {}
     for weight in (0.0, 1.0):
         folder = tmp_path / f"w{weight}"
-        toy_training.train({**spec, "visual_alignment": weight}, folder, seed=0)
+        recipe = ToyRecipe.parse({**spec, "visual_alignment": weight})
+        toy_training.train(recipe, folder, seed=0)
         model = loading.load_model(str(folder), torch.device("cpu"), "float32")
         image_id = model.config.image_token_index
         named, other = [], []

@@ -9,6 +9,7 @@ import torch
 from mmspec.stages import cache_visual, generate, prepare
 from mmspec.toy import processor as toy_processor
 from mmspec.toy import training as toy_training
+from mmspec.toy.recipe import ToyRecipe
 
 TINY = {
     "hidden": 32,
@@ -26,7 +27,7 @@ TINY = {
 def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name in ("target", "draft"):
-        toy_training.train(TINY, f"results/models/toy/{name}", seed=0)
+        toy_training.train(ToyRecipe.parse(TINY), f"results/models/toy/{name}", seed=0)
     prepare.run("toy_diff", {"source": "toy", "samples": 3}, "prepared.parquet", toy_seed=0)
     for name in ("target", "draft"):
         cache_visual.run(f"toy:{name}", "prepared.parquet", f"{name}.parquet", "float32", 1)
@@ -71,7 +72,7 @@ def test_generate_never_runs_the_vision_tower(workdir, monkeypatch):
     # two images: M reads 2 x 16 visual tokens, P 2 x 4 pooled ones
     assert all(r["target_visual_tokens"] == 32 and r["draft_visual_tokens"] == 40 for r in rows)
     # and the guard does bite when the tower is called
-    model = toy_training.build_model(TINY, toy_processor.build_tokenizer(), 0)
+    model = toy_training.build_model(ToyRecipe.parse(TINY), toy_processor.build_tokenizer(), 0)
     with pytest.raises(AssertionError, match="vision tower ran"):
         model.model.get_image_features(torch.zeros(1, 3, 32, 32))
 

@@ -3,7 +3,7 @@ rule toy_model:
         directory("results/models/toy/{name}"),
     log:
         "logs/toy_model/{name}.log",
-    priority: lambda w: toy_model.priority(CONFIG["toy"]["models"][w.name])
+    priority: lambda w: toy_model.priority(CONFIG["toy"]["models"][w.name], w.name)
     conda:
         "../../envs/mmspec.yaml"
     threads: 1

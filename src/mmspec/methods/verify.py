@@ -119,8 +119,8 @@ def build_models(seed: int, tokenizer):
 
     models = []
     for hidden, layers, scale, offset in [(32, 2, 6.0, 0), (16, 1, 4.0, 1)]:
-        spec = {"hidden": hidden, "layers": layers, "heads": 2, "vision_hidden": 64}
-        model = random_llava.build(spec, tokenizer, seed, IMAGE_SIZE, PATCH_SIZE)
+        size = random_llava.Size(hidden, layers, heads=2, vision_hidden=64)
+        model = random_llava.build(tokenizer, seed, IMAGE_SIZE, PATCH_SIZE, size)
         model = model.double().eval()
         with torch.no_grad():
             generator = torch.Generator().manual_seed(seed * 2 + offset)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mmspec.storage import durable, integrity
 from mmspec.sweep.arguments import json_object
+from mmspec.toy.recipe import ToyRecipe
 
 HELP = "train one toy-world model"
 WARM = True
@@ -28,19 +29,20 @@ TRAINERS = {
 }
 
 
-def priority(spec: dict) -> int:
+def priority(spec: dict, name: str) -> int:
     """A job's scheduling priority: its training work (steps x batch x layers x width^2, in
     units of 10^7), so the longest trainings start first and the short ones fill the other
     cores, rather than a long one starting last and holding up the run's end."""
-    work = spec["steps"] * spec["batch_size"] * spec["layers"] * spec["hidden"] ** 2
-    return work // 10**7
+    return ToyRecipe.parse(spec, name).work // 10**7
 
 
 def run(name: str, spec: dict, out_dir: str, seed: int, threads: int) -> dict:
-    kind = spec.get("kind", "captioner")
-    if kind not in TRAINERS:
-        raise ValueError(f"toy.models.{name}: unknown kind {kind!r}; known: {sorted(TRAINERS)}")
-    module, function = TRAINERS[kind]
+    recipe = ToyRecipe.parse(spec, name)
+    if recipe.kind not in TRAINERS:
+        raise ValueError(
+            f"toy.models.{name}: unknown kind {recipe.kind!r}; known: {sorted(TRAINERS)}"
+        )
+    module, function = TRAINERS[recipe.kind]
     train = getattr(importlib.import_module(f"mmspec.toy.{module}"), function)
     # trained into a hidden folder beside it (under its own name: the progress bar's label), then
     # renamed into place whole, with its manifest (integrity)
@@ -48,7 +50,7 @@ def run(name: str, spec: dict, out_dir: str, seed: int, threads: int) -> dict:
     staging = out.parent / f".{out.name}.{os.getpid()}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     work = staging / out.name
-    log = train(spec, work, seed=seed, threads=threads)
+    log = train(recipe, work, seed=seed, threads=threads)
     integrity.write_manifest(work)
     durable.replace_folder(work, out)
     shutil.rmtree(staging)

@@ -27,9 +27,9 @@ from transformers import (
 )
 
 from mmspec.toy import processor as toy_processor
-from mmspec.toy import recipe
 from mmspec.toy import training as toy_training
 from mmspec.toy import world as toyworld
+from mmspec.toy.recipe import ToyRecipe
 
 KINDS = [(colour, shape) for colour in toyworld.COLOURS for shape in toyworld.SHAPES]
 CLASSES = 1 + len(KINDS)  # per quadrant: empty, or a colour-shape kind
@@ -57,24 +57,23 @@ def _scenes(n: int, seed: int, stream: int):
         yield scene, toyworld.render_textured(scene, rng)
 
 
-def train_features(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
+def train_features(recipe: ToyRecipe, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     """Train the quadrant classifier whose pooled features FID compares; save it."""
-    spec = recipe.complete({"kind": "fid_features", **spec})
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     config = ViTConfig(
         image_size=toyworld.SIZE,
-        patch_size=spec["patch"],
+        patch_size=recipe.patch,
         num_channels=3,
-        hidden_size=spec["hidden"],
-        intermediate_size=2 * spec["hidden"],
-        num_hidden_layers=spec["layers"],
-        num_attention_heads=spec["heads"],
+        hidden_size=recipe.hidden,
+        intermediate_size=2 * recipe.hidden,
+        num_hidden_layers=recipe.layers,
+        num_attention_heads=recipe.heads,
         num_labels=len(toyworld.POSITIONS) * CLASSES,
     )
     model = ViTForImageClassification(config)
-    data = list(_scenes(spec["steps"] * spec["batch_size"], seed, stream=5))
-    size = spec["batch_size"]
+    data = list(_scenes(recipe.steps * recipe.batch_size, seed, stream=5))
+    size = recipe.batch_size
 
     def batch_at(step: int) -> dict:
         chunk = data[step * size : (step + 1) * size]
@@ -84,9 +83,9 @@ def train_features(spec: dict, out_dir: str | Path, seed: int, threads: int = 1)
 
     model.loss_function = _quadrant_loss
     start = time.perf_counter()
-    losses = toy_training.fit(model, batch_at, spec, f"train {Path(out_dir).name}")
+    losses = toy_training.fit(model, batch_at, recipe, f"train {Path(out_dir).name}")
     model.eval()
-    return toy_training.save_trained(out_dir, [model], spec, seed, start, losses)
+    return toy_training.save_trained(out_dir, [model], recipe, seed, start, losses)
 
 
 def is_feature_network(folder: str | Path) -> bool:
@@ -111,20 +110,19 @@ def quadrant_accuracy(model, images: np.ndarray, scenes) -> float:
     return float((logits.argmax(-1) == truth).float().mean())
 
 
-def train_clip(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
+def train_clip(recipe: ToyRecipe, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     """Train a small CLIP on (caption, textured image) pairs; save it with its processor."""
-    spec = recipe.complete({"kind": "clip", **spec})
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     processor = clip_processor()
     tokenizer = processor.tokenizer
-    hidden = spec["hidden"]
+    hidden = recipe.hidden
     text = CLIPTextConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
         intermediate_size=2 * hidden,
-        num_hidden_layers=spec["layers"],
-        num_attention_heads=spec["heads"],
+        num_hidden_layers=recipe.layers,
+        num_attention_heads=recipe.heads,
         max_position_embeddings=48,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -133,8 +131,8 @@ def train_clip(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> 
     vision = CLIPVisionConfig(
         hidden_size=hidden,
         intermediate_size=2 * hidden,
-        num_hidden_layers=spec["layers"],
-        num_attention_heads=spec["heads"],
+        num_hidden_layers=recipe.layers,
+        num_attention_heads=recipe.heads,
         image_size=toyworld.SIZE,
         patch_size=4,
     )
@@ -142,8 +140,8 @@ def train_clip(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> 
         text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=hidden
     )
     model = CLIPModel(config)
-    data = list(_scenes(spec["steps"] * spec["batch_size"], seed, stream=6))
-    size = spec["batch_size"]
+    data = list(_scenes(recipe.steps * recipe.batch_size, seed, stream=6))
+    size = recipe.batch_size
 
     def batch_at(step: int) -> dict:
         chunk = data[step * size : (step + 1) * size]
@@ -157,9 +155,9 @@ def train_clip(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> 
         }
 
     start = time.perf_counter()
-    losses = toy_training.fit(model, batch_at, spec, f"train {Path(out_dir).name}")
+    losses = toy_training.fit(model, batch_at, recipe, f"train {Path(out_dir).name}")
     model.eval()
-    return toy_training.save_trained(out_dir, [model, processor], spec, seed, start, losses)
+    return toy_training.save_trained(out_dir, [model, processor], recipe, seed, start, losses)
 
 
 def clip_processor() -> CLIPProcessor:

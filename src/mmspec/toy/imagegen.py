@@ -25,9 +25,9 @@ from transformers import LlamaForCausalLM
 
 from mmspec.models import random_llava
 from mmspec.toy import processor as toy_processor
-from mmspec.toy import recipe
 from mmspec.toy import training as toy_training
 from mmspec.toy import world as toyworld
+from mmspec.toy.recipe import ToyRecipe
 from mmspec.toy.vq import PatchVQ
 
 IGNORE = toy_training.IGNORE
@@ -90,9 +90,10 @@ def meta_of(tokenizer, codes: int, grid: int) -> ImageGenMeta:
     )
 
 
-def build_model(spec: dict, tokenizer, seed: int) -> LlamaForCausalLM:
+def build_model(recipe: ToyRecipe, tokenizer, seed: int) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    return LlamaForCausalLM(random_llava.llama_config(spec, tokenizer, max_positions=256))
+    size = random_llava.Size(recipe.hidden, recipe.layers, recipe.heads)
+    return LlamaForCausalLM(random_llava.llama_config(size, tokenizer, max_positions=256))
 
 
 def encode_examples(examples, vq: PatchVQ, tokenizer, meta: ImageGenMeta, dropout: float, seed):
@@ -118,31 +119,28 @@ def _batch(rows, pad: int) -> dict:
     )
 
 
-def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
+def train(recipe: ToyRecipe, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     """Fit the VQ codebook on textured toy images, train the generator, save the folder."""
-    spec = recipe.complete({"kind": "image_generator", **spec})
     torch.set_num_threads(threads)
     start = time.perf_counter()
-    vq_images = [img for _, img in toyworld.imagegen_examples(spec["vq_images"], seed, stream=2)]
-    vq = PatchVQ.fit(np.stack(vq_images), spec["codes"], spec["patch"], seed=seed)
-    tokenizer = build_tokenizer(spec["codes"])
-    grid = (toyworld.SIZE // spec["patch"]) ** 2
-    meta = meta_of(tokenizer, spec["codes"], grid)
-    model = build_model(spec, tokenizer, seed)
-    n = spec["steps"] * spec["batch_size"]
-    rows = encode_examples(
-        list(toyworld.imagegen_examples(n, seed)), vq, tokenizer, meta, spec["cfg_dropout"], seed
-    )
-    size = spec["batch_size"]
+    vq_images = [img for _, img in toyworld.imagegen_examples(recipe.vq_images, seed, stream=2)]
+    vq = PatchVQ.fit(np.stack(vq_images), recipe.codes, recipe.patch, seed=seed)
+    tokenizer = build_tokenizer(recipe.codes)
+    grid = (toyworld.SIZE // recipe.patch) ** 2
+    meta = meta_of(tokenizer, recipe.codes, grid)
+    model = build_model(recipe, tokenizer, seed)
+    size = recipe.batch_size
+    examples = list(toyworld.imagegen_examples(recipe.steps * size, seed))
+    rows = encode_examples(examples, vq, tokenizer, meta, recipe.cfg_dropout, seed)
     losses = toy_training.fit(
         model,
         lambda step: _batch(rows[step * size : (step + 1) * size], tokenizer.pad_token_id),
-        spec,
+        recipe,
         f"train {Path(out_dir).name}",
     )
     model.eval()
     parts = [model, tokenizer, vq.save, meta.save]
-    return toy_training.save_trained(out_dir, parts, spec, seed, start, losses)
+    return toy_training.save_trained(out_dir, parts, recipe, seed, start, losses)
 
 
 def codebook_of(folder: str | Path) -> tuple[torch.Tensor, int]:

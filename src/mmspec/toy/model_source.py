@@ -14,6 +14,7 @@ from mmspec.models import footprint
 from mmspec.models.source import FID_FEATURES, IMAGE_GENERATOR, ModelSource, register
 from mmspec.schema import ConfigError
 from mmspec.toy import recipe, world
+from mmspec.toy.recipe import ToyRecipe
 
 SCHEME = "toy"
 PREFIX = f"{SCHEME}:"
@@ -48,14 +49,15 @@ class ToyModels(ModelSource):
                 raise ConfigError(
                     f"config key toy.models.{name}.{stray[0]}: not read by a {kind!r} recipe"
                 )
+            parsed = ToyRecipe.parse(spec, name)
             for key in ("scenarios", "text_scenarios"):
-                for picked in spec.get(key, []):
+                for picked in getattr(parsed, key):
                     if picked not in world.DATASETS:
                         raise ConfigError(
                             f"config key toy.models.{name}.{key}: unknown toy scenario "
                             f"{picked!r}; known: {sorted(world.DATASETS)}"
                         )
-            style = spec.get("vdesc_style")
+            style = parsed.vdesc_style
             if style is not None and style not in world.HOUSE_STYLES:
                 raise ConfigError(
                     f"config key toy.models.{name}.vdesc_style: unknown house style {style!r}; "
@@ -69,10 +71,10 @@ class ToyModels(ModelSource):
         return _recipe(ref, config).get("layers")
 
     def codebook(self, ref: str, config: dict) -> dict | None:
-        spec = _recipe(ref, config)
-        if recipe.kind(spec) != IMAGE_GENERATOR:
+        parsed = ToyRecipe.parse(_recipe(ref, config), _name(ref))
+        if parsed.kind != IMAGE_GENERATOR:
             return None
-        return {key: spec[key] for key in recipe.CODEBOOK_KEYS}
+        return {key: getattr(parsed, key) for key in recipe.CODEBOOK_KEYS}
 
     def folder(self, ref: str) -> Path | None:
         path = MODELS_DIR / _name(ref)
@@ -91,7 +93,8 @@ class ToyModels(ModelSource):
         spec = (recipes or {}).get(_name(ref))
         if spec is None:
             return 0, ""
-        return footprint.config_parameters(model_config(spec)), "toy config"
+        parsed = ToyRecipe.parse(spec, _name(ref))
+        return footprint.config_parameters(model_config(parsed)), "toy config"
 
     def folder_name(self, ref: str) -> str:
         return f"{SCHEME}-{_name(ref)}"
@@ -105,18 +108,18 @@ def _recipe(ref: str, config: dict) -> dict:
     return config["toy"]["models"][_name(ref)]
 
 
-def model_config(spec: dict) -> dict:
-    """The config.json of a toy model of recipe `spec`, as far as its size goes: mirrors
+def model_config(recipe: ToyRecipe) -> dict:
+    """The config.json of a toy model of `recipe`, as far as its size goes: mirrors
     toy.training.build_model (a ~70-word vocabulary; an image generator's adds its codes, and
     it has no vision tower)."""
     text = {
-        "vocab_size": 128 + spec.get("codes", 0),
-        "hidden_size": spec["hidden"],
-        "intermediate_size": 2 * spec["hidden"],
-        "num_hidden_layers": spec["layers"],
+        "vocab_size": 128 + recipe.codes,
+        "hidden_size": recipe.hidden,
+        "intermediate_size": 2 * recipe.hidden,
+        "num_hidden_layers": recipe.layers,
     }
-    if spec.get("kind") == IMAGE_GENERATOR:
+    if recipe.kind == IMAGE_GENERATOR:
         return text
-    width = spec["vision_hidden"]
+    width = recipe.vision_hidden
     vision = {"hidden_size": width, "intermediate_size": 2 * width, "num_hidden_layers": 2}
     return {"text_config": text, "vision_config": {**vision, "patch_size": 8}}

@@ -16,17 +16,21 @@ from transformers.utils.chat_template_utils import _compile_jinja_template
 from mmspec.data import media
 from mmspec.models import random_llava
 from mmspec.toy import processor as toy_processor
-from mmspec.toy import recipe
 from mmspec.toy import world as toyworld
+from mmspec.toy.recipe import ToyRecipe
 
 IGNORE = -100
 
 
-def build_model(spec: dict, tokenizer, seed: int) -> LlavaForConditionalGeneration:
-    """A randomly initialised toy model (tiny CLIP vision tower + Llama decoder) of `spec`'s
+def build_model(recipe: ToyRecipe, tokenizer, seed: int) -> LlavaForConditionalGeneration:
+    """A randomly initialised toy model (tiny CLIP vision tower + Llama decoder) of `recipe`'s
     size, reading the toy world's images."""
     return random_llava.build(
-        spec, tokenizer, seed, toy_processor.IMAGE_SIZE, toy_processor.PATCH_SIZE
+        tokenizer,
+        seed,
+        toy_processor.IMAGE_SIZE,
+        toy_processor.PATCH_SIZE,
+        random_llava.Size(recipe.hidden, recipe.layers, recipe.heads, recipe.vision_hidden),
     )
 
 
@@ -53,8 +57,8 @@ def encode_example(messages: list, tokenizer, text_only: bool) -> tuple[list, li
     return ids, labels
 
 
-def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
-    """`spec["steps"]` batches of encoded examples, each batch from one scenario.
+def make_batches(recipe: ToyRecipe, tokenizer, seed: int) -> list[list[dict]]:
+    """`recipe.steps` batches of encoded examples, each batch from one scenario.
 
     The first `grounding_steps` batches are single-image captions: learning to read the image
     is the slow part, and captions teach it fastest; then scenarios take turns. One scenario per
@@ -68,19 +72,19 @@ def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
     taking up their habits.
     """
     rng = np.random.default_rng(seed + 1)
-    size = spec["batch_size"]
-    order = schedule(spec)
+    size = recipe.batch_size
+    order = schedule(recipe)
     per_scenario = {name: order.count(name) * size for name in set(order)}
     pools = {}
-    text_scenarios = set(spec["text_scenarios"])
-    aligned = spec.get("visual_alignment", 0.0) > 0
-    null = spec.get("alignment_null", False)
-    noise = spec.get("vdesc_colour_noise", 0.0)
+    text_scenarios = set(recipe.text_scenarios)
+    aligned = recipe.visual_alignment > 0
+    null = recipe.alignment_null
+    noise = recipe.vdesc_colour_noise
     style_ids = set(tokenizer.convert_tokens_to_ids(sorted(toyworld.STYLE_WORDS)))
     for name, n in sorted(per_scenario.items()):
         pool = []
-        foreign = round(n * spec.get("vdesc_foreign_share", 0.0)) if name == "toy_vdesc" else 0
-        own = toyworld.training_turns([name], n - foreign, seed, spec.get("vdesc_style"), noise)
+        foreign = round(n * recipe.vdesc_foreign_share) if name == "toy_vdesc" else 0
+        own = toyworld.training_turns([name], n - foreign, seed, recipe.vdesc_style, noise)
         others = toyworld.training_turns([name], foreign, seed, None, noise, stream=2)
         examples = [(turns, False) for turns in own] + [(turns, True) for turns in others]
         if foreign:  # mixed through the batches (a stream of its own: other recipes' data stays)
@@ -88,7 +92,7 @@ def make_batches(spec: dict, tokenizer, seed: int) -> list[list[dict]]:
             examples = [examples[i] for i in order_rng.permutation(len(examples))]
         for turns, is_foreign in examples:
             messages, images = toyworld.training_example(turns)
-            dropped = name in text_scenarios or rng.random() < spec["image_dropout"]
+            dropped = name in text_scenarios or rng.random() < recipe.image_dropout
             text_only = bool(images) and dropped
             ids, labels = encode_example(messages, tokenizer, text_only)
             if is_foreign:
@@ -175,12 +179,12 @@ def alignment_loss(hidden: torch.Tensor, visual: torch.Tensor, shows: list) -> t
     return torch.cat(losses).mean()
 
 
-def schedule(spec: dict) -> list[str]:
+def schedule(recipe: ToyRecipe) -> list[str]:
     """The scenario of every training batch: a caption-only grounding phase, then round-robin."""
-    scenarios = spec["scenarios"] + spec["text_scenarios"]
-    grounding = spec["grounding_steps"] if "toy_caption" in scenarios else 0
-    grounding = min(grounding, spec["steps"])
-    rest = spec["steps"] - grounding
+    scenarios = [*recipe.scenarios, *recipe.text_scenarios]
+    grounding = recipe.grounding_steps if "toy_caption" in scenarios else 0
+    grounding = min(grounding, recipe.steps)
+    rest = recipe.steps - grounding
     return ["toy_caption"] * grounding + [scenarios[i % len(scenarios)] for i in range(rest)]
 
 
@@ -203,12 +207,12 @@ def collate(batch: list[dict], pad_id: int) -> dict:
     return out
 
 
-def fit(model, batch_at, spec: dict, desc: str, loss_of=None) -> list[float]:
-    """AdamW over `spec["steps"]` batches (`batch_at(step)`: the model's keyword inputs, labels
-    included) with linear warm-up and cosine decay of `spec["lr"]`; the losses. `loss_of(model,
+def fit(model, batch_at, recipe: ToyRecipe, desc: str, loss_of=None) -> list[float]:
+    """AdamW over `recipe.steps` batches (`batch_at(step)`: the model's keyword inputs, labels
+    included) with linear warm-up and cosine decay of `recipe.lr`; the losses. `loss_of(model,
     batch)` replaces the model's own loss."""
-    steps = spec["steps"]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=0.01)
+    steps = recipe.steps
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=0.01)
     warmup = max(1, steps // 20)
 
     def lr_at(step: int) -> float:
@@ -235,7 +239,7 @@ def fit(model, batch_at, spec: dict, desc: str, loss_of=None) -> list[float]:
     return losses
 
 
-def save_trained(out_dir, parts, spec: dict, seed: int, start: float, losses) -> dict:
+def save_trained(out_dir, parts, recipe: ToyRecipe, seed: int, start: float, losses) -> dict:
     """Save `parts` (anything with save_pretrained, else a callable taking the folder) to
     `out_dir` with training.json (recipe, seed, seconds since `start`, losses); the record."""
     out = Path(out_dir)
@@ -243,7 +247,7 @@ def save_trained(out_dir, parts, spec: dict, seed: int, start: float, losses) ->
     for part in parts:
         part.save_pretrained(out) if hasattr(part, "save_pretrained") else part(out)
     record = {
-        "spec": spec,
+        "spec": recipe.completed,
         "seed": seed,
         "seconds": time.perf_counter() - start,
         "first_loss": float(np.mean(losses[:10])),
@@ -253,21 +257,20 @@ def save_trained(out_dir, parts, spec: dict, seed: int, start: float, losses) ->
     return record
 
 
-def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
-    """Train one toy model as `spec` says and save it (with its processor) to `out_dir`."""
-    spec = recipe.complete(spec)
+def train(recipe: ToyRecipe, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
+    """Train one toy captioner as `recipe` says and save it (with its processor) to `out_dir`."""
     torch.set_num_threads(threads)
     processor = toy_processor.build_processor()
     tokenizer = processor.tokenizer
-    model = build_model(spec, tokenizer, seed)
-    batches = make_batches(spec, tokenizer, seed)
+    model = build_model(recipe, tokenizer, seed)
+    batches = make_batches(recipe, tokenizer, seed)
     start = time.perf_counter()
     losses = fit(
         model,
         lambda step: collate(batches[step], tokenizer.pad_token_id),
-        spec,
+        recipe,
         f"train {Path(out_dir).name}",
-        _aligned_loss(spec.get("visual_alignment", 0.0), model.config.image_token_index),
+        _aligned_loss(recipe.visual_alignment, model.config.image_token_index),
     )
     model.eval()
     out_dir = Path(out_dir)
@@ -275,7 +278,7 @@ def train(spec: dict, out_dir: str | Path, seed: int, threads: int = 1) -> dict:
     model.save_pretrained(out_dir)
     processor.save_pretrained(out_dir)
     log = {
-        "spec": spec,
+        "spec": recipe.completed,
         "seed": seed,
         "seconds": time.perf_counter() - start,
         "final_loss": float(np.mean(losses[-20:])) if losses else None,

@@ -15,6 +15,6 @@ def image_head_job(target: str, cfg: float) -> TrainDrafterJob:
         kind="eagle",
         training={},
         task=IMAGE_GENERATION,
-        generation=Generation(max_new_tokens=8, temperature=0.0, cfg=cfg, top_k=0),
+        generation=Generation(max_new_tokens=8, cfg=cfg, top_k=0),
         seed=0,
     )

@@ -109,7 +109,7 @@ def _run_cells(target_dir, draft_dir, device_map) -> dict:
         params = {
             "cell": {**cell, "seed": 0, "spec": spec},
             "pair": pair,
-            "generation": {"max_new_tokens": 16, "temperature": 0.0},
+            "generation": {"max_new_tokens": 16},
             "timing": {"warmup_samples": 0, "threads": 1},
         }
         out = f"{device_map}-{k}.parquet".replace(" ", "")

@@ -55,7 +55,7 @@ def _params(method: str, hparams: dict, pair: dict) -> dict:
     return {
         "cell": {**cell, "seed": 0, "spec": spec},
         "pair": pair,
-        "generation": {"max_new_tokens": MAX_NEW, "temperature": 0.0},
+        "generation": {"max_new_tokens": MAX_NEW},
         # AR decoded in full beside each sample (its logits are what the tests record)
         "timing": {"warmup_samples": 0, "threads": 1, "ar_reference": "full"},
     }

@@ -136,7 +136,7 @@ def _cell(method: str, hparams: dict, pair: dict) -> dict:
             "spec": spec,
         },
         "pair": pair,
-        "generation": {"max_new_tokens": 10, "temperature": 0.0},
+        "generation": {"max_new_tokens": 10},
         "timing": {"warmup_samples": 0, "threads": 1},
     }
 

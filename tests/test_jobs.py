@@ -53,7 +53,7 @@ def test_the_ar_probe_settings_reach_method_cells_jobs_and_not_the_ar_cells():
 
 def test_what_a_hand_written_job_omits_takes_the_schemas_defaults():
     generation = Generation.parse({"max_new_tokens": 5})
-    assert (generation.temperature, generation.cfg, generation.top_k) == (0.0, 3.0, 0)
+    assert (generation.max_new_tokens, generation.cfg, generation.top_k) == (5, 3.0, 0)
     assert Timing.parse({}) == Timing(
         warmup_samples=2, threads=1, ar_reference="probe", ar_probe_tokens=8
     )
@@ -65,6 +65,8 @@ def test_what_a_hand_written_job_omits_takes_the_schemas_defaults():
     ("parse", "data", "key"),
     [
         (Generation.parse, {"max_new_tokens": 5, "max_new": 3}, "generation"),
+        # the temperature is the method spec's: a job carries it once
+        (Generation.parse, {"max_new_tokens": 5, "temperature": 0.7}, "generation.temperature"),
         (Timing.parse, {"thread": 2}, "timing"),
         (Pair.parse, {"target": "t", "drafts": "d"}, "pair"),
         (Pair.parse, {"draft": "d"}, "pair"),  # a target has no default
@@ -103,3 +105,16 @@ def test_a_stage_names_the_bad_key_of_its_settings_on_the_command_line(tmp_path)
     assert done.returncode == 2
     assert "argument --spec: job key captioner: unknown ['max_tokens']" in done.stderr
     assert not (tmp_path / "c.parquet").exists()
+
+
+def test_a_job_carries_its_temperature_once():
+    """The sweep's `generation.temperature` is what each method spec defaults to; the job
+    carries the spec's value alone (cell.spec.temperature), which the decode reads."""
+    config = base_config(methods={"ar": {}, "sd": {"acceptance": "sampling"}})
+    config["generation"] = {**config.get("generation", {}), "temperature": 0.5}
+    config = mmconfig.validate(config, overrides={})
+    cell = next(c for c in mmcells.cells(config) if not c.spec.is_ar)
+    job = GenerateJob.of_cell(config, cell, dataset_task(config, cell.dataset))
+    text = job.to_json()
+    assert text.count('"temperature"') == 1 and job.spec.temperature == 0.5
+    assert GenerateJob.parse(text) == job

@@ -30,7 +30,7 @@ def _sweep(folder: Path, metric: str) -> dict:
     signs.update(columns={"question": "question", "answer": "answers", "id": "qid"}, metric=metric)
     return {
         "seeds": [0],
-        "generation": {"max_new_tokens": 6, "temperature": 0.0},
+        "generation": {"max_new_tokens": 6},
         "timing": {"warmup_samples": 0, "threads": 1},
         "toy": {"seed": 0, "models": models},
         "datasets": {"signs": signs},

@@ -142,7 +142,7 @@ def _params(method: str, hparams: dict, target, draft, dtype: str) -> dict:
         "cell": {"dataset": "toy_diff", "pair": "p", "method": method, "hp": json.dumps(hparams),
                  "seed": 0, "spec": spec},
         "pair": {"target": str(target), "draft": str(draft), "dtype": dtype},
-        "generation": {"max_new_tokens": MAX_NEW, "temperature": 0.0},
+        "generation": {"max_new_tokens": MAX_NEW},
         "timing": {"warmup_samples": 0, "threads": 1},
     }  # fmt: skip
 

@@ -23,7 +23,7 @@ from workflow_cli import ROOT, job_counts, snakemake_cmd
 PLUGIN = ROOT / "examples" / "plugin"
 SWEEP = {
     "seeds": [0],
-    "generation": {"max_new_tokens": 10, "temperature": 0.0},
+    "generation": {"max_new_tokens": 10},
     "timing": {"warmup_samples": 0, "threads": 1},
     "toy": {
         "seed": 0,

@@ -65,7 +65,7 @@ def cell_inputs(tiny_cell):
             "spec": spec,
         },
         "pair": {"target": str(target), "draft": str(draft), "dtype": "float32"},
-        "generation": {"max_new_tokens": 8, "temperature": 0.0},
+        "generation": {"max_new_tokens": 8},
         "timing": {"warmup_samples": 0, "threads": 1},
     }
     return root, params
@@ -249,7 +249,7 @@ def test_a_damaged_middle_chunk_is_dropped_with_the_chunks_after_it(
 def test_chunks_of_another_job_are_not_reused(cell_inputs, tmp_path, monkeypatch, capsys):
     root, params = cell_inputs
     _interrupt(root, params, tmp_path / "out.parquet", monkeypatch, at_decode=3)
-    changed = {**params, "generation": {"max_new_tokens": 6, "temperature": 0.0}}
+    changed = {**params, "generation": {"max_new_tokens": 6}}
     _run(root, changed, tmp_path / "out.parquet")
     assert "belongs to another run of this job" in capsys.readouterr().err
     assert all(r["n_tokens"] <= 6 for r in pq.read_table(tmp_path / "out.parquet").to_pylist())

@@ -57,7 +57,7 @@ def _params(method: str, target, hp: str, reference: str) -> dict:
         "cell": {"dataset": "toy_caption", "pair": "p", "method": method, "hp": hp, "seed": 0,
                  "spec": spec},
         "pair": {"target": str(target), "draft": str(target), "dtype": "float32"},
-        "generation": {"max_new_tokens": 32, "temperature": 0.0},
+        "generation": {"max_new_tokens": 32},
         "timing": {"warmup_samples": 2, "threads": 1, "ar_reference": reference},
     }  # fmt: skip
 

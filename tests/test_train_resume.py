@@ -24,7 +24,7 @@ def job(tiny_cell):
         "pair": {"target": str(target), "dtype": "float32"},
         "kind": "eagle",
         "training": training,
-        "generation": {"max_new_tokens": 8, "temperature": 0.0},
+        "generation": {"max_new_tokens": 8},
         "seed": 0,
     }
     return params, str(root / "prepared.parquet"), str(root / "target.parquet")

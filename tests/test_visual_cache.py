@@ -63,7 +63,7 @@ def test_generate_never_runs_the_vision_tower(workdir, monkeypatch):
             "spec": spec,
         },
         "pair": {"target": "toy:target", "draft": "toy:draft", "dtype": "float32"},
-        "generation": {"max_new_tokens": 6, "temperature": 0.0},
+        "generation": {"max_new_tokens": 6},
         "timing": {"warmup_samples": 1, "threads": 1},
     }
     generate.run(params, "prepared.parquet", "target.parquet", "draft.parquet", "out.parquet")

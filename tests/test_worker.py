@@ -34,7 +34,7 @@ def _argv(tiny_cell, method: str, out: Path, max_new: int = 8, **hp) -> list[str
     params = {
         "cell": {"dataset": "d", "pair": "p", "method": method, "hp": "h", "seed": 0, "spec": spec},
         "pair": {"target": str(target), "draft": str(draft), "dtype": "float32"},
-        "generation": {"max_new_tokens": max_new, "temperature": 0.0},
+        "generation": {"max_new_tokens": max_new},
         "timing": {"warmup_samples": 1, "threads": 1},
     }
     return [

@@ -127,7 +127,7 @@ def decode(
             "draft": str(results / f"models/toy/{draft}"),
         },
         "task": "answer",
-        "generation": {"max_new_tokens": 96, "temperature": 0.0, "cfg": 3.0, "top_k": 0},
+        "generation": {"max_new_tokens": 96, "cfg": 3.0, "top_k": 0},
         "timing": {"warmup_samples": 0, "threads": threads},
     }
     with tempfile.TemporaryDirectory() as tmp:

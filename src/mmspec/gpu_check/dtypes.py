@@ -80,7 +80,7 @@ def decode_dtype(method: str, hparams: dict, pair: dict, inputs: tuple, max_new:
         {
             "cell": {"dataset": "toy_diff", "pair": "tiny", "method": method, "spec": spec},
             "pair": pair,
-            "generation": {"max_new_tokens": max_new, "temperature": 0.0},
+            "generation": {"max_new_tokens": max_new},
             "timing": {"warmup_samples": 0, "threads": 1},
         }
     )

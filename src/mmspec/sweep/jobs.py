@@ -51,7 +51,7 @@ class GenerateJob:
             spec=cell.spec,
             pair=Pair.parse(config["pairs"][cell.pair]),
             task=task,
-            generation=Generation.parse(config["generation"]),
+            generation=Generation.of_config(config["generation"]),
             timing=timing.of_ar_cell() if cell.spec.is_ar else timing,
         )
 
@@ -119,7 +119,7 @@ class TrainDrafterJob:
             kind=cell.spec.drafter,
             training=cell.spec.head_training(),
             task=task,
-            generation=Generation.parse(config["generation"]),
+            generation=Generation.of_config(config["generation"]),
             seed=config["toy"]["seed"],
         )
 

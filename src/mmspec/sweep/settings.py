@@ -89,13 +89,30 @@ class ImageModels(Settings):
 
 @dataclass(frozen=True)
 class Generation(Settings):
-    """The sweep's generation settings (config key `generation`)."""
+    """The sweep's generation settings a cell's job carries (config key `generation`), but
+    its `temperature`: each method spec holds its own (the section's is what
+    `registry.resolve` defaults it to), so a job carries it once, as `cell.spec.temperature`."""
 
     KEY = "generation"
     max_new_tokens: int
-    temperature: float
     cfg: float
     top_k: int
+
+    SPEC_KEYS = ("temperature",)  # the section's keys its method specs hold
+
+    @classmethod
+    def of_config(cls, section: dict) -> Generation:
+        """The settings of a validated config's `generation` section."""
+        return cls.parse({k: v for k, v in section.items() if k not in cls.SPEC_KEYS})
+
+    @classmethod
+    def parse(cls, data: dict | str):
+        if isinstance(data, dict) and any(key in data for key in cls.SPEC_KEYS):
+            raise ValueError(
+                "job key generation.temperature: a job's temperature is its method spec's "
+                "(cell.spec.temperature), not the generation settings'"
+            )
+        return super().parse(data)
 
 
 @dataclass(frozen=True)

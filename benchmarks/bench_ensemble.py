@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from mmspec.decoding import catalog
+from mmspec.decoding.component import Values
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import ModelDrafter
 from mmspec.decoding.timing import describe_device, pick_device, sync, versions
@@ -89,7 +90,7 @@ def view_prompts(model, tokenizer, n_visual: int) -> dict[str, torch.Tensor]:
     ctx = ViewContext(tokenizer, model.get_input_embeddings(), "<image>", project)
     views = {v: catalog.get("view", v) for v in "MTCP"}
     return {
-        v: view.from_spec(view.defaults()).build(PROMPT, [image], ctx).embeds
+        v: view.from_spec(Values(view.defaults())).build(PROMPT, [image], ctx).embeds
         for v, view in views.items()
     }
 

@@ -13,6 +13,7 @@ from component_parts import part
 from mmspec.decoding.acceptance import lantern
 from mmspec.decoding.acceptance.greedy import accept_greedy
 from mmspec.decoding.acceptance.sampling import accept_sampling
+from mmspec.decoding.component import Values
 from mmspec.decoding.enumeration import outcomes, total_variation
 from mmspec.decoding.proposal import ROOT, Proposal
 from mmspec.decoding.sampler import seeded
@@ -398,10 +399,10 @@ def test_the_release_sibling_mask_is_lossy_at_delta_zero_and_the_default_is_not(
     exact = {(t,): float(target[t]) for t in range(vocab) if target[t] > 0}
     assert total_variation(first_token(_rule_masking(1, 0.0, "merged")), exact) < 1e-9
     assert total_variation(first_token(_rule_masking(1, 0.0, "release")), exact) > 0.05
-    assert lantern.Lantern.lossless_with({"lantern_k": 4, "lantern_delta": 0})
+    assert lantern.Lantern.lossless_with(Values({"lantern_k": 4, "lantern_delta": 0}))
     lossy = {"lantern_k": 4, "lantern_delta": 0, "lantern_sibling_mask": "release"}
-    assert not lantern.Lantern.lossless_with(lossy)
-    assert lantern.Lantern.lossless_with({**lossy, "lantern_k": 0})
+    assert not lantern.Lantern.lossless_with(Values(lossy))
+    assert lantern.Lantern.lossless_with(Values({**lossy, "lantern_k": 0}))
     spec = resolve("lantern_tree", {"lantern_sibling_mask": "release"})
     assert spec.part("acceptance").values["lantern_sibling_mask"] == "release"
     assert resolve("lantern_tree", {}).params["lantern_sibling_mask"] == "merged"

@@ -367,7 +367,8 @@ def test_every_exported_name_is_documented_on_the_api_page():
     assert "row of zeros" in drafter and "float32" in drafter
     assert "`output` is `[first_token]`" in drafter
     assert "`relaxed`, an int" in sections["AcceptanceRule"]
-    assert "whole resolved spec" in sections["Component"]
+    component = sections["Component"]
+    assert "whole resolved values" in component and "spec.of(param)" in component
 
 
 class Undocumented:

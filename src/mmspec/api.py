@@ -36,6 +36,7 @@ from mmspec.decoding.component import (
     Component,
     Param,
     TargetFacts,
+    Values,
     View,
 )
 from mmspec.decoding.decoder import Decoder, Forward
@@ -74,6 +75,7 @@ __all__ = [
     "Component",
     "Param",
     "NUMBER",
+    "Values",
     "TargetFacts",
     "DRAFT_MODEL",
     "TRAINED_HEAD",

@@ -12,6 +12,7 @@ through the entry point group `mmspec.components`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -106,6 +107,76 @@ class Param:
         return f"in {left}{_number(self.low)}, {_number(self.high)}{right}"
 
 
+class Values(Mapping):
+    """A method's values as its components' hooks and constructors receive them, read-only:
+    the choices as typed fields (`method`, `drafter`, `views`, `weights`, `tree`, `acceptance`,
+    `temperature`; None where the method has none, or where resolution has not set it yet) and
+    each hyperparameter by the `Param` that declares it (`of`). It is also a mapping by key,
+    as plugins written for API 2 read it (by `[key]` and `.get(key)`)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Mapping | None = None):
+        # not copied: a view of the resolved values, which nothing changes once resolved
+        self._values = {} if values is None else values
+
+    def of(self, param: Param) -> Any:
+        """The value of `param` (its default where the method does not set it)."""
+        return self._values.get(param.key, param.default)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Values({dict(self._values)!r})"
+
+    @property
+    def method(self) -> str | None:
+        """The registry method it resolved from."""
+        return self._values.get("method")
+
+    @property
+    def drafter(self) -> str | None:
+        """Its drafter's name (`none` for autoregressive decoding)."""
+        return self._values.get("drafter")
+
+    @property
+    def views(self) -> str | None:
+        """The views its drafter drafts from, one letter each (a drafter reading them)."""
+        return self._values.get("views")
+
+    @property
+    def weights(self) -> str | None:
+        """The weight policy of an ensemble of two or more views."""
+        return self._values.get("weights")
+
+    @property
+    def tree(self) -> str | None:
+        """Its tree policy's name (a drafting method)."""
+        return self._values.get("tree")
+
+    @property
+    def acceptance(self) -> str | None:
+        """Its acceptance rule's name (a drafting method)."""
+        return self._values.get("acceptance")
+
+    @property
+    def temperature(self) -> float:
+        """The sampling temperature (0: greedy)."""
+        return float(self._values.get("temperature", 0.0))
+
+
+def values(spec: Mapping) -> Values:
+    """`spec` as hooks receive it (a `Values` passes through)."""
+    return spec if isinstance(spec, Values) else Values(spec)
+
+
 def _number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
@@ -128,30 +199,30 @@ class Component:
         return {p.key: p.default for p in cls.params}
 
     @classmethod
-    def reads(cls, spec: dict) -> tuple[Param, ...]:
+    def reads(cls, spec: Values) -> tuple[Param, ...]:
         """The parameters this component reads in `spec` (some read more in some settings).
-        `spec` is the method's spec as resolution holds it so far, so a key may be missing
-        yet: read it with `spec.get(key, default)`."""
+        `spec` holds the method's values as resolution has them so far, so one may be unset
+        yet: `spec.of(param)` gives its default then, and a choice (`spec.tree`) None."""
         return cls.params
 
     @classmethod
-    def requirements(cls, spec: dict) -> frozenset[str]:
+    def requirements(cls, spec: Values) -> frozenset[str]:
         """What it requires in `spec`'s setting (some require more in some settings); `spec`
         as `check` gets it."""
         return cls.requires
 
     @classmethod
-    def check(cls, spec: dict) -> None:
+    def check(cls, spec: Values) -> None:
         """Raise ValueError (one line, naming the keys) on a combination of values that cannot
-        run, before any job. `spec` is the method's whole resolved spec, a plain dict, not this
-        component's own values: every hyperparameter the method's components read (defaults
-        filled in, each value already checked against its `Param`) and the choices `method`,
-        `drafter` and `temperature`, plus `tree` and `acceptance` when it drafts (`views` and
-        `weights` where its drafter reads them). A rule that verifies chains only reads
-        `spec["tree"]`."""
+        run, before any job. `spec` holds the method's whole resolved values (`Values`), not
+        this component's own alone: every hyperparameter the method's components read
+        (`spec.of(param)`: defaults filled in, each value already checked against its `Param`)
+        and the choices `spec.method`, `spec.drafter` and `spec.temperature`, plus `spec.tree`
+        and `spec.acceptance` when it drafts (`spec.views` and `spec.weights` where its drafter
+        reads them). A rule that verifies chains only reads `spec.tree`."""
 
     @classmethod
-    def check_target(cls, spec: dict, target: TargetFacts) -> None:
+    def check_target(cls, spec: Values, target: TargetFacts) -> None:
         """Raise ValueError when the pair's target cannot serve `spec` (the whole spec, as
         `check` gets it; config validation, before any job: what `target` knows of it)."""
 
@@ -162,9 +233,9 @@ class Component:
         return ()
 
     @classmethod
-    def from_spec(cls, spec: dict) -> Component:
-        """The component built from its own spec, a dict of the values of the params it reads
-        in its method (those `reads` names, by key; a `methods.spec.Part`'s), nothing else.
+    def from_spec(cls, spec: Values) -> Component:
+        """The component built from its own values, those of the params it reads in its method
+        (those `reads` names: `spec.of(param)`; a `methods.spec.Part`'s), nothing else.
         Some kinds take more beside them, as keywords: a weight policy the draft's
         `vocab_size`, a rule the target's `codebook`, a drafter its models (`target`, `draft`,
         `head`), its drafting `temperature` and, over two or more views, their weight
@@ -173,9 +244,11 @@ class Component:
         return cls(**cls.arguments(spec))
 
     @classmethod
-    def arguments(cls, spec: dict) -> dict:
-        """The constructor's keyword arguments from its own spec (by `Param.argument`)."""
-        return {p.argument: spec[p.key] for p in cls.params if p.key in spec}
+    def arguments(cls, spec: Mapping) -> dict:
+        """The constructor's keyword arguments from its own values (by `Param.argument`; a
+        plain mapping by key too, as an API 2 plugin may pass)."""
+        spec = values(spec)
+        return {p.argument: spec.of(p) for p in cls.params if p.key in spec}
 
 
 class View(Component):
@@ -214,8 +287,8 @@ class AcceptanceRule(Component):
     loose: ClassVar[bool] = False  # accepts mismatched draft tokens of a text answer
 
     @classmethod
-    def lossless_with(cls, params: dict) -> bool:
-        """Whether the rule with these hyperparameters preserves the target's distribution (a
+    def lossless_with(cls, params: Values) -> bool:
+        """Whether the rule with these values (the method's) preserves the target's distribution (a
         lossy rule with no room to relax is the lossless rule, draw for draw)."""
         return cls.lossless
 

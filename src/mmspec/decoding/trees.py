@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from mmspec.decoding import catalog, component
-from mmspec.decoding.component import NUMBER, Param
+from mmspec.decoding.component import NUMBER, Param, Values
 from mmspec.decoding.lazy import torch
 from mmspec.decoding.proposal import ROOT, Proposal
 
@@ -40,7 +40,7 @@ class TreePolicy(component.TreePolicy):
     """The protocol every tree policy follows (and declares itself: `decoding.component`)."""
 
     @classmethod
-    def max_depth(cls, spec: dict) -> int | None:
+    def max_depth(cls, spec: Values) -> int | None:
         """How deep its proposals can be (None: it decides as it drafts)."""
         return None
 
@@ -76,6 +76,12 @@ def _top(q: torch.Tensor, k: int) -> tuple[list, list]:
     return top.indices.tolist(), top.values.clamp_min(1e-30).log().tolist()
 
 
+GAMMA = Param("gamma", int, 5, "draft tokens per step", low=1)
+PATHS = Param(
+    "paths", list, None, "the tree as paths of child ranks, e.g. [[0], [1], [0, 0]]", optional=True
+)
+
+
 @catalog.register
 @dataclass
 class ChainPolicy(TreePolicy):
@@ -84,15 +90,15 @@ class ChainPolicy(TreePolicy):
     prompt lookup's end of a match)."""
 
     name = "chain"
-    params = (Param("gamma", int, 5, "draft tokens per step", low=1),)
+    params = (GAMMA,)
     description = "a chain of gamma draft tokens"
     draws = True  # at temperature > 0
 
     gamma: int
 
     @classmethod
-    def max_depth(cls, spec: dict) -> int | None:
-        return spec["gamma"]
+    def max_depth(cls, spec: Values) -> int | None:
+        return spec.of(GAMMA)
 
     def propose(self, drafter, sampler, room: int) -> Proposal:
         q, chain, qs = drafter.root(sampler), Proposal(), []
@@ -123,15 +129,7 @@ class StaticTree(TreePolicy):
     """
 
     name = "static"
-    params = (
-        Param(
-            "paths",
-            list,
-            None,
-            "the tree as paths of child ranks, e.g. [[0], [1], [0, 0]]",
-            optional=True,
-        ),
-    )
+    params = (PATHS,)
     description = "a static tree of paths of child ranks"
 
     paths: list[tuple[int, ...]]
@@ -140,16 +138,16 @@ class StaticTree(TreePolicy):
     ranks: list[int] = field(init=False)
 
     @classmethod
-    def from_spec(cls, spec: dict) -> TreePolicy:
-        return cls([tuple(p) for p in spec["paths"]])
+    def from_spec(cls, spec: Values) -> TreePolicy:
+        return cls([tuple(p) for p in spec.of(PATHS)])
 
     @classmethod
-    def max_depth(cls, spec: dict) -> int | None:
-        return max(len(p) for p in spec["paths"])
+    def max_depth(cls, spec: Values) -> int | None:
+        return max(len(p) for p in spec.of(PATHS))
 
     @classmethod
-    def check(cls, spec: dict) -> None:
-        paths = spec.get("paths")
+    def check(cls, spec: Values) -> None:
+        paths = spec.of(PATHS)
         if not (
             isinstance(paths, list)
             and paths
@@ -216,6 +214,9 @@ class StaticTree(TreePolicy):
         return tree
 
 
+DEPTH = Param("depth", int, 5, "expansion rounds after the root's top_k", low=1)
+
+
 @catalog.register
 @dataclass
 class DynamicTree(TreePolicy):
@@ -227,7 +228,7 @@ class DynamicTree(TreePolicy):
 
     name = "dynamic"
     params = (
-        Param("depth", int, 5, "expansion rounds after the root's top_k", low=1),
+        DEPTH,
         Param("top_k", int, 10, "children per expanded node", low=1),
         Param(
             "total_tokens",
@@ -255,8 +256,8 @@ class DynamicTree(TreePolicy):
     total_tokens: int
 
     @classmethod
-    def max_depth(cls, spec: dict) -> int | None:
-        return spec["depth"] + 1
+    def max_depth(cls, spec: Values) -> int | None:
+        return spec.of(DEPTH) + 1
 
     def propose(self, drafter, sampler, room: int) -> Proposal:
         grown, score = Proposal(), []
@@ -285,6 +286,9 @@ class DynamicTree(TreePolicy):
         return grown.subset(keep)
 
 
+SAGE_D_MAX = Param("sage_d_max", int, 8, "Dmax, the greatest depth", low=1, arg="d_max")
+
+
 @catalog.register
 @dataclass
 class SageTree(TreePolicy):
@@ -305,7 +309,7 @@ class SageTree(TreePolicy):
     name = "sage"
     params = (
         Param("sage_d_min", int, 3, "Dmin, the least depth", low=1, arg="d_min"),
-        Param("sage_d_max", int, 8, "Dmax, the greatest depth", low=1, arg="d_max"),
+        SAGE_D_MAX,
         Param("sage_w_min", int, 2, "Wmin, the least width", low=1, arg="w_min"),
         Param("sage_w_max", int, 10, "Wmax, the greatest width", low=1, arg="w_max"),
         Param("sage_k", int, 10, "the top-k whose entropy gives the confidence", low=1, arg="k"),
@@ -328,8 +332,8 @@ class SageTree(TreePolicy):
     high: float = 3.0
 
     @classmethod
-    def max_depth(cls, spec: dict) -> int | None:
-        return spec.get("sage_d_max")
+    def max_depth(cls, spec: Values) -> int | None:
+        return spec.of(SAGE_D_MAX)
 
     alpha: float | None = field(default=None, init=False)  # None: the first step
     working_d_max: int = field(default=0, init=False)

@@ -14,7 +14,7 @@ import math
 from itertools import combinations
 
 from mmspec.decoding import catalog
-from mmspec.decoding.component import NUMBER, Param, WeightPolicy
+from mmspec.decoding.component import NUMBER, Param, Values, WeightPolicy
 from mmspec.decoding.lazy import torch
 
 EPS = 1e-6
@@ -105,7 +105,7 @@ class Policy(WeightPolicy):
         raise NotImplementedError(f"weight policy {self.name!r} defines no choose")
 
     @classmethod
-    def from_spec(cls, spec: dict, vocab_size: int) -> Policy:
+    def from_spec(cls, spec: Values, vocab_size: int) -> Policy:
         """The policy of its own values; `vocab_size`: the draft's vocabulary."""
         return cls(**cls.arguments(spec))
 
@@ -274,7 +274,7 @@ class AdaBoostWeights(_Adaptive):
         self.vocab_size = vocab_size
 
     @classmethod
-    def from_spec(cls, spec: dict, vocab_size: int) -> Policy:
+    def from_spec(cls, spec: Values, vocab_size: int) -> Policy:
         return cls(**cls.arguments(spec), vocab_size=vocab_size)
 
     def raw(self, history: History) -> torch.Tensor:

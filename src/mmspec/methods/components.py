@@ -8,12 +8,11 @@ rule preserves the target's distribution, which drafters train heads or draft im
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from mmspec.decoding import catalog
-from mmspec.decoding.component import (
-    TRAINED_HEAD,
-    Component,
-    Param,
-)
+from mmspec.decoding.component import TRAINED_HEAD, Component, Param, values
+from mmspec.decoding.drafters.model import VIEWS, WEIGHTS
 from mmspec.decoding.views import parse_views
 
 AR = "none"  # the drafter of autoregressive decoding: no drafter
@@ -31,24 +30,26 @@ def is_self_draft(pair: dict) -> bool:
     return pair.get("draft") == pair["target"]
 
 
-def parts(spec: dict) -> list[type[Component]]:
+def parts(spec: Mapping) -> list[type[Component]]:
     """The component classes of a spec: drafter, its views (and an ensemble's weight policy),
     tree policy, acceptance rule (none for AR)."""
-    if spec["drafter"] == AR:
+    spec = values(spec)
+    if spec.drafter == AR:
         return []
-    drafter = catalog.get("drafter", spec["drafter"])
+    drafter = catalog.get("drafter", spec.drafter)
     found = [drafter]
-    if "views" in (p.key for p in drafter.params):
-        views = parse_views(spec.get("views", "M"))
+    if VIEWS.key in (p.key for p in drafter.params):
+        views = parse_views(spec.of(VIEWS))
         found += [catalog.get("view", v) for v in views]
         if len(views) > 1:
-            found.append(catalog.get("weights", spec.get("weights", "static")))
-    found += [catalog.get("tree", spec["tree"]), catalog.get("acceptance", spec["acceptance"])]
+            found.append(catalog.get("weights", spec.of(WEIGHTS)))
+    found += [catalog.get("tree", spec.tree), catalog.get("acceptance", spec.acceptance)]
     return found
 
 
-def read_params(spec: dict) -> list[Param]:
+def read_params(spec: Mapping) -> list[Param]:
     """The params the spec's components read (each key once), temperature included."""
+    spec = values(spec)
     found = {TEMPERATURE.key: TEMPERATURE}
     for part in parts(spec):
         for param in part.reads(spec):
@@ -56,10 +57,10 @@ def read_params(spec: dict) -> list[Param]:
     return list(found.values())
 
 
-def read_keys(spec: dict) -> frozenset[str]:
+def read_keys(spec: Mapping) -> frozenset[str]:
     """The keys of a resolved spec that its components read (the identity keys included)."""
     keys = set(IDENTITY_KEYS) | {p.key for p in read_params(spec)}
-    if spec["drafter"] != AR:
+    if values(spec).drafter != AR:
         keys |= {"tree", "acceptance"}
     return frozenset(keys)
 
@@ -81,14 +82,14 @@ def _all_params(component: type[Component]) -> set[str]:
     return {p.key for p in component.params}
 
 
-def is_lossless(acceptance: str | None, params: dict | None = None) -> bool:
+def is_lossless(acceptance: str | None, params: Mapping | None = None) -> bool:
     """Whether a spec with this acceptance rule (None: AR) and hyperparameters preserves the
     target's distribution: a lossy rule with no room to relax (LANTERN delta 0 or k 0, LVSpec
     lambda 0 without PST, random relaxation rho 0) is the lossless rule draw for draw
     (tests/test_lantern.py, tests/test_loose.py)."""
     if acceptance is None:
         return True
-    return catalog.get("acceptance", acceptance).lossless_with(params or {})
+    return catalog.get("acceptance", acceptance).lossless_with(values(params or {}))
 
 
 def loose_rules() -> frozenset[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 
 from mmspec.decoding import catalog
+from mmspec.decoding.component import Values
 from mmspec.methods.components import (
     AR,
     TEMPERATURE,
@@ -131,15 +132,16 @@ def resolve(
     # a `lantern_eagle` verifying with `sampling` is exact, and its cell carries no delta; a
     # single view has no ensemble weights: keys no component reads are not part of the cell
     spec = {key: value for key, value in spec.items() if key in read}
-    for param in read_params(spec):
-        problem = param.problem(spec.get(param.key))
+    resolved = Values(spec)
+    for param in read_params(resolved):
+        problem = param.problem(resolved.get(param.key))
         if problem is not None:
             raise ValueError(problem)
-    for part in parts(spec):
-        part.check(spec)
-    if spec["drafter"] != AR and spec["acceptance"] == "greedy" and spec["temperature"] > 0:
+    for part in parts(resolved):
+        part.check(resolved)
+    if resolved.drafter != AR and resolved.acceptance == "greedy" and resolved.temperature > 0:
         raise ValueError(
-            f"acceptance 'greedy' with temperature {spec['temperature']}: greedy acceptance "
+            f"acceptance 'greedy' with temperature {resolved.temperature}: greedy acceptance "
             "decodes the target's argmax; to sample at temperature > 0 use acceptance 'sampling'"
         )
     return MethodSpec.parse(spec)
@@ -218,7 +220,7 @@ def composition(spec: dict) -> str:
 def _own_keys(drafter, spec: dict) -> list[str]:
     """A drafter's own keys (a model drafter also reads its views' and weight policy's)."""
     others = {p.key for part in parts(spec) if part is not drafter for p in part.params}
-    return [p.key for p in drafter.reads(spec) if p.key not in others]
+    return [p.key for p in drafter.reads(Values(spec)) if p.key not in others]
 
 
 def label(entry: str, method: str) -> str:

@@ -11,10 +11,12 @@ tables' `hparams` column, a cell's slug.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mmspec.decoding import catalog
-from mmspec.decoding.component import DRAFT_MODEL, Component, TargetFacts
+from mmspec.decoding.component import DRAFT_MODEL, Component, TargetFacts, Values, values
+from mmspec.decoding.trees import GAMMA
 from mmspec.methods import components
 from mmspec.methods.components import AR, is_lossless, is_self_draft
 from mmspec.plugins import import_closure
@@ -27,7 +29,10 @@ class Part:
 
     kind: str  # "drafter", "view", "weights", "tree" or "acceptance"
     name: str  # the component's name in the catalog
-    values: dict  # the values of the params it reads, by key
+    values: Values  # the values of the params it reads (a mapping given is wrapped)
+
+    def __post_init__(self):
+        object.__setattr__(self, "values", values(self.values))
 
     @property
     def component(self) -> type[Component]:
@@ -40,10 +45,11 @@ class Part:
         return self.component.from_spec(self.values, **context)
 
     @classmethod
-    def of(cls, component: type[Component], spec: dict) -> Part:
+    def of(cls, component: type[Component], spec: Mapping) -> Part:
         """The part of `component` in a resolved spec (the values it reads there)."""
-        values = {p.key: spec[p.key] for p in component.reads(spec) if p.key in spec}
-        return cls(component.kind, component.name, values)
+        spec = values(spec)
+        own = {p.key: spec.of(p) for p in component.reads(spec) if p.key in spec}
+        return cls(component.kind, component.name, Values(own))
 
 
 @dataclass(frozen=True)
@@ -58,27 +64,36 @@ class MethodSpec:
     tree: str | None
     acceptance: str | None
     temperature: float
-    gamma: int | None  # chain length (None for trees and AR)
     params: dict  # every resolved hyperparameter, as `registry.resolve` resolved them
     parts: tuple[Part, ...] = ()  # drafter, views (and weights), tree, rule; none for AR
 
     @classmethod
-    def parse(cls, spec: dict) -> MethodSpec:
+    def parse(cls, spec: Mapping) -> MethodSpec:
         """The typed form of a resolved spec's dict (`to_dict`; not validated again)."""
-        drafted = spec["drafter"] != AR
-        tree = spec.get("tree") if drafted else None
+        resolved = Values(dict(spec))
+        drafted = resolved.drafter != AR
         return cls(
-            method=spec["method"],
-            drafter=spec["drafter"],
-            views=spec.get("views") if drafted else None,
-            weights=spec.get("weights") if drafted else None,
-            tree=tree,
-            acceptance=spec.get("acceptance") if drafted else None,
-            temperature=float(spec["temperature"]),
-            gamma=int(spec["gamma"]) if tree == "chain" else None,
+            method=resolved.method,
+            drafter=resolved.drafter,
+            views=resolved.views if drafted else None,
+            weights=resolved.weights if drafted else None,
+            tree=resolved.tree if drafted else None,
+            acceptance=resolved.acceptance if drafted else None,
+            temperature=resolved.temperature,
             params=dict(spec),
-            parts=tuple(Part.of(c, spec) for c in components.parts(spec)),
+            parts=tuple(Part.of(c, resolved) for c in components.parts(resolved)),
         )
+
+    @property
+    def gamma(self) -> int | None:
+        """The chain's length: its tree part's value (None for other trees and AR)."""
+        tree = self.part("tree")
+        return int(tree.values.of(GAMMA)) if tree is not None and tree.name == "chain" else None
+
+    @property
+    def values(self) -> Values:
+        """Its resolved values as its components' hooks receive them."""
+        return Values(self.params)
 
     def to_dict(self) -> dict:
         """Every resolved hyperparameter by key (a job's JSON, the `hparams` column)."""
@@ -112,7 +127,7 @@ class MethodSpec:
     @property
     def requirements(self) -> frozenset[str]:
         """What its components require (`decoding.component`'s requirement names)."""
-        return frozenset().union(*(p.component.requirements(self.params) for p in self.parts))
+        return frozenset().union(*(p.component.requirements(self.values) for p in self.parts))
 
     def needs(self, requirement: str) -> bool:
         """Whether its components require `requirement` (e.g. component.DRAFT_MODEL)."""
@@ -131,7 +146,7 @@ class MethodSpec:
         """Each component's own checks of the pair's target (`Component.check_target`): a
         ValueError where the target cannot serve the method."""
         for part in self.parts:
-            part.component.check_target(self.params, target)
+            part.component.check_target(self.values, target)
 
     @property
     def lossless(self) -> bool:

@@ -11,7 +11,7 @@ import copy
 
 from torch import nn
 
-from mmspec.api import Decoder, DecoderDrafter, Param
+from mmspec.api import Decoder, DecoderDrafter, Param, Values
 
 
 def first_layers(stack: nn.Module, n: int) -> nn.Module:
@@ -28,19 +28,22 @@ def first_layers(stack: nn.Module, n: int) -> nn.Module:
     return cut
 
 
+EXIT_LAYERS = Param("exit_layers", int, 1, "target layers the draft runs", low=1)
+
+
 class EarlyExitDrafter(DecoderDrafter):
     """The target's first `exit_layers` layers as its draft model (drafting as mmspec's draft
     models do, over the one prompt it is given: the target's own)."""
 
     name = "early_exit"
-    params = (Param("exit_layers", int, 1, "target layers the draft runs", low=1),)
+    params = (EXIT_LAYERS,)
     requires = frozenset()  # nothing but the target
     description = "the target's own first layers (self-speculative early exit)"
     source = "LayerSkip (Elhoushi et al. 2024), without its training"
 
     @classmethod
-    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
-        """`spec`: its own values ({"exit_layers": n}); `target`: the target's `Decoder`."""
-        stack = first_layers(target.stack, int(spec["exit_layers"]))
+    def from_spec(cls, spec: Values, *, target, draft=None, head=None, temperature: float = 0.0):
+        """`spec`: its own values (`exit_layers`); `target`: the target's `Decoder`."""
+        stack = first_layers(target.stack, int(spec.of(EXIT_LAYERS)))
         decoder = Decoder(target.model, parts=(stack, target.lm_head, target.embed))
         return cls(decoder, temperature)

@@ -9,7 +9,7 @@ target's distribution exactly (`mmspec verify-lossless` enumerates it). Chains o
 
 from __future__ import annotations
 
-from mmspec.api import AcceptanceRule, distribution
+from mmspec.api import AcceptanceRule, Values, distribution
 
 
 def accept_leviathan(proposal, logits, temperature, sampler):
@@ -39,6 +39,6 @@ class Leviathan(AcceptanceRule):
     judge = staticmethod(accept_leviathan)
 
     @classmethod
-    def check(cls, spec: dict) -> None:
-        if spec.get("tree") != "chain":
-            raise ValueError(f"acceptance 'leviathan' verifies chains, not tree {spec['tree']!r}")
+    def check(cls, spec: Values) -> None:
+        if spec.tree != "chain":
+            raise ValueError(f"acceptance 'leviathan' verifies chains, not tree {spec.tree!r}")

@@ -17,37 +17,35 @@ from __future__ import annotations
 
 import torch
 
-from mmspec.api import Drafter, Param
+from mmspec.api import Drafter, Param, Values
 from mmspec_example.ngram import NgramIndex
 
 BARRIER = -1  # a visual position in the n-gram index
+MAX_NGRAM = Param("max_ngram", int, 3, "the longest n-gram it looks up", low=1)
+MIN_NGRAM = Param("min_ngram", int, 1, "the shortest n-gram it looks up", low=1)
 
 
 class PromptLookupDrafter(Drafter):
     """Copies the continuation of the generation's last n-gram from earlier in it."""
 
     name = "prompt_lookup"
-    params = (
-        Param("max_ngram", int, 3, "the longest n-gram it looks up", low=1),
-        Param("min_ngram", int, 1, "the shortest n-gram it looks up", low=1),
-    )
+    params = (MAX_NGRAM, MIN_NGRAM)
     requires = frozenset()  # nothing but the target: no draft model, views or trained head
     reads_tokens = True
     description = "copies what followed the last n-gram's earlier occurrence (no model)"
     source = "prompt lookup decoding (Saxena 2023); transformers' default max n-gram 3"
 
     @classmethod
-    def check(cls, spec: dict) -> None:
-        if spec["min_ngram"] > spec["max_ngram"]:
-            raise ValueError(
-                f"min_ngram={spec['min_ngram']} must not exceed max_ngram={spec['max_ngram']}"
-            )
-        if spec.get("tree") != "chain":
+    def check(cls, spec: Values) -> None:
+        low, high = spec.of(MIN_NGRAM), spec.of(MAX_NGRAM)
+        if low > high:
+            raise ValueError(f"min_ngram={low} must not exceed max_ngram={high}")
+        if spec.tree != "chain":
             raise ValueError("drafter 'prompt_lookup' copies one continuation (tree: chain)")
 
     @classmethod
-    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
-        return cls(int(spec["min_ngram"]), int(spec["max_ngram"]), temperature)
+    def from_spec(cls, spec: Values, *, target, draft=None, head=None, temperature: float = 0.0):
+        return cls(int(spec.of(MIN_NGRAM)), int(spec.of(MAX_NGRAM)), temperature)
 
     def __init__(self, min_ngram: int, max_ngram: int, temperature: float):
         super().__init__(temperature)

@@ -52,7 +52,7 @@ from itertools import takewhile
 from mmspec.decoding import catalog
 from mmspec.decoding.acceptance.rule import Rule
 from mmspec.decoding.acceptance.sampling import _accept_point_masses, _residual
-from mmspec.decoding.component import CODEBOOK, NUMBER, Param, TargetFacts
+from mmspec.decoding.component import CODEBOOK, NUMBER, Param, TargetFacts, Values
 from mmspec.decoding.lazy import torch
 from mmspec.decoding.probability import distribution
 from mmspec.decoding.proposal import ROOT, Proposal
@@ -300,6 +300,36 @@ def _drawn_chain(proposal: Proposal, p_rows: torch.Tensor, sampler, relax: _Rela
     return list(range(k)), sampler.categorical(residual), relaxed
 
 
+K = Param(
+    "lantern_k",
+    int,
+    1000,
+    "latent neighbours of a code",
+    low=0,
+    hint="0: no neighbours, lossless",
+)
+
+DELTA = Param(
+    "lantern_delta",
+    NUMBER,
+    0.1,
+    "the bound on the divergence",
+    low=0,
+    high=1,
+    meaning="bounds a divergence (TVD, or JSD in bits)",
+)
+
+PROXIMITY = Param("proximity", str, "l2", "how neighbours are found", choices=PROXIMITIES)
+
+SIBLING_MASK = Param(
+    "lantern_sibling_mask",
+    str,
+    "merged",
+    "what a rejected point-mass candidate removes before its next sibling",
+    choices=SIBLING_MASKS,
+)
+
+
 @catalog.register
 class Lantern(Rule):
     """LANTERN's relaxed acceptance over the target's VQ codebook (decoding.acceptance.lantern).
@@ -312,32 +342,11 @@ class Lantern(Rule):
 
     name = "lantern"
     params = (
-        Param(
-            "lantern_k",
-            int,
-            1000,
-            "latent neighbours of a code",
-            low=0,
-            hint="0: no neighbours, lossless",
-        ),
-        Param(
-            "lantern_delta",
-            NUMBER,
-            0.1,
-            "the bound on the divergence",
-            low=0,
-            high=1,
-            meaning="bounds a divergence (TVD, or JSD in bits)",
-        ),
-        Param("proximity", str, "l2", "how neighbours are found", choices=PROXIMITIES),
+        K,
+        DELTA,
+        PROXIMITY,
         Param("divergence", str, "tvd", "what delta bounds", choices=DIVERGENCES),
-        Param(
-            "lantern_sibling_mask",
-            str,
-            "merged",
-            "what a rejected point-mass candidate removes before its next sibling",
-            choices=SIBLING_MASKS,
-        ),
+        SIBLING_MASK,
     )
     requires = frozenset({CODEBOOK})
     source = (
@@ -347,23 +356,22 @@ class Lantern(Rule):
     judge = staticmethod(accept_lantern)
 
     @classmethod
-    def lossless_with(cls, params: dict) -> bool:
-        if params.get("lantern_k") == 0:
+    def lossless_with(cls, params: Values) -> bool:
+        if params.of(K) == 0:
             return True
         # the release's sibling mask removes mass at delta 0 too (zero-mass neighbours merge)
-        merged = params.get("lantern_sibling_mask", "merged") == "merged"
-        return params.get("lantern_delta") == 0 and merged
+        return params.of(DELTA) == 0 and params.of(SIBLING_MASK) == "merged"
 
     @classmethod
-    def check_target(cls, spec: dict, target: TargetFacts) -> None:
-        if target.codes is not None and spec["lantern_k"] >= target.codes:
+    def check_target(cls, spec: Values, target: TargetFacts) -> None:
+        if target.codes is not None and spec.of(K) >= target.codes:
             raise ValueError(
-                f"lantern_k {spec['lantern_k']} must be below the {target.codes} codes of "
+                f"lantern_k {spec.of(K)} must be below the {target.codes} codes of "
                 f"{target.ref!r}'s codebook (k counts a code's neighbours besides itself)"
             )
 
     @classmethod
-    def from_spec(cls, spec: dict, codebook=None) -> Rule:
+    def from_spec(cls, spec: Values, codebook=None) -> Rule:
         if codebook is None:
             raise ValueError(
                 f"acceptance {cls.name!r} relaxes over the target's VQ codebook, and this target "
@@ -371,8 +379,7 @@ class Lantern(Rule):
             )
         rule = super().from_spec(spec)
         vectors, offset = codebook
-        spare = 1 if rule.params["lantern_sibling_mask"] == "release" else 0  # k + 1 masked
-        rule.params["neighbours"] = Neighbours(
-            vectors, offset, rule.params["lantern_k"], rule.params["proximity"], spare=spare
-        )
+        spare = 1 if spec.of(SIBLING_MASK) == "release" else 0  # k + 1 masked
+        neighbours = Neighbours(vectors, offset, spec.of(K), spec.of(PROXIMITY), spare=spare)
+        rule.params = {**rule.params, "neighbours": neighbours}
         return rule

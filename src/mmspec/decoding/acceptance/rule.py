@@ -3,7 +3,7 @@ its method's hyperparameters, whose `judge` function decides each proposal."""
 
 from __future__ import annotations
 
-from mmspec.decoding.component import HIDDEN_STATES, AcceptanceRule
+from mmspec.decoding.component import HIDDEN_STATES, AcceptanceRule, Values
 
 
 class Rule(AcceptanceRule):
@@ -13,7 +13,7 @@ class Rule(AcceptanceRule):
         self.params = params  # its own values by key, passed to `judge` as keywords
 
     @classmethod
-    def from_spec(cls, spec: dict, codebook=None) -> Rule:
+    def from_spec(cls, spec: Values, codebook=None) -> Rule:
         """The rule holding its own values (`spec`); `codebook`: the target's VQ codebook
         (read by rules that relax over it: LANTERN; None where the target has none)."""
         return cls(**spec)

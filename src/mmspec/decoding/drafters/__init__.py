@@ -46,6 +46,7 @@ training loop (`training.heads`) and the stages stay as they are.
 from __future__ import annotations
 
 from mmspec.decoding import component
+from mmspec.decoding.component import Values
 from mmspec.decoding.lazy import torch
 
 
@@ -64,7 +65,7 @@ class Drafter(component.Drafter):
         self.forward_s = 0.0  # their time in seconds (T_q)
 
     @classmethod
-    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+    def from_spec(cls, spec: Values, *, target, draft=None, head=None, temperature: float = 0.0):
         """The drafter, built once per job (before any generation) from its own spec, the
         values of the params it reads (nothing else), and: `target` the target's `Decoder`
         (model, `stack`, `lm_head`, `embed`, `head_logits`; image generation: a

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from mmspec.decoding import catalog
-from mmspec.decoding.component import DRAFT_MODEL, Param
+from mmspec.decoding.component import DRAFT_MODEL, Param, Values
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import Drafter, tree_feed
 from mmspec.decoding.guidance import GuidedDecoder
@@ -137,7 +137,7 @@ class ModelDrafter(DecoderDrafter):
     weight policy come with it. Declare your own parameters beside its own, `params =
     (*ModelDrafter.params, Param("confidence", float, 0.5, "..."))` (`reads` returns them with
     the views'), and build in `from_spec` by calling this one and setting what is yours:
-    `drafter = super().from_spec(spec, **context); drafter.confidence = spec["confidence"]`.
+    `drafter = super().from_spec(spec, **context); drafter.confidence = spec.of(CONFIDENCE)`.
     It requires `DRAFT_MODEL`; a view's own requirements (view M's `DRAFT_VISUAL`, the draft's
     visual cache) come with the views chosen. A drafter with no views (over a model of its own,
     or the target's layers) subclasses `DecoderDrafter` instead and gets the target's prompt."""
@@ -149,28 +149,28 @@ class ModelDrafter(DecoderDrafter):
     description = "a draft model sharing the target's tokenizer, over one view or an ensemble"
 
     @classmethod
-    def reads(cls, spec: dict) -> tuple[Param, ...]:
+    def reads(cls, spec: Values) -> tuple[Param, ...]:
         """Its views, each view's parameters, and for an ensemble its weight policy's; a
         subclass's own parameters too."""
-        letters = parse_views(spec.get("views", VIEWS.default))
+        letters = parse_views(spec.of(VIEWS))
         own = [p for p in cls.params if p not in (VIEWS, WEIGHTS)]
         read = [*own, VIEWS, *(p for v in letters for p in catalog.get("view", v).params)]
         if len(letters) > 1:
-            read += [WEIGHTS, *catalog.get("weights", spec.get("weights", "static")).params]
+            read += [WEIGHTS, *catalog.get("weights", spec.of(WEIGHTS)).params]
         return tuple(dict.fromkeys(read))
 
     @classmethod
-    def check(cls, spec: dict) -> None:
-        views = spec.get("views", VIEWS.default)
+    def check(cls, spec: Values) -> None:
+        views = spec.of(VIEWS)
         known = "".join(catalog.components("view"))
         if not views or set(views) - set(known) or len(set(views)) != len(views):
             raise ValueError(f"views={views!r}: one or more distinct letters of {known}")
-        catalog.get("weights", spec.get("weights", "static"))
+        catalog.get("weights", spec.of(WEIGHTS))
 
     @classmethod
     def from_spec(
         cls,
-        spec: dict,
+        spec: Values,
         *,
         target,
         draft=None,

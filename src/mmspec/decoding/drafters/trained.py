@@ -5,9 +5,10 @@ names its network and its loss."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import ClassVar
 
-from mmspec.decoding.component import NUMBER, TRAINED_HEAD, Param
+from mmspec.decoding.component import NUMBER, TRAINED_HEAD, Param, Values, values
 from mmspec.decoding.drafters import Drafter
 
 # How every head trains (stage train_drafter), so that a changed value retrains that head only.
@@ -30,6 +31,8 @@ HEAD_NOISE = Param(
     low=0,
     meaning="is a noise width",
 )
+# The decoder blocks of a head whose kind does not fix them (`HeadDrafter.blocks`: EAGLE's)
+HEAD_LAYERS = Param("head_layers", int, 1, "decoder layers", low=1)
 
 
 class HeadDrafter(Drafter):
@@ -65,16 +68,17 @@ class HeadDrafter(Drafter):
         return _load(cls.loss_class)(training)
 
     @classmethod
-    def network_options(cls, spec: dict) -> dict:
+    def network_options(cls, spec: Values) -> dict:
         """What its network's config takes besides the target's sizes."""
         return {}
 
     @classmethod
-    def network_config(cls, target_config, spec: dict, target: str):
+    def network_config(cls, target_config, spec: Mapping, target: str):
         """The config of a new network for a target (`spec`: its training hyperparameters)."""
         from mmspec.decoding.drafters.eagle.net import head_config
 
-        layers = int(spec.get("head_layers", 1)) if cls.blocks is None else cls.blocks
+        spec = values(spec)
+        layers = int(spec.of(HEAD_LAYERS)) if cls.blocks is None else cls.blocks
         return head_config(
             target_config,
             layers,
@@ -86,20 +90,20 @@ class HeadDrafter(Drafter):
         )
 
     @classmethod
-    def new_network(cls, target_config, spec: dict, target: str):
+    def new_network(cls, target_config, spec: Mapping, target: str):
         """A new, randomly initialised network of this kind for a target."""
         return cls.network()(cls.network_config(target_config, spec, target))
 
     @classmethod
-    def random_network(cls, target_config, spec: dict, target: str):
+    def random_network(cls, target_config, spec: Mapping, target: str):
         """A random network whose every part takes part in drafting (`mmspec verify-lossless`
         checks drafting with it exactly, untrained): by default a new one."""
         return cls.new_network(target_config, spec, target)
 
     @classmethod
-    def trained_with(cls, spec: dict) -> dict:
+    def trained_with(cls, spec: Mapping) -> dict:
         """The training hyperparameters a network's config records."""
-        return {k: spec[k] for k in cls.training if k in spec}
+        return {key: value for key, value in spec.items() if key in cls.training}
 
 
 def _load(path: str):

@@ -32,16 +32,63 @@ the intermediate-feature loss supervises; `dream_loss` weighs the losses as the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from mmspec.decoding import catalog
-from mmspec.decoding.component import NUMBER, TARGET_ATTENTION, Param
+from mmspec.decoding.component import NUMBER, TARGET_ATTENTION, Param, Values
 from mmspec.decoding.drafters.eagle.drafter import EagleDrafter
 from mmspec.decoding.drafters.trained import HEAD_NOISE, HEAD_TRAINING
 from mmspec.decoding.lazy import inference_mode, torch
 
 if TYPE_CHECKING:
     from mmspec.decoding.drafters.dream.net import DreamHead
+
+
+CROSS = Param("dream_cross", bool, True, "the cross-attention block")
+
+INTERMEDIATE = Param(
+    "dream_intermediate",
+    str,
+    "entropy",
+    "which target layer gives the intermediate feature",
+    choices=("entropy", "fixed", "none"),
+)
+
+FIXED_DEPTH = Param(
+    "dream_fixed_depth",
+    NUMBER,
+    0.5,
+    "share of the target's depth at which the fixed intermediate layer lies "
+    "(`dream_intermediate: fixed`; Section 4.2's Static-25%, -50% and -75%): "
+    "hidden_states[floor(share x layers)]",
+    low=0,
+    high=1,
+    low_open=True,
+    high_open=True,
+    meaning="is a share of the target's depth",
+)
+
+LOSS = Param(
+    "dream_loss",
+    str,
+    "release",
+    "loss weighting: the release's (0.2 x feature and 1.0 x intermediate SmoothL1 over "
+    "all padded positions, 1.0 x the KL averaged over the vocabulary) or the paper's "
+    "(0.2, 0.2, 1.0 over the answer positions, the KL summed over the vocabulary)",
+    choices=("release", "paper"),
+)
+
+VTC = Param(
+    "dream_vtc",
+    NUMBER,
+    0.75,
+    "share of visual tokens kept in the cross-attention memory",
+    low=0,
+    high=1,
+    low_open=True,
+    meaning="is the share of visual tokens kept",
+)
 
 
 @catalog.register
@@ -60,46 +107,11 @@ class DreamDrafter(EagleDrafter):
     params = (
         *HEAD_TRAINING,
         HEAD_NOISE,
-        Param("dream_cross", bool, True, "the cross-attention block"),
-        Param(
-            "dream_intermediate",
-            str,
-            "entropy",
-            "which target layer gives the intermediate feature",
-            choices=("entropy", "fixed", "none"),
-        ),
-        Param(
-            "dream_fixed_depth",
-            NUMBER,
-            0.5,
-            "share of the target's depth at which the fixed intermediate layer lies "
-            "(`dream_intermediate: fixed`; Section 4.2's Static-25%, -50% and -75%): "
-            "hidden_states[floor(share x layers)]",
-            low=0,
-            high=1,
-            low_open=True,
-            high_open=True,
-            meaning="is a share of the target's depth",
-        ),
-        Param(
-            "dream_loss",
-            str,
-            "release",
-            "loss weighting: the release's (0.2 x feature and 1.0 x intermediate SmoothL1 over "
-            "all padded positions, 1.0 x the KL averaged over the vocabulary) or the paper's "
-            "(0.2, 0.2, 1.0 over the answer positions, the KL summed over the vocabulary)",
-            choices=("release", "paper"),
-        ),
-        Param(
-            "dream_vtc",
-            NUMBER,
-            0.75,
-            "share of visual tokens kept in the cross-attention memory",
-            low=0,
-            high=1,
-            low_open=True,
-            meaning="is the share of visual tokens kept",
-        ),
+        CROSS,
+        INTERMEDIATE,
+        FIXED_DEPTH,
+        LOSS,
+        VTC,
     )
     training = (
         *(p.key for p in HEAD_TRAINING),
@@ -119,16 +131,16 @@ class DreamDrafter(EagleDrafter):
     )
 
     @classmethod
-    def reads(cls, spec: dict) -> tuple[Param, ...]:
+    def reads(cls, spec: Values) -> tuple[Param, ...]:
         """The fixed layer's depth only where the intermediate layer is fixed."""
-        if spec.get("dream_intermediate") == "fixed":
+        if spec.of(INTERMEDIATE) == "fixed":
             return cls.params
-        return tuple(p for p in cls.params if p.key != "dream_fixed_depth")
+        return tuple(p for p in cls.params if p is not FIXED_DEPTH)
 
     @classmethod
-    def requirements(cls, spec: dict) -> frozenset[str]:
+    def requirements(cls, spec: Values) -> frozenset[str]:
         """Compressing the visual tokens ranks them by the target's attention at prefill."""
-        if spec.get("dream_vtc", cls.defaults()["dream_vtc"]) < 1:
+        if spec.of(VTC) < 1:
             return cls.requires | {TARGET_ATTENTION}
         return cls.requires
 
@@ -138,15 +150,15 @@ class DreamDrafter(EagleDrafter):
     loss_class = "mmspec.decoding.drafters.dream.loss:DreamLoss"
 
     @classmethod
-    def network_options(cls, spec: dict) -> dict:
-        return {"cross": bool(spec.get("dream_cross", True))}
+    def network_options(cls, spec: Values) -> dict:
+        return {"cross": bool(spec.of(CROSS))}
 
     @classmethod
-    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
-        return cls(head, target, temperature, float(spec["dream_vtc"]))
+    def from_spec(cls, spec: Values, *, target, draft=None, head=None, temperature: float = 0.0):
+        return cls(head, target, temperature, float(spec.of(VTC)))
 
     @classmethod
-    def random_network(cls, target_config, spec: dict, target: str):
+    def random_network(cls, target_config, spec: Mapping, target: str):
         """Its gates open (a new head's are closed: the cross-attention would not take part)."""
         head = cls.new_network(target_config, spec, target)
         with torch.no_grad():

@@ -20,10 +20,10 @@ import time
 from typing import TYPE_CHECKING
 
 from mmspec.decoding import catalog
-from mmspec.decoding.component import Param
+from mmspec.decoding.component import Values
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters import tree_feed
-from mmspec.decoding.drafters.trained import HEAD_NOISE, HEAD_TRAINING, HeadDrafter
+from mmspec.decoding.drafters.trained import HEAD_LAYERS, HEAD_NOISE, HEAD_TRAINING, HeadDrafter
 from mmspec.decoding.guidance import GuidedDecoder
 from mmspec.decoding.lazy import inference_mode, torch
 from mmspec.decoding.probability import distribution
@@ -47,7 +47,7 @@ class EagleDrafter(HeadDrafter):
     """
 
     name = "eagle"
-    params = (*HEAD_TRAINING, HEAD_NOISE, Param("head_layers", int, 1, "decoder layers", low=1))
+    params = (*HEAD_TRAINING, HEAD_NOISE, HEAD_LAYERS)
     training = tuple(p.key for p in params)
     drafts_images = True
     network_class = "mmspec.decoding.drafters.eagle.net:EagleHead"
@@ -56,7 +56,7 @@ class EagleDrafter(HeadDrafter):
     source = "EAGLE's release, train/main.py (lr 3e-5, batch 4, noise 0.2)"
 
     @classmethod
-    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+    def from_spec(cls, spec: Values, *, target, draft=None, head=None, temperature: float = 0.0):
         return cls(head, target, temperature)
 
     def __init__(self, head: EagleHead, target: Decoder | GuidedDecoder, temperature: float):

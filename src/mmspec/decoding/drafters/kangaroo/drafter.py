@@ -16,10 +16,11 @@ decoder layers are Llama's take the adapter (LLaVA's Vicuna, the toy models).
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from mmspec.decoding import catalog
-from mmspec.decoding.component import NUMBER, Param, TargetFacts
+from mmspec.decoding.component import NUMBER, Param, TargetFacts, Values, values
 from mmspec.decoding.decoder import Decoder
 from mmspec.decoding.drafters.model import DecoderDrafter
 from mmspec.decoding.drafters.trained import HEAD_TRAINING, HeadDrafter
@@ -81,15 +82,16 @@ class KangarooDrafter(HeadDrafter, DecoderDrafter):
     source = "Kangaroo's release for 7B models (2 layers, exit 0.6, at most 6 tokens)"
 
     @classmethod
-    def reads(cls, spec: dict) -> tuple[Param, ...]:
+    def reads(cls, spec: Values) -> tuple[Param, ...]:
         """Its early exit stops a chain; other trees do not read it."""
-        return cls.params if spec.get("tree") == "chain" else cls.params[:-1]
+        return cls.params if spec.tree == "chain" else cls.params[:-1]
 
     @classmethod
-    def check_target(cls, spec: dict, target: TargetFacts) -> None:
-        if target.layers is not None and not spec["kangaroo_layers"] < target.layers:
+    def check_target(cls, spec: Values, target: TargetFacts) -> None:
+        layers = spec.of(LAYERS)
+        if target.layers is not None and not layers < target.layers:
             raise ValueError(
-                f"kangaroo_layers={spec['kangaroo_layers']} must be below the {target.layers} "
+                f"kangaroo_layers={layers} must be below the {target.layers} "
                 f"layers of target {target.ref!r} (the draft runs its first layers, then the "
                 "adapter)"
             )
@@ -100,20 +102,20 @@ class KangarooDrafter(HeadDrafter, DecoderDrafter):
     loss_class = "mmspec.decoding.drafters.kangaroo.loss:AdapterLoss"
 
     @classmethod
-    def network_options(cls, spec: dict) -> dict:
-        return {"exit_layer": int(spec["kangaroo_layers"])}
+    def network_options(cls, spec: Values) -> dict:
+        return {"exit_layer": int(spec.of(LAYERS))}
 
     @classmethod
-    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+    def from_spec(cls, spec: Values, *, target, draft=None, head=None, temperature: float = 0.0):
         # read on chains only (`reads`): other trees expand every level they grow, so a spec
         # without it exits never (0), not at the chain's default
-        return cls(head, target, temperature, float(spec.get("kangaroo_exit", 0.0)))
+        return cls(head, target, temperature, float(spec.of(EXIT)) if EXIT.key in spec else 0.0)
 
     @classmethod
-    def random_network(cls, target_config, spec: dict, target: str):
+    def random_network(cls, target_config, spec: Mapping, target: str):
         """Its exit layer inside the target (a tiny one may have fewer layers than the default)."""
         text = getattr(target_config, "text_config", None) or target_config
-        exit_layer = min(spec.get("kangaroo_layers", LAYERS.default), text.num_hidden_layers - 1)
+        exit_layer = min(values(spec).of(LAYERS), text.num_hidden_layers - 1)
         return cls.new_network(target_config, {**spec, "kangaroo_layers": exit_layer}, target)
 
     def __init__(

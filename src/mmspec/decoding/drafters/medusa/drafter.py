@@ -19,10 +19,11 @@ evaluate on Medusa's 63-node tree `mc_sim_7b_63` (`MEDUSA_TREE`).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from mmspec.decoding import catalog
-from mmspec.decoding.component import NUMBER, Param
+from mmspec.decoding.component import NUMBER, Param, Values
 from mmspec.decoding.drafters.trained import HEAD_TRAINING, HeadDrafter
 from mmspec.decoding.lazy import torch
 from mmspec.decoding.probability import distribution
@@ -128,15 +129,15 @@ class MedusaDrafter(MultiHeadDrafter):
     loss_class = "mmspec.decoding.drafters.medusa.loss:MedusaLoss"
 
     @classmethod
-    def network_options(cls, spec: dict) -> dict:
-        return {"heads": int(spec["medusa_heads"]), "sequential": cls.sequential}
+    def network_options(cls, spec: Values) -> dict:
+        return {"heads": int(spec.of(HEADS)), "sequential": cls.sequential}
 
     @classmethod
-    def from_spec(cls, spec: dict, *, target, draft=None, head=None, temperature: float = 0.0):
+    def from_spec(cls, spec: Values, *, target, draft=None, head=None, temperature: float = 0.0):
         return cls(head, target, temperature)
 
     @classmethod
-    def random_network(cls, target_config, spec: dict, target: str):
+    def random_network(cls, target_config, spec: Mapping, target: str):
         """Its heads' weights random (a new head's are zero: every head would read out f_t)."""
         head = cls.new_network(target_config, spec, target)
         with torch.no_grad():
@@ -146,12 +147,13 @@ class MedusaDrafter(MultiHeadDrafter):
         return head
 
     @classmethod
-    def check(cls, spec: dict) -> None:
-        depth = catalog.get("tree", spec["tree"]).max_depth(spec)
-        if depth is not None and depth > spec["medusa_heads"]:
+    def check(cls, spec: Values) -> None:
+        depth = catalog.get("tree", spec.tree).max_depth(spec)
+        heads = spec.of(HEADS)
+        if depth is not None and depth > heads:
             raise ValueError(
-                f"a {cls.name} head drafts at most medusa_heads={spec['medusa_heads']} tokens "
-                f"deep, and tree {spec['tree']!r} drafts {depth}"
+                f"a {cls.name} head drafts at most medusa_heads={heads} tokens deep, and tree "
+                f"{spec.tree!r} drafts {depth}"
             )
 
 

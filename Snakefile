@@ -34,7 +34,7 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        SWEEP_OUTPUTS,
+        SWEEP.outputs,
         search_outputs,
 
 
@@ -42,10 +42,10 @@ rule all:
 # runs none of this.
 onstart:
     gpus.unshare_for_cluster(workflow.local_exec)
-    refuse_unreachable_judge(workflow.local_exec)
-    refuse_unfetched(workflow.local_exec)
-    batches.write_specs(BATCHES)
-    search_rounds.write_sweep(CONFIG, ROUNDS.runs)
+    try:
+        SWEEP.before_jobs(workflow.local_exec, [str(f) for f in workflow.configfiles])
+    except ValueError as error:
+        raise WorkflowError(error)
 
 
 onsuccess:

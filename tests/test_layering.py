@@ -30,6 +30,8 @@ TOP_LAYERS = {
     # (their declarations are read from the source: `commands`)
     "the workflow's stages": (("stages",), (*COMMANDS, "stages")),
     "the toy world": (("toy",), (*COMMANDS, "toy")),
+    # what the Snakefile's rules read: the Snakefile alone imports it
+    "the workflow's DAG": (("dag",), ("dag",)),
 }
 # the decoding engine, and the only modules it imports
 ENGINE = "decoding"

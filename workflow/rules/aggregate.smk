@@ -21,7 +21,7 @@ rule aggregate:
     threads: 1
     params:
         # a function: Snakemake would read the braces of a JSON string as wildcards
-        sweep=lambda w: json.dumps(CONFIG, sort_keys=True),
+        sweep=lambda w: SWEEP.sweep_json(),
         code=fingerprint("aggregate"),
     shell:
         "mmspec aggregate --out {output.cells} --blocks {output.blocks}"

@@ -1,7 +1,7 @@
 rule cache_visual:
     input:
         prepared="results/prepared/{dataset}.parquet",
-        model=lambda w: model_output(MODELS[w.model][0]),
+        model=lambda w: SWEEP.model_output(SWEEP.models[w.model][0]),
     output:
         "results/visual/{model}/{dataset}.parquet",
     log:
@@ -16,12 +16,12 @@ rule cache_visual:
     threads: 1
     resources:
         gpu=GPU_JOB,
-        mem_mb=lambda w: model_memory(w).host_mb,
-        gpu_mem_mb=lambda w: model_memory(w).gpu_mb,
+        mem_mb=lambda w: SWEEP.model_memory(w.model).host_mb,
+        gpu_mem_mb=lambda w: SWEEP.model_memory(w.model).gpu_mb,
     params:
-        ref=lambda w: MODELS[w.model][0],
-        dtype=lambda w: MODELS[w.model][1],
-        code=lambda w: model_code("cache_visual", [MODELS[w.model][0]]),
+        ref=lambda w: SWEEP.models[w.model][0],
+        dtype=lambda w: SWEEP.models[w.model][1],
+        code=lambda w: SWEEP.model_code("cache_visual", [SWEEP.models[w.model][0]]),
     shell:
         "mmspec cache_visual --model {params.ref:q} --dtype {params.dtype}"
         " --prepared {input.prepared} --threads {threads} --out {output} 2> {log}"

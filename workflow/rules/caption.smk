@@ -1,7 +1,7 @@
 rule caption:
     input:
         prepared="results/prepared/{dataset}.parquet",
-        model=lambda w: model_output(CAPTIONER["model"]),
+        model=lambda w: SWEEP.model_output(SWEEP.captioner["model"]),
     output:
         "results/captions/{model}/{dataset}.parquet",
     log:
@@ -14,11 +14,11 @@ rule caption:
     threads: 1
     resources:
         gpu=GPU_JOB,
-        mem_mb=lambda w: captioner_memory(w).host_mb,
-        gpu_mem_mb=lambda w: captioner_memory(w).gpu_mb,
+        mem_mb=lambda w: SWEEP.captioner_memory().host_mb,
+        gpu_mem_mb=lambda w: SWEEP.captioner_memory().gpu_mb,
     params:
-        spec=lambda w: Captioner.parse(CAPTIONER).to_json(),
-        code=lambda w: model_code("caption", [CAPTIONER["model"]]),
+        spec=lambda w: SWEEP.captioner_spec(),
+        code=lambda w: SWEEP.model_code("caption", [SWEEP.captioner["model"]]),
     shell:
         "mmspec caption --spec {params.spec:q} --prepared {input.prepared}"
         " --threads {threads} --out {output} 2> {log}"

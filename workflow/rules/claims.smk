@@ -5,7 +5,7 @@
 rule claims:
     input:
         cells="results/summary/cells.parquet",
-        claims=CLAIMS_FILES,
+        claims=SWEEP.claims_files,
     output:
         "results/summary/claims.parquet",
     log:

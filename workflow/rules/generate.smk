@@ -9,7 +9,7 @@ rule generate:
     log:
         "logs/batches/generate/{batch}.log",
     group:
-        batch_group
+        lambda w: SWEEP.batch("generate", w.batch).group
     conda:
         "../../envs/mmspec.yaml"
     threads: CONFIG["timing"]["threads"]

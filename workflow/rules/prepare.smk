@@ -1,6 +1,6 @@
 rule prepare:
     input:
-        dataset_inputs,
+        lambda w: SWEEP.dataset_inputs(w.dataset),
     output:
         "results/prepared/{dataset}.parquet",
     log:
@@ -11,9 +11,9 @@ rule prepare:
         "../../envs/mmspec.yaml"
     threads: 1
     params:
-        spec=prepare_spec,
+        spec=lambda w: SWEEP.prepare_spec(w.dataset),
         toy_seed=CONFIG["toy"]["seed"],
-        code=prepare_code,
+        code=lambda w: SWEEP.prepare_code(w.dataset),
     shell:
         "mmspec prepare --name {wildcards.dataset} --spec {params.spec:q}"
         " --toy-seed {params.toy_seed} --out {output} 2> {log}"

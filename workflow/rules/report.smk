@@ -7,7 +7,7 @@ rule report:
         cells="results/summary/cells.parquet",
         blocks="results/summary/blocks.parquet",
         claims="results/summary/claims.parquet",
-        heads=sorted(HEAD_CELLS),
+        heads=sorted(SWEEP.head_cells),
     output:
         report("reports/index.html", caption="../report/index.rst", category="Report"),
     log:
@@ -17,7 +17,7 @@ rule report:
     threads: 1
     params:
         # a function: Snakemake would read the braces of a JSON string as wildcards
-        sweep=lambda w: json.dumps(CONFIG, sort_keys=True),
+        sweep=lambda w: SWEEP.sweep_json(),
         code=fingerprint("report"),
     shell:
         "mmspec report --cells {input.cells} --blocks {input.blocks} --claims {input.claims}"

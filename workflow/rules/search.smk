@@ -17,8 +17,8 @@ checkpoint search_round:
     threads: 1
     params:
         # a function: Snakemake would read the braces of a JSON string as wildcards
-        key=search_round_key,
-        size=lambda w: ROUNDS.runs[w.search].search.round_size(int(w.round)),
+        key=lambda w: SWEEP.search_round_key(w.search),
+        size=lambda w: SWEEP.search_round_size(w.search, int(w.round)),
         sweep=search_rounds.SWEEP_FILE,
         code=fingerprint("search_round"),
     shell:

@@ -3,12 +3,12 @@ rule toy_model:
         directory("results/models/toy/{name}"),
     log:
         "logs/toy_model/{name}.log",
-    priority: lambda w: toy_model.priority(CONFIG["toy"]["models"][w.name], w.name)
+    priority: lambda w: toy_model.priority(SWEEP.toy_models[w.name], w.name)
     conda:
         "../../envs/mmspec.yaml"
     threads: 1
     params:
-        spec=lambda w: json.dumps(CONFIG["toy"]["models"][w.name], sort_keys=True),
+        spec=lambda w: SWEEP.toy_recipe(w.name),
         seed=CONFIG["toy"]["seed"],
         code=fingerprint("toy_model"),
     shell:

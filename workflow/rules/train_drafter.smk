@@ -1,6 +1,6 @@
 rule train_drafter:
     input:
-        unpack(train_drafter_inputs),
+        unpack(lambda w: SWEEP.train_drafter_inputs(w.pair, w.kind, w.hp)),
     output:
         directory("results/drafters/{pair}/{kind}/{hp}"),
     log:
@@ -15,12 +15,12 @@ rule train_drafter:
     threads: 1
     resources:
         gpu=GPU_JOB,
-        mem_mb=lambda w: target_memory(w).host_mb,
-        gpu_mem_mb=lambda w: target_memory(w).gpu_mb,
+        mem_mb=lambda w: SWEEP.target_memory(w.pair).host_mb,
+        gpu_mem_mb=lambda w: SWEEP.target_memory(w.pair).gpu_mb,
     params:
-        head=train_drafter_params,
+        head=lambda w: SWEEP.train_drafter_params(w.pair, w.kind, w.hp),
         optional=optional_inputs,
-        code=train_drafter_code,
+        code=lambda w: SWEEP.train_drafter_code(w.pair, w.kind, w.hp),
     shell:
         "mmspec train_drafter --params {params.head:q} --prepared {input.prepared}"
         " {params.optional} --threads {threads} --out {output} 2> {log}"

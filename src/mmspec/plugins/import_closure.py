@@ -54,8 +54,9 @@ DYNAMIC_IMPORTS = {
     # the stage or tool whose command line runs (the stages' own closures do not include each
     # other)
     "mmspec.cli": ("mmspec.stages", "mmspec.cli.tools"),
-    # a toy recipe's trainer, named by its kind (toy_model.TRAINERS)
+    # a toy recipe (its typed form) and its trainer, named by its kind (toy_model.TRAINERS)
     "mmspec.stages.toy_model": (
+        "mmspec.toy.recipe",
         "mmspec.toy.training",
         "mmspec.toy.imagegen",
         "mmspec.toy.image_nets",

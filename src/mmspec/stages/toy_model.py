@@ -15,7 +15,6 @@ from pathlib import Path
 
 from mmspec.storage import durable, integrity
 from mmspec.sweep.arguments import json_object
-from mmspec.toy.recipe import ToyRecipe
 
 HELP = "train one toy-world model"
 WARM = True
@@ -29,15 +28,22 @@ TRAINERS = {
 }
 
 
+def recipe_of(spec: dict, name: str):
+    """The typed recipe (toy.recipe.ToyRecipe) of config `toy.models.<name>`. The toy world
+    stands above the stages (tests/test_layering.py), so it is imported by name, as the
+    trainers are."""
+    return importlib.import_module("mmspec.toy.recipe").ToyRecipe.parse(spec, name)
+
+
 def priority(spec: dict, name: str) -> int:
     """A job's scheduling priority: its training work (steps x batch x layers x width^2, in
     units of 10^7), so the longest trainings start first and the short ones fill the other
     cores, rather than a long one starting last and holding up the run's end."""
-    return ToyRecipe.parse(spec, name).work // 10**7
+    return recipe_of(spec, name).work // 10**7
 
 
 def run(name: str, spec: dict, out_dir: str, seed: int, threads: int) -> dict:
-    recipe = ToyRecipe.parse(spec, name)
+    recipe = recipe_of(spec, name)
     if recipe.kind not in TRAINERS:
         raise ValueError(
             f"toy.models.{name}: unknown kind {recipe.kind!r}; known: {sorted(TRAINERS)}"

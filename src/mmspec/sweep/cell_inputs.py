@@ -1,5 +1,5 @@
 """The files a cell's generate job and a trained head's job read, and those a sweep's jobs
-write, by path: one place for the workflow's rules (workflow/rules/common.smk) and for `mmspec
+write, by path: one place for the workflow's rules (mmspec.dag.sweep_dag) and for `mmspec
 plan`, which counts the jobs of each stage a sweep still has to run from the same paths."""
 
 from __future__ import annotations

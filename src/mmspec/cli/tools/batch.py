@@ -7,8 +7,8 @@ that a batch starts one interpreter, not one per cell), and leaves its benchmark
 seconds); the others are skipped. A failing cell does not stop the batch: the rest run, and the job
 fails at the end naming each failed cell and the tail of its log. The batch's record, its output, is
 written only when every cell is done. It runs commands, so it is a tool of the command line rather
-than a stage: its rule (workflow/rules/common.smk's batches) needs no code fingerprint of its own,
-each cell's key holds its stage's.
+than a stage: its rules (generate, judge and score, one job per batch) need no code fingerprint
+of their own, each cell's key holds its stage's.
 """
 
 from __future__ import annotations

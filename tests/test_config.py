@@ -210,6 +210,20 @@ def test_grid_expands_to_cartesian_product():
         (["methods", "sd"], {"views": ["M", "X"]}, "methods.sd"),
         (["methods", "sd"], {"weights": "best"}, "methods.sd"),
         (["methods", "sd"], {"views": "MC"}, "captioner"),
+        # a dataset entry's form is picked by its source: a misspelt key of an hf entry names
+        # that key, not the toy form's source; a source nothing declares is named as such
+        (
+            ["datasets", "toy_caption"],
+            {"source": "hf", "idd": "a", "split": "s", "columns": {"question": "q"}},
+            "datasets.toy_caption.idd: unknown key",
+        ),
+        (
+            ["datasets", "toy_caption"],
+            {"source": "hff", "id": "a"},
+            "unknown dataset source 'hff' (did you mean 'hf'?)",
+        ),
+        (["methods", "sd"], {"method": "sd_chian"}, "did you mean 'sd_chain'?"),
+        (["methods", "sd"], {"acceptance": "samplng"}, "did you mean 'sampling'?"),
     ],
 )
 def test_bad_config_names_the_key(path, value, expected):

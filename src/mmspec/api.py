@@ -49,7 +49,7 @@ from mmspec.decoding.prompt import Prompt
 from mmspec.decoding.proposal import ROOT, Proposal
 from mmspec.decoding.sampler import Sampler
 from mmspec.decoding.token_context import TokenContext
-from mmspec.decoding.trees import TreePolicy
+from mmspec.decoding.trees import GAMMA, TreePolicy
 from mmspec.decoding.views import (
     ImageInput,
     ViewContext,
@@ -76,6 +76,7 @@ __all__ = [
     "Param",
     "NUMBER",
     "Values",
+    "GAMMA",
     "TargetFacts",
     "DRAFT_MODEL",
     "TRAINED_HEAD",

@@ -111,8 +111,9 @@ class Values(Mapping):
     """A method's values as its components' hooks and constructors receive them, read-only:
     the choices as typed fields (`method`, `drafter`, `views`, `weights`, `tree`, `acceptance`,
     `temperature`; None where the method has none, or where resolution has not set it yet) and
-    each hyperparameter by the `Param` that declares it (`of`). It is also a mapping by key,
-    as plugins written for API 2 read it (by `[key]` and `.get(key)`)."""
+    each hyperparameter by the `Param` that declares it (`of`; another component's too, by its
+    `Param`: the chain's `GAMMA` is exported). It is also a read-only mapping by key
+    (`[key]`, `.get(key)`), as hooks read their spec before it came (the same API version)."""
 
     __slots__ = ("_values",)
 

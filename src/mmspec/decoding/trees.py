@@ -76,6 +76,7 @@ def _top(q: torch.Tensor, k: int) -> tuple[list, list]:
     return top.indices.tolist(), top.values.clamp_min(1e-30).log().tolist()
 
 
+# The chain's length: a component checking chains reads it as `spec.of(GAMMA)` (mmspec.api)
 GAMMA = Param("gamma", int, 5, "draft tokens per step", low=1)
 PATHS = Param(
     "paths", list, None, "the tree as paths of child ranks, e.g. [[0], [1], [0, 0]]", optional=True

@@ -103,7 +103,8 @@ def resolve(
     as a whole)."""
     if method_name not in METHODS:
         raise ValueError(
-            f"unknown method {method_name!r}; known: {sorted(METHODS)} (a package adds method "
+            f"unknown method {method_name!r}{close_matches(method_name, METHODS)}; known: "
+            f"{sorted(METHODS)} (a package adds method "
             f"rows through the entry point group {METHOD_GROUP}: is it installed?)"
         )
     row = METHODS[method_name].defaults
@@ -167,10 +168,17 @@ def _check_choices(spec: dict, row: dict, method_name: str) -> None:
                     "autoregressively use `method: ar`, which has no views or gamma"
                 )
             raise ValueError(
-                f"unknown {kind}: {key}={spec.get(key)!r} is not one of {names}. A "
+                f"unknown {kind}: {key}={spec.get(key)!r}"
+                f"{close_matches(spec.get(key), names)} is not one of {names}. A "
                 f"package adds components through the entry point group {catalog.GROUP}: is "
                 "the one that provides it installed?"
             )
+
+
+def close_matches(name, names) -> str:
+    """"(did you mean ...?)" for the names close to a misspelt `name`; "" when none is."""
+    close = difflib.get_close_matches(str(name), list(names), n=3)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
 def unread_key_error(key: str, method_name: str, spec: dict) -> str:

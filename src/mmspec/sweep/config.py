@@ -84,7 +84,8 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
         base = entry.get("method", name)
         if base not in registry.METHODS:
             raise ConfigError(
-                f"config key methods.{name}: unknown method {base!r}; "
+                f"config key methods.{name}: unknown method {base!r}"
+                f"{registry.close_matches(base, registry.METHODS)}; "
                 f"known: {sorted(registry.METHODS)} (set `method:` to use another name; a plugin "
                 f"package adds methods through the entry point group {registry.METHOD_GROUP}: is "
                 "it installed?)"

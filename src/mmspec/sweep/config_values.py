@@ -6,6 +6,7 @@ sweep's schema with the entry schemas of the dataset sources it does not declare
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import json
 import re
@@ -185,13 +186,25 @@ def describe(error: jsonschema.ValidationError) -> str:
         hint = EMPTY_HINTS.get(where, "give at least one entry or leave the key out")
         return f"config key {where}: empty ({json.dumps(error.instance)}); {hint}"
     if error.validator == "oneOf" and error.context:
-        # Report the alternative that got furthest: the one with the fewest errors (a toy
-        # dataset with one bad key, not the hf form it also fails), then its deepest error.
+        # Report the alternative that got furthest: of those whose `source` matches the entry's
+        # (a dataset entry's form is picked by its source), the one with the fewest errors (a
+        # toy dataset with one bad key, not the hf form it also fails), then its deepest error.
         branches: dict = {}
         for e in error.context:
             branches.setdefault(e.relative_schema_path[0], []).append(e)
-        closest = min(branches.values(), key=len)
-        deepest = max(closest, key=lambda e: (len(e.absolute_path), -len(e.message)))
+        matching = [errs for errs in branches.values() if not _fails_source(errs)]
+        if not matching and isinstance(error.instance, dict) and "source" in error.instance:
+            return _unknown_source(error)
+        closest = min(matching or branches.values(), key=len)
+        # a misspelt key: its unknown key (naming the allowed ones) before the one it lacks
+        deepest = max(
+            closest,
+            key=lambda e: (
+                len(e.absolute_path),
+                e.validator == "additionalProperties",
+                -len(e.message),
+            ),
+        )
         return describe(deepest)
     if list(error.absolute_path) == ["judge", "api_key_env"]:
         # never echo the value: a key pasted here instead of its variable's name is a secret
@@ -200,6 +213,28 @@ def describe(error: jsonschema.ValidationError) -> str:
             "holds the judge's API key (letters, digits, '_'), not the key itself"
         )
     return f"config key {key_path(error)}: {error.message}"
+
+
+def _fails_source(errors: list) -> bool:
+    """Whether a branch's errors include its `source` (another source's form)."""
+    return any(list(e.relative_path)[:1] == ["source"] for e in errors)
+
+
+def _unknown_source(error: jsonschema.ValidationError) -> str:
+    """A dataset entry whose `source` no form (built in or installed) declares."""
+    source = error.instance["source"]
+    known = sorted(
+        branch["properties"]["source"]["const"]
+        for branch in error.schema["oneOf"]
+        if "const" in branch.get("properties", {}).get("source", {})
+    )
+    close = difflib.get_close_matches(str(source), known, n=2)
+    guess = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+    return (
+        f"config key {key_path(error)}.source: unknown dataset source {source!r}{guess}; "
+        f"known: {known} (a package adds dataset sources through the entry point group "
+        f"{dataset_source.GROUP}: is the one that provides it installed?)"
+    )
 
 
 # what to do instead of an empty section, by its key

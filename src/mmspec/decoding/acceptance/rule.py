@@ -10,7 +10,8 @@ class Rule(AcceptanceRule):
     """A rule with its method's hyperparameters: `verdict` judges one proposal."""
 
     def __init__(self, **params):
-        self.params = params  # its own values by key, passed to `judge` as keywords
+        # its own values, by each `Param.key` (not `Param.arg`), passed to `judge` as keywords
+        self.params = params
 
     @classmethod
     def from_spec(cls, spec: Values, codebook=None) -> Rule:

@@ -132,9 +132,11 @@ class Catalog:
     def get(self, name: str, section: str | None = None) -> type:
         """The entry named `name` (in `section`); a CatalogError naming close matches and the
         known names, and the entry point group a plugin adds them through."""
+        self.load()
+        found = self.entries.get((section, name))
+        if found is not None:
+            return found
         held = self.of_section(section)
-        if name in held:
-            return held[name]
         close = difflib.get_close_matches(name, list(held), n=2)
         guess = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
         what = f"no {section} named" if section else f"unknown {self.noun}"

@@ -502,7 +502,7 @@ def test_a_claim_naming_a_method_or_hyperparameter_that_does_not_exist_says_so(t
     write_claims(tmp_path / "typed", [claim("typed", typed)])
     row = evaluate(load(tmp_path / "typed"), {"run": cells}).iloc[0]
     assert row["verdict"] == NOT_APPLICABLE
-    assert "no cell can hold it: gamma='5' should be of type" in row["measured"]
+    assert "no cell can hold it: gamma='5' should be an integer" in row["measured"]
 
 
 def test_a_claim_naming_a_dataset_pair_or_value_no_cell_has_says_so(tmp_path):

@@ -141,7 +141,7 @@ def test_pst_range_and_pst_ahead_bound_the_shifts_it_tolerates():
     assert ahead_near.verdict(chain, logits, 0.0, None, **states) == ([0], 4, 0)
     with pytest.raises(ValueError, match="pst_range is PST's tolerable shift"):
         resolve("lvspec", {"pst_range": 0})
-    with pytest.raises(ValueError, match="pst_range=1.5 should be of type"):
+    with pytest.raises(ValueError, match="pst_range=1.5 should be an integer"):
         resolve("lvspec", {"pst_range": 1.5})
     assert resolve("lvspec", {}).params["pst_range"] is None  # the paper's: the whole step
 
@@ -430,8 +430,8 @@ def test_registry_rows_and_their_keys():
         ("lvspec", {"lvspec_lambda": 1.5}, r"lvspec_lambda .* must be in \[0, 1\], got 1.5"),
         ("lvspec", {"lvspec_lambda": -0.1}, r"lvspec_lambda .* must be in \[0, 1\]"),
         ("lvspec", {"lvspec_n": 0}, "lvspec_n .* must be >= 1, got 0"),
-        ("lvspec", {"pst": "yes"}, "pst='yes' should be of type"),
-        ("lvspec", {"lvspec_n": True}, "lvspec_n=True should be of type"),
+        ("lvspec", {"pst": "yes"}, "pst='yes' should be true or false"),
+        ("lvspec", {"lvspec_n": True}, "lvspec_n=True should be an integer"),
         ("fly", {"fly_window": 0}, "fly_window .* must be >= 1"),
         ("fly", {"fly_entropy": -1}, "fly_entropy .* must be >= 0"),
         ("random_relax", {"relax_rho": 2}, r"relax_rho .* must be in \[0, 1\]"),

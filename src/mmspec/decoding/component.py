@@ -80,7 +80,7 @@ class Param:
                 return f"{self.key}={value!r} is not one of {list(self.choices)}"
             return None
         if isinstance(value, bool) != (self.type is bool) or not isinstance(value, self.type):
-            return f"{self.key}={value!r} should be of type {self.type}"
+            return f"{self.key}={value!r} should be {self.type_words()}"
         if (self.low is None or self._above_low(value)) and (
             self.high is None or self._below_high(value)
         ):
@@ -88,6 +88,14 @@ class Param:
         meaning = f" {self.meaning} and" if self.meaning else ""
         hint = f" ({self.hint})" if self.hint else ""
         return f"{self.key}{meaning} must be {self.range_text()}{hint}, got {value}"
+
+    def type_words(self) -> str:
+        """Its type in words ("a number", "an integer", "true or false", ...)."""
+        types = self.type if isinstance(self.type, tuple) else (self.type,)
+        if set(types) == {int, float}:
+            return "a number"
+        words = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
+        return " or ".join(words.get(t, f"a {t.__name__}") for t in types)
 
     def _above_low(self, value) -> bool:
         return value > self.low if self.low_open else value >= self.low

@@ -103,7 +103,7 @@ class HeadDrafter(Drafter):
     @classmethod
     def trained_with(cls, spec: Mapping) -> dict:
         """The training hyperparameters a network's config records."""
-        return {key: value for key, value in spec.items() if key in cls.training}
+        return {key: spec[key] for key in cls.training if key in spec}
 
 
 def _load(path: str):

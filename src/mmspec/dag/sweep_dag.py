@@ -11,7 +11,6 @@ import json
 
 from mmspec.claims.claim import CLAIMS_DIR
 from mmspec.data import source as dataset_source
-from mmspec.methods.spec import MethodSpec
 from mmspec.models import footprint
 from mmspec.models import source as model_source
 from mmspec.planning import hub_needs
@@ -156,8 +155,7 @@ class SweepDag:
     def train_drafter_params(self, pair: str, kind: str, hp: str) -> str:
         """The head's job (sweep.jobs.TrainDrafterJob), as the JSON its stage reads."""
         cell = self.head_cell(pair, kind, hp)
-        spec: MethodSpec = cell.spec
-        task = config_checks.dataset_task(self.config, spec.head_training()["head_data"])
+        task = config_checks.dataset_task(self.config, cell.spec.head_training()["head_data"])
         return TrainDrafterJob.of_cell(self.config, cell, task).to_json()
 
     def train_drafter_code(self, pair: str, kind: str, hp: str) -> str:

@@ -5,6 +5,8 @@ same recipe in a config would."""
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, field
 
 from mmspec import schema
@@ -49,7 +51,13 @@ class ToyRecipe:
     @classmethod
     def parse(cls, spec: dict, name: str = "recipe", kind: str | None = None) -> ToyRecipe:
         """`spec` checked and completed (`complete`); `kind` sets the kind of a recipe that
-        names none (a trainer's own). A bad key is a ConfigError naming toy.models.<name>."""
+        names none (a trainer's own). A bad key is a ConfigError naming toy.models.<name>.
+        Parsed once per recipe and process: config checks and the workflow's memory requests
+        read a pair's recipes for every cell and batch."""
+        return _parse(json.dumps(spec, sort_keys=True), name, kind)
+
+    @classmethod
+    def _parse(cls, spec: dict, name: str, kind: str | None) -> ToyRecipe:
         done = complete(spec if kind is None else {"kind": kind, **spec}, name)
         fields = {k: v for k, v in done.items() if k != "kind"}
         for key in ("scenarios", "text_scenarios"):
@@ -61,6 +69,12 @@ class ToyRecipe:
     def work(self) -> int:
         """Its training work: steps x batch x layers x width^2."""
         return self.steps * self.batch_size * self.layers * self.hidden**2
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(text: str, name: str, kind: str | None) -> ToyRecipe:
+    """`ToyRecipe.parse` of a recipe given as its JSON (the cache's key: all it reads)."""
+    return ToyRecipe._parse(json.loads(text), name, kind)
 
 
 def complete(spec: dict, name: str = "recipe") -> dict:

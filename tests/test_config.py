@@ -384,6 +384,8 @@ def test_judge_block_defaults_and_judged_datasets():
         ({"endpoint": "embedded", "model": "m", "concurrency": 0}, {}, "judge.concurrency"),
         ({"endpoint": "embedded"}, {}, "judge"),
         (None, {"judge": "gpt4"}, "toy_caption"),
+        # vdc asks each sample's questions, which a toy caption dataset does not carry
+        ({"endpoint": "embedded", "model": "m"}, {"judge": "vdc"}, "template vdc asks"),
     ],
 )
 def test_bad_judge_config_names_the_key(judge, dataset, expected):

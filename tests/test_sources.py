@@ -179,6 +179,12 @@ def test_the_built_in_dataset_sources_answer_for_their_entries():
     entry = {"source": "hf", "id": "a/b", "split": "test", "metric": "anls", "task": "answer"}
     assert hf.metric("docs", entry) == "anls" and hf.sample_turns("docs", entry, config) is None
     assert hf.has_second_turns("chat", {**entry, "conversation": {"column": "turns"}})
+    # the samples an entry asks for, through its own size key; the judge and the questions it asks
+    assert (hf.size("docs", {**entry, "limit": 7}), hf.size("docs", entry)) == (7, None)
+    assert toy.size("toy_caption", {"source": "toy", "samples": 5}) == 5
+    assert (hf.judge("docs", entry), hf.judge("docs", {**entry, "judge": "vdc"})) == (None, "vdc")
+    assert not hf.has_qa("docs", entry) and not toy.has_qa("toy_vqa", {"source": "toy"})
+    assert hf.has_qa("vdc", {**entry, "columns": {"question": "q", "qa": "qa_list"}})
     with pytest.raises(ValueError, match="columns.question"):
         hf.check("docs", {**entry, "columns": {"answer": "a"}})
     assert dataset_source.rubric() == judge_rubric.__name__

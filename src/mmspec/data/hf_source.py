@@ -29,7 +29,10 @@ class HuggingFaceDatasets(DatasetSource):
                 )
 
     def has_second_turns(self, name: str, entry: dict) -> bool:
-        return "conversation" in entry
+        return entry.get("conversation") is not None
+
+    def has_qa(self, name: str, entry: dict) -> bool:
+        return "qa" in entry.get("columns", {})
 
     def prepare(self, name: str, entry: dict, out: str, seed: int) -> int:
         from mmspec.data.hf import prepare_hf

@@ -5,10 +5,11 @@ A source declares its entries' form (`entry_schema`: a JSON schema, config/schem
 the built-in ones), what is checked before any job (`check`), what its samples ask for
 (`task`), the task metric that scores them (`metric`), how many sample-turns a cell decodes
 when that is known before anything is prepared (`sample_turns`, for `mmspec plan`), whether its
-samples have second turns (`has_second_turns`, for the scorecard's plan), how its prepare job
-writes the PREPARED table (`prepare`) and, when it knows its answers exactly, the rubric the
-embedded judge grades with (`rubric`: a module named, not imported, so that a rubric's code is
-the judge's alone).
+samples have second turns (`has_second_turns`, for the scorecard's plan), the judge template
+that grades them and whether they carry the questions it asks (`judge`, `has_qa`), how many
+samples its entry asks for (`size`), how its prepare job writes the PREPARED table (`prepare`)
+and, when it knows its answers exactly, the rubric the embedded judge grades with (`rubric`: a
+module named, not imported, so that a rubric's code is the judge's alone).
 
 Built-in sources register when their modules are imported (`BUILT_IN_MODULES`: Hugging Face
 datasets, by hub id or local folder, in `data.hf_source`; the toy world's scenarios in
@@ -58,6 +59,19 @@ class DatasetSource:
     def metric(self, name: str, entry: dict) -> str:
         """The task metric (`scoring.metric_catalog`) that scores the answers."""
         return entry["metric"]
+
+    def judge(self, name: str, entry: dict) -> str | None:
+        """The lmms-eval template its answers are judged by (the entry's `judge`), or None."""
+        return entry.get("judge")
+
+    def has_qa(self, name: str, entry: dict) -> bool:
+        """Whether each sample carries a list of {question, answer} (the PREPARED `qa` field),
+        which the `vdc` judge template asks of each answer."""
+        return False
+
+    def size(self, name: str, entry: dict) -> int | None:
+        """The samples its entry asks for (its `size_key`), or None: not capped."""
+        return entry.get(self.size_key) if self.size_key else None
 
     def inputs(self, name: str, entry: dict) -> list[str]:
         """Local files the prepared table is made from: the prepare job's inputs, so that editing

@@ -293,7 +293,10 @@ class AcceptanceRule(Component):
 
     kind = "acceptance"
     lossless: ClassVar[bool] = False  # preserves the target's output distribution
-    loose: ClassVar[bool] = False  # accepts mismatched draft tokens of a text answer
+    # accepts draft tokens the target would not have written, in a text answer (a lossy rule
+    # such as FLy's or LANTERN's): its cells get the report's loose-verification section, which
+    # sets their speed against the answers' retention, and the share of such tokens accepted
+    loose: ClassVar[bool] = False
 
     @classmethod
     def lossless_with(cls, params: Values) -> bool:

@@ -10,6 +10,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mmspec.data import hf_spec
+from mmspec.data import source as dataset_source
+from mmspec.data.hf_source import HuggingFaceDatasets
 from mmspec.hub import cache as hub_cache
 from mmspec.hub.cache import DATASET, MODEL, HubRepo
 from mmspec.hub.refs import is_local
@@ -64,18 +67,17 @@ def needed(config: dict, swept: list | None = None) -> tuple[list[HubRepo], list
         elif source == "local":
             local.append(LocalPath(ref, tuple(keys)))
     for name in cell_inputs.datasets_read(swept):
-        entry = config["datasets"][name]
-        key = f"datasets.{name}"
-        if entry.get("source") != "hf":
+        if dataset_source.of(config["datasets"][name]).kind != HuggingFaceDatasets.kind:
             continue
-        if is_local(entry["id"]):
-            local.append(LocalPath(entry["id"], (f"{key}.id",)))
+        entry = hf_spec.parse_entry(config["datasets"][name])
+        key = f"datasets.{name}"
+        if is_local(entry.id):
+            local.append(LocalPath(entry.id, (f"{key}.id",)))
         else:  # two entries of one repository and config: one download
-            repo = HubRepo(DATASET, entry["id"], entry.get("config"))
+            repo = HubRepo(DATASET, entry.id, entry.config)
             uses.setdefault(repo, []).append(f"{key}.id")
-        video_dir = (entry.get("video") or {}).get("dir")
-        if video_dir:
-            local.append(LocalPath(video_dir, (f"{key}.video.dir",)))
+        if entry.video is not None and entry.video.dir:
+            local.append(LocalPath(entry.video.dir, (f"{key}.video.dir",)))
     repos = [HubRepo(r.kind, r.repo_id, r.config, tuple(keys)) for r, keys in uses.items()]
     return repos, local
 

@@ -97,7 +97,7 @@ def _sample_turns(cfg: dict, dataset: str, results: Path, pilot: Path | None) ->
     if known is not None or pilot is None:
         return known
     piloted = pilot / "prepared" / f"{dataset}.parquet"
-    wanted = spec.get(source.size_key) if source.size_key else None
+    wanted = source.size(dataset, spec)
     if not piloted.is_file() or not wanted:
         return None
     turns = pq.read_table(piloted, columns=["turn"]).column("turn").to_pylist()
@@ -326,12 +326,12 @@ def pilot_override(cfg: dict, samples: int) -> tuple[dict, list[str]]:
     datasets, whole = {}, []
     for name in cell_inputs.datasets_read(sweep_cells(cfg)):
         entry = cfg["datasets"][name]
-        key = dataset_source.of(entry).size_key
-        if key is None:
+        source = dataset_source.of(entry)
+        if source.size_key is None:
             whole.append(name)
             continue
-        current = entry.get(key)
-        datasets[name] = {key: samples if current is None else min(current, samples)}
+        current = source.size(name, entry)
+        datasets[name] = {source.size_key: samples if current is None else min(current, samples)}
     return {"datasets": datasets}, whole
 
 

@@ -8,7 +8,7 @@ from mmspec.data.media import IMAGE_GENERATION
 from mmspec.decoding.component import CAPTIONS, DRAFT_MODEL, DRAFT_VISUAL
 from mmspec.sweep import cells as mmcells
 from mmspec.sweep import model_refs
-from mmspec.sweep.config_checks import dataset_task
+from mmspec.sweep.config_checks import dataset_judge, dataset_task
 
 
 def prepared_path(dataset: str) -> str:
@@ -108,7 +108,7 @@ def head_inputs(config: dict, cell) -> dict:
 
 
 def judged(config: dict, dataset: str) -> bool:
-    return bool(config["datasets"][dataset].get("judge"))
+    return dataset_judge(config, dataset) is not None
 
 
 def score_models(config: dict, dataset: str) -> list[str]:

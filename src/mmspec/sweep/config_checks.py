@@ -33,7 +33,7 @@ def never_measured(config: dict, dataset: str, metric: str) -> str | None:
     FID only where the dataset makes images, the judge's only where it is judged."""
     if metric.startswith("fid") and dataset_task(config, dataset) != IMAGE_GENERATION:
         return "FID is measured on image generation datasets only"
-    if metric.startswith("judge_") and not config["datasets"][dataset].get("judge"):
+    if metric.startswith("judge_") and not dataset_judge(config, dataset):
         return "it is measured on judged datasets only (a `judge:` template)"
     return None
 
@@ -68,14 +68,15 @@ def check_datasets(config: dict) -> None:
 
 
 def check_task_metrics(config: dict) -> None:
-    """Each dataset's `metric` names a metric of the catalog (mmspec's, or an installed
-    plugin's) that can score it."""
-    for name, spec in config["datasets"].items():
-        if "metric" not in spec or dataset_task(config, name) == IMAGE_GENERATION:
-            continue  # its source's own metric; image generation: FID and CLIP score
+    """Each dataset's task metric (its source's: an entry's `metric`, or the toy world's) names
+    a metric of the catalog (mmspec's, or an installed plugin's) that can score it."""
+    for name, entry in config["datasets"].items():
+        if dataset_task(config, name) == IMAGE_GENERATION:
+            continue  # FID and CLIP score
+        source = dataset_source.of(entry)
         key = f"config key datasets.{name}.metric"
         try:
-            metric = metric_catalog.get(spec["metric"])
+            metric = metric_catalog.get(source.metric(name, entry))
         except metric_catalog.CatalogError as error:
             raise ConfigError(f"{key}: {error}") from None
         if not metric.higher_is_better:
@@ -83,7 +84,7 @@ def check_task_metrics(config: dict) -> None:
                 f"{key}: metric {metric.name!r} falls as quality rises, but retention (quality / "
                 "AR quality) and the report read quality as rising (score its complement instead)"
             )
-        if spec.get("conversation") and TEXT not in metric.takes:
+        if source.has_second_turns(name, entry) and TEXT not in metric.takes:
             raise ConfigError(
                 f"{key}: metric {metric.name!r} takes a list of answers, but each turn of a "
                 "conversation has one answer text"
@@ -93,7 +94,7 @@ def check_task_metrics(config: dict) -> None:
 def judged_datasets(config: dict, swept: list | None = None) -> list[str]:
     """The swept datasets (of `swept`, the config's cells) that name a judge template."""
     datasets = {c.dataset for c in (cells(config) if swept is None else swept)}
-    return sorted(d for d in datasets if config["datasets"][d].get("judge"))
+    return sorted(d for d in datasets if dataset_judge(config, d))
 
 
 def check_judge(config: dict, swept: list) -> None:
@@ -104,8 +105,9 @@ def check_judge(config: dict, swept: list) -> None:
             "config has no judge block (judge: {endpoint: embedded | <base URL>, model: ...})"
         )
     for name in judged:
-        spec = config["datasets"][name]
-        if spec["judge"] == "vdc" and "qa" not in spec.get("columns", {}):
+        entry = config["datasets"][name]
+        asks = dataset_judge(config, name) == "vdc"
+        if asks and not dataset_source.of(entry).has_qa(name, entry):
             raise ConfigError(
                 f"config key datasets.{name}.judge: template vdc asks each sample's questions "
                 "(columns.qa, a column of {question, answer} lists), which the dataset does not map"
@@ -246,6 +248,13 @@ def dataset_task(config: dict, name: str) -> str:
     (`media.IMAGE_GENERATION`)."""
     entry = config["datasets"][name]
     return dataset_source.of(entry).task(name, entry)
+
+
+def dataset_judge(config: dict, name: str) -> str | None:
+    """The judge template a dataset's answers are graded by (its source's reading of `judge`),
+    or None: not judged."""
+    entry = config["datasets"][name]
+    return dataset_source.of(entry).judge(name, entry)
 
 
 def _task(config: dict, cell) -> None:

@@ -41,7 +41,7 @@ from mmspec.storage import durable
 from mmspec.sweep import cell_inputs
 from mmspec.sweep import cells as mmcells
 from mmspec.sweep.cell_keys import CellJob, size_and_time
-from mmspec.sweep.config_checks import dataset_task
+from mmspec.sweep.config_checks import dataset_judge, dataset_task
 from mmspec.workflow.fingerprint import fingerprint
 
 STAGES = ("generate", "judge", "score")
@@ -213,7 +213,7 @@ class _Jobs:
         out = cell_inputs.judgements_path(cell)
         argv = (
             "judge", "--samples", samples, "--prepared", prepared,
-            "--template", self.config["datasets"][cell.dataset]["judge"],
+            "--template", dataset_judge(self.config, cell.dataset),
             "--settings", self._judge_settings, "--cache", JUDGE_CACHE_DIR, "--out", out,
         )  # fmt: skip
         return CellJob(

@@ -167,6 +167,18 @@ def test_a_model_source_of_a_test_is_checked_sized_and_found(shelf):
         mmconfig.validate(_sweep({"toy_caption": {"source": "toy"}}, {"lm": {"target": "shelf:x"}}))
 
 
+def test_a_source_naming_no_task_metric_is_refused_before_any_job(counting, monkeypatch):
+    schema = Counting().entry_schema()
+    del schema["properties"]["metric"]  # neither declared nor `metric` overridden
+    monkeypatch.setattr(Counting, "entry_schema", lambda self: schema)
+    with pytest.raises(ConfigError, match=r"datasets.count.metric: source 'counting' names no"):
+        mmconfig.validate(_sweep({"count": {"source": "counting", "upto": 3}}))
+    # a source that knows its metric without an entry key is checked through it
+    monkeypatch.setattr(Counting, "metric", lambda self, name, entry: "no_such_metric")
+    with pytest.raises(ConfigError, match=r"datasets.count.metric: .*no_such_metric"):
+        mmconfig.validate(_sweep({"count": {"source": "counting", "upto": 3}}))
+
+
 def test_the_built_in_dataset_sources_answer_for_their_entries():
     toy, hf = dataset_source.get("toy"), dataset_source.get("hf")
     assert toy.metric("toy_vqa", {"source": "toy"}) == "toy"

@@ -57,7 +57,13 @@ class DatasetSource:
         return entry.get("task", ANSWER)
 
     def metric(self, name: str, entry: dict) -> str:
-        """The task metric (`scoring.metric_catalog`) that scores the answers."""
+        """The task metric (`scoring.metric_catalog`) that scores the answers: the entry's
+        `metric` (which its schema declares with a default)."""
+        if "metric" not in entry:
+            raise ValueError(
+                f"source {self.kind!r} names no task metric for its entries (declare `metric` "
+                "with a default in its entry_schema, or override DatasetSource.metric)"
+            )
         return entry["metric"]
 
     def judge(self, name: str, entry: dict) -> str | None:

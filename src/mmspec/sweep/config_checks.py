@@ -77,7 +77,7 @@ def check_task_metrics(config: dict) -> None:
         key = f"config key datasets.{name}.metric"
         try:
             metric = metric_catalog.get(source.metric(name, entry))
-        except metric_catalog.CatalogError as error:
+        except (metric_catalog.CatalogError, ValueError) as error:
             raise ConfigError(f"{key}: {error}") from None
         if not metric.higher_is_better:
             raise ConfigError(

@@ -178,6 +178,15 @@ def test_cells_merges_a_partial_file_over_the_default_sweep(tmp_path):
     assert merged["methods"] == mmconfig.load(ROOT / "config" / "config.yaml")["methods"]
 
 
+def test_a_config_error_names_the_files_the_config_came_from(tmp_path):
+    partial = tmp_path / "partial.yaml"
+    partial.write_text("methods: {sd: {gamma: 0}}\n")
+    out = cells_cli(str(partial))
+    assert out.returncode != 0
+    assert "methods.sd: gamma must be >= 1" in out.stderr
+    assert f"(config from {partial}, config/config.yaml)" in out.stderr
+
+
 def test_cells_reads_a_file_with_datasets_as_a_whole_sweep(tmp_path):
     whole = tmp_path / "whole.yaml"
     whole.write_text(

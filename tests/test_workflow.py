@@ -136,6 +136,7 @@ def test_misspelled_key_fails_before_any_job(tmp_path):
     out = snakemake(workdir, config)
     assert out.returncode != 0
     assert "generaton" in out.stderr and "unknown key" in out.stderr
+    assert f"(config from {tmp_path / 'bad.yaml'}" in out.stderr  # the file it came from
     assert not (workdir / "results").exists()
 
 

@@ -156,6 +156,19 @@ def validate(config: dict, overrides: dict | None = None) -> dict:
     return config
 
 
+def config_sources(configfiles: list, command_line: bool) -> str:
+    """Where a run's config came from, for its errors: the config files (relative to here when
+    inside it), and `--config` when values were given on the command line."""
+    here = Path.cwd()
+    named = []
+    for f in map(Path, configfiles):
+        f = f.absolute()
+        named.append(str(f.relative_to(here)) if f.is_relative_to(here) else str(f))
+    if command_line:
+        named.append("--config")
+    return ", ".join(named) or "no config file"
+
+
 def _with_defaults(config: dict) -> dict:
     """A copy of a valid `config` with every default config/schema.yaml declares filled in (the
     one place defaults are written)."""
@@ -238,7 +251,7 @@ def load_as_snakemake(
     for path in paths:
         data = merge(data, _read_mapping(path))
     if is_whole_sweep(data):
-        return validate(data, overrides={} if len(paths) == 1 else data)
+        return _validated(data, {} if len(paths) == 1 else data, paths)
     if not Path(default).is_file():
         missing = [k for k in config_schema.load()["required"] if k not in data]
         raise ConfigError(
@@ -248,4 +261,12 @@ def load_as_snakemake(
             f"{default}, which does not exist (relative to {os.getcwd()}): run from the "
             "workflow's directory or name the default sweep"
         )
-    return validate(merge(_read_mapping(default), data), overrides=data)
+    return _validated(merge(_read_mapping(default), data), data, [*paths, default])
+
+
+def _validated(config: dict, overrides: dict, files: list) -> dict:
+    """`validate`, its error saying which files the config came from."""
+    try:
+        return validate(config, overrides=overrides)
+    except ConfigError as error:
+        raise ConfigError(f"{error} (config from {config_sources(files, False)})") from None

@@ -30,14 +30,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from mmspec import commands
 from mmspec.hub.cache import size_text
 from mmspec.storage import integrity
 from mmspec.sweep import cell_inputs
 
-DEVICE_STAGES = ("cache_visual", "caption", "train_drafter", "generate")
-STAGES = ("prepare", *DEVICE_STAGES)
 BENCHMARKS = "benchmarks"
-# the input keys of a generate job (cell_inputs) -> the stage writing that input
+# the input keys of a generate job (cell_inputs) -> the stage writing that input, in the order
+# the pipeline runs them
 INPUT_STAGE = {
     "prepared": "prepare",
     "target_visual": "cache_visual",
@@ -45,6 +45,9 @@ INPUT_STAGE = {
     "captions": "caption",
     "drafter": "train_drafter",
 }
+STAGES = (*dict.fromkeys(INPUT_STAGE.values()), "generate")  # what a cell's decode costs
+# those running models on a device: the stages whose modules declare GPU = True
+DEVICE_STAGES = tuple(s for s in STAGES if commands.stage(s).gpu)
 
 
 @dataclass(frozen=True)

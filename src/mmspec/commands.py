@@ -9,7 +9,6 @@ imported, so `mmspec --help` and Snakemake's parse do not import torch: only the
 runs is imported.
 """
 
-
 from __future__ import annotations
 
 import ast

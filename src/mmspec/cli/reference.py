@@ -360,9 +360,9 @@ def claims_page() -> str:
         "`mmspec claims --claims`) names the paper (`paper:`) and lists its `claims:`. Each "
         "claim says what the paper claims and how the scorecard checks it on a sweep's cells "
         "table (`results/summary/cells.parquet`). A malformed file is refused with its file, "
-        "claim and key named (a wrong type too: `higher: \"false\"` is refused, not read as "
+        'claim and key named (a wrong type too: `higher: "false"` is refused, not read as '
         "true). A selector naming a registry method or a hyperparameter that does not exist, "
-        "or a dataset, pair or column value that no cell has, reads \"not applicable\" and says "
+        'or a dataset, pair or column value that no cell has, reads "not applicable" and says '
         "so, with the names it may have meant.",
     )
     lines += ["", "## A claim's keys", "", "| key | required | what it holds |", "|---|---|---|"]
@@ -376,9 +376,9 @@ def claims_page() -> str:
         "Verdicts: holds, fails, inconclusive (the intervals leave it undecided; the points' "
         "reading is shown beside it) or not applicable (the set lacks the cells). A claim holds "
         "where every set holds, fails where every set fails, else is inconclusive. A verdict's "
-        "line gives the question with its measured values: `a >? b` reads \"is a above b?\" "
-        "(`a >? b by 50%`: by a `tolerance` of 0.5), `>=? 0.97` \"at or above 0.97?\", "
-        "`(best 2?)` \"among the best two?\"; a rank lists the values by their points (`>=`).",
+        'line gives the question with its measured values: `a >? b` reads "is a above b?" '
+        '(`a >? b by 50%`: by a `tolerance` of 0.5), `>=? 0.97` "at or above 0.97?", '
+        '`(best 2?)` "among the best two?"; a rank lists the values by their points (`>=`).',
         "",
         "A paper's absolute number (a speedup on its GPU, a tau of its models) is claimed as a "
         "`threshold` at 90% of it, scoped to the paper's `devices` or `pairs`: a faithful "

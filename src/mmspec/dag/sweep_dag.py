@@ -114,9 +114,7 @@ class SweepDag:
     def prepare_code(self, dataset: str) -> str:
         """The prepare stage's code fingerprint, with the dataset's source when a plugin adds
         it."""
-        return self._codes["prepare"] + dataset_source.plugin_code(
-            self.config["datasets"][dataset]
-        )
+        return self._codes["prepare"] + dataset_source.plugin_code(self.config["datasets"][dataset])
 
     # ---- toy models
     def toy_recipe(self, name: str) -> str:

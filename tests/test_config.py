@@ -202,7 +202,14 @@ def test_grid_expands_to_cartesian_product():
     "path, value, expected",
     [
         (["generation"], {"max_new_tokns": 3}, "generation.max_new_tokns"),
-        (["datasets", "toy_caption"], {"source": "toy", "sampels": 3}, "toy_caption"),
+        # a misspelt key: its close match, and whose keys they are (a dataset entry's source's)
+        (
+            ["datasets", "toy_caption"],
+            {"source": "toy", "sampels": 3},
+            "toy_caption.sampels: unknown key (did you mean 'samples'?); allowed keys (the keys "
+            "dataset source 'toy' declares)",
+        ),
+        (["generaton"], {}, "generaton: unknown key (did you mean 'generation'?)"),
         (["methods", "sd"], {"gama": 3}, "methods.sd"),
         (["methods", "beam"], {}, "methods.beam"),
         (["pairs", "toy", "draft"], "toy:missing", "pairs.toy.draft"),
@@ -392,6 +399,17 @@ def test_bad_judge_config_names_the_key(judge, dataset, expected):
     with pytest.raises(mmconfig.ConfigError) as error:
         mmconfig.validate(_judged(judge, **dataset))
     assert expected in str(error.value) and "sk-abc" not in str(error.value)
+
+
+def test_the_embedded_judge_grades_only_datasets_whose_source_has_a_rubric():
+    hf = {"source": "hf", "id": "a/b", "split": "test", "columns": {"question": "q", "answer": "a"}}
+    cfg = copy.deepcopy(BASE)
+    cfg["datasets"]["toy_caption"] = {**hf, "judge": "vdd"}
+    cfg["judge"] = {"endpoint": "embedded", "model": "m"}
+    with pytest.raises(mmconfig.ConfigError, match="source 'hf' declares none"):
+        mmconfig.validate(cfg)
+    cfg["judge"] = {"endpoint": "http://localhost:8000/v1", "model": "m"}  # a real judge's
+    assert config_checks.judged_datasets(mmconfig.validate(cfg)) == ["toy_caption"]
 
 
 def test_self_sd_pair_drafts_with_its_target():

@@ -15,11 +15,12 @@ from mmspec.scoring.judge import JudgeCache, JudgeUnreachable
 from mmspec.stages import judge
 from mmspec.stages.score import _add_judgements
 from mmspec.storage.tables import JUDGEMENTS, PREPARED, SAMPLES, read_table, write_table
+from mmspec.sweep.settings import EMBEDDED_JUDGE
 from mmspec.toy import world as toyworld
 
 CELL = {"dataset": "toy_vdesc", "pair": "p", "method": "m", "hp": "default", "hparams": "{}"}
 SETTINGS = {
-    "endpoint": judge.EMBEDDED,
+    "endpoint": EMBEDDED_JUDGE,
     "model": "mmspec-toy-judge",
     "api_key_env": None,
     "concurrency": 3,

@@ -179,6 +179,14 @@ def test_a_source_naming_no_task_metric_is_refused_before_any_job(counting, monk
         mmconfig.validate(_sweep({"count": {"source": "counting", "upto": 3}}))
 
 
+def test_a_size_key_its_entries_cannot_hold_is_refused(counting, monkeypatch):
+    monkeypatch.setattr(Counting, "size_key", "limit")  # the schema declares `upto`, not it
+    with pytest.raises(ConfigError, match=r"datasets.count: dataset source 'counting' caps"):
+        mmconfig.validate(_sweep({"count": {"source": "counting", "upto": 3}}))
+    monkeypatch.setattr(Counting, "size_key", "upto")
+    assert mmconfig.validate(_sweep({"count": {"source": "counting", "upto": 3}}))
+
+
 def test_the_built_in_dataset_sources_answer_for_their_entries():
     toy, hf = dataset_source.get("toy"), dataset_source.get("hf")
     assert toy.metric("toy_vqa", {"source": "toy"}) == "toy"

@@ -32,7 +32,6 @@ from mmspec.sweep.settings import JudgeSettings
 
 HELP = "an LLM judge scores one cell's answers"
 
-EMBEDDED = "embedded"  # `judge.endpoint` value that starts mmspec's own judge server
 # the judge settings that JudgeEndpoint takes as they are
 ENDPOINT_KEYS = (
     "model",
@@ -51,7 +50,7 @@ def endpoint(settings: JudgeSettings | dict):
     settings = JudgeSettings.parse(settings)
     options = {k: getattr(settings, k) for k in ENDPOINT_KEYS}
     options = {k: v for k, v in options.items() if v is not None}
-    if settings.endpoint != EMBEDDED:
+    if not settings.embedded:
         yield JudgeEndpoint(base_url=settings.endpoint, **options)
         return
     with EmbeddedJudge() as server:

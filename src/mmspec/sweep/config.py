@@ -178,6 +178,8 @@ def _with_defaults(config: dict) -> dict:
     return config
 
 
+# The keys of a dataset entry that scoring and the report read, not prepare: a change to them
+# reruns no prepare job, nor (through its rewritten output) the cells that read it.
 SCORING_KEYS = ("metric", "judge", "group", "note")
 
 

@@ -26,6 +26,7 @@ from mmspec.sweep.model_refs import (
     language_layers,
     model_kind,
 )
+from mmspec.sweep.settings import JudgeSettings
 
 
 def never_measured(config: dict, dataset: str, metric: str) -> str | None:
@@ -52,17 +53,20 @@ def check_search_metrics(config: dict) -> None:
                 )
 
 
-# The keys of a dataset entry that scoring and the report read, not prepare: a change to them
-# reruns no prepare job, nor (through its rewritten output) the cells that read it.
-
-
 def check_datasets(config: dict) -> None:
     """Each dataset entry as its source's prepare job will read it (a Hugging Face entry's
     required columns, a toy scenario that exists), before any job rather than when its prepare
-    job runs."""
+    job runs; and a source's `size_key` a key its entries may hold (`mmspec pilot` writes it)."""
     for name, spec in config["datasets"].items():
+        source = dataset_source.of(spec)
+        declared = source.entry_schema().get("properties", {})
+        if source.size_key is not None and source.size_key not in declared:
+            raise ConfigError(
+                f"config key datasets.{name}: dataset source {source.kind!r} caps its entries "
+                f"by {source.size_key!r} (its size_key), a key its entry_schema does not declare"
+            )
         try:
-            dataset_source.of(spec).check(name, spec)
+            source.check(name, spec)
         except ValueError as error:
             raise ConfigError(f"config key datasets.{name}: {error}") from None
 
@@ -104,13 +108,24 @@ def check_judge(config: dict, swept: list) -> None:
             f"config key judge: datasets {judged} are scored by an LLM judge (`judge:`) but the "
             "config has no judge block (judge: {endpoint: embedded | <base URL>, model: ...})"
         )
+    embedded = bool(judged) and JudgeSettings.parse(config["judge"]).embedded
     for name in judged:
         entry = config["datasets"][name]
-        asks = dataset_judge(config, name) == "vdc"
-        if asks and not dataset_source.of(entry).has_qa(name, entry):
+        source = dataset_source.of(entry)
+        if embedded and source.rubric is None:
+            raise ConfigError(
+                f"config key datasets.{name}.judge: the embedded judge (judge.endpoint: "
+                "embedded) grades with the exact rubric of a dataset source (the toy world's), "
+                f"and dataset source {source.kind!r} declares none, so its grades would mean "
+                "nothing; point judge.endpoint at an OpenAI-protocol server"
+            )
+        if dataset_judge(config, name) == "vdc" and not source.has_qa(name, entry):
             raise ConfigError(
                 f"config key datasets.{name}.judge: template vdc asks each sample's questions "
-                "(columns.qa, a column of {question, answer} lists), which the dataset does not map"
+                f"(the PREPARED `qa` field), which dataset source {source.kind!r} does not "
+                "carry for this entry (an hf entry maps them with columns.qa, a column of "
+                "{question, answer} lists; a source of one's own fills `qa` and answers True "
+                "from has_qa); template vdd grades the answer against the reference alone"
             )
     images = [d for d in judged if dataset_task(config, d) == IMAGE_GENERATION]
     if images:

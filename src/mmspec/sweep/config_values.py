@@ -179,8 +179,13 @@ def describe(error: jsonschema.ValidationError) -> str:
         extra = sorted(set(error.instance) - set(allowed))
         where = key_path(error)
         keys = ", ".join(f"{where}.{k}" if where != "<top level>" else k for k in extra)
-        hint = f"; allowed keys: {allowed}" if allowed else ""
-        return f"config key {keys}: unknown key{hint}"
+        close = difflib.get_close_matches(str(extra[0]), allowed, n=2) if extra else []
+        guess = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+        # a dataset entry's keys are its source's (a plugin's entry_schema, for a plugin source)
+        source = error.schema.get("properties", {}).get("source", {}).get("const")
+        whose = f" (the keys dataset source {source!r} declares)" if source else ""
+        hint = f"; allowed keys{whose}: {allowed}" if allowed else ""
+        return f"config key {keys}: unknown key{guess}{hint}"
     if error.validator in ("minItems", "minProperties") and not error.instance:
         where = key_path(error)
         hint = EMPTY_HINTS.get(where, "give at least one entry or leave the key out")

@@ -62,6 +62,9 @@ class Captioner(Settings):
     dtype: str
 
 
+EMBEDDED_JUDGE = "embedded"  # `judge.endpoint` value that starts mmspec's own judge server
+
+
 @dataclass(frozen=True)
 class JudgeSettings(Settings):
     """The LLM judge's endpoint and its client's limits (config key `judge`)."""
@@ -76,6 +79,12 @@ class JudgeSettings(Settings):
     max_retries: int
     backoff_s: float
     max_backoff_s: float
+
+    @property
+    def embedded(self) -> bool:
+        """Whether the endpoint is mmspec's own judge server (`embedded`), which grades with
+        the exact rubric a dataset source declares (the toy world's)."""
+        return self.endpoint == EMBEDDED_JUDGE
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,9 @@ def test_a_workstation_runs_one_gpu_job_per_gpu_and_every_gpu_works(tmp_path):
     config.pop("judge")  # no judge: the GPU jobs are what this run is about
     config["datasets"]["toy_caption"].pop("judge")
     (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(config))
-    env = {**os.environ, "MMSPEC_GPUS": "2"}
+    # its own lock folder: a GPU lock another run on this machine holds is not this test's
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "MMSPEC_GPUS": "2", "TMPDIR": str(tmp_path / "tmp")}
     # up to the cells' scores: the summary and report are CPU jobs, and their own tests'
     cmd = snakemake_cmd(tmp_path, tmp_path / "sweep.yaml", "--until", "score", cores=4)
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
@@ -140,7 +142,8 @@ def test_a_workstation_runs_one_gpu_job_per_gpu_and_every_gpu_works(tmp_path):
     assert _overlapping(jobs)  # ... and both GPUs busy at once
     # Snakemake started no GPU job while both GPUs were held (none had to wait for one)
     logs = (tmp_path / "logs").rglob("*.log")
-    assert not any("is held; waiting" in log.read_text() for log in logs)
+    waited = [log.relative_to(tmp_path).as_posix() for log in logs if "waiting" in log.read_text()]
+    assert not waited, (waited, sorted(jobs, key=lambda j: j[1]))
 
     # one GPU: the GPU jobs run one after another (the cells' samples deleted: decoded again)
     env["MMSPEC_GPUS"] = "1"

@@ -17,10 +17,10 @@ try:
         config, overrides=workflow.config_settings.overwrite_config
     )
 except mmconfig.ConfigError as error:
-    given = mmconfig.config_sources(
-        workflow.configfiles, bool(workflow.config_settings.config)
+    said = mmconfig.from_sources(
+        error, workflow.configfiles, bool(workflow.config_settings.config)
     )
-    raise WorkflowError(f"invalid configuration: {error} (config from {given})")
+    raise WorkflowError(f"invalid configuration: {said}")
 
 # A workstation's GPUs (local execution): the resource `gpu` counts them, so at most one GPU
 # job per GPU runs at once, and each GPU job takes a free GPU of its own (mmspec.workflow.gpus).

@@ -175,9 +175,10 @@ def _check_choices(spec: dict, row: dict, method_name: str) -> None:
             )
 
 
-def close_matches(name, names) -> str:
-    """ "(did you mean ...?)" for the names close to a misspelt `name`; "" when none is."""
-    close = difflib.get_close_matches(str(name), list(names), n=3)
+def close_matches(name, names, n: int = 3) -> str:
+    """ "(did you mean ...?)" for the (at most `n`) names close to a misspelt `name`; "" when
+    none is."""
+    close = difflib.get_close_matches(str(name), list(names), n=n)
     return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 

@@ -271,4 +271,9 @@ def _validated(config: dict, overrides: dict, files: list) -> dict:
     try:
         return validate(config, overrides=overrides)
     except ConfigError as error:
-        raise ConfigError(f"{error} (config from {config_sources(files, False)})") from None
+        raise ConfigError(from_sources(error, files, False)) from None
+
+
+def from_sources(error: ConfigError, configfiles: list, command_line: bool) -> str:
+    """A config error's message followed by where the config came from (`config_sources`)."""
+    return f"{error} (config from {config_sources(configfiles, command_line)})"

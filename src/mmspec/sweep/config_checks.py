@@ -119,7 +119,7 @@ def check_judge(config: dict, swept: list) -> None:
                 f"and dataset source {source.kind!r} declares none, so its grades would mean "
                 "nothing; point judge.endpoint at an OpenAI-protocol server"
             )
-        if dataset_judge(config, name) == "vdc" and not source.has_qa(name, entry):
+        if source.judge(name, entry) == "vdc" and not source.has_qa(name, entry):
             raise ConfigError(
                 f"config key datasets.{name}.judge: template vdc asks each sample's questions "
                 f"(the PREPARED `qa` field), which dataset source {source.kind!r} does not "

@@ -6,7 +6,6 @@ sweep's schema with the entry schemas of the dataset sources it does not declare
 from __future__ import annotations
 
 import copy
-import difflib
 import functools
 import json
 import re
@@ -179,8 +178,7 @@ def describe(error: jsonschema.ValidationError) -> str:
         extra = sorted(set(error.instance) - set(allowed))
         where = key_path(error)
         keys = ", ".join(f"{where}.{k}" if where != "<top level>" else k for k in extra)
-        close = difflib.get_close_matches(str(extra[0]), allowed, n=2) if extra else []
-        guess = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+        guess = registry.close_matches(extra[0], allowed, n=2) if extra else ""
         # a dataset entry's keys are its source's (a plugin's entry_schema, for a plugin source)
         source = error.schema.get("properties", {}).get("source", {}).get("const")
         whose = f" (the keys dataset source {source!r} declares)" if source else ""
@@ -233,8 +231,7 @@ def _unknown_source(error: jsonschema.ValidationError) -> str:
         for branch in error.schema["oneOf"]
         if "const" in branch.get("properties", {}).get("source", {})
     )
-    close = difflib.get_close_matches(str(source), known, n=2)
-    guess = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+    guess = registry.close_matches(source, known, n=2)
     return (
         f"config key {key_path(error)}.source: unknown dataset source {source!r}{guess}; "
         f"known: {known} (a package adds dataset sources through the entry point group "
